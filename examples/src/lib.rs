@@ -1,0 +1,1 @@
+//! Runnable keiro examples live under `examples/`.

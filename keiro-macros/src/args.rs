@@ -1,0 +1,543 @@
+//! Parsing of the attribute arguments: `#[workflow(name = "..")]` and
+//! `#[step(name = "..", max_attempts = N, backoff_ms = M)]`.
+//!
+//! Parsing goes on after a bad key or value so one compile reports every
+//! mistake; the cross-key rules run once all keys are read.
+
+use proc_macro2::{TokenStream, TokenTree};
+use quote::quote;
+use syn::meta::ParseNestedMeta;
+use syn::parse::Parser;
+use syn::{Expr, ExprLit, ExprUnary, Ident, Lit, LitInt, LitStr, Token, UnOp};
+
+use crate::check::Errors;
+use crate::model::Macro;
+
+/// `name = "..."`: the registered (workflow) or journaled (step) name.
+pub(crate) const NAME: &str = "name";
+/// `max_attempts = N`: how many times a step runs before its `Err` is final.
+pub(crate) const MAX_ATTEMPTS: &str = "max_attempts";
+/// `backoff_ms = M`: the first retry delay of a step, doubled on each retry.
+pub(crate) const BACKOFF_MS: &str = "backoff_ms";
+
+const WORKFLOW_KEYS: &[&str] = &[NAME];
+const STEP_KEYS: &[&str] = &[NAME, MAX_ATTEMPTS, BACKOFF_MS];
+
+/// The retry delay used when a step sets `max_attempts > 1` but no `backoff_ms`.
+pub(crate) const DEFAULT_BACKOFF_MS: u64 = 100;
+
+/// The arguments of `#[workflow(..)]`.
+#[derive(Default)]
+pub(crate) struct WorkflowArgs {
+    pub(crate) name: Option<LitStr>,
+}
+
+/// The arguments of `#[step(..)]`.
+#[derive(Default)]
+pub(crate) struct StepArgs {
+    pub(crate) name: Option<LitStr>,
+    max_attempts: Option<IntSetting<u32>>,
+    backoff_ms: Option<IntSetting<u64>>,
+}
+
+/// An integer argument with the tokens it came from, for error spans.
+struct IntSetting<T> {
+    value: T,
+    key: Ident,
+    lit: LitInt,
+}
+
+impl<T> IntSetting<T> {
+    /// `key = lit`, so an error underlines the whole argument.
+    fn tokens(&self) -> TokenStream {
+        let (key, lit) = (&self.key, &self.lit);
+        quote!(#key = #lit)
+    }
+}
+
+impl WorkflowArgs {
+    pub(crate) fn parse(tokens: TokenStream) -> syn::Result<Self> {
+        let mut args = WorkflowArgs::default();
+        let mut state = State::new(Macro::Workflow);
+        let parser = syn::meta::parser(|meta| {
+            let Some(key) = state.key(&meta)? else {
+                return Ok(());
+            };
+            match key {
+                NAME => args.name = state.name(&meta)?,
+                _ => unreachable!("State::key only returns keys of WORKFLOW_KEYS"),
+            }
+            Ok(())
+        });
+        let parsed = parser.parse2(tokens);
+        state.finish(parsed)?;
+        Ok(args)
+    }
+}
+
+impl StepArgs {
+    pub(crate) fn parse(tokens: TokenStream) -> syn::Result<Self> {
+        let mut args = StepArgs::default();
+        let mut state = State::new(Macro::Step);
+        let parser = syn::meta::parser(|meta| {
+            let Some(key) = state.key(&meta)? else {
+                return Ok(());
+            };
+            match key {
+                NAME => args.name = state.name(&meta)?,
+                MAX_ATTEMPTS => args.max_attempts = state.int(&meta, "u32", "5")?,
+                BACKOFF_MS => args.backoff_ms = state.int(&meta, "u64", "200")?,
+                _ => unreachable!("State::key only returns keys of STEP_KEYS"),
+            }
+            Ok(())
+        });
+        let parsed = parser.parse2(tokens);
+        args.validate(&mut state);
+        state.finish(parsed)?;
+        Ok(args)
+    }
+
+    /// Rules that involve more than one key.
+    fn validate(&self, state: &mut State) {
+        let errors = &mut state.errors;
+        if let Some(max) = &self.max_attempts {
+            if max.value == 0 {
+                errors.push(syn::Error::new_spanned(
+                    max.tokens(),
+                    format!(
+                        "`{MAX_ATTEMPTS}` must be at least 1 (1 runs the step once, without retries); \
+                         use e.g. `{MAX_ATTEMPTS} = 3`"
+                    ),
+                ));
+                return;
+            }
+        }
+        // An unusable `max_attempts` was already reported; judging `backoff_ms`
+        // against it would only add noise.
+        let max_attempts_invalid = self.max_attempts.is_none() && state.seen.contains(&MAX_ATTEMPTS);
+        if let Some(backoff) = &self.backoff_ms {
+            if self.max_attempts() <= 1 && !max_attempts_invalid {
+                errors.push(syn::Error::new_spanned(
+                    backoff.tokens(),
+                    format!(
+                        "`{BACKOFF_MS}` only applies to retries, and this step runs once; \
+                         add `{MAX_ATTEMPTS} = 3` (or more) or remove `{BACKOFF_MS}`"
+                    ),
+                ));
+            }
+        }
+    }
+
+    /// How many times the step may run; 1 (no retries) when not set.
+    pub(crate) fn max_attempts(&self) -> u32 {
+        self.max_attempts.as_ref().map_or(1, |max| max.value)
+    }
+
+    /// The first retry delay: as set, else [`DEFAULT_BACKOFF_MS`] for a retried step, else 0.
+    pub(crate) fn backoff_ms(&self) -> u64 {
+        match &self.backoff_ms {
+            Some(backoff) => backoff.value,
+            None if self.max_attempts() > 1 => DEFAULT_BACKOFF_MS,
+            None => 0,
+        }
+    }
+
+    /// The `max_attempts = N` tokens, to point an error at them.
+    pub(crate) fn max_attempts_tokens(&self) -> Option<TokenStream> {
+        self.max_attempts.as_ref().map(IntSetting::tokens)
+    }
+}
+
+/// Error collection and duplicate tracking while the keys are read.
+struct State {
+    mac: Macro,
+    seen: Vec<&'static str>,
+    errors: Errors,
+}
+
+impl State {
+    fn new(mac: Macro) -> Self {
+        State {
+            mac,
+            seen: Vec::new(),
+            errors: Errors::default(),
+        }
+    }
+
+    fn keys(&self) -> &'static [&'static str] {
+        match self.mac {
+            Macro::Workflow => WORKFLOW_KEYS,
+            Macro::Step => STEP_KEYS,
+        }
+    }
+
+    /// Identifies the key of `meta`. Returns `None` (after recording an error and
+    /// skipping the value) for an unknown or repeated key.
+    fn key(&mut self, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<&'static str>> {
+        let known = meta
+            .path
+            .get_ident()
+            .and_then(|ident| self.keys().iter().copied().find(|key| ident == key));
+        let Some(key) = known else {
+            self.errors.push(self.unknown_key(meta));
+            skip_value(meta)?;
+            return Ok(None);
+        };
+        if self.seen.contains(&key) {
+            self.errors.push(syn::Error::new_spanned(
+                &meta.path,
+                format!("`{key}` set multiple times; remove the duplicate"),
+            ));
+            skip_value(meta)?;
+            return Ok(None);
+        }
+        self.seen.push(key);
+        Ok(Some(key))
+    }
+
+    fn unknown_key(&self, meta: &ParseNestedMeta<'_>) -> syn::Error {
+        let attr = self.mac.attr();
+        let path = path_to_string(&meta.path);
+        let message = match self.keys() {
+            [only] => format!(
+                "unknown `{attr}` argument `{path}`; the only supported argument is `{only}`"
+            ),
+            keys => {
+                let list = keys
+                    .iter()
+                    .map(|key| format!("`{key}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!("unknown `{attr}` argument `{path}`; supported arguments are {list}")
+            }
+        };
+        let message = if self.mac == Macro::Workflow && STEP_KEYS.contains(&path.as_str()) {
+            format!(
+                "{message} (`{path}` configures retries of a `#[step]`; \
+                 put it on the step that should be retried)"
+            )
+        } else {
+            message
+        };
+        syn::Error::new_spanned(&meta.path, message)
+    }
+
+    /// `name = "..."`: a non-empty string literal.
+    fn name(&mut self, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<LitStr>> {
+        let attr = self.mac.attr();
+        let example = match self.mac {
+            Macro::Workflow => "checkout",
+            Macro::Step => "reserve_stock",
+        };
+        match value(meta)? {
+            Some(Expr::Lit(ExprLit {
+                lit: Lit::Str(lit), ..
+            })) => {
+                if lit.value().trim().is_empty() {
+                    self.errors.push(syn::Error::new_spanned(
+                        &lit,
+                        format!(
+                            "the `{attr}` name must not be empty; write e.g. `{NAME} = \"{example}\"`, \
+                             or remove `{NAME}` to use the function's name"
+                        ),
+                    ));
+                    return Ok(None);
+                }
+                Ok(Some(lit))
+            }
+            value => {
+                let message =
+                    format!("`{NAME}` expects a string literal, e.g. `{NAME} = \"{example}\"`");
+                self.errors.push(match value {
+                    Some(expr) => syn::Error::new_spanned(expr, message),
+                    None => syn::Error::new_spanned(&meta.path, message),
+                });
+                Ok(None)
+            }
+        }
+    }
+
+    /// `key = N`: an unsigned integer literal that fits in `T` (named `ty`),
+    /// without a suffix or with the suffix `ty`.
+    fn int<T>(
+        &mut self,
+        meta: &ParseNestedMeta<'_>,
+        ty: &str,
+        example: &str,
+    ) -> syn::Result<Option<IntSetting<T>>>
+    where
+        T: std::str::FromStr,
+        T::Err: std::fmt::Display,
+    {
+        let key = path_to_string(&meta.path);
+        let expected = format!("`{key}` expects an integer, e.g. `{key} = {example}`");
+        let lit = match value(meta)? {
+            Some(Expr::Lit(ExprLit {
+                lit: Lit::Int(lit), ..
+            })) => lit,
+            Some(
+                expr @ Expr::Unary(ExprUnary {
+                    op: UnOp::Neg(_), ..
+                }),
+            ) => {
+                self.errors.push(syn::Error::new_spanned(
+                    expr,
+                    format!("`{key}` cannot be negative; e.g. `{key} = {example}`"),
+                ));
+                return Ok(None);
+            }
+            Some(expr) => {
+                self.errors.push(syn::Error::new_spanned(expr, expected));
+                return Ok(None);
+            }
+            None => {
+                self.errors
+                    .push(syn::Error::new_spanned(&meta.path, expected));
+                return Ok(None);
+            }
+        };
+        let suffix = lit.suffix();
+        if !suffix.is_empty() && suffix != ty {
+            self.errors.push(syn::Error::new_spanned(
+                &lit,
+                format!("`{key}` is a `{ty}`; remove the `{suffix}` suffix"),
+            ));
+            return Ok(None);
+        }
+        match lit.base10_parse::<T>() {
+            Ok(value) => Ok(Some(IntSetting {
+                value,
+                key: meta.path.get_ident().cloned().unwrap_or_else(|| {
+                    Ident::new(&key, proc_macro2::Span::call_site())
+                }),
+                lit,
+            })),
+            Err(_) => {
+                self.errors.push(syn::Error::new_spanned(
+                    &lit,
+                    format!("`{key}` must fit in a `{ty}`; use a smaller number"),
+                ));
+                Ok(None)
+            }
+        }
+    }
+
+    /// Adds the error that stopped parsing, if any, and returns everything collected.
+    fn finish(mut self, parsed: syn::Result<()>) -> syn::Result<()> {
+        if let Err(err) = parsed {
+            self.errors.push(err);
+        }
+        self.errors.finish()
+    }
+}
+
+/// The value after `key =`, or `None` (consuming a `(..)` list, if any) when there is no `=`.
+fn value(meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Expr>> {
+    if meta.input.peek(Token![=]) {
+        return Ok(Some(meta.value()?.parse()?));
+    }
+    skip_value(meta)?;
+    Ok(None)
+}
+
+/// Consumes whatever follows a key (`= expr`, `(..)` or nothing) so parsing can go on.
+fn skip_value(meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
+    if meta.input.peek(Token![=]) {
+        meta.value()?.parse::<Expr>()?;
+    } else if meta.input.peek(syn::token::Paren) {
+        meta.input.parse::<TokenTree>()?;
+    }
+    Ok(())
+}
+
+/// `a::b` for a path, without the spaces `to_token_stream().to_string()` puts in.
+fn path_to_string(path: &syn::Path) -> String {
+    let segments = path
+        .segments
+        .iter()
+        .map(|segment| segment.ident.to_string())
+        .collect::<Vec<_>>()
+        .join("::");
+    if path.leading_colon.is_some() {
+        format!("::{segments}")
+    } else {
+        segments
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn workflow_errors(tokens: TokenStream) -> Vec<String> {
+        match WorkflowArgs::parse(tokens) {
+            Ok(_) => Vec::new(),
+            Err(err) => err.into_iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    fn step_errors(tokens: TokenStream) -> Vec<String> {
+        match StepArgs::parse(tokens) {
+            Ok(_) => Vec::new(),
+            Err(err) => err.into_iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn workflow_without_arguments() {
+        let args = WorkflowArgs::parse(quote!()).unwrap();
+        assert!(args.name.is_none());
+    }
+
+    #[test]
+    fn workflow_name() {
+        let args = WorkflowArgs::parse(quote!(name = "orders.checkout")).unwrap();
+        assert_eq!(args.name.unwrap().value(), "orders.checkout");
+    }
+
+    #[test]
+    fn empty_name_is_rejected() {
+        for tokens in [quote!(name = ""), quote!(name = "  ")] {
+            let errors = workflow_errors(tokens);
+            assert_eq!(errors.len(), 1);
+            assert!(
+                errors[0].starts_with("the `#[workflow]` name must not be empty"),
+                "{errors:?}"
+            );
+        }
+        assert!(step_errors(quote!(name = ""))[0].starts_with("the `#[step]` name must not be empty"));
+    }
+
+    #[test]
+    fn name_must_be_a_string_literal() {
+        for tokens in [quote!(name = checkout), quote!(name = 5), quote!(name)] {
+            assert_eq!(
+                workflow_errors(tokens),
+                ["`name` expects a string literal, e.g. `name = \"checkout\"`"]
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_workflow_key_lists_the_valid_key() {
+        assert_eq!(
+            workflow_errors(quote!(label = "x")),
+            ["unknown `#[workflow]` argument `label`; the only supported argument is `name`"]
+        );
+    }
+
+    #[test]
+    fn step_keys_on_a_workflow_point_to_steps() {
+        let errors = workflow_errors(quote!(max_attempts = 3));
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].contains("configures retries of a `#[step]`"), "{errors:?}");
+    }
+
+    #[test]
+    fn unknown_step_key_lists_the_valid_keys() {
+        assert_eq!(
+            step_errors(quote!(retries(3))),
+            ["unknown `#[step]` argument `retries`; supported arguments are `name`, `max_attempts`, `backoff_ms`"]
+        );
+        assert_eq!(
+            step_errors(quote!(a::b = 1)),
+            ["unknown `#[step]` argument `a::b`; supported arguments are `name`, `max_attempts`, `backoff_ms`"]
+        );
+    }
+
+    #[test]
+    fn duplicate_keys_are_rejected() {
+        assert_eq!(
+            step_errors(quote!(max_attempts = 3, max_attempts = 4)),
+            ["`max_attempts` set multiple times; remove the duplicate"]
+        );
+        assert_eq!(
+            workflow_errors(quote!(name = "a", name = "b")),
+            ["`name` set multiple times; remove the duplicate"]
+        );
+    }
+
+    #[test]
+    fn a_bad_first_value_still_counts_for_duplicates() {
+        let errors = step_errors(quote!(max_attempts = "x", max_attempts = 3));
+        assert_eq!(
+            errors,
+            [
+                "`max_attempts` expects an integer, e.g. `max_attempts = 5`",
+                "`max_attempts` set multiple times; remove the duplicate",
+            ]
+        );
+    }
+
+    #[test]
+    fn integer_values_are_checked() {
+        assert_eq!(
+            step_errors(quote!(max_attempts = "x")),
+            ["`max_attempts` expects an integer, e.g. `max_attempts = 5`"]
+        );
+        assert_eq!(
+            step_errors(quote!(max_attempts = 2, backoff_ms = 1.5)),
+            ["`backoff_ms` expects an integer, e.g. `backoff_ms = 200`"]
+        );
+        assert_eq!(
+            step_errors(quote!(max_attempts)),
+            ["`max_attempts` expects an integer, e.g. `max_attempts = 5`"]
+        );
+        assert_eq!(
+            step_errors(quote!(max_attempts = -1)),
+            ["`max_attempts` cannot be negative; e.g. `max_attempts = 5`"]
+        );
+        assert_eq!(
+            step_errors(quote!(max_attempts = 5_000_000_000)),
+            ["`max_attempts` must fit in a `u32`; use a smaller number"]
+        );
+        assert_eq!(
+            step_errors(quote!(max_attempts = 5i8)),
+            ["`max_attempts` is a `u32`; remove the `i8` suffix"]
+        );
+    }
+
+    #[test]
+    fn max_attempts_zero_is_rejected() {
+        let errors = step_errors(quote!(max_attempts = 0));
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].starts_with("`max_attempts` must be at least 1"), "{errors:?}");
+    }
+
+    #[test]
+    fn backoff_without_retries_is_rejected() {
+        for tokens in [quote!(backoff_ms = 10), quote!(max_attempts = 1, backoff_ms = 10)] {
+            let errors = step_errors(tokens);
+            assert_eq!(errors.len(), 1);
+            assert!(errors[0].starts_with("`backoff_ms` only applies to retries"), "{errors:?}");
+        }
+    }
+
+    #[test]
+    fn step_values() {
+        let args =
+            StepArgs::parse(quote!(name = "email", max_attempts = 5u32, backoff_ms = 250)).unwrap();
+        assert_eq!(args.name.as_ref().unwrap().value(), "email");
+        assert_eq!(args.max_attempts(), 5);
+        assert_eq!(args.backoff_ms(), 250);
+
+        let args = StepArgs::parse(quote!()).unwrap();
+        assert_eq!((args.max_attempts(), args.backoff_ms()), (1, 0));
+
+        let args = StepArgs::parse(quote!(max_attempts = 2, backoff_ms = 0)).unwrap();
+        assert_eq!((args.max_attempts(), args.backoff_ms()), (2, 0));
+    }
+
+    #[test]
+    fn every_mistake_is_reported_at_once() {
+        let errors = step_errors(quote!(nme = "x", max_attempts = "3", backoff_ms = 1, backoff_ms = 2));
+        assert_eq!(errors.len(), 3, "{errors:?}");
+    }
+
+    #[test]
+    fn syntax_errors_are_reported() {
+        assert_eq!(step_errors(quote!(max_attempts = )).len(), 1);
+        assert_eq!(step_errors(quote!(max_attempts = 3 backoff_ms = 2)).len(), 1);
+    }
+}

@@ -1,0 +1,158 @@
+//! `#[step]` expansion: a synchronous function that hands the body to the
+//! runtime, which allocates the step's sequence number at the call (so `join!`
+//! of several steps is deterministic) and journals or replays its result.
+
+use proc_macro2::{Literal, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+
+use super::{respan, span_range};
+use crate::model::StepFn;
+
+pub(super) fn expand(step: &StepFn) -> TokenStream {
+    let func = &step.func;
+    let attrs = &func.attrs;
+    let vis = &func.vis;
+    let ident = &func.sig.ident;
+    let ret = step.output.tokens();
+    let name = Literal::string(&step.name);
+    let max_attempts = Literal::u32_unsuffixed(step.max_attempts);
+    let backoff_ms = Literal::u64_unsuffixed(step.backoff_ms);
+    let retried = step.max_attempts > 1;
+
+    let idents: Vec<_> = step.args.iter().map(|arg| &arg.ident).collect();
+    let types: Vec<_> = step.args.iter().map(|arg| &arg.ty).collect();
+
+    // The body keeps the user's signature (argument attributes and `mut`
+    // included) under a fixed name, nested so it is invisible outside.
+    let body_ident = format_ident!("__keiro_step_body");
+    let mut body_sig = func.sig.clone();
+    body_sig.ident = body_ident.clone();
+    let block = &func.block;
+
+    // Type assertions at the user's spans. The runtime call below is given the
+    // return type's span too, so rustc reports a non-journalable return type
+    // once, with keiro's message.
+    let ret_assert = step.output.ty.as_ref().map(|ty| {
+        quote_spanned!(ty.span()=> ::keiro::__private::assert_step_value::<#ty>();)
+    });
+    let ret_range = match &step.output.ty {
+        Some(ty) => span_range(ty),
+        None => span_range(ident),
+    };
+    let meta = quote! {
+        ::keiro::__private::StepMeta {
+            name: #name,
+            max_attempts: #max_attempts,
+            backoff_ms: #backoff_ms,
+        }
+    };
+
+    let (arg_asserts, call) = if retried {
+        let arg_asserts: Vec<_> = types
+            .iter()
+            .map(|ty| quote_spanned!(ty.span()=> ::keiro::__private::assert_retry_arg::<#ty>();))
+            .collect();
+        // Each attempt gets fresh copies of the arguments.
+        // (At the argument's type, like its `assert_retry_arg`, so a type that is
+        // not `Clone` is reported once.)
+        let clones = step.args.iter().map(|arg| {
+            let range = span_range(&arg.ty);
+            let mut ident = arg.ident.clone();
+            ident.set_span(range.1);
+            let reference = respan(range, quote!(&#ident));
+            respan(range, quote!(::core::clone::Clone::clone(#reference)))
+        });
+        let call = quote! {
+            ::keiro::__private::step_retry(
+                #meta,
+                |__keiro_result: &#ret| __keiro_result.is_err(),
+                move || #body_ident(#(#clones),*),
+            )
+        };
+        (arg_asserts, call)
+    } else {
+        let call = quote! {
+            ::keiro::__private::step_once(#meta, move || #body_ident(#(#idents),*))
+        };
+        (Vec::new(), call)
+    };
+
+    // The runtime's future is boxed behind `dyn Future`: with its opaque type
+    // as the hidden type of the `impl Future` we return, rustc would report
+    // each unmet bound of `step_once` a second time when checking that type.
+    let call = respan(ret_range, call);
+    let boxed = respan(ret_range, quote!(::std::boxed::Box::pin(#call)));
+    let boxed_ty = quote! {
+        ::core::pin::Pin<
+            ::std::boxed::Box<dyn ::core::future::Future<Output = #ret> + ::core::marker::Send>,
+        >
+    };
+    let future = quote!(impl ::core::future::Future<Output = #ret> + ::core::marker::Send);
+
+    quote! {
+        #(#attrs)*
+        #vis fn #ident(#(#idents: #types),*) -> #future {
+            #[allow(non_snake_case)]
+            #body_sig #block
+
+            #ret_assert
+            #(#arg_asserts)*
+            let __keiro_step: #boxed_ty = #boxed;
+            __keiro_step
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    use crate::model::StepFn;
+
+    fn expand(args: proc_macro2::TokenStream, item: proc_macro2::TokenStream) -> String {
+        let step = StepFn::parse(args, item).unwrap();
+        let tokens = super::expand(&step);
+        let file: syn::File = syn::parse2(tokens.clone()).unwrap();
+        assert_eq!(file.items.len(), 1);
+        tokens.to_string()
+    }
+
+    #[test]
+    fn single_attempt_step() {
+        let out = expand(
+            quote!(),
+            quote! {
+                /// Reserves stock.
+                pub(crate) async fn reserve(mut sku: String, qty: u32) -> Result<String, ShopError> { todo!() }
+            },
+        );
+        assert!(out.starts_with("# [doc = r\" Reserves stock.\"] pub (crate) fn reserve (sku : String , qty : u32) -> impl :: core :: future :: Future < Output = Result < String , ShopError > > + :: core :: marker :: Send"), "{out}");
+        assert!(out.contains("async fn __keiro_step_body (mut sku : String , qty : u32)"), "{out}");
+        assert!(out.contains("name : \"reserve\" , max_attempts : 1 , backoff_ms : 0"), "{out}");
+        assert!(out.contains(":: keiro :: __private :: step_once"), "{out}");
+        assert!(out.contains("move || __keiro_step_body (sku , qty)"), "{out}");
+        assert!(out.contains("assert_step_value :: < Result < String , ShopError > >"), "{out}");
+        assert!(!out.contains("assert_retry_arg"), "{out}");
+    }
+
+    #[test]
+    fn retried_step() {
+        let out = expand(
+            quote!(name = "send_email", max_attempts = 5, backoff_ms = 200),
+            quote!(async fn email(to: String) -> Result<(), ShopError> { Ok(()) }),
+        );
+        assert!(out.contains("name : \"send_email\" , max_attempts : 5 , backoff_ms : 200"), "{out}");
+        assert!(out.contains(":: keiro :: __private :: step_retry"), "{out}");
+        assert!(out.contains("| __keiro_result : & Result < () , ShopError > | __keiro_result . is_err ()"), "{out}");
+        assert!(out.contains("move || __keiro_step_body (:: core :: clone :: Clone :: clone (& to))"), "{out}");
+        assert!(out.contains("assert_retry_arg :: < String >"), "{out}");
+    }
+
+    #[test]
+    fn step_returning_unit() {
+        let out = expand(quote!(), quote!(async fn ping() {}));
+        assert!(out.contains("Future < Output = () >"), "{out}");
+        assert!(!out.contains("assert_step_value"), "{out}");
+    }
+}

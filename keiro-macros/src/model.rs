@@ -1,0 +1,239 @@
+//! The validated shape of an annotated function.
+//!
+//! `WorkflowFn` and `StepFn` keep the user's original syntax nodes (the whole
+//! `ItemFn`, each argument's identifier and type) so the expansion can put every
+//! generated token, and therefore every type error, on the user's own spans.
+
+use proc_macro2::TokenStream;
+use quote::{quote, ToTokens};
+use syn::ext::IdentExt;
+use syn::{Ident, ItemFn, Type};
+
+use crate::args::{StepArgs, WorkflowArgs, MAX_ATTEMPTS};
+use crate::check;
+
+/// Which attribute is being expanded; used to word error messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Macro {
+    Workflow,
+    Step,
+}
+
+impl Macro {
+    /// The attribute as a user writes it, for messages: "`#[step]` functions must be async".
+    pub(crate) fn attr(self) -> &'static str {
+        match self {
+            Macro::Workflow => "#[workflow]",
+            Macro::Step => "#[step]",
+        }
+    }
+}
+
+/// One argument of the annotated function: always a plain identifier. The body
+/// keeps the original argument (with `mut` and attributes); generated wrappers
+/// use only the identifier and type.
+pub(crate) struct Arg {
+    pub(crate) ident: Ident,
+    pub(crate) ty: Box<Type>,
+}
+
+/// The declared return type; `None` when the function has no `-> R` (returns `()`).
+pub(crate) struct Output {
+    pub(crate) ty: Option<Box<Type>>,
+}
+
+impl Output {
+    /// The return type as tokens, `()` when omitted.
+    pub(crate) fn tokens(&self) -> TokenStream {
+        match &self.ty {
+            Some(ty) => ty.to_token_stream(),
+            None => quote!(()),
+        }
+    }
+
+    /// Whether the return type is a `Result` (its last path segment is `Result`),
+    /// which covers `core::result::Result`, `std::io::Result` and `anyhow::Result`.
+    pub(crate) fn is_result(&self) -> bool {
+        self.ty.as_deref().is_some_and(check::is_result_type)
+    }
+}
+
+/// A function annotated with `#[workflow]` that passed every check.
+pub(crate) struct WorkflowFn {
+    /// The registered name: `#[workflow(name = "..")]` or the function's name.
+    pub(crate) name: String,
+    /// The user's function exactly as written.
+    pub(crate) func: ItemFn,
+    pub(crate) args: Vec<Arg>,
+    pub(crate) output: Output,
+}
+
+impl WorkflowFn {
+    /// Parses the attribute arguments and the item, runs every check and
+    /// reports all problems at once.
+    pub(crate) fn parse(args: TokenStream, item: TokenStream) -> syn::Result<Self> {
+        let args = WorkflowArgs::parse(args);
+        let func = check::item_fn(Macro::Workflow, item);
+        let (args, func) = check::join(args, func)?;
+        let (inputs, output) = check::signature(Macro::Workflow, &func.sig)?;
+        let name = match args.name {
+            Some(lit) => lit.value(),
+            None => func.sig.ident.unraw().to_string(),
+        };
+        Ok(WorkflowFn {
+            name,
+            func,
+            args: inputs,
+            output,
+        })
+    }
+}
+
+/// A function annotated with `#[step]` that passed every check.
+pub(crate) struct StepFn {
+    /// The journaled name: `#[step(name = "..")]` or the function's name.
+    pub(crate) name: String,
+    pub(crate) max_attempts: u32,
+    pub(crate) backoff_ms: u64,
+    /// The user's function exactly as written.
+    pub(crate) func: ItemFn,
+    pub(crate) args: Vec<Arg>,
+    pub(crate) output: Output,
+}
+
+impl StepFn {
+    /// Parses the attribute arguments and the item, runs every check and
+    /// reports all problems at once.
+    pub(crate) fn parse(args: TokenStream, item: TokenStream) -> syn::Result<Self> {
+        let args = StepArgs::parse(args);
+        let func = check::item_fn(Macro::Step, item);
+        let (args, func) = check::join(args, func)?;
+        let (inputs, output) = check::signature(Macro::Step, &func.sig)?;
+        let max_attempts = args.max_attempts();
+        if max_attempts > 1 && !output.is_result() {
+            let message = format!(
+                "`{MAX_ATTEMPTS}` retries a step on `Err`, so the step must return a `Result`; \
+                 return `Result<T, E>` or remove `{MAX_ATTEMPTS}`"
+            );
+            return Err(match &output.ty {
+                Some(ty) => syn::Error::new_spanned(ty, message),
+                None => syn::Error::new_spanned(
+                    args.max_attempts_tokens().unwrap_or_else(|| func.sig.to_token_stream()),
+                    message,
+                ),
+            });
+        }
+        let name = match &args.name {
+            Some(lit) => lit.value(),
+            None => func.sig.ident.unraw().to_string(),
+        };
+        Ok(StepFn {
+            name,
+            max_attempts,
+            backoff_ms: args.backoff_ms(),
+            func,
+            args: inputs,
+            output,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn unwrap_err<T>(result: syn::Result<T>) -> syn::Error {
+        match result {
+            Ok(_) => panic!("expected an error"),
+            Err(err) => err,
+        }
+    }
+
+    fn messages(err: syn::Error) -> Vec<String> {
+        err.into_iter().map(|e| e.to_string()).collect()
+    }
+
+    #[test]
+    fn workflow_name_defaults_to_the_function_name() {
+        let f = WorkflowFn::parse(quote!(), quote!(async fn checkout(mut order: u32) {}));
+        let f = f.unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(f.name, "checkout");
+        assert_eq!(f.args.len(), 1);
+        assert!(f.output.ty.is_none());
+        assert_eq!(f.output.tokens().to_string(), "()");
+    }
+
+    #[test]
+    fn raw_identifiers_are_registered_without_the_prefix() {
+        let f = WorkflowFn::parse(quote!(), quote!(async fn r#match() {})).unwrap();
+        assert_eq!(f.name, "match");
+    }
+
+    #[test]
+    fn workflow_name_can_be_overridden() {
+        let f = WorkflowFn::parse(
+            quote!(name = "shop.checkout"),
+            quote!(async fn checkout() -> u32 { 1 }),
+        )
+        .unwrap();
+        assert_eq!(f.name, "shop.checkout");
+    }
+
+    #[test]
+    fn argument_and_item_errors_are_reported_together() {
+        let err = unwrap_err(WorkflowFn::parse(quote!(retries = 3), quote!(struct S;)));
+        let messages = messages(err);
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert!(messages[0].starts_with("unknown `#[workflow]` argument `retries`"));
+        assert!(messages[1].starts_with("`#[workflow]` can only be applied to an `async fn`"));
+    }
+
+    #[test]
+    fn step_defaults() {
+        let s = StepFn::parse(quote!(), quote!(async fn reserve(sku: String) -> u32 { 1 })).unwrap();
+        assert_eq!(s.name, "reserve");
+        assert_eq!(s.max_attempts, 1);
+        assert_eq!(s.backoff_ms, 0);
+    }
+
+    #[test]
+    fn step_with_retries() {
+        let s = StepFn::parse(
+            quote!(name = "email", max_attempts = 5, backoff_ms = 200),
+            quote!(async fn send(to: String) -> Result<(), String> { Ok(()) }),
+        )
+        .unwrap();
+        assert_eq!(s.name, "email");
+        assert_eq!(s.max_attempts, 5);
+        assert_eq!(s.backoff_ms, 200);
+    }
+
+    #[test]
+    fn retried_step_gets_the_default_backoff() {
+        let s = StepFn::parse(
+            quote!(max_attempts = 3),
+            quote!(async fn send() -> std::io::Result<()> { Ok(()) }),
+        )
+        .unwrap();
+        assert_eq!(s.backoff_ms, crate::args::DEFAULT_BACKOFF_MS);
+    }
+
+    #[test]
+    fn retries_require_a_result() {
+        for item in [
+            quote!(async fn send() -> u32 { 1 }),
+            quote!(async fn send() {}),
+        ] {
+            let err = unwrap_err(StepFn::parse(quote!(max_attempts = 3), item));
+            assert!(err
+                .to_string()
+                .starts_with("`max_attempts` retries a step on `Err`, so the step must return a `Result`"));
+        }
+    }
+
+    #[test]
+    fn single_attempt_does_not_require_a_result() {
+        assert!(StepFn::parse(quote!(max_attempts = 1), quote!(async fn send() -> u32 { 1 })).is_ok());
+    }
+}

@@ -1,0 +1,133 @@
+//! keiro's storage layer: the workflow journal on SQLite and PostgreSQL.
+//!
+//! [`Store`] is the one entry point. It is an enum over the two concrete
+//! backends, [`SqliteStore`] and [`PostgresStore`], which implement the same
+//! operations with each database's own strengths. Migrations are embedded
+//! ([`SQLITE_MIGRATOR`], [`POSTGRES_MIGRATOR`]) and run by [`Store::connect`].
+//!
+//! Steps reach the journal through a [`JournalWriter`], which commits whatever
+//! queued while the previous commit was in flight as one transaction.
+
+mod error;
+mod options;
+mod postgres;
+mod sqlite;
+mod types;
+mod writer;
+
+pub use error::StoreError;
+pub use options::{SqliteSynchronous, StoreOptions};
+pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};
+pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};
+pub use types::{
+    now_ms, AppendOutcome, Finish, InstanceRow, InstanceStatus, Lease, NewInstance, StepRow,
+};
+pub use writer::JournalWriter;
+
+/// A `Result` whose error is [`StoreError`].
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A connected, migrated journal store.
+#[derive(Debug, Clone)]
+pub enum Store {
+    /// The embedded SQLite backend.
+    Sqlite(SqliteStore),
+    /// The PostgreSQL backend.
+    Postgres(PostgresStore),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $store:ident => $body:expr) => {
+        match $self {
+            Store::Sqlite($store) => $body,
+            Store::Postgres($store) => $body,
+        }
+    };
+}
+
+impl Store {
+    /// Connects to `url` and runs the embedded migrations.
+    ///
+    /// `sqlite:path` / `sqlite://path` (the file is created if missing) and
+    /// `sqlite::memory:` select SQLite; `postgres://…` / `postgresql://…` select
+    /// PostgreSQL. Any other scheme is refused with [`StoreError::InvalidUrl`].
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Store> {
+        if url.starts_with("sqlite:") {
+            Ok(Store::Sqlite(SqliteStore::connect(url, options).await?))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Store::Postgres(PostgresStore::connect(url, options).await?))
+        } else {
+            Err(StoreError::InvalidUrl {
+                url: error::redact(url),
+                reason: "expected a URL starting with `sqlite:`, `postgres://` or `postgresql://`"
+                    .into(),
+            })
+        }
+    }
+
+    /// `"sqlite"` or `"postgres"`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Store::Sqlite(_) => "sqlite",
+            Store::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Records a new instance, or returns the existing one with that id.
+    /// The `bool` is `true` when this call created the row.
+    pub async fn create_instance(&self, new: &NewInstance<'_>) -> Result<(InstanceRow, bool)> {
+        dispatch!(self, s => s.create_instance(new).await)
+    }
+
+    /// Reads one instance.
+    pub async fn get_instance(&self, id: &str) -> Result<Option<InstanceRow>> {
+        dispatch!(self, s => s.get_instance(id).await)
+    }
+
+    /// Claims an unfinished instance for `lease.owner` when nobody holds a live
+    /// lease on it (or the owner already does), marking it running. Returns the
+    /// claimed row, or `None` when it is finished, missing or leased elsewhere.
+    pub async fn claim(&self, id: &str, lease: Lease<'_>) -> Result<Option<InstanceRow>> {
+        dispatch!(self, s => s.claim(id, lease).await)
+    }
+
+    /// Extends a lease `lease.owner` holds. `false` when it no longer holds it.
+    pub async fn renew_lease(&self, id: &str, lease: Lease<'_>) -> Result<bool> {
+        dispatch!(self, s => s.renew_lease(id, lease).await)
+    }
+
+    /// Drops `owner`'s lease on an instance, leaving its status as it is.
+    pub async fn release(&self, id: &str, owner: &str) -> Result<()> {
+        dispatch!(self, s => s.release(id, owner).await)
+    }
+
+    /// Reads every recorded step of one generation, in sequence order.
+    pub async fn load_journal(&self, id: &str, generation: i64) -> Result<Vec<StepRow>> {
+        dispatch!(self, s => s.load_journal(id, generation).await)
+    }
+
+    /// Records step results in one transaction. A step id that is already
+    /// recorded keeps its first result, which is returned as
+    /// [`AppendOutcome::Existing`].
+    pub async fn append_steps(&self, rows: &[StepRow]) -> Result<Vec<AppendOutcome>> {
+        dispatch!(self, s => s.append_steps(rows).await)
+    }
+
+    /// Moves an unfinished instance to a final status, releasing the lease.
+    /// Applies only while `finish.owner` holds the lease or nobody does;
+    /// returns whether it applied.
+    pub async fn finish(&self, finish: &Finish<'_>) -> Result<bool> {
+        dispatch!(self, s => s.finish(finish).await)
+    }
+
+    /// Puts an instance set aside for non-determinism back to `pending`, keeping
+    /// its journal, so the fixed code can resume it. Returns whether it applied.
+    pub async fn requeue_set_aside(&self, id: &str) -> Result<bool> {
+        dispatch!(self, s => s.requeue_set_aside(id).await)
+    }
+
+    /// Closes the connection pool.
+    pub async fn close(&self) {
+        dispatch!(self, s => s.close().await)
+    }
+}

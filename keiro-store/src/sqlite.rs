@@ -1,0 +1,327 @@
+//! The embedded SQLite backend: one file, WAL, one writer.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous as Sync,
+};
+use sqlx::Row;
+
+use crate::error::redact;
+use crate::types::parse_status;
+use crate::{
+    now_ms, AppendOutcome, Finish, InstanceRow, InstanceStatus, Lease, NewInstance, Result,
+    SqliteSynchronous, StepRow, StoreError, StoreOptions,
+};
+
+/// The SQLite migrations, embedded at build time.
+pub static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
+
+const INSTANCE_COLUMNS: &str = "id, name, generation, status, input, output, error, attempts, \
+     lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, created_at, updated_at";
+
+/// The SQLite journal store.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the SQLite database at `url` in WAL mode and
+    /// migrates it.
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<SqliteStore> {
+        let connect = SqliteConnectOptions::from_str(url)
+            .map_err(|e| StoreError::InvalidUrl {
+                url: redact(url),
+                reason: e.to_string(),
+            })?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(match options.sqlite_synchronous {
+                SqliteSynchronous::Full => Sync::Full,
+                SqliteSynchronous::Normal => Sync::Normal,
+            })
+            .busy_timeout(Duration::from_secs(30));
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let pool = SqlitePoolOptions::new()
+            // An in-memory database lives in one connection; a file serves
+            // concurrent readers beside its single writer.
+            .max_connections(if in_memory {
+                1
+            } else {
+                options.max_connections.unwrap_or(4)
+            })
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .connect_with(connect)
+            .await
+            .map_err(|e| StoreError::Connect {
+                url: redact(url),
+                source: Arc::new(e),
+            })?;
+        SQLITE_MIGRATOR
+            .run(&pool)
+            .await
+            .map_err(|e| StoreError::Migrate {
+                backend: "sqlite",
+                source: Arc::new(e),
+            })?;
+        Ok(SqliteStore { pool })
+    }
+
+    /// The underlying pool, for tests and benchmarks.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    pub(crate) async fn create_instance(
+        &self,
+        new: &NewInstance<'_>,
+    ) -> Result<(InstanceRow, bool)> {
+        let now = now_ms();
+        let (status, owner, expires) = match new.lease {
+            Some(lease) => (
+                InstanceStatus::Running,
+                Some(lease.owner),
+                Some(now + lease.ttl_ms),
+            ),
+            None => (InstanceStatus::Pending, None, None),
+        };
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(StoreError::query("create_instance"))?;
+        let inserted = sqlx::query(
+            "INSERT INTO keiro_workflows (id, name, generation, status, input, attempts, \
+             lease_owner, lease_expires_at, parent_id, parent_seq, created_at, updated_at) \
+             VALUES (?1, ?2, 0, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?9) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(new.id)
+        .bind(new.name)
+        .bind(status.as_str())
+        .bind(new.input)
+        .bind(owner)
+        .bind(expires)
+        .bind(new.parent.map(|p| p.0))
+        .bind(new.parent.map(|p| p.1))
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::query("create_instance"))?
+        .rows_affected()
+            == 1;
+        let row = sqlx::query(&format!(
+            "SELECT {INSTANCE_COLUMNS} FROM keiro_workflows WHERE id = ?1"
+        ))
+        .bind(new.id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(StoreError::query("create_instance"))?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("create_instance"))?;
+        Ok((instance_from_row(&row)?, inserted))
+    }
+
+    pub(crate) async fn get_instance(&self, id: &str) -> Result<Option<InstanceRow>> {
+        let row = sqlx::query(&format!(
+            "SELECT {INSTANCE_COLUMNS} FROM keiro_workflows WHERE id = ?1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("get_instance"))?;
+        row.as_ref().map(instance_from_row).transpose()
+    }
+
+    pub(crate) async fn claim(&self, id: &str, lease: Lease<'_>) -> Result<Option<InstanceRow>> {
+        let now = now_ms();
+        let row = sqlx::query(&format!(
+            "UPDATE keiro_workflows SET lease_owner = ?2, lease_expires_at = ?3, \
+             status = 'running', updated_at = ?4 \
+             WHERE id = ?1 AND status IN ('pending', 'running', 'suspended') \
+             AND (lease_owner IS NULL OR lease_owner = ?2 OR lease_expires_at < ?4) \
+             RETURNING {INSTANCE_COLUMNS}"
+        ))
+        .bind(id)
+        .bind(lease.owner)
+        .bind(now + lease.ttl_ms)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("claim"))?;
+        row.as_ref().map(instance_from_row).transpose()
+    }
+
+    pub(crate) async fn renew_lease(&self, id: &str, lease: Lease<'_>) -> Result<bool> {
+        let now = now_ms();
+        let done = sqlx::query(
+            "UPDATE keiro_workflows SET lease_expires_at = ?3 \
+             WHERE id = ?1 AND lease_owner = ?2 AND status IN ('pending', 'running', 'suspended')",
+        )
+        .bind(id)
+        .bind(lease.owner)
+        .bind(now + lease.ttl_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("renew_lease"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub(crate) async fn release(&self, id: &str, owner: &str) -> Result<()> {
+        sqlx::query(
+            "UPDATE keiro_workflows SET lease_owner = NULL, lease_expires_at = NULL, \
+             updated_at = ?3 WHERE id = ?1 AND lease_owner = ?2",
+        )
+        .bind(id)
+        .bind(owner)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("release"))?;
+        Ok(())
+    }
+
+    pub(crate) async fn load_journal(&self, id: &str, generation: i64) -> Result<Vec<StepRow>> {
+        let rows = sqlx::query(
+            "SELECT workflow_id, generation, seq, name, kind, result FROM keiro_steps \
+             WHERE workflow_id = ?1 AND generation = ?2 ORDER BY seq",
+        )
+        .bind(id)
+        .bind(generation)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("load_journal"))?;
+        rows.iter().map(step_from_row).collect()
+    }
+
+    pub(crate) async fn append_steps(&self, rows: &[StepRow]) -> Result<Vec<AppendOutcome>> {
+        let now = now_ms();
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(StoreError::query("append_steps"))?;
+        let mut outcomes = Vec::with_capacity(rows.len());
+        for step in rows {
+            let inserted = sqlx::query(
+                "INSERT INTO keiro_steps (workflow_id, generation, seq, name, kind, result, \
+                 created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+                 ON CONFLICT (workflow_id, generation, seq) DO NOTHING",
+            )
+            .bind(&step.workflow_id)
+            .bind(step.generation)
+            .bind(step.seq)
+            .bind(&step.name)
+            .bind(&step.kind)
+            .bind(&step.result)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query("append_steps"))?
+            .rows_affected()
+                == 1;
+            if inserted {
+                outcomes.push(AppendOutcome::Inserted);
+            } else {
+                let existing = sqlx::query(
+                    "SELECT workflow_id, generation, seq, name, kind, result FROM keiro_steps \
+                     WHERE workflow_id = ?1 AND generation = ?2 AND seq = ?3",
+                )
+                .bind(&step.workflow_id)
+                .bind(step.generation)
+                .bind(step.seq)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(StoreError::query("append_steps"))?;
+                outcomes.push(AppendOutcome::Existing(step_from_row(&existing)?));
+            }
+        }
+        tx.commit()
+            .await
+            .map_err(StoreError::query("append_steps"))?;
+        Ok(outcomes)
+    }
+
+    pub(crate) async fn finish(&self, finish: &Finish<'_>) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE keiro_workflows SET status = ?4, output = ?5, error = ?6, \
+             lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, updated_at = ?7 \
+             WHERE id = ?1 AND generation = ?2 \
+             AND status IN ('pending', 'running', 'suspended') \
+             AND (lease_owner IS NULL OR lease_owner = ?3)",
+        )
+        .bind(finish.id)
+        .bind(finish.generation)
+        .bind(finish.owner)
+        .bind(finish.status.as_str())
+        .bind(finish.output)
+        .bind(finish.error)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("finish"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub(crate) async fn requeue_set_aside(&self, id: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE keiro_workflows SET status = 'pending', error = NULL, updated_at = ?2 \
+             WHERE id = ?1 AND status = 'nondeterministic'",
+        )
+        .bind(id)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("requeue_set_aside"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub(crate) async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+fn instance_from_row(row: &SqliteRow) -> Result<InstanceRow> {
+    let id: String = row.try_get("id").map_err(corrupt)?;
+    let status: String = row.try_get("status").map_err(corrupt)?;
+    Ok(InstanceRow {
+        status: parse_status(&id, &status)?,
+        name: row.try_get("name").map_err(corrupt)?,
+        generation: row.try_get("generation").map_err(corrupt)?,
+        input: row.try_get("input").map_err(corrupt)?,
+        output: row.try_get("output").map_err(corrupt)?,
+        error: row.try_get("error").map_err(corrupt)?,
+        attempts: row.try_get("attempts").map_err(corrupt)?,
+        lease_owner: row.try_get("lease_owner").map_err(corrupt)?,
+        lease_expires_at: row.try_get("lease_expires_at").map_err(corrupt)?,
+        wake_at: row.try_get("wake_at").map_err(corrupt)?,
+        parent_id: row.try_get("parent_id").map_err(corrupt)?,
+        parent_seq: row.try_get("parent_seq").map_err(corrupt)?,
+        created_at: row.try_get("created_at").map_err(corrupt)?,
+        updated_at: row.try_get("updated_at").map_err(corrupt)?,
+        id,
+    })
+}
+
+fn step_from_row(row: &SqliteRow) -> Result<StepRow> {
+    Ok(StepRow {
+        workflow_id: row.try_get("workflow_id").map_err(corrupt)?,
+        generation: row.try_get("generation").map_err(corrupt)?,
+        seq: row.try_get("seq").map_err(corrupt)?,
+        name: row.try_get("name").map_err(corrupt)?,
+        kind: row.try_get("kind").map_err(corrupt)?,
+        result: row.try_get("result").map_err(corrupt)?,
+    })
+}
+
+fn corrupt(e: sqlx::Error) -> StoreError {
+    StoreError::Corrupt {
+        what: format!("a column could not be read: {e}"),
+    }
+}

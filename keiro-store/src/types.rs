@@ -1,0 +1,182 @@
+//! Rows and requests exchanged with the store.
+
+use crate::StoreError;
+
+/// Where a workflow instance stands, as stored in its row's `status` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum InstanceStatus {
+    /// Recorded, waiting for an executor to claim it.
+    Pending,
+    /// Claimed by an executor (or crashed while claimed).
+    Running,
+    /// Waiting on a timer, awakeable or child; costs only its row.
+    Suspended,
+    /// Finished with an output.
+    Completed,
+    /// Finished with an error output, or failed after its crash attempts.
+    Failed,
+    /// Cancelled by request.
+    Cancelled,
+    /// Set aside because the code no longer matches its journal.
+    NonDeterministic,
+}
+
+impl InstanceStatus {
+    /// The text stored in the `status` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstanceStatus::Pending => "pending",
+            InstanceStatus::Running => "running",
+            InstanceStatus::Suspended => "suspended",
+            InstanceStatus::Completed => "completed",
+            InstanceStatus::Failed => "failed",
+            InstanceStatus::Cancelled => "cancelled",
+            InstanceStatus::NonDeterministic => "nondeterministic",
+        }
+    }
+
+    /// Parses the `status` column.
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "pending" => InstanceStatus::Pending,
+            "running" => InstanceStatus::Running,
+            "suspended" => InstanceStatus::Suspended,
+            "completed" => InstanceStatus::Completed,
+            "failed" => InstanceStatus::Failed,
+            "cancelled" => InstanceStatus::Cancelled,
+            "nondeterministic" => InstanceStatus::NonDeterministic,
+            _ => return None,
+        })
+    }
+
+    /// Whether the instance will never run again on its own
+    /// (completed, failed, cancelled, or set aside).
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            InstanceStatus::Completed
+                | InstanceStatus::Failed
+                | InstanceStatus::Cancelled
+                | InstanceStatus::NonDeterministic
+        )
+    }
+}
+
+/// A request to record a new workflow instance.
+#[derive(Debug, Clone)]
+pub struct NewInstance<'a> {
+    /// The instance id chosen by the caller.
+    pub id: &'a str,
+    /// The registered workflow name.
+    pub name: &'a str,
+    /// The JSON-encoded arguments.
+    pub input: &'a str,
+    /// The parent instance and the parent's step sequence number, for a child.
+    pub parent: Option<(&'a str, i64)>,
+    /// Claim the new row for this executor right away (`status = running`),
+    /// or leave it `pending` for any worker when `None`.
+    pub lease: Option<Lease<'a>>,
+}
+
+/// An executor's claim on an instance.
+#[derive(Debug, Clone, Copy)]
+pub struct Lease<'a> {
+    /// The executor identity holding the lease.
+    pub owner: &'a str,
+    /// How long the lease lasts without renewal, in milliseconds.
+    pub ttl_ms: i64,
+}
+
+/// A stored workflow instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceRow {
+    /// The instance id.
+    pub id: String,
+    /// The registered workflow name.
+    pub name: String,
+    /// The generation (bumped by continue-as-new); steps are keyed by it.
+    pub generation: i64,
+    /// Where it stands.
+    pub status: InstanceStatus,
+    /// The JSON-encoded arguments.
+    pub input: String,
+    /// The JSON-encoded return value once finished.
+    pub output: Option<String>,
+    /// A diagnostic for failed or set-aside instances.
+    pub error: Option<String>,
+    /// Crash attempts counted so far.
+    pub attempts: i64,
+    /// The executor holding the lease, if any.
+    pub lease_owner: Option<String>,
+    /// When the lease lapses (ms since the Unix epoch).
+    pub lease_expires_at: Option<i64>,
+    /// When a suspended instance is due (ms since the Unix epoch).
+    pub wake_at: Option<i64>,
+    /// The parent instance, for a child workflow.
+    pub parent_id: Option<String>,
+    /// The parent's step sequence number that awaits this child.
+    pub parent_seq: Option<i64>,
+    /// When the row was created (ms since the Unix epoch).
+    pub created_at: i64,
+    /// When the row last changed (ms since the Unix epoch).
+    pub updated_at: i64,
+}
+
+/// One recorded step result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepRow {
+    /// The workflow instance.
+    pub workflow_id: String,
+    /// The instance generation the step belongs to.
+    pub generation: i64,
+    /// The step's sequence number in the run, allocated when it was called.
+    pub seq: i64,
+    /// The step's name.
+    pub name: String,
+    /// What kind of step (`step`, `now`, `uuid`, `sleep`, `awakeable`, `child`).
+    pub kind: String,
+    /// The JSON-encoded result.
+    pub result: String,
+}
+
+/// What happened to one step row handed to [`crate::Store::append_steps`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppendOutcome {
+    /// The row was recorded.
+    Inserted,
+    /// Another writer recorded this step id first; its row is returned and wins.
+    Existing(StepRow),
+}
+
+/// How a finished run leaves its instance.
+#[derive(Debug, Clone, Copy)]
+pub struct Finish<'a> {
+    /// The instance id.
+    pub id: &'a str,
+    /// The generation that finished.
+    pub generation: i64,
+    /// The executor finishing it; the update applies only while it holds the lease
+    /// (or nobody does).
+    pub owner: &'a str,
+    /// The final status.
+    pub status: InstanceStatus,
+    /// The JSON-encoded output, if any.
+    pub output: Option<&'a str>,
+    /// A diagnostic, if any.
+    pub error: Option<&'a str>,
+}
+
+/// Milliseconds since the Unix epoch, the store's unit of time.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+pub(crate) fn parse_status(id: &str, text: &str) -> Result<InstanceStatus, StoreError> {
+    InstanceStatus::parse(text).ok_or_else(|| StoreError::Corrupt {
+        what: format!("workflow instance `{id}` has unknown status `{text}`"),
+    })
+}

@@ -1,0 +1,307 @@
+//! What a `#[workflow]` fn returns ([`WorkflowCall`]) and what a started
+//! workflow gives back ([`WorkflowHandle`], [`WorkflowStatus`]).
+
+use std::future::IntoFuture;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use keiro_store::{InstanceRow, InstanceStatus};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::context::{current, run_step, StepKind};
+use crate::registry::{BoxFuture, RunFn};
+use crate::run::{self, launch, lock, outcome_of, wait, Launch, ParentSlot};
+use crate::{Error, Keiro, Result};
+
+/// How often a handle on an instance run elsewhere looks at its row.
+const RESULT_POLL: Duration = Duration::from_millis(50);
+
+/// A call of a `#[workflow]` fn, not yet running.
+///
+/// Await it to run the workflow to completion (durably; idempotent on its id),
+/// or [`start`](WorkflowCall::start) it in the background. Awaited inside
+/// another workflow it runs as a child with a deterministic id.
+#[must_use = "a workflow call does nothing until it is awaited or started"]
+pub struct WorkflowCall<R> {
+    name: &'static str,
+    run: RunFn,
+    input: Result<String>,
+    id: Option<String>,
+    keiro: Option<Keiro>,
+    parent: ParentSlot,
+    _output: PhantomData<fn() -> R>,
+}
+
+impl<R> std::fmt::Debug for WorkflowCall<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkflowCall")
+            .field("name", &self.name)
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R> WorkflowCall<R>
+where
+    R: Serialize + DeserializeOwned + Send + 'static,
+{
+    pub(crate) fn new(name: &'static str, run: RunFn, input: Result<String>) -> Self {
+        // Inside a workflow the call takes a step id now, like a step.
+        let parent = current().map(|cx| {
+            let seq = cx.next_seq();
+            (cx, seq)
+        });
+        WorkflowCall {
+            name,
+            run,
+            input,
+            id: None,
+            keiro: None,
+            parent,
+            _output: PhantomData,
+        }
+    }
+
+    /// Runs under this instance id. The same id for the same workflow attaches
+    /// to the existing instance (a finished one returns its stored output
+    /// without running anything); the same id for another workflow is an error.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Runs on `keiro` instead of the process-wide runtime.
+    pub fn on(mut self, keiro: &Keiro) -> Self {
+        self.keiro = Some(keiro.clone());
+        self
+    }
+
+    /// Records the instance and runs it in the background in this process,
+    /// holding its lease. Errors at once if the store is unreachable or the id
+    /// belongs to another workflow.
+    pub async fn start(self) -> Result<WorkflowHandle<R>> {
+        let keiro = self.runtime().await?;
+        let launch_spec = self.launch_spec()?;
+        let id = launch_spec.id.clone();
+        launch(&keiro, launch_spec).await?;
+        Ok(WorkflowHandle::new(keiro, id))
+    }
+
+    async fn runtime(&self) -> Result<Keiro> {
+        match (&self.keiro, &self.parent) {
+            (Some(keiro), _) => Ok(keiro.clone()),
+            (None, Some((cx, _))) => Ok(cx.keiro.clone()),
+            (None, None) => crate::runtime::global().await,
+        }
+    }
+
+    /// The instance to launch: the given id, else a deterministic one inside a
+    /// workflow (`<parent id>/<step seq>`), else a fresh UUID.
+    fn launch_spec(&self) -> Result<Launch> {
+        let id = match (&self.id, &self.parent) {
+            (Some(id), _) => id.clone(),
+            (None, Some((cx, seq))) => format!("{}/{seq}", cx.id),
+            (None, None) => uuid::Uuid::new_v4().to_string(),
+        };
+        if id.is_empty() {
+            return Err(Error::Config(format!(
+                "workflow `{}` was given an empty id",
+                self.name
+            )));
+        }
+        Ok(Launch {
+            name: self.name,
+            run: self.run,
+            id,
+            input: self.input.clone()?,
+            parent: self.parent.as_ref().map(|(cx, seq)| (cx.id.clone(), *seq)),
+        })
+    }
+
+    async fn run_to_end(self) -> Result<R> {
+        let keiro = self.runtime().await?;
+        let spec = self.launch_spec()?;
+        match self.parent {
+            None => {
+                let row = wait(launch(&keiro, spec).await?).await?;
+                outcome_of(&row)
+            }
+            Some((cx, seq)) => {
+                let name = self.name;
+                if cx.recorded(seq).is_some() {
+                    // Journaled already: replay the child's recorded result.
+                    return Ok(run_step(
+                        cx,
+                        seq,
+                        StepKind::Child,
+                        name,
+                        std::future::pending::<R>(),
+                    )
+                    .await);
+                }
+                let child_id = spec.id.clone();
+                let row = wait(launch(&keiro, spec).await?).await;
+                match row.and_then(|row| outcome_of::<R>(&row)) {
+                    Ok(value) => {
+                        Ok(run_step(cx, seq, StepKind::Child, name, async { value }).await)
+                    }
+                    Err(source) => Err(Error::ChildFailed {
+                        name: name.to_owned(),
+                        id: child_id,
+                        parent_id: cx.id.clone(),
+                        source: std::sync::Arc::new(source),
+                    }),
+                }
+            }
+        }
+    }
+}
+
+impl<R> IntoFuture for WorkflowCall<R>
+where
+    R: Serialize + DeserializeOwned + Send + 'static,
+{
+    type Output = Result<R>;
+    type IntoFuture = BoxFuture<'static, Result<R>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.run_to_end())
+    }
+}
+
+/// Where a workflow instance stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WorkflowStatus {
+    /// Enqueued, not yet claimed by any executor.
+    Pending,
+    /// Claimed and running (or crashed while running, until resumed).
+    Running,
+    /// Waiting on a timer, an awakeable or a child; costs only its row.
+    Suspended,
+    /// Returned a value (not an `Err`).
+    Completed,
+    /// Returned an `Err`, or was marked failed after its crash attempts.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+    /// Set aside because the code no longer matches its journal; the journal is
+    /// untouched and [`Keiro::resume`] puts it back in line once fixed.
+    NonDeterministic {
+        /// What the journal recorded at the diverging step.
+        expected: String,
+        /// What the code called there.
+        found: String,
+    },
+}
+
+impl WorkflowStatus {
+    pub(crate) fn of(row: &InstanceRow) -> WorkflowStatus {
+        match row.status {
+            InstanceStatus::Pending => WorkflowStatus::Pending,
+            InstanceStatus::Running => WorkflowStatus::Running,
+            InstanceStatus::Suspended => WorkflowStatus::Suspended,
+            InstanceStatus::Completed => WorkflowStatus::Completed,
+            InstanceStatus::Failed => WorkflowStatus::Failed,
+            InstanceStatus::Cancelled => WorkflowStatus::Cancelled,
+            InstanceStatus::NonDeterministic => {
+                let (_, expected, found) = run::nondeterminism_of(row);
+                WorkflowStatus::NonDeterministic { expected, found }
+            }
+            _ => WorkflowStatus::Running,
+        }
+    }
+
+    /// Whether the instance is done (completed, failed, cancelled or set aside).
+    pub fn is_final(&self) -> bool {
+        !matches!(
+            self,
+            WorkflowStatus::Pending | WorkflowStatus::Running | WorkflowStatus::Suspended
+        )
+    }
+}
+
+/// A handle on one workflow instance, wherever it runs.
+pub struct WorkflowHandle<R> {
+    keiro: Keiro,
+    id: String,
+    _output: PhantomData<fn() -> R>,
+}
+
+impl<R> std::fmt::Debug for WorkflowHandle<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkflowHandle")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: DeserializeOwned> WorkflowHandle<R> {
+    pub(crate) fn new(keiro: Keiro, id: String) -> Self {
+        WorkflowHandle {
+            keiro,
+            id,
+            _output: PhantomData,
+        }
+    }
+
+    /// The instance id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Where the instance stands now.
+    pub async fn status(&self) -> Result<WorkflowStatus> {
+        Ok(WorkflowStatus::of(&self.row().await?))
+    }
+
+    /// Waits for the instance to end and returns its output, or the error that
+    /// ended it (cancelled, set aside, failed after crashes).
+    pub async fn result(&self) -> Result<R> {
+        let in_process = lock(&self.keiro.inner.running)
+            .get(&self.id)
+            .map(|(_, receiver)| receiver.clone());
+        if let Some(receiver) = in_process {
+            if let Ok(row) = wait(receiver).await {
+                return outcome_of(&row);
+            }
+        }
+        loop {
+            let row = self.row().await?;
+            if row.status.is_final() {
+                return outcome_of(&row);
+            }
+            tokio::time::sleep(RESULT_POLL).await;
+        }
+    }
+
+    async fn row(&self) -> Result<InstanceRow> {
+        self.keiro
+            .inner
+            .store
+            .get_instance(&self.id)
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                id: self.id.clone(),
+            })
+    }
+}
+
+impl Keiro {
+    /// A handle on an existing instance. Errors with [`Error::NotFound`] when no
+    /// instance has this id.
+    pub async fn handle<R: DeserializeOwned>(
+        &self,
+        id: impl Into<String>,
+    ) -> Result<WorkflowHandle<R>> {
+        let handle = WorkflowHandle::new(self.clone(), id.into());
+        handle.row().await?;
+        Ok(handle)
+    }
+}
+
+/// A handle on an existing instance, through the process-wide runtime.
+pub async fn handle<R: DeserializeOwned>(id: impl Into<String>) -> Result<WorkflowHandle<R>> {
+    crate::runtime::global().await?.handle(id).await
+}

@@ -1,0 +1,205 @@
+//! Running a step inside a workflow: replay it from the journal or execute it
+//! and record its result (one write, through the group-commit writer).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keiro_store::{AppendOutcome, StepRow};
+use serde::{de::DeserializeOwned, Serialize};
+use tracing::Instrument;
+
+use super::{current, describe, scope, WorkflowContext};
+use crate::Error;
+
+/// A `#[step]`'s options, as written in its attribute.
+#[derive(Debug, Clone, Copy)]
+pub struct StepMeta {
+    /// The journaled name (`#[step(name = ..)]`, default the fn name).
+    pub name: &'static str,
+    /// How many times the body runs before an `Err` is final (at least 1).
+    pub max_attempts: u32,
+    /// The delay before the second attempt; it doubles after each later one.
+    pub backoff_ms: u64,
+}
+
+/// What produced a journal row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StepKind {
+    /// A `#[step]` fn.
+    Step,
+    /// `keiro::now()`.
+    Now,
+    /// `keiro::uuid()`.
+    Uuid,
+    /// A child workflow awaited by its parent.
+    Child,
+}
+
+impl StepKind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            StepKind::Step => "step",
+            StepKind::Now => "now",
+            StepKind::Uuid => "uuid",
+            StepKind::Child => "child",
+        }
+    }
+}
+
+/// Runs a step whose body runs at most once per execution. Inside a workflow
+/// the step id is allocated now, at the call; outside it is a plain call.
+pub fn step_once<R, Fut>(
+    meta: StepMeta,
+    body: impl FnOnce() -> Fut + Send + 'static,
+) -> impl Future<Output = R> + Send
+where
+    R: Serialize + DeserializeOwned + Send + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+{
+    let slot = current().map(|cx| {
+        let seq = cx.next_seq();
+        (cx, seq)
+    });
+    async move {
+        match slot {
+            None => body().await,
+            Some((cx, seq)) => run_step(cx, seq, StepKind::Step, meta.name, body()).await,
+        }
+    }
+}
+
+/// Runs a step that is retried on `Err` up to `meta.max_attempts` times with
+/// exponential backoff from `meta.backoff_ms`; the final result, `Ok` or `Err`,
+/// is journaled. Outside a workflow the retries still apply, without a journal.
+pub fn step_retry<R, Fut>(
+    meta: StepMeta,
+    is_err: fn(&R) -> bool,
+    mut body: impl FnMut() -> Fut + Send + 'static,
+) -> impl Future<Output = R> + Send
+where
+    R: Serialize + DeserializeOwned + Send + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+{
+    let slot = current().map(|cx| {
+        let seq = cx.next_seq();
+        (cx, seq)
+    });
+    let attempts = async move {
+        let max = meta.max_attempts.max(1);
+        let mut attempt = 1;
+        loop {
+            let out = body().await;
+            if !is_err(&out) || attempt >= max {
+                return out;
+            }
+            let delay = meta
+                .backoff_ms
+                .saturating_mul(1u64 << (attempt - 1).min(20))
+                .min(3_600_000);
+            tracing::debug!(
+                step = meta.name,
+                attempt,
+                delay_ms = delay,
+                "keiro step failed; retrying"
+            );
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            attempt += 1;
+        }
+    };
+    async move {
+        match slot {
+            None => attempts.await,
+            Some((cx, seq)) => run_step(cx, seq, StepKind::Step, meta.name, attempts).await,
+        }
+    }
+}
+
+/// Replays step `seq` from the journal, or runs `execute` (with no workflow
+/// context, so nothing inside it is journaled) and records its result.
+///
+/// On non-determinism, an undecodable record or a store failure the run is
+/// aborted through the context and this future never completes; the runner
+/// drops it.
+pub(crate) async fn run_step<R, Fut>(
+    cx: Arc<WorkflowContext>,
+    seq: i64,
+    kind: StepKind,
+    name: &str,
+    execute: Fut,
+) -> R
+where
+    R: Serialize + DeserializeOwned,
+    Fut: Future<Output = R>,
+{
+    if let Some(recorded) = cx.recorded(seq) {
+        let span = tracing::debug_span!("keiro.step", name, seq, replayed = true);
+        return replay(&cx, seq, kind, name, &recorded)
+            .instrument(span)
+            .await;
+    }
+    let span = tracing::debug_span!("keiro.step", name, seq, replayed = false);
+    async move {
+        let value = scope(None, execute).await;
+        let result = match serde_json::to_string(&value) {
+            Ok(json) => json,
+            Err(e) => {
+                let what = format!(
+                    "the result of {} (seq {seq}) of workflow `{}` (id {})",
+                    describe(kind.as_str(), name),
+                    cx.name,
+                    cx.id
+                );
+                return halt(&cx, Error::encode(what, e)).await;
+            }
+        };
+        let row = StepRow {
+            workflow_id: cx.id.clone(),
+            generation: cx.generation,
+            seq,
+            name: name.to_owned(),
+            kind: kind.as_str().to_owned(),
+            result,
+        };
+        match cx.keiro.inner.writer.append(row).await {
+            Ok(AppendOutcome::Inserted) => value,
+            // Another executor recorded this step first: its result wins.
+            Ok(AppendOutcome::Existing(first)) => replay(&cx, seq, kind, name, &first).await,
+            Err(e) => halt(&cx, Error::Store(e)).await,
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+async fn replay<R: DeserializeOwned>(
+    cx: &WorkflowContext,
+    seq: i64,
+    kind: StepKind,
+    name: &str,
+    recorded: &StepRow,
+) -> R {
+    if recorded.kind != kind.as_str() || recorded.name != name {
+        let found = describe(kind.as_str(), name);
+        return halt(cx, cx.non_deterministic(seq, recorded, found)).await;
+    }
+    match serde_json::from_str(&recorded.result) {
+        Ok(value) => value,
+        Err(e) => {
+            let what = format!(
+                "the recorded result of {} (seq {seq}) of workflow `{}` (id {}) into the \
+                 step's current return type",
+                describe(kind.as_str(), name),
+                cx.name,
+                cx.id
+            );
+            halt(cx, Error::decode(what, e)).await
+        }
+    }
+}
+
+/// Aborts the run with `error` and never returns; the runner drops this future.
+async fn halt<T>(cx: &WorkflowContext, error: Error) -> T {
+    cx.abort(error);
+    std::future::pending().await
+}

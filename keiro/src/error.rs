@@ -1,0 +1,167 @@
+//! keiro's one error type.
+
+use std::sync::Arc;
+
+pub use keiro_store::StoreError;
+
+/// A `Result` whose error defaults to [`enum@Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong running a workflow, said so a user can act on it.
+///
+/// Cheap to clone: sources sit behind `Arc`, so one failure can be handed to
+/// every caller waiting on the same workflow.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The store could not be reached or a statement failed. Retryable when
+    /// [`Error::is_transient`] says so.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// No workflow instance has this id.
+    #[error("no workflow instance has id `{id}`")]
+    NotFound {
+        /// The id asked for.
+        id: String,
+    },
+    /// The id is already used by an instance of another workflow.
+    #[error(
+        "workflow id `{id}` is already used by workflow `{existing}`; \
+         it cannot also start workflow `{requested}` (choose another id)"
+    )]
+    IdConflict {
+        /// The contested id.
+        id: String,
+        /// The workflow the id belongs to.
+        existing: String,
+        /// The workflow that asked for it.
+        requested: String,
+    },
+    /// The workflow was cancelled.
+    #[error("workflow `{name}` (id {id}) was cancelled")]
+    Cancelled {
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+    },
+    /// A child workflow could not produce a result.
+    #[error("child workflow `{name}` (id {id}) of workflow {parent_id} failed: {source}")]
+    ChildFailed {
+        /// The child's workflow name.
+        name: String,
+        /// The child's instance id.
+        id: String,
+        /// The parent's instance id.
+        parent_id: String,
+        /// Why the child failed.
+        #[source]
+        source: Arc<Error>,
+    },
+    /// The code no longer matches the journal. The instance is set aside with its
+    /// journal untouched; fix the code and call [`crate::Keiro::resume`].
+    #[error(
+        "non-determinism in workflow `{name}` (id {id}) at step {seq}: the journal \
+         recorded {expected} but the code now calls {found}; the instance is set aside \
+         with its journal untouched (fix the code, then resume it)"
+    )]
+    NonDeterministic {
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+        /// The step sequence number where code and journal disagree.
+        seq: i64,
+        /// What the journal recorded there, e.g. ``step `reserve` ``.
+        expected: String,
+        /// What the code called there.
+        found: String,
+    },
+    /// A stored instance names a workflow this binary does not register.
+    #[error(
+        "workflow `{name}` (id {id}) is registered nowhere in this binary \
+         (was it renamed or removed? register it with #[keiro::workflow])"
+    )]
+    UnknownWorkflow {
+        /// The stored workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+    },
+    /// Two functions registered the same workflow name.
+    #[error(
+        "workflow name `{name}` is registered twice, by `{first}` and by `{second}`; \
+         rename one with #[workflow(name = \"...\")]"
+    )]
+    DuplicateWorkflow {
+        /// The contested name.
+        name: String,
+        /// One function registering it.
+        first: String,
+        /// The other function registering it.
+        second: String,
+    },
+    /// Stored JSON does not decode into the type the code now expects
+    /// (typically a type changed between deploys). Nothing was changed.
+    #[error("cannot decode {what}: {source} (nothing in the journal was changed)")]
+    Decode {
+        /// What was being decoded, naming the workflow, id and step.
+        what: String,
+        /// The JSON error.
+        #[source]
+        source: Arc<serde_json::Error>,
+    },
+    /// A value could not be encoded as JSON for the journal.
+    #[error("cannot encode {what} as JSON: {source}")]
+    Encode {
+        /// What was being encoded.
+        what: String,
+        /// The JSON error.
+        #[source]
+        source: Arc<serde_json::Error>,
+    },
+    /// The workflow (or one of its steps) panicked.
+    #[error("workflow `{name}` (id {id}) panicked: {message}")]
+    Panicked {
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+        /// The panic message.
+        message: String,
+    },
+    /// The workflow was marked failed by the runtime (e.g. after its crash attempts).
+    #[error("workflow `{name}` (id {id}) failed: {message}")]
+    Failed {
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+        /// Why.
+        message: String,
+    },
+    /// A setting is invalid.
+    #[error("invalid keiro configuration: {0}")]
+    Config(String),
+}
+
+impl Error {
+    /// Whether trying again later may succeed (the store was unreachable or busy).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Store(e) if e.is_transient())
+    }
+
+    pub(crate) fn decode(what: impl Into<String>, source: serde_json::Error) -> Error {
+        Error::Decode {
+            what: what.into(),
+            source: Arc::new(source),
+        }
+    }
+
+    pub(crate) fn encode(what: impl Into<String>, source: serde_json::Error) -> Error {
+        Error::Encode {
+            what: what.into(),
+            source: Arc::new(source),
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! # keiro: durable execution for Rust, as a library
+//!
+//! Mark plain `async fn`s with [`#[workflow]`](workflow) and [`#[step]`](step);
+//! keiro journals every step's result in a database, so a workflow that
+//! crashes or is redeployed picks up exactly where it stopped. The journal is
+//! a table in SQLite (the embedded default) or PostgreSQL.
+//!
+//! ```no_run
+//! use keiro::{step, workflow};
+//!
+//! #[step]
+//! async fn reserve(sku: String, qty: u32) -> Result<String, String> {
+//!     Ok(format!("hold-{sku}-{qty}"))
+//! }
+//!
+//! #[step(max_attempts = 5, backoff_ms = 200)]
+//! async fn charge(amount: u64) -> Result<u64, String> {
+//!     Ok(amount)
+//! }
+//!
+//! #[workflow]
+//! async fn checkout(sku: String, qty: u32) -> Result<String, String> {
+//!     let hold = reserve(sku, qty).await?;
+//!     charge(42).await?;
+//!     Ok(hold)
+//! }
+//!
+//! # async fn demo() -> Result<(), keiro::Error> {
+//! // Uses KEIRO_DATABASE_URL, else the SQLite file keiro.db.
+//! let receipt = checkout("apple".into(), 3).id("order-42").await?;
+//! assert_eq!(receipt, Ok("hold-apple-3".to_string()));
+//! # Ok(()) }
+//! ```
+//!
+//! * A step's id is its sequence number in the run, taken when the step is
+//!   *called*, so `tokio::join!` of steps is deterministic.
+//! * Re-running a workflow id replays journaled steps without running them; a
+//!   finished id returns its stored output.
+//! * If the code calls a different step where the journal recorded another,
+//!   the instance is set aside ([`WorkflowStatus::NonDeterministic`]) with its
+//!   journal untouched; [`Keiro::resume`] puts it back once the code is fixed.
+//! * [`now`] and [`uuid()`] are journaled, so a replay sees the first run's values.
+
+#![forbid(unsafe_code)]
+
+mod call;
+mod context;
+mod error;
+mod registry;
+mod run;
+mod runtime;
+
+#[doc(hidden)]
+pub mod __private;
+
+#[doc(inline)]
+pub use keiro_macros::{step, workflow};
+
+pub use call::{handle, WorkflowCall, WorkflowHandle, WorkflowStatus};
+pub use context::{now, uuid};
+pub use error::{Error, Result, StoreError};
+pub use keiro_store::{SqliteSynchronous, Store};
+pub use runtime::{
+    global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL, EXECUTOR_ID_ENV,
+    SQLITE_SYNCHRONOUS_ENV,
+};
+pub use uuid::Uuid;

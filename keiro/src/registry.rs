@@ -1,0 +1,151 @@
+//! The link-time registry of workflows: every `#[workflow]` submits one
+//! [`WorkflowRegistration`] through `inventory`, and a runtime collects them.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::{Error, Result};
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Rebuilds a workflow call from its stored input and runs its body.
+pub type RunFn = fn(WorkflowInput) -> BoxFuture<'static, Result<WorkflowOutput>>;
+
+/// One registered workflow: its name, the function that registered it and how
+/// to run it from stored input.
+#[derive(Debug)]
+pub struct WorkflowRegistration {
+    pub(crate) name: &'static str,
+    pub(crate) fn_path: &'static str,
+    #[allow(dead_code)] // read by the resume worker
+    pub(crate) run: RunFn,
+}
+
+impl WorkflowRegistration {
+    /// Used by `#[workflow]`.
+    pub const fn new(name: &'static str, fn_path: &'static str, run: RunFn) -> Self {
+        WorkflowRegistration { name, fn_path, run }
+    }
+}
+
+inventory::collect!(WorkflowRegistration);
+
+/// The stored arguments of one workflow instance, handed to its [`RunFn`].
+#[derive(Debug, Clone)]
+pub struct WorkflowInput {
+    pub(crate) name: String,
+    pub(crate) id: String,
+    pub(crate) json: String,
+}
+
+impl WorkflowInput {
+    /// Decodes the arguments; a mismatch names the workflow and the id.
+    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_str(&self.json).map_err(|e| {
+            Error::decode(
+                format!(
+                    "the stored input of workflow `{}` (id {}) into its current argument types",
+                    self.name, self.id
+                ),
+                e,
+            )
+        })
+    }
+}
+
+/// A workflow's encoded return value.
+#[derive(Debug, Clone)]
+pub struct WorkflowOutput {
+    pub(crate) json: String,
+    pub(crate) is_err: bool,
+}
+
+impl WorkflowOutput {
+    /// Encodes a return value; `is_err` marks an `Err` result, which makes the
+    /// instance `Failed`.
+    pub fn encode<T: serde::Serialize>(value: &T, is_err: bool) -> Result<WorkflowOutput> {
+        let json = serde_json::to_string(value)
+            .map_err(|e| Error::encode("a workflow's return value", e))?;
+        Ok(WorkflowOutput { json, is_err })
+    }
+}
+
+/// Every workflow linked into this binary, by name.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Registry {
+    by_name: HashMap<&'static str, &'static WorkflowRegistration>,
+}
+
+impl Registry {
+    /// Collects the `inventory` submissions; two functions claiming one name
+    /// are refused with an error naming both.
+    pub(crate) fn collect() -> Result<Registry> {
+        Registry::from_iter(inventory::iter::<WorkflowRegistration>)
+    }
+
+    fn from_iter(
+        registrations: impl IntoIterator<Item = &'static WorkflowRegistration>,
+    ) -> Result<Registry> {
+        let mut by_name = HashMap::new();
+        for registration in registrations {
+            if let Some(previous) = by_name.insert(registration.name, registration) {
+                let (first, second) = if previous.fn_path <= registration.fn_path {
+                    (previous.fn_path, registration.fn_path)
+                } else {
+                    (registration.fn_path, previous.fn_path)
+                };
+                return Err(Error::DuplicateWorkflow {
+                    name: registration.name.to_owned(),
+                    first: first.to_owned(),
+                    second: second.to_owned(),
+                });
+            }
+        }
+        Ok(Registry { by_name })
+    }
+
+    /// The registered names, sorted.
+    pub(crate) fn names(&self) -> Vec<&'static str> {
+        let mut names: Vec<_> = self.by_name.keys().copied().collect();
+        names.sort_unstable();
+        names
+    }
+
+    #[allow(dead_code)] // read by the resume worker
+    pub(crate) fn get(&self, name: &str) -> Option<&'static WorkflowRegistration> {
+        self.by_name.get(name).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn never(_: WorkflowInput) -> BoxFuture<'static, Result<WorkflowOutput>> {
+        Box::pin(async { WorkflowOutput::encode(&(), false) })
+    }
+
+    static A: WorkflowRegistration = WorkflowRegistration::new("pay", "shop::pay", never);
+    static B: WorkflowRegistration = WorkflowRegistration::new("pay", "billing::pay", never);
+    static C: WorkflowRegistration = WorkflowRegistration::new("ship", "shop::ship", never);
+
+    #[test]
+    fn duplicate_names_are_refused_naming_both_functions() {
+        let err = Registry::from_iter([&A, &C, &B]).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("`pay`"), "{text}");
+        assert!(
+            text.contains("billing::pay") && text.contains("shop::pay"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn distinct_names_are_collected() {
+        let registry = Registry::from_iter([&A, &C]).unwrap();
+        assert_eq!(registry.get("pay").unwrap().fn_path, "shop::pay");
+        assert!(registry.get("nope").is_none());
+    }
+}

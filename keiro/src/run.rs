@@ -1,0 +1,377 @@
+//! Driving one workflow instance in this process: create or attach, claim,
+//! replay-and-run under a renewed lease, and record how it ended.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use keiro_store::{Finish, InstanceRow, InstanceStatus, Lease, NewInstance};
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::context::{self, describe, WorkflowContext};
+use crate::registry::{RunFn, WorkflowInput};
+use crate::runtime::RunResult;
+use crate::{Error, Keiro, Result};
+
+/// How often a caller waiting on an instance another executor holds looks again.
+const ATTACH_POLL: Duration = Duration::from_millis(50);
+
+/// What to run: a workflow by name and body, an id, its encoded arguments.
+pub(crate) struct Launch {
+    pub(crate) name: &'static str,
+    pub(crate) run: RunFn,
+    pub(crate) id: String,
+    pub(crate) input: String,
+    pub(crate) parent: Option<(String, i64)>,
+}
+
+/// Records the instance (or finds the existing one with this id) and drives it
+/// to a final state in a background task of this process. Returns at once with
+/// a receiver for the final row. A second launch of an id this process is
+/// already driving attaches to that run.
+pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Receiver<RunResult>> {
+    let (sender, receiver) = watch::channel(None);
+    {
+        let mut running = lock(&keiro.inner.running);
+        if let Some((name, existing)) = running.get(&launch.id) {
+            if *name != launch.name {
+                return Err(Error::IdConflict {
+                    id: launch.id,
+                    existing: name.to_string(),
+                    requested: launch.name.to_owned(),
+                });
+            }
+            return Ok(existing.clone());
+        }
+        running.insert(launch.id.clone(), (launch.name, receiver.clone()));
+    }
+    let lease = Lease {
+        owner: &keiro.inner.executor_id,
+        ttl_ms: keiro.inner.lease_ttl.as_millis() as i64,
+    };
+    let created = keiro
+        .inner
+        .store
+        .create_instance(&NewInstance {
+            id: &launch.id,
+            name: launch.name,
+            input: &launch.input,
+            parent: launch.parent.as_ref().map(|(p, seq)| (p.as_str(), *seq)),
+            lease: Some(lease),
+        })
+        .await;
+    let (row, fresh) = match created {
+        Ok(created) => created,
+        Err(e) => {
+            lock(&keiro.inner.running).remove(&launch.id);
+            return Err(e.into());
+        }
+    };
+    if row.name != launch.name {
+        lock(&keiro.inner.running).remove(&launch.id);
+        return Err(Error::IdConflict {
+            id: launch.id,
+            existing: row.name,
+            requested: launch.name.to_owned(),
+        });
+    }
+    let keiro = keiro.clone();
+    tokio::spawn(async move {
+        let claimed = if fresh { Some(row) } else { None };
+        let result = drive(&keiro, launch.run, &launch.id, claimed, fresh).await;
+        lock(&keiro.inner.running).remove(&launch.id);
+        let _ = sender.send(Some(result));
+    });
+    Ok(receiver)
+}
+
+/// Waits for the final row a [`launch`] publishes.
+pub(crate) async fn wait(mut receiver: watch::Receiver<RunResult>) -> Result<InstanceRow> {
+    let done = receiver
+        .wait_for(|r| r.is_some())
+        .await
+        .map_err(|_| Error::Store(keiro_store::StoreError::WriterStopped))?;
+    done.clone().expect("wait_for returned a published result")
+}
+
+/// Runs `claimed` (or claims the instance as soon as nobody else holds it)
+/// until it reaches a final state.
+async fn drive(
+    keiro: &Keiro,
+    run: RunFn,
+    id: &str,
+    mut claimed: Option<InstanceRow>,
+    mut fresh: bool,
+) -> Result<InstanceRow> {
+    let lease = Lease {
+        owner: &keiro.inner.executor_id,
+        ttl_ms: keiro.inner.lease_ttl.as_millis() as i64,
+    };
+    let mut first = true;
+    loop {
+        if let Some(row) = claimed.take() {
+            match execute(keiro, run, row, fresh).await? {
+                Some(done) => return Ok(done),
+                // The lease went to another executor; follow its result.
+                None => fresh = false,
+            }
+        }
+        if !first {
+            tokio::time::sleep(ATTACH_POLL).await;
+        }
+        first = false;
+        match keiro.inner.store.get_instance(id).await? {
+            None => return Err(Error::NotFound { id: id.to_owned() }),
+            Some(row) if row.status.is_final() => return Ok(row),
+            Some(_) => claimed = keiro.inner.store.claim(id, lease).await?,
+        }
+    }
+}
+
+enum Ended {
+    Returned(crate::registry::WorkflowOutput),
+    Errored(Error),
+    Panicked(String),
+    Aborted(Error),
+    LeaseLost,
+}
+
+/// One invocation: read the journal once (none for a fresh instance), run the
+/// body with its context, and record the end. `Ok(None)` when the lease was lost
+/// to another executor mid-run.
+async fn execute(
+    keiro: &Keiro,
+    run: RunFn,
+    row: InstanceRow,
+    fresh: bool,
+) -> Result<Option<InstanceRow>> {
+    let store = &keiro.inner.store;
+    let owner = keiro.inner.executor_id.as_str();
+    let journal = if fresh {
+        Vec::new()
+    } else {
+        store.load_journal(&row.id, row.generation).await?
+    };
+    let (cx, mut aborted) = WorkflowContext::new(
+        keiro.clone(),
+        row.name.clone(),
+        row.id.clone(),
+        row.generation,
+        journal,
+    );
+    let input = WorkflowInput {
+        name: row.name.clone(),
+        id: row.id.clone(),
+        json: row.input.clone(),
+    };
+    let span = tracing::info_span!(
+        "keiro.workflow",
+        name = %row.name,
+        id = %row.id,
+        generation = row.generation
+    );
+    let body = context::scope(
+        Some(cx.clone()),
+        AssertUnwindSafe(run(input)).catch_unwind(),
+    )
+    .instrument(span.clone());
+    tokio::pin!(body);
+    let ttl = keiro.inner.lease_ttl;
+    let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + ttl / 3, ttl / 3);
+    let lease = Lease {
+        owner,
+        ttl_ms: ttl.as_millis() as i64,
+    };
+    let ended = loop {
+        tokio::select! {
+            biased;
+            error = &mut aborted => {
+                break match error {
+                    Ok(error) => Ended::Aborted(error),
+                    Err(_) => Ended::Errored(Error::Config("workflow context dropped".into())),
+                };
+            }
+            out = &mut body => {
+                break match out {
+                    Ok(Ok(output)) => Ended::Returned(output),
+                    Ok(Err(error)) => Ended::Errored(error),
+                    Err(panic) => Ended::Panicked(panic_message(panic.as_ref())),
+                };
+            }
+            _ = renew.tick() => {
+                match store.renew_lease(&row.id, lease).await {
+                    Ok(true) => {}
+                    Ok(false) => break Ended::LeaseLost,
+                    Err(error) => tracing::warn!(parent: &span, %error, "keiro could not renew a lease; retrying"),
+                }
+            }
+        }
+    };
+    drop(body);
+    let finish = |status, output, error| Finish {
+        id: &row.id,
+        generation: row.generation,
+        owner,
+        status,
+        output,
+        error,
+    };
+    match ended {
+        Ended::Returned(output) => {
+            if let Some(unreached) = cx.first_recorded_from(cx.allocated()) {
+                let error = cx.non_deterministic(
+                    unreached.seq,
+                    &unreached,
+                    "the workflow returning before it".to_owned(),
+                );
+                return set_aside(keiro, &row, error).await;
+            }
+            let status = if output.is_err {
+                InstanceStatus::Failed
+            } else {
+                InstanceStatus::Completed
+            };
+            if store
+                .finish(&finish(status, Some(&output.json), None))
+                .await?
+            {
+                let mut done = row;
+                done.status = status;
+                done.output = Some(output.json);
+                done.lease_owner = None;
+                done.lease_expires_at = None;
+                return Ok(Some(done));
+            }
+            // Someone else finished it or took the lease: their record wins.
+            Ok(None)
+        }
+        Ended::Aborted(error @ Error::NonDeterministic { .. }) => {
+            set_aside(keiro, &row, error).await
+        }
+        Ended::LeaseLost => Ok(None),
+        Ended::Aborted(error) | Ended::Errored(error) => {
+            let _ = store.release(&row.id, owner).await;
+            Err(error)
+        }
+        Ended::Panicked(message) => {
+            tracing::error!(parent: &span, %message, "keiro workflow panicked");
+            let _ = store.release(&row.id, owner).await;
+            Err(Error::Panicked {
+                name: row.name,
+                id: row.id,
+                message,
+            })
+        }
+    }
+}
+
+/// Records non-determinism without touching the journal and reports it.
+async fn set_aside(keiro: &Keiro, row: &InstanceRow, error: Error) -> Result<Option<InstanceRow>> {
+    let Error::NonDeterministic {
+        seq,
+        expected,
+        found,
+        ..
+    } = &error
+    else {
+        return Err(error);
+    };
+    let diagnostic = serde_json::json!({ "seq": seq, "expected": expected, "found": found });
+    tracing::error!(name = %row.name, id = %row.id, %error, "keiro set a workflow aside");
+    keiro
+        .inner
+        .store
+        .finish(&Finish {
+            id: &row.id,
+            generation: row.generation,
+            owner: &keiro.inner.executor_id,
+            status: InstanceStatus::NonDeterministic,
+            output: None,
+            error: Some(&diagnostic.to_string()),
+        })
+        .await?;
+    Err(error)
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
+}
+
+/// Turns a final row into what the caller sees: the decoded output, or the
+/// error that ended it.
+pub(crate) fn outcome_of<R: serde::de::DeserializeOwned>(row: &InstanceRow) -> Result<R> {
+    match (row.status, &row.output) {
+        (InstanceStatus::Completed | InstanceStatus::Failed, Some(output)) => {
+            serde_json::from_str(output).map_err(|e| {
+                Error::decode(
+                    format!(
+                        "the stored output of workflow `{}` (id {}) into the requested type",
+                        row.name, row.id
+                    ),
+                    e,
+                )
+            })
+        }
+        (InstanceStatus::Cancelled, _) => Err(Error::Cancelled {
+            name: row.name.clone(),
+            id: row.id.clone(),
+        }),
+        (InstanceStatus::NonDeterministic, _) => {
+            let (seq, expected, found) = nondeterminism_of(row);
+            Err(Error::NonDeterministic {
+                name: row.name.clone(),
+                id: row.id.clone(),
+                seq,
+                expected,
+                found,
+            })
+        }
+        _ => Err(Error::Failed {
+            name: row.name.clone(),
+            id: row.id.clone(),
+            message: row
+                .error
+                .clone()
+                .unwrap_or_else(|| format!("it is {}", row.status.as_str())),
+        }),
+    }
+}
+
+/// The stored diagnostic of a set-aside instance: (seq, expected, found).
+pub(crate) fn nondeterminism_of(row: &InstanceRow) -> (i64, String, String) {
+    let parsed: Option<serde_json::Value> = row
+        .error
+        .as_deref()
+        .and_then(|e| serde_json::from_str(e).ok());
+    let field = |name: &str| {
+        parsed
+            .as_ref()
+            .and_then(|v| v.get(name))
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+    };
+    (
+        parsed
+            .as_ref()
+            .and_then(|v| v.get("seq"))
+            .and_then(|v| v.as_i64())
+            .unwrap_or(-1),
+        field("expected").unwrap_or_else(|| describe("step", "?")),
+        field("found").unwrap_or_else(|| row.error.clone().unwrap_or_default()),
+    )
+}
+
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A context shared by a parent and the child calls it makes.
+pub(crate) type ParentSlot = Option<(Arc<WorkflowContext>, i64)>;

@@ -1,0 +1,233 @@
+//! The runtime handle: a connected store, its journal writer, the registry and
+//! this process's executor identity.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use keiro_store::{JournalWriter, SqliteSynchronous, Store, StoreOptions};
+use tokio::sync::{watch, OnceCell};
+
+use crate::registry::Registry;
+use crate::{Error, Result};
+
+/// The environment variable naming the database (default `sqlite:keiro.db`).
+pub const DATABASE_URL_ENV: &str = "KEIRO_DATABASE_URL";
+/// The environment variable naming this process's executor identity
+/// (default: the host name).
+pub const EXECUTOR_ID_ENV: &str = "KEIRO_EXECUTOR_ID";
+/// The environment variable relaxing SQLite durability: `full` (default) or `normal`.
+pub const SQLITE_SYNCHRONOUS_ENV: &str = "KEIRO_SQLITE_SYNCHRONOUS";
+/// The database used when [`DATABASE_URL_ENV`] is unset: `keiro.db` in the
+/// working directory, created if missing.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite:keiro.db";
+
+/// The outcome of one in-process run, shared with every caller waiting on it.
+pub(crate) type RunResult = Option<Result<keiro_store::InstanceRow>>;
+
+/// A connected keiro runtime. Cheap to clone; every clone shares one store,
+/// one journal writer and one registry.
+#[derive(Clone)]
+pub struct Keiro {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) store: Store,
+    pub(crate) writer: JournalWriter,
+    pub(crate) registry: Registry,
+    pub(crate) executor_id: String,
+    pub(crate) lease_ttl: Duration,
+    /// Instances this process is running now, so a second caller attaches to
+    /// the run in flight instead of starting another.
+    pub(crate) running: Mutex<HashMap<String, (&'static str, watch::Receiver<RunResult>)>>,
+}
+
+impl std::fmt::Debug for Keiro {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keiro")
+            .field("backend", &self.inner.store.backend())
+            .field("executor_id", &self.inner.executor_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Keiro {
+    /// Connects to `url` (`sqlite:path`, `sqlite::memory:`, `postgres://…`),
+    /// runs the migrations and collects the workflows linked into this binary.
+    pub async fn connect(url: &str) -> Result<Keiro> {
+        Keiro::builder(url).connect().await
+    }
+
+    /// Settings beyond the URL: executor identity, lease TTL, SQLite durability,
+    /// pool size.
+    pub fn builder(url: impl Into<String>) -> KeiroBuilder {
+        KeiroBuilder {
+            url: url.into(),
+            executor_id: None,
+            lease_ttl: Duration::from_secs(30),
+            store: StoreOptions::default(),
+        }
+    }
+
+    /// Builds the process-wide default from the environment:
+    /// [`DATABASE_URL_ENV`], [`EXECUTOR_ID_ENV`] and [`SQLITE_SYNCHRONOUS_ENV`].
+    pub async fn from_env() -> Result<Keiro> {
+        let url = std::env::var(DATABASE_URL_ENV)
+            .ok()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
+        let mut builder = Keiro::builder(url);
+        if let Ok(id) = std::env::var(EXECUTOR_ID_ENV) {
+            builder = builder.executor_id(id);
+        }
+        if let Ok(value) = std::env::var(SQLITE_SYNCHRONOUS_ENV) {
+            builder = builder.sqlite_synchronous(match value.to_ascii_lowercase().as_str() {
+                "full" => SqliteSynchronous::Full,
+                "normal" => SqliteSynchronous::Normal,
+                other => {
+                    return Err(Error::Config(format!(
+                        "{SQLITE_SYNCHRONOUS_ENV}=`{other}` is not a SQLite durability \
+                         setting; use `full` or `normal`"
+                    )))
+                }
+            });
+        }
+        builder.connect().await
+    }
+
+    /// The store this runtime journals into.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// This process's executor identity, the owner name on its leases.
+    pub fn executor_id(&self) -> &str {
+        &self.inner.executor_id
+    }
+
+    /// The names of the workflows linked into this binary, sorted.
+    pub fn workflow_names(&self) -> Vec<&'static str> {
+        self.inner.registry.names()
+    }
+
+    /// Puts an instance that was set aside for non-determinism back in line,
+    /// journal intact, so the fixed code resumes it: the next call with its id
+    /// (or a resume worker) runs it. Errors when no such instance is set aside.
+    pub async fn resume(&self, id: &str) -> Result<()> {
+        if self.inner.store.requeue_set_aside(id).await? {
+            return Ok(());
+        }
+        match self.inner.store.get_instance(id).await? {
+            None => Err(Error::NotFound { id: id.to_owned() }),
+            Some(row) => Err(Error::Config(format!(
+                "workflow `{}` (id {id}) is {}, not set aside for non-determinism; \
+                 there is nothing to resume",
+                row.name,
+                row.status.as_str()
+            ))),
+        }
+    }
+}
+
+/// Settings for [`Keiro::builder`].
+#[derive(Debug, Clone)]
+pub struct KeiroBuilder {
+    url: String,
+    executor_id: Option<String>,
+    lease_ttl: Duration,
+    store: StoreOptions,
+}
+
+impl KeiroBuilder {
+    /// The owner name on this process's leases (default: [`EXECUTOR_ID_ENV`],
+    /// else the host name). Several workers on one machine each set their own.
+    pub fn executor_id(mut self, id: impl Into<String>) -> Self {
+        self.executor_id = Some(id.into());
+        self
+    }
+
+    /// How long a claim on a running instance lasts without renewal (default
+    /// 30 s). A live run renews it every third of this.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// SQLite durability (default [`SqliteSynchronous::Full`]).
+    pub fn sqlite_synchronous(mut self, sync: SqliteSynchronous) -> Self {
+        self.store.sqlite_synchronous = sync;
+        self
+    }
+
+    /// The connection pool's size (default 8 on PostgreSQL, 4 on SQLite).
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.store.max_connections = Some(n);
+        self
+    }
+
+    /// Validates the settings, connects, migrates and collects the registry.
+    pub async fn connect(self) -> Result<Keiro> {
+        if self.lease_ttl < Duration::from_millis(100) {
+            return Err(Error::Config(format!(
+                "lease_ttl of {:?} is too short; use at least 100 ms",
+                self.lease_ttl
+            )));
+        }
+        let executor_id = match self.executor_id {
+            Some(id) if id.trim().is_empty() => {
+                return Err(Error::Config("the executor id must not be empty".into()))
+            }
+            Some(id) => id,
+            None => default_executor_id(),
+        };
+        let registry = Registry::collect()?;
+        let store = Store::connect(&self.url, &self.store).await?;
+        let writer = JournalWriter::spawn(store.clone());
+        Ok(Keiro {
+            inner: Arc::new(Inner {
+                store,
+                writer,
+                registry,
+                executor_id,
+                lease_ttl: self.lease_ttl,
+                running: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+}
+
+fn default_executor_id() -> String {
+    if let Ok(id) = std::env::var(EXECUTOR_ID_ENV) {
+        if !id.trim().is_empty() {
+            return id;
+        }
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "keiro".to_owned())
+}
+
+static GLOBAL: OnceCell<Keiro> = OnceCell::const_new();
+
+/// Installs `keiro` as the process-wide runtime used by calls without `.on(..)`.
+/// Errors if one is already installed.
+pub fn init(keiro: Keiro) -> Result<()> {
+    GLOBAL.set(keiro).map_err(|_| {
+        Error::Config(
+            "a process-wide keiro runtime is already installed; call keiro::init once, \
+             before the first workflow runs"
+                .into(),
+        )
+    })
+}
+
+/// The process-wide runtime: the one given to [`init`], else one built from the
+/// environment by [`Keiro::from_env`] on first use.
+pub async fn global() -> Result<Keiro> {
+    GLOBAL.get_or_try_init(Keiro::from_env).await.cloned()
+}

@@ -1,0 +1,8 @@
+use keiro::workflow;
+
+#[workflow]
+struct Checkout {
+    order_id: u64,
+}
+
+fn main() {}

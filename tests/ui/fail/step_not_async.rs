@@ -1,0 +1,8 @@
+use keiro::step;
+
+#[step]
+fn reserve(sku: String) -> String {
+    sku
+}
+
+fn main() {}

@@ -1,0 +1,12 @@
+use keiro::step;
+
+struct Hold {
+    id: u64,
+}
+
+#[step]
+async fn reserve(id: u64) -> Hold {
+    Hold { id }
+}
+
+fn main() {}

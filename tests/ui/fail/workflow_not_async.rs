@@ -1,0 +1,8 @@
+use keiro::workflow;
+
+#[workflow]
+fn checkout(order_id: u64) -> u64 {
+    order_id
+}
+
+fn main() {}

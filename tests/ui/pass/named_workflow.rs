@@ -1,0 +1,10 @@
+use keiro::workflow;
+
+#[workflow(name = "billing.invoice")]
+async fn invoice(customer: String, cents: u64) -> String {
+    format!("{customer}: {cents}")
+}
+
+fn main() {
+    let _call: keiro::WorkflowCall<String> = invoice("acme".to_owned(), 1200);
+}

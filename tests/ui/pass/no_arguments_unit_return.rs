@@ -1,0 +1,12 @@
+use keiro::workflow;
+
+#[workflow]
+async fn nightly_cleanup() {}
+
+#[workflow]
+async fn explicit_unit() -> () {}
+
+fn main() {
+    let _call: keiro::WorkflowCall<()> = nightly_cleanup();
+    let _call: keiro::WorkflowCall<()> = explicit_unit();
+}
