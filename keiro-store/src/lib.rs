@@ -11,6 +11,7 @@
 mod error;
 mod options;
 mod postgres;
+mod postgres_resume;
 mod sqlite;
 mod types;
 mod writer;
@@ -20,7 +21,8 @@ pub use options::{SqliteSynchronous, StoreOptions};
 pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};
 pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};
 pub use types::{
-    now_ms, AppendOutcome, Finish, InstanceRow, InstanceStatus, Lease, NewInstance, StepRow,
+    now_ms, AppendOutcome, Crash, ExecutorRow, Finish, InstanceRow, InstanceStatus, Lease,
+    NewInstance, StepRow,
 };
 pub use writer::JournalWriter;
 
@@ -124,6 +126,60 @@ impl Store {
     /// its journal, so the fixed code can resume it. Returns whether it applied.
     pub async fn requeue_set_aside(&self, id: &str) -> Result<bool> {
         dispatch!(self, s => s.requeue_set_aside(id).await)
+    }
+
+    /// Unfinished instances that are due now (pending, crashed with a lapsed
+    /// lease, or suspended past their wake time), earliest first.
+    pub async fn find_due(&self, limit: i64) -> Result<Vec<InstanceRow>> {
+        dispatch!(self, s => s.find_due(limit).await)
+    }
+
+    /// Makes every unfinished instance leased by `owner` due now, so a process
+    /// restarting under a dead predecessor's identity resumes its work at once.
+    pub async fn reclaim_own(&self, owner: &str) -> Result<u64> {
+        dispatch!(self, s => s.reclaim_own(owner).await)
+    }
+
+    /// Counts a crash against an instance `crash.owner` holds and releases it:
+    /// due again at `crash.retry_at`, or `failed` at `crash.max_attempts`.
+    /// Returns the new status and attempt count, or `None` if the lease was lost.
+    pub async fn record_crash(&self, crash: &Crash<'_>) -> Result<Option<(InstanceStatus, i64)>> {
+        dispatch!(self, s => s.record_crash(crash).await)
+    }
+
+    /// Wakes resume workers in other processes (PostgreSQL `NOTIFY`; SQLite
+    /// workers share the process and are woken in memory).
+    pub async fn wake_workers(&self) -> Result<()> {
+        match self {
+            Store::Sqlite(_) => Ok(()),
+            Store::Postgres(s) => s.wake_workers().await,
+        }
+    }
+
+    /// Reads an executor identity's registration.
+    pub async fn get_executor(&self, id: &str) -> Result<Option<ExecutorRow>> {
+        dispatch!(self, s => s.get_executor(id).await)
+    }
+
+    /// Registers an identity: inserts it when `replacing` is `None`, else takes
+    /// it over from the process holding token `replacing`. Returns whether it
+    /// applied (another process may have won the race).
+    pub async fn put_executor(
+        &self,
+        executor: &ExecutorRow,
+        replacing: Option<&str>,
+    ) -> Result<bool> {
+        dispatch!(self, s => s.put_executor(executor, replacing).await)
+    }
+
+    /// Refreshes a held identity's heartbeat; `false` when it was taken over.
+    pub async fn heartbeat_executor(&self, id: &str, token: &str) -> Result<bool> {
+        dispatch!(self, s => s.heartbeat_executor(id, token).await)
+    }
+
+    /// Gives up a held identity.
+    pub async fn remove_executor(&self, id: &str, token: &str) -> Result<()> {
+        dispatch!(self, s => s.remove_executor(id, token).await)
     }
 
     /// Closes the connection pool.

@@ -120,8 +120,8 @@ impl PostgresStore {
         let row = sqlx::query(&format!(
             "WITH inserted AS ( \
                  INSERT INTO keiro.workflows (id, name, generation, status, input, attempts, \
-                 lease_owner, lease_expires_at, parent_id, parent_seq, created_at, updated_at) \
-                 VALUES ($1, $2, 0, $3, $4, 0, $5, $6, $7, $8, $9, $9) \
+                 lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, created_at, \
+                 updated_at) VALUES ($1, $2, 0, $3, $4, 0, $5, $6, COALESCE($6, $9), $7, $8, $9, $9) \
                  ON CONFLICT (id) DO NOTHING \
                  RETURNING {INSTANCE_COLUMNS} \
              ) \
@@ -176,7 +176,7 @@ impl PostgresStore {
         // PostgreSQL re-checks the WHERE clause against the first claim's
         // committed row and finds a live foreign lease.
         let row = sqlx::query(&format!(
-            "UPDATE keiro.workflows SET lease_owner = $2, lease_expires_at = $3, \
+            "UPDATE keiro.workflows SET lease_owner = $2, lease_expires_at = $3, wake_at = $3, \
              status = 'running', updated_at = $4 \
              WHERE id = $1 AND status IN ('pending', 'running', 'suspended') \
              AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires_at < $4) \
@@ -195,7 +195,7 @@ impl PostgresStore {
     pub(crate) async fn renew_lease(&self, id: &str, lease: Lease<'_>) -> Result<bool> {
         let now = now_ms();
         let done = sqlx::query(
-            "UPDATE keiro.workflows SET lease_expires_at = $3 \
+            "UPDATE keiro.workflows SET lease_expires_at = $3, wake_at = $3 \
              WHERE id = $1 AND lease_owner = $2 AND status IN ('pending', 'running', 'suspended')",
         )
         .bind(id)
@@ -210,7 +210,8 @@ impl PostgresStore {
     pub(crate) async fn release(&self, id: &str, owner: &str) -> Result<()> {
         sqlx::query(
             "UPDATE keiro.workflows SET lease_owner = NULL, lease_expires_at = NULL, \
-             updated_at = $3 WHERE id = $1 AND lease_owner = $2",
+             wake_at = CASE WHEN status IN ('pending', 'running', 'suspended') THEN $3 \
+             ELSE NULL END, updated_at = $3 WHERE id = $1 AND lease_owner = $2",
         )
         .bind(id)
         .bind(owner)
@@ -258,13 +259,18 @@ impl PostgresStore {
             if pending.is_empty() {
                 break;
             }
+            // Every writer inserts in step-id order, so two batches that
+            // overlap wait on each other in one direction and never deadlock.
+            pending.sort_unstable_by_key(|&i| key(&rows[i]));
             let batch: Vec<&StepRow> = pending.iter().map(|&i| &rows[i]).collect();
             let inserted = sqlx::query(
                 "INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, result, \
                  created_at) \
                  SELECT workflow_id, generation, seq, name, kind, result, $7 \
                  FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[], $5::text[], \
-                 $6::text[]) AS t(workflow_id, generation, seq, name, kind, result) \
+                 $6::text[]) WITH ORDINALITY \
+                 AS t(workflow_id, generation, seq, name, kind, result, ord) \
+                 ORDER BY ord \
                  ON CONFLICT (workflow_id, generation, seq) DO NOTHING \
                  RETURNING workflow_id, generation, seq",
             )
@@ -384,8 +390,8 @@ impl PostgresStore {
 
     pub(crate) async fn requeue_set_aside(&self, id: &str) -> Result<bool> {
         let done = sqlx::query(
-            "UPDATE keiro.workflows SET status = 'pending', error = NULL, updated_at = $2 \
-             WHERE id = $1 AND status = 'nondeterministic'",
+            "UPDATE keiro.workflows SET status = 'pending', error = NULL, wake_at = $2, \
+             updated_at = $2 WHERE id = $1 AND status = 'nondeterministic'",
         )
         .bind(id)
         .bind(now_ms())

@@ -13,8 +13,8 @@ use sqlx::Row;
 use crate::error::redact;
 use crate::types::parse_status;
 use crate::{
-    now_ms, AppendOutcome, Finish, InstanceRow, InstanceStatus, Lease, NewInstance, Result,
-    SqliteSynchronous, StepRow, StoreError, StoreOptions,
+    now_ms, AppendOutcome, Crash, ExecutorRow, Finish, InstanceRow, InstanceStatus, Lease,
+    NewInstance, Result, SqliteSynchronous, StepRow, StoreError, StoreOptions,
 };
 
 /// The SQLite migrations, embedded at build time.
@@ -98,8 +98,9 @@ impl SqliteStore {
             .map_err(StoreError::query("create_instance"))?;
         let inserted = sqlx::query(
             "INSERT INTO keiro_workflows (id, name, generation, status, input, attempts, \
-             lease_owner, lease_expires_at, parent_id, parent_seq, created_at, updated_at) \
-             VALUES (?1, ?2, 0, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?9) ON CONFLICT (id) DO NOTHING",
+             lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, created_at, \
+             updated_at) VALUES (?1, ?2, 0, ?3, ?4, 0, ?5, ?6, COALESCE(?6, ?9), ?7, ?8, ?9, ?9) \
+             ON CONFLICT (id) DO NOTHING",
         )
         .bind(new.id)
         .bind(new.name)
@@ -142,7 +143,7 @@ impl SqliteStore {
     pub(crate) async fn claim(&self, id: &str, lease: Lease<'_>) -> Result<Option<InstanceRow>> {
         let now = now_ms();
         let row = sqlx::query(&format!(
-            "UPDATE keiro_workflows SET lease_owner = ?2, lease_expires_at = ?3, \
+            "UPDATE keiro_workflows SET lease_owner = ?2, lease_expires_at = ?3, wake_at = ?3, \
              status = 'running', updated_at = ?4 \
              WHERE id = ?1 AND status IN ('pending', 'running', 'suspended') \
              AND (lease_owner IS NULL OR lease_owner = ?2 OR lease_expires_at < ?4) \
@@ -161,7 +162,7 @@ impl SqliteStore {
     pub(crate) async fn renew_lease(&self, id: &str, lease: Lease<'_>) -> Result<bool> {
         let now = now_ms();
         let done = sqlx::query(
-            "UPDATE keiro_workflows SET lease_expires_at = ?3 \
+            "UPDATE keiro_workflows SET lease_expires_at = ?3, wake_at = ?3 \
              WHERE id = ?1 AND lease_owner = ?2 AND status IN ('pending', 'running', 'suspended')",
         )
         .bind(id)
@@ -176,7 +177,8 @@ impl SqliteStore {
     pub(crate) async fn release(&self, id: &str, owner: &str) -> Result<()> {
         sqlx::query(
             "UPDATE keiro_workflows SET lease_owner = NULL, lease_expires_at = NULL, \
-             updated_at = ?3 WHERE id = ?1 AND lease_owner = ?2",
+             wake_at = CASE WHEN status IN ('pending', 'running', 'suspended') THEN ?3 \
+             ELSE NULL END, updated_at = ?3 WHERE id = ?1 AND lease_owner = ?2",
         )
         .bind(id)
         .bind(owner)
@@ -271,8 +273,8 @@ impl SqliteStore {
 
     pub(crate) async fn requeue_set_aside(&self, id: &str) -> Result<bool> {
         let done = sqlx::query(
-            "UPDATE keiro_workflows SET status = 'pending', error = NULL, updated_at = ?2 \
-             WHERE id = ?1 AND status = 'nondeterministic'",
+            "UPDATE keiro_workflows SET status = 'pending', error = NULL, wake_at = ?2, \
+             updated_at = ?2 WHERE id = ?1 AND status = 'nondeterministic'",
         )
         .bind(id)
         .bind(now_ms())
@@ -280,6 +282,137 @@ impl SqliteStore {
         .await
         .map_err(StoreError::query("requeue_set_aside"))?;
         Ok(done.rows_affected() == 1)
+    }
+
+    pub(crate) async fn find_due(&self, limit: i64) -> Result<Vec<InstanceRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {INSTANCE_COLUMNS} FROM keiro_workflows \
+             WHERE status IN ('pending', 'running', 'suspended') AND wake_at <= ?1 \
+             ORDER BY wake_at LIMIT ?2"
+        ))
+        .bind(now_ms())
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("find_due"))?;
+        rows.iter().map(instance_from_row).collect()
+    }
+
+    pub(crate) async fn reclaim_own(&self, owner: &str) -> Result<u64> {
+        let done = sqlx::query(
+            "UPDATE keiro_workflows SET wake_at = ?2 WHERE lease_owner = ?1 \
+             AND status IN ('pending', 'running', 'suspended')",
+        )
+        .bind(owner)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("reclaim_own"))?;
+        Ok(done.rows_affected())
+    }
+
+    pub(crate) async fn record_crash(
+        &self,
+        crash: &Crash<'_>,
+    ) -> Result<Option<(InstanceStatus, i64)>> {
+        let row = sqlx::query(
+            "UPDATE keiro_workflows SET attempts = attempts + 1, error = ?3, \
+             status = CASE WHEN attempts + 1 >= ?4 THEN 'failed' ELSE status END, \
+             wake_at = CASE WHEN attempts + 1 >= ?4 THEN NULL ELSE ?5 END, \
+             lease_owner = NULL, lease_expires_at = NULL, updated_at = ?6 \
+             WHERE id = ?1 AND lease_owner = ?2 AND status IN ('pending', 'running', 'suspended') \
+             RETURNING status, attempts",
+        )
+        .bind(crash.id)
+        .bind(crash.owner)
+        .bind(crash.error)
+        .bind(crash.max_attempts)
+        .bind(crash.retry_at)
+        .bind(now_ms())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("record_crash"))?;
+        match row {
+            None => Ok(None),
+            Some(row) => {
+                let status: String = row.try_get("status").map_err(corrupt)?;
+                let attempts: i64 = row.try_get("attempts").map_err(corrupt)?;
+                Ok(Some((parse_status(crash.id, &status)?, attempts)))
+            }
+        }
+    }
+
+    pub(crate) async fn get_executor(&self, id: &str) -> Result<Option<ExecutorRow>> {
+        let row = sqlx::query(
+            "SELECT id, token, host, pid, heartbeat_at FROM keiro_executors WHERE id = ?1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("get_executor"))?;
+        row.map(|row| {
+            Ok(ExecutorRow {
+                id: row.try_get("id").map_err(corrupt)?,
+                token: row.try_get("token").map_err(corrupt)?,
+                host: row.try_get("host").map_err(corrupt)?,
+                pid: row.try_get("pid").map_err(corrupt)?,
+                heartbeat_at: row.try_get("heartbeat_at").map_err(corrupt)?,
+            })
+        })
+        .transpose()
+    }
+
+    pub(crate) async fn put_executor(
+        &self,
+        executor: &ExecutorRow,
+        replacing: Option<&str>,
+    ) -> Result<bool> {
+        let done = match replacing {
+            None => sqlx::query(
+                "INSERT INTO keiro_executors (id, token, host, pid, heartbeat_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (id) DO NOTHING",
+            ),
+            Some(_) => sqlx::query(
+                "UPDATE keiro_executors SET token = ?2, host = ?3, pid = ?4, heartbeat_at = ?5 \
+                 WHERE id = ?1 AND token = ?6",
+            ),
+        }
+        .bind(&executor.id)
+        .bind(&executor.token)
+        .bind(&executor.host)
+        .bind(executor.pid)
+        .bind(executor.heartbeat_at);
+        let done = match replacing {
+            None => done,
+            Some(old) => done.bind(old),
+        }
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("put_executor"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub(crate) async fn heartbeat_executor(&self, id: &str, token: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE keiro_executors SET heartbeat_at = ?3 WHERE id = ?1 AND token = ?2",
+        )
+        .bind(id)
+        .bind(token)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("heartbeat_executor"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub(crate) async fn remove_executor(&self, id: &str, token: &str) -> Result<()> {
+        sqlx::query("DELETE FROM keiro_executors WHERE id = ?1 AND token = ?2")
+            .bind(id)
+            .bind(token)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("remove_executor"))?;
+        Ok(())
     }
 
     pub(crate) async fn close(&self) {

@@ -167,6 +167,36 @@ pub struct Finish<'a> {
     pub error: Option<&'a str>,
 }
 
+/// A crash (panic) of a run, counted against the instance's attempts.
+#[derive(Debug, Clone, Copy)]
+pub struct Crash<'a> {
+    /// The instance id.
+    pub id: &'a str,
+    /// The executor whose run crashed; applies only while it holds the lease.
+    pub owner: &'a str,
+    /// The panic message, stored as the instance's error.
+    pub error: &'a str,
+    /// At this many attempts the instance is marked failed.
+    pub max_attempts: i64,
+    /// When to try again if attempts remain (ms since the Unix epoch).
+    pub retry_at: i64,
+}
+
+/// A registered executor identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutorRow {
+    /// The identity (`KEIRO_EXECUTOR_ID`).
+    pub id: String,
+    /// A random token naming the process holding the identity now.
+    pub token: String,
+    /// The host name of that process.
+    pub host: String,
+    /// Its process id.
+    pub pid: i64,
+    /// Its last heartbeat (ms since the Unix epoch).
+    pub heartbeat_at: i64,
+}
+
 /// Milliseconds since the Unix epoch, the store's unit of time.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

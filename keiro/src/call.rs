@@ -5,7 +5,7 @@ use std::future::IntoFuture;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use keiro_store::{InstanceRow, InstanceStatus};
+use keiro_store::{InstanceRow, InstanceStatus, NewInstance};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -88,6 +88,37 @@ where
         Ok(WorkflowHandle::new(keiro, id))
     }
 
+    /// Records the instance as pending without running it here: whichever
+    /// resume worker claims it first runs it (how a web process hands work to a
+    /// fleet of workers). Idempotent on the id; takes no executor identity.
+    pub async fn enqueue(self) -> Result<WorkflowHandle<R>> {
+        let keiro = self.runtime().await?;
+        let spec = self.launch_spec()?;
+        let (row, created) = keiro
+            .inner
+            .store
+            .create_instance(&NewInstance {
+                id: &spec.id,
+                name: spec.name,
+                input: &spec.input,
+                parent: spec.parent.as_ref().map(|(p, seq)| (p.as_str(), *seq)),
+                lease: None,
+            })
+            .await?;
+        if row.name != spec.name {
+            return Err(Error::IdConflict {
+                id: spec.id,
+                existing: row.name,
+                requested: spec.name.to_owned(),
+            });
+        }
+        if created {
+            keiro.inner.wake.notify_one();
+            keiro.inner.store.wake_workers().await?;
+        }
+        Ok(WorkflowHandle::new(keiro, spec.id))
+    }
+
     async fn runtime(&self) -> Result<Keiro> {
         match (&self.keiro, &self.parent) {
             (Some(keiro), _) => Ok(keiro.clone()),
@@ -124,7 +155,8 @@ where
         let spec = self.launch_spec()?;
         match self.parent {
             None => {
-                let row = wait(launch(&keiro, spec).await?).await?;
+                let id = spec.id.clone();
+                let row = wait(&keiro, &id, launch(&keiro, spec).await?).await?;
                 outcome_of(&row)
             }
             Some((cx, seq)) => {
@@ -141,7 +173,7 @@ where
                     .await);
                 }
                 let child_id = spec.id.clone();
-                let row = wait(launch(&keiro, spec).await?).await;
+                let row = wait(&keiro, &child_id, launch(&keiro, spec).await?).await;
                 match row.and_then(|row| outcome_of::<R>(&row)) {
                     Ok(value) => {
                         Ok(run_step(cx, seq, StepKind::Child, name, async { value }).await)
@@ -263,9 +295,7 @@ impl<R: DeserializeOwned> WorkflowHandle<R> {
             .get(&self.id)
             .map(|(_, receiver)| receiver.clone());
         if let Some(receiver) = in_process {
-            if let Ok(row) = wait(receiver).await {
-                return outcome_of(&row);
-            }
+            return outcome_of(&wait(&self.keiro, &self.id, receiver).await?);
         }
         loop {
             let row = self.row().await?;

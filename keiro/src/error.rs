@@ -140,6 +140,19 @@ pub enum Error {
         /// Why.
         message: String,
     },
+    /// Another live process holds this executor identity.
+    #[error(
+        "executor identity `{id}` is in use by live process {pid} on host `{host}`; \
+         give each worker process its own KEIRO_EXECUTOR_ID"
+    )]
+    ExecutorIdInUse {
+        /// The contested identity.
+        id: String,
+        /// The host of the process holding it.
+        host: String,
+        /// Its process id.
+        pid: i64,
+    },
     /// A setting is invalid.
     #[error("invalid keiro configuration: {0}")]
     Config(String),

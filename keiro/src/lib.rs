@@ -46,9 +46,11 @@
 mod call;
 mod context;
 mod error;
+mod executor;
 mod registry;
 mod run;
 mod runtime;
+mod worker;
 
 #[doc(hidden)]
 pub mod __private;
@@ -65,3 +67,6 @@ pub use runtime::{
     SQLITE_SYNCHRONOUS_ENV,
 };
 pub use uuid::Uuid;
+pub use worker::{
+    run_resume_worker, ResumeEvent, ResumeLog, ResumeOptions, ResumeSummary, ResumeWorker,
+};

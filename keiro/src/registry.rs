@@ -19,7 +19,6 @@ pub type RunFn = fn(WorkflowInput) -> BoxFuture<'static, Result<WorkflowOutput>>
 pub struct WorkflowRegistration {
     pub(crate) name: &'static str,
     pub(crate) fn_path: &'static str,
-    #[allow(dead_code)] // read by the resume worker
     pub(crate) run: RunFn,
 }
 
@@ -113,7 +112,6 @@ impl Registry {
         names
     }
 
-    #[allow(dead_code)] // read by the resume worker
     pub(crate) fn get(&self, name: &str) -> Option<&'static WorkflowRegistration> {
         self.by_name.get(name).copied()
     }

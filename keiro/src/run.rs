@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use keiro_store::{Finish, InstanceRow, InstanceStatus, Lease, NewInstance};
+use keiro_store::{now_ms, Crash, Finish, InstanceRow, InstanceStatus, Lease, NewInstance};
 use tokio::sync::watch;
 use tracing::Instrument;
 
@@ -32,21 +32,18 @@ pub(crate) struct Launch {
 /// a receiver for the final row. A second launch of an id this process is
 /// already driving attaches to that run.
 pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Receiver<RunResult>> {
-    let (sender, receiver) = watch::channel(None);
-    {
-        let mut running = lock(&keiro.inner.running);
-        if let Some((name, existing)) = running.get(&launch.id) {
-            if *name != launch.name {
-                return Err(Error::IdConflict {
-                    id: launch.id,
-                    existing: name.to_string(),
-                    requested: launch.name.to_owned(),
-                });
-            }
-            return Ok(existing.clone());
+    keiro.ensure_executor().await?;
+    let (sender, receiver) = match take_slot(keiro, &launch.id, launch.name) {
+        Slot::Mine(sender, receiver) => (sender, receiver),
+        Slot::Attached(receiver) => return Ok(receiver),
+        Slot::Conflict(existing) => {
+            return Err(Error::IdConflict {
+                id: launch.id,
+                existing: existing.to_owned(),
+                requested: launch.name.to_owned(),
+            })
         }
-        running.insert(launch.id.clone(), (launch.name, receiver.clone()));
-    }
+    };
     let lease = Lease {
         owner: &keiro.inner.executor_id,
         ttl_ms: keiro.inner.lease_ttl.as_millis() as i64,
@@ -81,19 +78,68 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
     tokio::spawn(async move {
         let claimed = if fresh { Some(row) } else { None };
         let result = drive(&keiro, launch.run, &launch.id, claimed, fresh).await;
-        lock(&keiro.inner.running).remove(&launch.id);
-        let _ = sender.send(Some(result));
+        publish(&keiro, &launch.id, sender, result);
     });
     Ok(receiver)
 }
 
-/// Waits for the final row a [`launch`] publishes.
-pub(crate) async fn wait(mut receiver: watch::Receiver<RunResult>) -> Result<InstanceRow> {
-    let done = receiver
-        .wait_for(|r| r.is_some())
-        .await
-        .map_err(|_| Error::Store(keiro_store::StoreError::WriterStopped))?;
-    done.clone().expect("wait_for returned a published result")
+/// Whether this process already drives an instance.
+pub(crate) enum Slot {
+    /// Nobody here does: the caller now does, and publishes the end through
+    /// the sender.
+    Mine(watch::Sender<RunResult>, watch::Receiver<RunResult>),
+    /// A run in flight here; wait on it.
+    Attached(watch::Receiver<RunResult>),
+    /// The id is in flight here for another workflow name.
+    Conflict(&'static str),
+}
+
+/// Takes the in-process slot for `id`, so one process never runs an instance
+/// twice at once.
+pub(crate) fn take_slot(keiro: &Keiro, id: &str, name: &'static str) -> Slot {
+    let mut running = lock(&keiro.inner.running);
+    if let Some((existing, receiver)) = running.get(id) {
+        if *existing != name {
+            return Slot::Conflict(existing);
+        }
+        return Slot::Attached(receiver.clone());
+    }
+    let (sender, receiver) = watch::channel(None);
+    running.insert(id.to_owned(), (name, receiver.clone()));
+    Slot::Mine(sender, receiver)
+}
+
+/// Releases the slot for `id` and hands the end of its run to every waiter.
+pub(crate) fn publish(
+    keiro: &Keiro,
+    id: &str,
+    sender: watch::Sender<RunResult>,
+    result: Result<InstanceRow>,
+) {
+    lock(&keiro.inner.running).remove(id);
+    let _ = sender.send(Some(result));
+}
+
+/// Waits for the end of an instance driven in this process. If its driver
+/// gave it up unfinished (a crash a resume worker retries later), follows the
+/// instance through the store instead.
+pub(crate) async fn wait(
+    keiro: &Keiro,
+    id: &str,
+    mut receiver: watch::Receiver<RunResult>,
+) -> Result<InstanceRow> {
+    if let Ok(done) = receiver.wait_for(|r| r.is_some()).await {
+        if let Some(result) = done.clone() {
+            return result;
+        }
+    }
+    loop {
+        match keiro.inner.store.get_instance(id).await? {
+            None => return Err(Error::NotFound { id: id.to_owned() }),
+            Some(row) if row.status.is_final() => return Ok(row),
+            Some(_) => tokio::time::sleep(ATTACH_POLL).await,
+        }
+    }
 }
 
 /// Runs `claimed` (or claims the instance as soon as nobody else holds it)
@@ -105,14 +151,15 @@ async fn drive(
     mut claimed: Option<InstanceRow>,
     mut fresh: bool,
 ) -> Result<InstanceRow> {
+    let policy = Policy::of(keiro);
     let lease = Lease {
         owner: &keiro.inner.executor_id,
-        ttl_ms: keiro.inner.lease_ttl.as_millis() as i64,
+        ttl_ms: policy.ttl.as_millis() as i64,
     };
     let mut first = true;
     loop {
         if let Some(row) = claimed.take() {
-            match execute(keiro, run, row, fresh).await? {
+            match execute(keiro, run, row, fresh, policy).await? {
                 Some(done) => return Ok(done),
                 // The lease went to another executor; follow its result.
                 None => fresh = false,
@@ -138,14 +185,45 @@ enum Ended {
     LeaseLost,
 }
 
+/// How a run holds its lease and counts its crashes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Policy {
+    pub(crate) ttl: Duration,
+    pub(crate) max_attempts: u32,
+}
+
+impl Policy {
+    /// The runtime's own settings, for runs started in this process.
+    pub(crate) fn of(keiro: &Keiro) -> Policy {
+        Policy {
+            ttl: keiro.inner.lease_ttl,
+            max_attempts: keiro.inner.max_attempts,
+        }
+    }
+}
+
+/// The delay before a crashed instance is tried again: 100 ms doubling per
+/// attempt, at most a minute.
+fn crash_backoff(attempts: i64) -> Duration {
+    Duration::from_millis(100u64.saturating_mul(1 << attempts.clamp(0, 10) as u32))
+        .min(Duration::from_secs(60))
+}
+
 /// One invocation: read the journal once (none for a fresh instance), run the
 /// body with its context, and record the end. `Ok(None)` when the lease was lost
 /// to another executor mid-run.
-async fn execute(
+///
+/// A panic, or an error in the workflow's own data (an input or result that no
+/// longer decodes), is a crash: counted against the instance's attempts, which
+/// is retried later or, at `policy.max_attempts`, marked failed (returned as a
+/// final row). A store error is transient: the lease is released and nothing
+/// is counted.
+pub(crate) async fn execute(
     keiro: &Keiro,
     run: RunFn,
     row: InstanceRow,
     fresh: bool,
+    policy: Policy,
 ) -> Result<Option<InstanceRow>> {
     let store = &keiro.inner.store;
     let owner = keiro.inner.executor_id.as_str();
@@ -178,7 +256,7 @@ async fn execute(
     )
     .instrument(span.clone());
     tokio::pin!(body);
-    let ttl = keiro.inner.lease_ttl;
+    let ttl = policy.ttl;
     let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + ttl / 3, ttl / 3);
     let lease = Lease {
         owner,
@@ -251,19 +329,55 @@ async fn execute(
             set_aside(keiro, &row, error).await
         }
         Ended::LeaseLost => Ok(None),
-        Ended::Aborted(error) | Ended::Errored(error) => {
+        Ended::Aborted(error) | Ended::Errored(error) if error.is_transient() => {
             let _ = store.release(&row.id, owner).await;
             Err(error)
         }
+        Ended::Aborted(error) | Ended::Errored(error) => {
+            let message = error.to_string();
+            crashed(keiro, row, policy, message, error).await
+        }
         Ended::Panicked(message) => {
             tracing::error!(parent: &span, %message, "keiro workflow panicked");
-            let _ = store.release(&row.id, owner).await;
-            Err(Error::Panicked {
-                name: row.name,
-                id: row.id,
-                message,
-            })
+            let error = Error::Panicked {
+                name: row.name.clone(),
+                id: row.id.clone(),
+                message: message.clone(),
+            };
+            crashed(keiro, row, policy, message, error).await
         }
+    }
+}
+
+/// Counts a crash; returns the failed row at the attempt ceiling, else `error`.
+async fn crashed(
+    keiro: &Keiro,
+    mut row: InstanceRow,
+    policy: Policy,
+    message: String,
+    error: Error,
+) -> Result<Option<InstanceRow>> {
+    let recorded = keiro
+        .inner
+        .store
+        .record_crash(&Crash {
+            id: &row.id,
+            owner: &keiro.inner.executor_id,
+            error: &message,
+            max_attempts: i64::from(policy.max_attempts),
+            retry_at: now_ms() + crash_backoff(row.attempts + 1).as_millis() as i64,
+        })
+        .await?;
+    match recorded {
+        Some((InstanceStatus::Failed, attempts)) => {
+            tracing::error!(name = %row.name, id = %row.id, attempts, %message, "keiro marked a workflow failed after its crash attempts");
+            row.status = InstanceStatus::Failed;
+            row.attempts = attempts;
+            row.error = Some(message);
+            row.output = None;
+            Ok(Some(row))
+        }
+        _ => Err(error),
     }
 }
 

@@ -38,6 +38,12 @@ pub(crate) struct Inner {
     pub(crate) registry: Registry,
     pub(crate) executor_id: String,
     pub(crate) lease_ttl: Duration,
+    pub(crate) max_attempts: u32,
+    /// The token of this process's executor registration, once taken.
+    pub(crate) executor_token: OnceCell<String>,
+    /// Wakes this process's resume worker (work was enqueued here, or a
+    /// notification arrived).
+    pub(crate) wake: tokio::sync::Notify,
     /// Instances this process is running now, so a second caller attaches to
     /// the run in flight instead of starting another.
     pub(crate) running: Mutex<HashMap<String, (&'static str, watch::Receiver<RunResult>)>>,
@@ -65,7 +71,8 @@ impl Keiro {
         KeiroBuilder {
             url: url.into(),
             executor_id: None,
-            lease_ttl: Duration::from_secs(30),
+            lease_ttl: Duration::from_secs(10),
+            max_attempts: 5,
             store: StoreOptions::default(),
         }
     }
@@ -136,6 +143,7 @@ pub struct KeiroBuilder {
     url: String,
     executor_id: Option<String>,
     lease_ttl: Duration,
+    max_attempts: u32,
     store: StoreOptions,
 }
 
@@ -148,9 +156,18 @@ impl KeiroBuilder {
     }
 
     /// How long a claim on a running instance lasts without renewal (default
-    /// 30 s). A live run renews it every third of this.
+    /// 10 s). A live run renews it every third of this, so only a dead
+    /// executor's claims lapse.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl;
+        self
+    }
+
+    /// How many crashes (panics) an instance run in this process may have
+    /// before it is marked failed (default 5). A resume worker uses its own
+    /// [`crate::ResumeOptions::max_attempts`].
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n;
         self
     }
 
@@ -174,6 +191,9 @@ impl KeiroBuilder {
                 self.lease_ttl
             )));
         }
+        if self.max_attempts == 0 {
+            return Err(Error::Config("max_attempts must be at least 1".into()));
+        }
         let executor_id = match self.executor_id {
             Some(id) if id.trim().is_empty() => {
                 return Err(Error::Config("the executor id must not be empty".into()))
@@ -191,6 +211,9 @@ impl KeiroBuilder {
                 registry,
                 executor_id,
                 lease_ttl: self.lease_ttl,
+                max_attempts: self.max_attempts,
+                executor_token: OnceCell::new(),
+                wake: tokio::sync::Notify::new(),
                 running: Mutex::new(HashMap::new()),
             }),
         })
@@ -203,6 +226,11 @@ fn default_executor_id() -> String {
             return id;
         }
     }
+    host_name()
+}
+
+/// This machine's host name.
+pub(crate) fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())

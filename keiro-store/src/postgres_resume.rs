@@ -1,0 +1,183 @@
+//! PostgreSQL queries of the resume worker: discovery, crash accounting and
+//! executor identities.
+
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+
+use crate::types::parse_status;
+use crate::{
+    now_ms, Crash, ExecutorRow, InstanceRow, InstanceStatus, PostgresStore, Result, StoreError,
+};
+
+/// The notification channel resume workers listen on.
+const WAKE_CHANNEL: &str = "keiro_wake";
+
+impl PostgresStore {
+    /// A listener on the `keiro_wake` channel, on which enqueues and other
+    /// wake sources notify resume workers.
+    pub async fn listen_wakes(&self) -> Result<sqlx::postgres::PgListener> {
+        let mut listener = sqlx::postgres::PgListener::connect_with(self.pool())
+            .await
+            .map_err(StoreError::query("listen_wakes"))?;
+        listener
+            .listen(WAKE_CHANNEL)
+            .await
+            .map_err(StoreError::query("listen_wakes"))?;
+        Ok(listener)
+    }
+
+    pub(crate) async fn wake_workers(&self) -> Result<()> {
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(WAKE_CHANNEL)
+            .execute(self.pool())
+            .await
+            .map_err(StoreError::query("wake_workers"))?;
+        Ok(())
+    }
+
+    pub(crate) async fn find_due(&self, limit: i64) -> Result<Vec<InstanceRow>> {
+        let ids: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM keiro.workflows \
+             WHERE status IN ('pending', 'running', 'suspended') AND wake_at <= $1 \
+             ORDER BY wake_at LIMIT $2",
+        )
+        .bind(now_ms())
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await
+        .map_err(StoreError::query("find_due"))?;
+        let mut rows = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(row) = self.get_instance(&id).await? {
+                rows.push(row);
+            }
+        }
+        Ok(rows)
+    }
+
+    pub(crate) async fn reclaim_own(&self, owner: &str) -> Result<u64> {
+        let done = sqlx::query(
+            "UPDATE keiro.workflows SET wake_at = $2 WHERE lease_owner = $1 \
+             AND status IN ('pending', 'running', 'suspended')",
+        )
+        .bind(owner)
+        .bind(now_ms())
+        .execute(self.pool())
+        .await
+        .map_err(StoreError::query("reclaim_own"))?;
+        Ok(done.rows_affected())
+    }
+
+    pub(crate) async fn record_crash(
+        &self,
+        crash: &Crash<'_>,
+    ) -> Result<Option<(InstanceStatus, i64)>> {
+        let row = sqlx::query(
+            "UPDATE keiro.workflows SET attempts = attempts + 1, error = $3, \
+             status = CASE WHEN attempts + 1 >= $4 THEN 'failed' ELSE status END, \
+             wake_at = CASE WHEN attempts + 1 >= $4 THEN NULL ELSE $5 END, \
+             lease_owner = NULL, lease_expires_at = NULL, updated_at = $6 \
+             WHERE id = $1 AND lease_owner = $2 AND status IN ('pending', 'running', 'suspended') \
+             RETURNING status, attempts",
+        )
+        .bind(crash.id)
+        .bind(crash.owner)
+        .bind(crash.error)
+        .bind(crash.max_attempts)
+        .bind(crash.retry_at)
+        .bind(now_ms())
+        .fetch_optional(self.pool())
+        .await
+        .map_err(StoreError::query("record_crash"))?;
+        match row {
+            None => Ok(None),
+            Some(row) => {
+                let status: String = row.try_get("status").map_err(unreadable)?;
+                let attempts: i64 = row.try_get("attempts").map_err(unreadable)?;
+                Ok(Some((parse_status(crash.id, &status)?, attempts)))
+            }
+        }
+    }
+
+    pub(crate) async fn get_executor(&self, id: &str) -> Result<Option<ExecutorRow>> {
+        let row = sqlx::query(
+            "SELECT id, token, host, pid, heartbeat_at FROM keiro.executors WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(StoreError::query("get_executor"))?;
+        row.as_ref().map(executor_from_row).transpose()
+    }
+
+    pub(crate) async fn put_executor(
+        &self,
+        executor: &ExecutorRow,
+        replacing: Option<&str>,
+    ) -> Result<bool> {
+        let query = match replacing {
+            None => sqlx::query(
+                "INSERT INTO keiro.executors (id, token, host, pid, heartbeat_at) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING",
+            ),
+            Some(_) => sqlx::query(
+                "UPDATE keiro.executors SET token = $2, host = $3, pid = $4, heartbeat_at = $5 \
+                 WHERE id = $1 AND token = $6",
+            ),
+        };
+        let query = query
+            .bind(&executor.id)
+            .bind(&executor.token)
+            .bind(&executor.host)
+            .bind(executor.pid)
+            .bind(executor.heartbeat_at);
+        let query = match replacing {
+            None => query,
+            Some(old) => query.bind(old),
+        };
+        let done = query
+            .execute(self.pool())
+            .await
+            .map_err(StoreError::query("put_executor"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub(crate) async fn heartbeat_executor(&self, id: &str, token: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE keiro.executors SET heartbeat_at = $3 WHERE id = $1 AND token = $2",
+        )
+        .bind(id)
+        .bind(token)
+        .bind(now_ms())
+        .execute(self.pool())
+        .await
+        .map_err(StoreError::query("heartbeat_executor"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub(crate) async fn remove_executor(&self, id: &str, token: &str) -> Result<()> {
+        sqlx::query("DELETE FROM keiro.executors WHERE id = $1 AND token = $2")
+            .bind(id)
+            .bind(token)
+            .execute(self.pool())
+            .await
+            .map_err(StoreError::query("remove_executor"))?;
+        Ok(())
+    }
+}
+
+fn executor_from_row(row: &PgRow) -> Result<ExecutorRow> {
+    Ok(ExecutorRow {
+        id: row.try_get("id").map_err(unreadable)?,
+        token: row.try_get("token").map_err(unreadable)?,
+        host: row.try_get("host").map_err(unreadable)?,
+        pid: row.try_get("pid").map_err(unreadable)?,
+        heartbeat_at: row.try_get("heartbeat_at").map_err(unreadable)?,
+    })
+}
+
+fn unreadable(e: sqlx::Error) -> StoreError {
+    StoreError::Corrupt {
+        what: format!("a column could not be read: {e}"),
+    }
+}

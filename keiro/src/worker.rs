@@ -1,0 +1,421 @@
+//! The resume worker: finds unfinished instances that are due (crashed
+//! mid-run, enqueued, or suspended past their wake time), claims each through
+//! an expiring lease and drives it on through the link-time registry.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use keiro_store::{InstanceRow, InstanceStatus, Lease};
+use tokio::sync::watch;
+
+use crate::run::{execute, publish, take_slot, Policy, Slot};
+use crate::{Error, Keiro, Result};
+
+/// What the worker reports to its log hook.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum ResumeEvent {
+    /// An instance names a workflow this binary does not register. It is
+    /// skipped (never dropped or failed) and reported on every pass.
+    UnknownName {
+        /// The stored workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+    },
+    /// The store failed while advancing an instance; it is retried next pass.
+    TransientError {
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+        /// What failed.
+        error: Error,
+    },
+    /// A run crashed (panicked, or its stored data no longer decodes); it is
+    /// retried after a backoff.
+    Crashed {
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+        /// Why.
+        error: Error,
+    },
+    /// An instance reached its crash-attempt ceiling and is now failed.
+    MarkedFailed {
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+        /// The last crash.
+        message: String,
+    },
+    /// A whole pass failed (discovery could not reach the store).
+    PassFailed {
+        /// What failed.
+        error: Error,
+    },
+    /// A pass ended.
+    Pass(ResumeSummary),
+}
+
+/// A hook receiving every [`ResumeEvent`].
+pub type ResumeLog = Arc<dyn Fn(&ResumeEvent) + Send + Sync>;
+
+/// Settings of the resume worker.
+#[derive(Clone)]
+pub struct ResumeOptions {
+    /// The pause between passes when nothing wakes the worker sooner
+    /// (default 1 s; enqueues in this process and PostgreSQL notifications
+    /// wake it at once).
+    pub poll_interval: Duration,
+    /// Crashes an instance may have before it is marked failed (default 5).
+    pub max_attempts: u32,
+    /// How long a claim lasts without renewal (default 10 s; renewed every
+    /// third of it while the run is live, so only a dead worker's lapse).
+    pub lease_ttl: Duration,
+    /// How many instances one worker advances at once (default 32).
+    pub concurrency: usize,
+    /// How many due instances one pass takes at most (default 512).
+    pub batch_size: usize,
+    /// Where events go (default: `tracing`).
+    pub log: ResumeLog,
+}
+
+impl std::fmt::Debug for ResumeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResumeOptions")
+            .field("poll_interval", &self.poll_interval)
+            .field("max_attempts", &self.max_attempts)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("concurrency", &self.concurrency)
+            .field("batch_size", &self.batch_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for ResumeOptions {
+    fn default() -> Self {
+        ResumeOptions {
+            poll_interval: Duration::from_secs(1),
+            max_attempts: 5,
+            lease_ttl: Duration::from_secs(10),
+            concurrency: 32,
+            batch_size: 512,
+            log: Arc::new(log_to_tracing),
+        }
+    }
+}
+
+impl ResumeOptions {
+    /// Refuses settings the worker cannot run with.
+    pub fn validate(&self) -> Result<()> {
+        let refuse = |what: &str| Err(Error::Config(format!("invalid ResumeOptions: {what}")));
+        if self.max_attempts == 0 {
+            return refuse("max_attempts must be at least 1");
+        }
+        if self.lease_ttl < Duration::from_millis(100) {
+            return refuse("lease_ttl must be at least 100 ms");
+        }
+        if self.poll_interval.is_zero() {
+            return refuse("poll_interval must be above zero");
+        }
+        if self.concurrency == 0 {
+            return refuse("concurrency must be at least 1");
+        }
+        if self.batch_size == 0 {
+            return refuse("batch_size must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+fn log_to_tracing(event: &ResumeEvent) {
+    match event {
+        ResumeEvent::UnknownName { name, id } => tracing::warn!(
+            %name, %id,
+            "keiro resume worker: workflow `{name}` is registered nowhere in this binary; skipping"
+        ),
+        ResumeEvent::TransientError { name, id, error } => {
+            tracing::warn!(%name, %id, %error, "keiro resume worker: transient store error")
+        }
+        ResumeEvent::Crashed { name, id, error } => {
+            tracing::warn!(%name, %id, %error, "keiro resume worker: workflow crashed; will retry")
+        }
+        ResumeEvent::MarkedFailed { name, id, message } => tracing::error!(
+            %name, %id, %message,
+            "keiro resume worker: workflow failed after its crash attempts"
+        ),
+        ResumeEvent::PassFailed { error } => {
+            tracing::warn!(%error, "keiro resume worker: pass failed")
+        }
+        ResumeEvent::Pass(summary) => tracing::debug!(
+            discovered = summary.discovered,
+            resumed = summary.resumed,
+            completed = summary.completed,
+            still_suspended = summary.still_suspended,
+            unknown_name = summary.unknown_name,
+            failed = summary.failed,
+            transient_errors = summary.transient_errors,
+            lease_skipped = summary.lease_skipped,
+            "keiro resume pass"
+        ),
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResumeSummary {
+    /// Due instances found.
+    pub discovered: usize,
+    /// Instances claimed and re-invoked.
+    pub resumed: usize,
+    /// Re-invoked instances that finished (returned `Ok` or `Err`).
+    pub completed: usize,
+    /// Re-invoked instances that are waiting again.
+    pub still_suspended: usize,
+    /// Instances whose workflow name this binary does not register.
+    pub unknown_name: usize,
+    /// Instances marked failed (crash ceiling) or set aside (non-determinism).
+    pub failed: usize,
+    /// Store errors; those instances are retried next pass.
+    pub transient_errors: usize,
+    /// Instances another executor holds a live lease on (or this process
+    /// runs already).
+    pub lease_skipped: usize,
+}
+
+impl ResumeSummary {
+    fn add(mut self, other: ResumeSummary) -> ResumeSummary {
+        self.discovered += other.discovered;
+        self.resumed += other.resumed;
+        self.completed += other.completed;
+        self.still_suspended += other.still_suspended;
+        self.unknown_name += other.unknown_name;
+        self.failed += other.failed;
+        self.transient_errors += other.transient_errors;
+        self.lease_skipped += other.lease_skipped;
+        self
+    }
+}
+
+impl Keiro {
+    /// One pass of the resume worker: discover due instances, claim and
+    /// advance each, and report what happened. The single testable unit
+    /// behind [`Keiro::resume_worker`].
+    pub async fn resume_once(&self, options: &ResumeOptions) -> Result<ResumeSummary> {
+        options.validate()?;
+        self.ensure_executor().await?;
+        let due = self.inner.store.find_due(options.batch_size as i64).await?;
+        let discovered = due.len();
+        let summary = futures::stream::iter(due)
+            .map(|row| self.advance(row, options))
+            .buffer_unordered(options.concurrency)
+            .fold(
+                ResumeSummary::default(),
+                |acc, one| async move { acc.add(one) },
+            )
+            .await;
+        let summary = ResumeSummary {
+            discovered,
+            ..summary
+        };
+        (options.log)(&ResumeEvent::Pass(summary));
+        Ok(summary)
+    }
+
+    async fn advance(&self, row: InstanceRow, options: &ResumeOptions) -> ResumeSummary {
+        let mut summary = ResumeSummary::default();
+        let Some(registration) = self.inner.registry.get(&row.name) else {
+            (options.log)(&ResumeEvent::UnknownName {
+                name: row.name,
+                id: row.id,
+            });
+            summary.unknown_name = 1;
+            return summary;
+        };
+        let sender = match take_slot(self, &row.id, registration.name) {
+            Slot::Mine(sender, _) => sender,
+            Slot::Attached(_) | Slot::Conflict(_) => {
+                summary.lease_skipped = 1;
+                return summary;
+            }
+        };
+        let lease = Lease {
+            owner: &self.inner.executor_id,
+            ttl_ms: options.lease_ttl.as_millis() as i64,
+        };
+        let claimed = match self.inner.store.claim(&row.id, lease).await {
+            Ok(Some(claimed)) => claimed,
+            Ok(None) => {
+                summary.lease_skipped = 1;
+                release_slot(self, &row.id, sender);
+                return summary;
+            }
+            Err(error) => {
+                summary.transient_errors = 1;
+                (options.log)(&ResumeEvent::TransientError {
+                    name: row.name,
+                    id: row.id.clone(),
+                    error: error.clone().into(),
+                });
+                release_slot(self, &row.id, sender);
+                return summary;
+            }
+        };
+        summary.resumed = 1;
+        let policy = Policy {
+            ttl: options.lease_ttl,
+            max_attempts: options.max_attempts,
+        };
+        let result = execute(self, registration.run, claimed, false, policy).await;
+        match &result {
+            Ok(Some(done)) => match done.status {
+                InstanceStatus::Failed if done.output.is_none() => {
+                    summary.failed = 1;
+                    (options.log)(&ResumeEvent::MarkedFailed {
+                        name: done.name.clone(),
+                        id: done.id.clone(),
+                        message: done.error.clone().unwrap_or_default(),
+                    });
+                }
+                InstanceStatus::Suspended => summary.still_suspended = 1,
+                _ => summary.completed = 1,
+            },
+            Ok(None) => summary.lease_skipped = 1,
+            Err(Error::NonDeterministic { .. }) => summary.failed = 1,
+            Err(error) if error.is_transient() => {
+                summary.transient_errors = 1;
+                (options.log)(&ResumeEvent::TransientError {
+                    name: row.name.clone(),
+                    id: row.id.clone(),
+                    error: error.clone(),
+                });
+            }
+            Err(error) => (options.log)(&ResumeEvent::Crashed {
+                name: row.name.clone(),
+                id: row.id.clone(),
+                error: error.clone(),
+            }),
+        }
+        match result {
+            Ok(Some(done)) => publish(self, &row.id, sender, Ok(done)),
+            _ => release_slot(self, &row.id, sender),
+        }
+        summary
+    }
+
+    /// Starts the resume worker on the current tokio runtime with `options`
+    /// (validated first). It runs a pass, then waits for the poll interval or
+    /// a wake-up (an enqueue in this process; on PostgreSQL a notification
+    /// from any process), until [`ResumeWorker::shutdown`].
+    pub async fn resume_worker(&self, options: ResumeOptions) -> Result<ResumeWorker> {
+        options.validate()?;
+        self.ensure_executor().await?;
+        let (stop, mut stopped) = watch::channel(false);
+        let listener = self.spawn_wake_listener();
+        let keiro = self.clone();
+        let join = tokio::spawn(async move {
+            loop {
+                let full = match keiro.resume_once(&options).await {
+                    Ok(summary) => summary.discovered >= options.batch_size,
+                    Err(error) => {
+                        (options.log)(&ResumeEvent::PassFailed { error });
+                        false
+                    }
+                };
+                if full {
+                    // More is due right now: no pause.
+                    if *stopped.borrow() {
+                        break;
+                    }
+                    continue;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(options.poll_interval) => {}
+                    _ = keiro.inner.wake.notified() => {}
+                    _ = stopped.changed() => break,
+                }
+                if *stopped.borrow() {
+                    break;
+                }
+            }
+        });
+        Ok(ResumeWorker {
+            stop,
+            join,
+            listener,
+        })
+    }
+
+    /// On PostgreSQL, forwards `keiro_wake` notifications to this process's
+    /// worker; a lost notification costs latency (the poll still runs).
+    fn spawn_wake_listener(&self) -> Option<tokio::task::JoinHandle<()>> {
+        let keiro_store::Store::Postgres(pg) = &self.inner.store else {
+            return None;
+        };
+        let pg = pg.clone();
+        let inner = Arc::downgrade(&self.inner);
+        Some(tokio::spawn(async move {
+            loop {
+                match pg.listen_wakes().await {
+                    Ok(mut listener) => loop {
+                        match listener.recv().await {
+                            Ok(_) => match inner.upgrade() {
+                                Some(inner) => inner.wake.notify_one(),
+                                None => return,
+                            },
+                            Err(error) => {
+                                tracing::warn!(%error, "keiro wake listener lost its connection");
+                                break;
+                            }
+                        }
+                    },
+                    Err(error) => tracing::warn!(%error, "keiro wake listener cannot connect"),
+                }
+                if inner.strong_count() == 0 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }))
+    }
+}
+
+/// Gives up the in-process slot of a run that ended unfinished; waiters see
+/// the channel close and follow the instance through the store.
+fn release_slot(keiro: &Keiro, id: &str, sender: watch::Sender<crate::runtime::RunResult>) {
+    crate::run::lock(&keiro.inner.running).remove(id);
+    drop(sender);
+}
+
+/// A running resume worker.
+#[derive(Debug)]
+pub struct ResumeWorker {
+    stop: watch::Sender<bool>,
+    join: tokio::task::JoinHandle<()>,
+    listener: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl ResumeWorker {
+    /// Stops after the pass in flight and waits for it.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.join.await;
+        if let Some(listener) = self.listener {
+            listener.abort();
+        }
+    }
+}
+
+/// Starts the resume worker of the process-wide runtime (from
+/// `KEIRO_DATABASE_URL`) with default options, driving every workflow linked
+/// into this binary.
+pub async fn run_resume_worker() -> Result<ResumeWorker> {
+    crate::runtime::global()
+        .await?
+        .resume_worker(ResumeOptions::default())
+        .await
+}
