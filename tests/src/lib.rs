@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
+pub mod workflows;
+
 use keiro::Keiro;
 
 /// The PostgreSQL server the tests use; each test gets a fresh database on it.

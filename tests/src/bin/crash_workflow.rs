@@ -1,0 +1,63 @@
+//! The child process of the crash and many-worker tests.
+//!
+//! ```text
+//! crash_workflow run <id> <file>   run five_steps(file) under <id> in-process
+//! crash_workflow resume <id>       start the resume worker, wait for <id>, print DONE
+//! crash_workflow worker            run the resume worker until killed
+//! ```
+//! The database is `KEIRO_DATABASE_URL`; the identity `KEIRO_EXECUTOR_ID`.
+
+use std::time::{Duration, Instant};
+
+use keiro::ResumeOptions;
+use keiro_tests::workflows::five_steps;
+
+#[tokio::main]
+async fn main() {
+    let started = Instant::now();
+    if let Err(error) = run(started).await {
+        eprintln!("error: {error}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(started: Instant) -> Result<(), keiro::Error> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["run", id, file] => {
+            let out = five_steps(file.to_string()).id(*id).await?;
+            println!("DONE {out}");
+        }
+        ["resume", id] => {
+            let keiro = keiro::global().await?;
+            let worker = keiro
+                .resume_worker(ResumeOptions {
+                    poll_interval: Duration::from_millis(50),
+                    ..ResumeOptions::default()
+                })
+                .await?;
+            let out: u32 = keiro.handle(*id).await?.result().await?;
+            let elapsed = started.elapsed();
+            println!("DONE {out} {}", elapsed.as_micros());
+            worker.shutdown().await;
+        }
+        ["worker"] => {
+            let worker = keiro::run_resume_worker().await?;
+            println!("READY");
+            tokio::signal::ctrl_c().await.ok();
+            worker.shutdown().await;
+        }
+        other => {
+            eprintln!(
+                "usage: crash_workflow run <id> <file> | resume <id> | worker (got {other:?})"
+            );
+            std::process::exit(2);
+        }
+    }
+    Ok(())
+}

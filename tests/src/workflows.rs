@@ -1,0 +1,75 @@
+//! Workflows shared by the integration tests and the `crash_workflow` child
+//! process they start and kill.
+
+use std::io::Write;
+
+use keiro::{step, workflow};
+
+/// The environment variable naming the checkpoint at which the child blocks
+/// (printing `CRASH_POINT k`) so the test can SIGKILL it there.
+pub const CRASH_AT_ENV: &str = "KEIRO_TEST_CRASH_AT";
+
+/// Appends one line to a side-effect file (one `write` with `O_APPEND`, so
+/// lines from several processes never interleave).
+pub fn append_line(path: &str, line: &str) {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("open side-effect file {path}: {e}"));
+    file.write_all(format!("{line}\n").as_bytes())
+        .unwrap_or_else(|e| panic!("append to {path}: {e}"));
+}
+
+/// Blocks forever at checkpoint `k` when [`CRASH_AT_ENV`] says so, after
+/// telling the parent on stdout.
+pub fn checkpoint(k: u32) {
+    if std::env::var(CRASH_AT_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        == Some(k)
+    {
+        println!("CRASH_POINT {k}");
+        std::io::stdout().flush().ok();
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    }
+}
+
+/// A step with a visible side effect: appends `step n` to `file`.
+#[step]
+pub async fn effect(file: String, n: u32) -> u32 {
+    append_line(&file, &format!("step {n}"));
+    n
+}
+
+/// Five side-effecting steps with a crash checkpoint after each (and one
+/// before the first). Returns 1 + 2 + 3 + 4 + 5.
+#[workflow]
+pub async fn five_steps(file: String) -> u32 {
+    let mut total = 0;
+    checkpoint(0);
+    for n in 1..=5 {
+        total += effect(file.clone(), n).await;
+        checkpoint(n);
+    }
+    total
+}
+
+/// A step recording which process ran which step of which workflow.
+#[step]
+pub async fn mark(file: String, workflow: u32, n: u32) -> u32 {
+    append_line(&file, &format!("{workflow} {n} {}", std::process::id()));
+    n
+}
+
+/// Three marking steps; returns `workflow * 10 + 3`.
+#[workflow]
+pub async fn three_marks(file: String, workflow: u32) -> u32 {
+    let mut last = 0;
+    for n in 1..=3 {
+        last = mark(file.clone(), workflow, n).await;
+    }
+    workflow * 10 + last
+}

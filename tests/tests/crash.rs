@@ -1,0 +1,175 @@
+//! Crash recovery with real processes: a child runs a five-step workflow and is
+//! SIGKILLed right after step k is journaled (k = 0..=5), or racing its final
+//! completion write; a fresh process under the same executor identity resumes
+//! it. Steps before k never run again; step k+1 runs at most twice.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use keiro_tests::workflows::CRASH_AT_ENV;
+use keiro_tests::{on_both_backends, Backend, TestDb};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const CHILD: &str = env!("CARGO_BIN_EXE_crash_workflow");
+
+fn child(db: &TestDb, executor: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(CHILD);
+    command
+        .args(args)
+        .env("KEIRO_DATABASE_URL", &db.url)
+        .env("KEIRO_EXECUTOR_ID", executor)
+        .env_remove(CRASH_AT_ENV)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// Reads the child's stdout until a line starting with `prefix`.
+async fn line_starting(child: &mut Child, prefix: &str) -> String {
+    let stdout = child.stdout.as_mut().expect("piped stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let wait = async {
+        while let Some(line) = lines.next_line().await.expect("read child stdout") {
+            if line.starts_with(prefix) {
+                return line;
+            }
+        }
+        panic!("child exited without printing `{prefix}`");
+    };
+    tokio::time::timeout(Duration::from_secs(60), wait)
+        .await
+        .unwrap_or_else(|_| panic!("child printed no `{prefix}` within 60 s"))
+}
+
+fn step_counts(file: &std::path::Path) -> [usize; 6] {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let mut counts = [0; 6];
+    for line in text.lines() {
+        let n: usize = line.strip_prefix("step ").unwrap().parse().unwrap();
+        counts[n] += 1;
+    }
+    counts
+}
+
+/// Restarts under `executor` with the resume worker and returns the output
+/// and the recovery time (process start to completed) in microseconds.
+async fn resume(db: &TestDb, executor: &str, id: &str) -> (u32, u64) {
+    let mut restarted = child(db, executor, &["resume", id]).spawn().unwrap();
+    let done = line_starting(&mut restarted, "DONE").await;
+    let status = restarted.wait().await.unwrap();
+    assert!(status.success(), "resume process failed: {status}");
+    let mut parts = done.split_whitespace().skip(1);
+    let out = parts.next().unwrap().parse().unwrap();
+    let micros = parts.next().unwrap().parse().unwrap();
+    (out, micros)
+}
+
+async fn killed_after_each_step_resumes_without_rerunning(backend: Backend) {
+    for k in 0..=5u32 {
+        let db = TestDb::new(backend).await;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("effects.log");
+        let id = format!("crash-{k}");
+        let executor = format!("crash-test-{}", uuid::Uuid::new_v4().simple());
+
+        let mut first = child(&db, &executor, &["run", &id, file.to_str().unwrap()])
+            .env(CRASH_AT_ENV, k.to_string())
+            .spawn()
+            .unwrap();
+        line_starting(&mut first, "CRASH_POINT").await;
+        first.start_kill().unwrap(); // SIGKILL
+        first.wait().await.unwrap();
+        let before = step_counts(&file);
+        for n in 1..=5 {
+            assert_eq!(
+                before[n],
+                usize::from(n as u32 <= k),
+                "k={k}: step {n} before restart"
+            );
+        }
+
+        let (out, micros) = resume(&db, &executor, &id).await;
+        assert_eq!(out, 15, "k={k}");
+        let after = step_counts(&file);
+        for n in 1..=5 {
+            let n32 = n as u32;
+            if n32 <= k {
+                assert_eq!(after[n], 1, "k={k}: journaled step {n} ran again");
+            } else if n32 == k + 1 {
+                assert!(
+                    (1..=2).contains(&after[n]),
+                    "k={k}: step {n} ran {} times",
+                    after[n]
+                );
+            } else {
+                assert_eq!(after[n], 1, "k={k}: step {n}");
+            }
+        }
+        eprintln!(
+            "{{\"backend\":\"{backend:?}\",\"workload\":\"crash_after_step_{k}\",\"recovery_us\":{micros}}}"
+        );
+    }
+}
+
+async fn killed_racing_the_completion_write_converges(backend: Backend) {
+    for attempt in 0..3 {
+        let db = TestDb::new(backend).await;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("effects.log");
+        let id = format!("race-{attempt}");
+        let executor = format!("crash-test-{}", uuid::Uuid::new_v4().simple());
+        let mut first = child(&db, &executor, &["run", &id, file.to_str().unwrap()])
+            .spawn()
+            .unwrap();
+        // Kill as soon as the last step's side effect shows: around its
+        // journal write and the completion write.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while step_counts(&file)[5] == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "step 5 never ran");
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        first.start_kill().unwrap();
+        first.wait().await.unwrap();
+
+        let (out, _) = resume(&db, &executor, &id).await;
+        assert_eq!(out, 15);
+        let after = step_counts(&file);
+        assert_eq!(&after[1..5], &[1, 1, 1, 1]);
+        assert!((1..=2).contains(&after[5]), "step 5 ran {} times", after[5]);
+    }
+}
+
+async fn a_second_live_process_with_the_same_identity_is_refused(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("effects.log");
+    let executor = format!("crash-test-{}", uuid::Uuid::new_v4().simple());
+    let mut holder = child(&db, &executor, &["run", "held", file.to_str().unwrap()])
+        .env(CRASH_AT_ENV, "2")
+        .spawn()
+        .unwrap();
+    line_starting(&mut holder, "CRASH_POINT").await;
+    let second = child(&db, &executor, &["resume", "held"])
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .unwrap();
+    assert!(!second.status.success());
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        stderr.contains(&executor) && stderr.contains("in use"),
+        "{stderr}"
+    );
+    holder.start_kill().unwrap();
+    holder.wait().await.unwrap();
+    // Once the holder is dead, the same identity takes over at once.
+    let (out, _) = resume(&db, &executor, "held").await;
+    assert_eq!(out, 15);
+}
+
+on_both_backends!(
+    killed_after_each_step_resumes_without_rerunning,
+    killed_racing_the_completion_write_converges,
+    a_second_live_process_with_the_same_identity_is_refused,
+);
