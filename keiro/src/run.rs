@@ -250,12 +250,15 @@ pub(crate) async fn execute(
         id = %row.id,
         generation = row.generation
     );
-    let body = context::scope(
-        Some(cx.clone()),
-        AssertUnwindSafe(run(input)).catch_unwind(),
-    )
-    .instrument(span.clone());
-    tokio::pin!(body);
+    // Boxed so it can be dropped (ending the workflow's future) before the
+    // end is recorded.
+    let mut body = Box::pin(
+        context::scope(
+            Some(cx.clone()),
+            AssertUnwindSafe(run(input)).catch_unwind(),
+        )
+        .instrument(span.clone()),
+    );
     let ttl = policy.ttl;
     let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + ttl / 3, ttl / 3);
     let lease = Lease {
