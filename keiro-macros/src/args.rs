@@ -114,7 +114,8 @@ impl StepArgs {
         }
         // An unusable `max_attempts` was already reported; judging `backoff_ms`
         // against it would only add noise.
-        let max_attempts_invalid = self.max_attempts.is_none() && state.seen.contains(&MAX_ATTEMPTS);
+        let max_attempts_invalid =
+            self.max_attempts.is_none() && state.seen.contains(&MAX_ATTEMPTS);
         if let Some(backoff) = &self.backoff_ms {
             if self.max_attempts() <= 1 && !max_attempts_invalid {
                 errors.push(syn::Error::new_spanned(
@@ -307,9 +308,11 @@ impl State {
         match lit.base10_parse::<T>() {
             Ok(value) => Ok(Some(IntSetting {
                 value,
-                key: meta.path.get_ident().cloned().unwrap_or_else(|| {
-                    Ident::new(&key, proc_macro2::Span::call_site())
-                }),
+                key: meta
+                    .path
+                    .get_ident()
+                    .cloned()
+                    .unwrap_or_else(|| Ident::new(&key, proc_macro2::Span::call_site())),
                 lit,
             })),
             Err(_) => {
@@ -406,7 +409,9 @@ mod tests {
                 "{errors:?}"
             );
         }
-        assert!(step_errors(quote!(name = ""))[0].starts_with("the `#[step]` name must not be empty"));
+        assert!(
+            step_errors(quote!(name = ""))[0].starts_with("the `#[step]` name must not be empty")
+        );
     }
 
     #[test]
@@ -431,7 +436,10 @@ mod tests {
     fn step_keys_on_a_workflow_point_to_steps() {
         let errors = workflow_errors(quote!(max_attempts = 3));
         assert_eq!(errors.len(), 1);
-        assert!(errors[0].contains("configures retries of a `#[step]`"), "{errors:?}");
+        assert!(
+            errors[0].contains("configures retries of a `#[step]`"),
+            "{errors:?}"
+        );
     }
 
     #[test]
@@ -502,22 +510,35 @@ mod tests {
     fn max_attempts_zero_is_rejected() {
         let errors = step_errors(quote!(max_attempts = 0));
         assert_eq!(errors.len(), 1);
-        assert!(errors[0].starts_with("`max_attempts` must be at least 1"), "{errors:?}");
+        assert!(
+            errors[0].starts_with("`max_attempts` must be at least 1"),
+            "{errors:?}"
+        );
     }
 
     #[test]
     fn backoff_without_retries_is_rejected() {
-        for tokens in [quote!(backoff_ms = 10), quote!(max_attempts = 1, backoff_ms = 10)] {
+        for tokens in [
+            quote!(backoff_ms = 10),
+            quote!(max_attempts = 1, backoff_ms = 10),
+        ] {
             let errors = step_errors(tokens);
             assert_eq!(errors.len(), 1);
-            assert!(errors[0].starts_with("`backoff_ms` only applies to retries"), "{errors:?}");
+            assert!(
+                errors[0].starts_with("`backoff_ms` only applies to retries"),
+                "{errors:?}"
+            );
         }
     }
 
     #[test]
     fn step_values() {
-        let args =
-            StepArgs::parse(quote!(name = "email", max_attempts = 5u32, backoff_ms = 250)).unwrap();
+        let args = StepArgs::parse(quote!(
+            name = "email",
+            max_attempts = 5u32,
+            backoff_ms = 250
+        ))
+        .unwrap();
         assert_eq!(args.name.as_ref().unwrap().value(), "email");
         assert_eq!(args.max_attempts(), 5);
         assert_eq!(args.backoff_ms(), 250);
@@ -531,13 +552,21 @@ mod tests {
 
     #[test]
     fn every_mistake_is_reported_at_once() {
-        let errors = step_errors(quote!(nme = "x", max_attempts = "3", backoff_ms = 1, backoff_ms = 2));
+        let errors = step_errors(quote!(
+            nme = "x",
+            max_attempts = "3",
+            backoff_ms = 1,
+            backoff_ms = 2
+        ));
         assert_eq!(errors.len(), 3, "{errors:?}");
     }
 
     #[test]
     fn syntax_errors_are_reported() {
         assert_eq!(step_errors(quote!(max_attempts = )).len(), 1);
-        assert_eq!(step_errors(quote!(max_attempts = 3 backoff_ms = 2)).len(), 1);
+        assert_eq!(
+            step_errors(quote!(max_attempts = 3 backoff_ms = 2)).len(),
+            1
+        );
     }
 }

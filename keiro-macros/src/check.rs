@@ -99,7 +99,10 @@ pub(crate) fn signature(mac: Macro, sig: &Signature) -> syn::Result<(Vec<Arg>, O
     };
 
     if let Some(token) = &sig.constness {
-        error(token, format!("`{attr}` functions cannot be `const`; remove `const`"));
+        error(
+            token,
+            format!("`{attr}` functions cannot be `const`; remove `const`"),
+        );
     }
     if sig.asyncness.is_none() {
         let (fn_token, ident) = (&sig.fn_token, &sig.ident);
@@ -118,7 +121,10 @@ pub(crate) fn signature(mac: Macro, sig: &Signature) -> syn::Result<(Vec<Arg>, O
         );
     }
     if let Some(abi) = &sig.abi {
-        error(abi, format!("`{attr}` functions cannot be `extern`; remove the ABI"));
+        error(
+            abi,
+            format!("`{attr}` functions cannot be `extern`; remove the ABI"),
+        );
     }
     for param in &sig.generics.params {
         let message = match param {
@@ -143,7 +149,9 @@ pub(crate) fn signature(mac: Macro, sig: &Signature) -> syn::Result<(Vec<Arg>, O
     if let Some(where_clause) = &sig.generics.where_clause {
         error(
             where_clause,
-            format!("`{attr}` functions cannot have a `where` clause; remove it and use concrete types"),
+            format!(
+                "`{attr}` functions cannot have a `where` clause; remove it and use concrete types"
+            ),
         );
     }
     if let Some(variadic) = &sig.variadic {
@@ -159,8 +167,8 @@ pub(crate) fn signature(mac: Macro, sig: &Signature) -> syn::Result<(Vec<Arg>, O
             FnArg::Receiver(receiver) => error(
                 receiver,
                 format!(
-                    "`{attr}` functions cannot take `self`; make it a free function \
-                     and pass what it needs as owned arguments"
+                    "`{attr}` functions cannot take `self`; remove the receiver \
+                     and pass what the function needs as owned arguments"
                 ),
             ),
             FnArg::Typed(pat_type) => {
@@ -272,9 +280,9 @@ impl Problem<'_> {
                 "`{attr}` arguments must be owned values ({reason}); \
                  remove the borrow `{lifetime}` and take an owned type"
             ),
-            Problem::ImplTrait(_) => format!(
-                "`{attr}` arguments cannot be `impl Trait`; use a concrete type"
-            ),
+            Problem::ImplTrait(_) => {
+                format!("`{attr}` arguments cannot be `impl Trait`; use a concrete type")
+            }
         }
     }
 
@@ -368,11 +376,21 @@ mod tests {
     #[test]
     fn must_be_async() {
         assert_eq!(
-            single(Macro::Step, parse_quote!(fn reserve() {})),
+            single(
+                Macro::Step,
+                parse_quote!(
+                    fn reserve() {}
+                )
+            ),
             "`#[step]` functions must be async; add `async` before `fn`"
         );
         assert_eq!(
-            single(Macro::Workflow, parse_quote!(pub fn checkout() {})),
+            single(
+                Macro::Workflow,
+                parse_quote!(
+                    pub fn checkout() {}
+                )
+            ),
             "`#[workflow]` functions must be async; add `async` before `fn`"
         );
     }
@@ -380,56 +398,127 @@ mod tests {
     #[test]
     fn no_self() {
         for func in [
-            parse_quote!(async fn f(&self) {}),
-            parse_quote!(async fn f(self) {}),
-            parse_quote!(async fn f(self: Box<Self>) {}),
+            parse_quote!(
+                async fn f(&self) {}
+            ),
+            parse_quote!(
+                async fn f(self) {}
+            ),
+            parse_quote!(
+                async fn f(self: Box<Self>) {}
+            ),
         ] {
-            assert!(single(Macro::Workflow, func).starts_with("`#[workflow]` functions cannot take `self`"));
+            assert!(single(Macro::Workflow, func)
+                .starts_with("`#[workflow]` functions cannot take `self`"));
         }
     }
 
     #[test]
     fn no_generics() {
-        assert!(single(Macro::Workflow, parse_quote!(async fn f<T: Serialize>(t: T) {}))
-            .starts_with("`#[workflow]` functions cannot be generic"));
-        assert!(single(Macro::Step, parse_quote!(async fn f<const N: usize>() {}))
-            .starts_with("`#[step]` functions cannot be generic"));
-        assert!(single(Macro::Step, parse_quote!(async fn f<'a>() {}))
-            .starts_with("`#[step]` functions cannot have lifetime parameters"));
-        assert!(single(Macro::Step, parse_quote!(async fn f() where u32: Copy {}))
-            .starts_with("`#[step]` functions cannot have a `where` clause"));
+        assert!(single(
+            Macro::Workflow,
+            parse_quote!(
+                async fn f<T: Serialize>(t: T) {}
+            )
+        )
+        .starts_with("`#[workflow]` functions cannot be generic"));
+        assert!(single(
+            Macro::Step,
+            parse_quote!(
+                async fn f<const N: usize>() {}
+            )
+        )
+        .starts_with("`#[step]` functions cannot be generic"));
+        assert!(single(
+            Macro::Step,
+            parse_quote!(
+                async fn f<'a>() {}
+            )
+        )
+        .starts_with("`#[step]` functions cannot have lifetime parameters"));
+        assert!(single(
+            Macro::Step,
+            parse_quote!(
+                async fn f()
+                where
+                    u32: Copy,
+                {
+                }
+            )
+        )
+        .starts_with("`#[step]` functions cannot have a `where` clause"));
     }
 
     #[test]
     fn no_borrowed_arguments() {
-        assert!(single(Macro::Workflow, parse_quote!(async fn f(s: &str) {}))
-            .starts_with("`#[workflow]` arguments must be owned values, not references"));
-        assert!(single(Macro::Step, parse_quote!(async fn f(s: Vec<&'static str>) {}))
-            .starts_with("`#[step]` arguments must be owned values, not references"));
-        assert!(single(Macro::Step, parse_quote!(async fn f(s: Cow<'_, str>) {}))
-            .contains("remove the borrow `'_`"));
+        assert!(single(
+            Macro::Workflow,
+            parse_quote!(
+                async fn f(s: &str) {}
+            )
+        )
+        .starts_with("`#[workflow]` arguments must be owned values, not references"));
+        assert!(single(
+            Macro::Step,
+            parse_quote!(
+                async fn f(s: Vec<&'static str>) {}
+            )
+        )
+        .starts_with("`#[step]` arguments must be owned values, not references"));
+        assert!(single(
+            Macro::Step,
+            parse_quote!(
+                async fn f(s: Cow<'_, str>) {}
+            )
+        )
+        .contains("remove the borrow `'_`"));
     }
 
     #[test]
     fn no_impl_trait() {
         assert_eq!(
-            single(Macro::Step, parse_quote!(async fn f(s: impl Into<String>) {})),
+            single(
+                Macro::Step,
+                parse_quote!(
+                    async fn f(s: impl Into<String>) {}
+                )
+            ),
             "`#[step]` arguments cannot be `impl Trait`; use a concrete type"
         );
-        assert!(single(Macro::Workflow, parse_quote!(async fn f() -> impl Serialize {}))
-            .starts_with("`#[workflow]` functions cannot return `impl Trait`"));
-        assert!(single(Macro::Workflow, parse_quote!(async fn f() -> &'static str {}))
-            .starts_with("`#[workflow]` functions must return owned values, not references"));
+        assert!(single(
+            Macro::Workflow,
+            parse_quote!(
+                async fn f() -> impl Serialize {}
+            )
+        )
+        .starts_with("`#[workflow]` functions cannot return `impl Trait`"));
+        assert!(single(
+            Macro::Workflow,
+            parse_quote!(
+                async fn f() -> &'static str {}
+            )
+        )
+        .starts_with("`#[workflow]` functions must return owned values, not references"));
     }
 
     #[test]
     fn only_plain_identifiers() {
         for func in [
-            parse_quote!(async fn f((a, b): (u32, u32)) {}),
-            parse_quote!(async fn f(_: u32) {}),
-            parse_quote!(async fn f(ref a: u32) {}),
-            parse_quote!(async fn f(a @ 1..=2: u32) {}),
-            parse_quote!(async fn f(Wrapper(a): Wrapper) {}),
+            parse_quote!(
+                async fn f((a, b): (u32, u32)) {}
+            ),
+            parse_quote!(
+                async fn f(_: u32) {}
+            ),
+            parse_quote!(
+                async fn f(ref a: u32) {}
+            ),
+            parse_quote!(
+                async fn f(a @ 1..=2: u32) {}
+            ),
+            parse_quote!(
+                async fn f(Wrapper(a): Wrapper) {}
+            ),
         ] {
             assert!(single(Macro::Step, func)
                 .starts_with("`#[step]` arguments must be plain names such as `order: Order`"));
@@ -438,13 +527,33 @@ mod tests {
 
     #[test]
     fn no_const_unsafe_extern_or_variadic() {
-        assert!(single(Macro::Step, parse_quote!(const async fn f() {}))
-            .starts_with("`#[step]` functions cannot be `const`"));
-        assert!(single(Macro::Step, parse_quote!(async unsafe fn f() {}))
-            .starts_with("`#[step]` functions cannot be `unsafe`"));
-        assert!(single(Macro::Step, parse_quote!(async extern "C" fn f() {}))
-            .starts_with("`#[step]` functions cannot be `extern`"));
-        let errors = check(Macro::Workflow, parse_quote!(unsafe extern "C" fn f(a: u32, ...) {}));
+        assert!(single(
+            Macro::Step,
+            parse_quote!(
+                const async fn f() {}
+            )
+        )
+        .starts_with("`#[step]` functions cannot be `const`"));
+        assert!(single(
+            Macro::Step,
+            parse_quote!(
+                async unsafe fn f() {}
+            )
+        )
+        .starts_with("`#[step]` functions cannot be `unsafe`"));
+        assert!(single(
+            Macro::Step,
+            parse_quote!(
+                async extern "C" fn f() {}
+            )
+        )
+        .starts_with("`#[step]` functions cannot be `extern`"));
+        let errors = check(
+            Macro::Workflow,
+            parse_quote!(
+                unsafe extern "C" fn f(a: u32, ...) {}
+            ),
+        );
         assert_eq!(errors.len(), 4, "{errors:?}");
     }
 
@@ -452,7 +561,9 @@ mod tests {
     fn all_problems_are_reported() {
         let errors = check(
             Macro::Workflow,
-            parse_quote!(fn f<T>(&self, a: &str, (b, c): (u32, u32), d: impl Sized) -> &str {}),
+            parse_quote!(
+                fn f<T>(&self, a: &str, (b, c): (u32, u32), d: impl Sized) -> &str {}
+            ),
         );
         assert_eq!(errors.len(), 7, "{errors:?}");
     }
@@ -460,12 +571,41 @@ mod tests {
     #[test]
     fn non_functions_are_rejected() {
         let cases = [
-            (quote!(struct Order { id: u32 }), "a struct"),
-            (quote!(enum E { A }), "an enum"),
+            (
+                quote!(
+                    struct Order {
+                        id: u32,
+                    }
+                ),
+                "a struct",
+            ),
+            (
+                quote!(
+                    enum E {
+                        A,
+                    }
+                ),
+                "an enum",
+            ),
             (quote!(impl Order {}), "an `impl` block"),
-            (quote!(mod m {}), "a module"),
-            (quote!(const X: u32 = 1;), "a constant"),
-            (quote!(trait T {}), "a trait"),
+            (
+                quote!(
+                    mod m {}
+                ),
+                "a module",
+            ),
+            (
+                quote!(
+                    const X: u32 = 1;
+                ),
+                "a constant",
+            ),
+            (
+                quote!(
+                    trait T {}
+                ),
+                "a trait",
+            ),
         ];
         for (item, what) in cases {
             let err = item_fn(Macro::Workflow, item).err().unwrap().to_string();
@@ -474,9 +614,26 @@ mod tests {
                 format!("`#[workflow]` can only be applied to an `async fn`, not to {what}; move it onto an `async fn`")
             );
         }
-        let err = item_fn(Macro::Step, quote!(async fn f();)).err().unwrap().to_string();
-        assert!(err.starts_with("`#[step]` can only be applied to an `async fn`"), "{err}");
-        assert!(item_fn(Macro::Step, quote!(async fn f() {})).is_ok());
+        let err = item_fn(
+            Macro::Step,
+            quote!(
+                async fn f();
+            ),
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(
+            err.starts_with("`#[step]` can only be applied to an `async fn`"),
+            "{err}"
+        );
+        assert!(item_fn(
+            Macro::Step,
+            quote!(
+                async fn f() {}
+            )
+        )
+        .is_ok());
     }
 
     #[test]

@@ -18,77 +18,122 @@ use proc_macro::TokenStream;
 
 /// Turns an `async fn` into a durable workflow.
 ///
-/// ```ignore
+/// ```
 /// use keiro::{step, workflow};
+/// use serde::{Deserialize, Serialize};
 ///
+/// #[derive(Clone, Serialize, Deserialize)]
+/// struct Order {
+///     sku: String,
+///     qty: u32,
+/// }
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Receipt {
+///     hold: String,
+/// }
+///
+/// #[derive(Debug, Serialize, Deserialize)]
+/// enum ShopError {
+///     OutOfStock,
+/// }
+///
+/// #[step]
+/// async fn reserve(sku: String, qty: u32) -> Result<String, ShopError> {
+///     if qty == 0 {
+///         return Err(ShopError::OutOfStock);
+///     }
+///     Ok(format!("{sku} x{qty}"))
+/// }
+///
+/// /// Reserves the stock of an order.
 /// #[workflow]
 /// async fn checkout(order: Order) -> Result<Receipt, ShopError> {
 ///     let hold = reserve(order.sku.clone(), order.qty).await?;
 ///     Ok(Receipt { hold })
 /// }
 ///
-/// # async fn run(order: Order) -> Result<(), keiro::Error> {
-/// let receipt = checkout(order).id("order-42").await?;
-/// # Ok(()) }
+/// async fn place(order: Order) -> Result<(), keiro::Error> {
+///     // `Ok(Err(ShopError))` when the workflow itself failed.
+///     let receipt: Result<Receipt, ShopError> = checkout(order).id("order-42").await?;
+///     # drop(receipt);
+///     Ok(())
+/// }
+/// # fn main() {}
 /// ```
 ///
-/// Calling `checkout(order)` no longer runs the body: it returns a
-/// [`keiro::WorkflowCall<R>`](https://docs.rs/keiro) (here
-/// `R = Result<Receipt, ShopError>`) to configure with `.id(..)` / `.on(..)` and then
-/// await, `.start()` or `.enqueue()`. The workflow is registered at link time under
-/// its name, so a resume worker can rebuild the call from the journal alone.
+/// Calling `checkout(order)` does not run the body: it returns a
+/// `keiro::WorkflowCall<R>` (here `R = Result<Receipt, ShopError>`) to configure
+/// with `.id(..)` or `.on(..)` and then await, `.start()` or `.enqueue()`. The
+/// workflow is registered at link time under its name, so a resume worker can
+/// rebuild the call from the journal alone.
 ///
 /// # Arguments
 ///
-/// - `name = "..."`: the registered name (non-empty). Defaults to the function's
-///   name. Renaming a workflow whose instances are still unfinished makes them
-///   unknown to the worker, so set `name` explicitly before renaming the function.
+/// - `name = "..."`: the registered name (a non-empty string). Defaults to the
+///   function's name. Unfinished instances are resumed by name, so set `name`
+///   to the old name before renaming a function that has some.
 ///
 /// # Requirements
 ///
-/// The function must be a free `async fn` with owned, plainly named arguments:
-/// no `self`, no generic or lifetime parameters, no `where` clause, no
-/// reference or `impl Trait` argument types, no patterns (`mut x` is fine).
+/// The function must be an `async fn` (free, or associated without `self`)
+/// whose arguments are owned values with plain names: no `self`, no generic or lifetime parameters, no `where`
+/// clause, no reference or `impl Trait` types, no patterns (`mut x` is fine).
 /// Every argument type and the return type must implement `Serialize` and
-/// `DeserializeOwned`: arguments are journaled and the result is recorded.
-/// When the return type is a `Result` (its last path segment is `Result`),
-/// an `Err` completes the workflow as failed.
+/// `DeserializeOwned`, which is checked at the type itself, and the body's
+/// future must be `Send`. When the return type is a `Result` (its last path
+/// segment is `Result`), an `Err` records the workflow as failed.
+///
+/// ```compile_fail
+/// # use keiro::workflow;
+/// #[workflow]
+/// async fn greet(name: &str) -> String { // error: arguments must be owned values
+///     format!("hello {name}")
+/// }
+/// # fn main() {}
+/// ```
 ///
 /// # Expansion
 ///
-/// `#[workflow] pub async fn checkout(order: Order) -> R { .. }` expands to roughly:
+/// `#[workflow] pub async fn checkout(order: Order) -> R { .. }` becomes, in
+/// outline (the real code names everything through `::keiro::__private` and
+/// asserts at each type that it can be journaled):
 ///
 /// ```ignore
-/// // The body, unchanged, under a hidden name (non-doc attributes stay here).
-/// async fn __keiro_workflow_body_checkout(order: Order) -> R { .. }
-///
-/// // What the worker calls with the journaled input.
-/// fn __keiro_workflow_run_checkout(input: WorkflowInput)
-///     -> BoxFuture<'static, Result<WorkflowOutput, keiro::Error>>
-/// {
-///     Box::pin(async move {
-///         let (order,): (Order,) = input.decode()?;
-///         let out: R = __keiro_workflow_body_checkout(order).await;
-///         WorkflowOutput::encode(&out, /* out.is_err() if R is a Result */ false)
-///     })
-/// }
-///
-/// inventory::submit! {
-///     WorkflowRegistration::new("checkout", concat!(module_path!(), "::checkout"),
-///         __keiro_workflow_run_checkout)
-/// }
-///
 /// /// (the doc comments of the original function)
 /// pub fn checkout(order: Order) -> keiro::WorkflowCall<R> {
+///     // The body, unchanged, under a hidden name.
+///     async fn __keiro_workflow_body_checkout(order: Order) -> R { .. }
+///
+///     // What the worker calls with the journaled input.
+///     fn __keiro_workflow_run_checkout(input: WorkflowInput)
+///         -> BoxFuture<'static, Result<WorkflowOutput, keiro::Error>>
+///     {
+///         Box::pin(async move {
+///             let (order,): (Order,) = input.decode()?;
+///             let out: R = __keiro_workflow_body_checkout(order).await;
+///             WorkflowOutput::encode(&out, /* out.is_err() if R is a Result */ false)
+///         })
+///     }
+///
+///     inventory::submit! {
+///         WorkflowRegistration::new("checkout", concat!(module_path!(), "::", "checkout"),
+///             __keiro_workflow_run_checkout)
+///     }
+///
 ///     workflow_call::<R>("checkout", __keiro_workflow_run_checkout,
 ///         encode_args("checkout", &(order,)))
 /// }
 /// ```
 ///
-/// `#[cfg(..)]` attributes go on every generated item; doc comments and
-/// `#[deprecated]` on the public function; lint attributes (`#[allow]`, ...) on
-/// both functions (an `#[expect]` becomes `#[allow]` on the public one); every
-/// other attribute, such as `#[tracing::instrument]`, on the body.
+/// Keeping the helpers inside the function adds nothing but `checkout` to the
+/// namespace, and lets a workflow be an associated function of a type. (As in
+/// any nested function, the body cannot refer to `Self`; name the type.)
+///
+/// Doc comments, `#[cfg]` and `#[deprecated]` go on the public function; lint
+/// attributes (`#[allow]`, ...) on both functions, an `#[expect]` becoming
+/// `#[allow]` on the public one; any other attribute, such as
+/// `#[tracing::instrument]`, on the body.
 #[proc_macro_attribute]
 pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::workflow(args.into(), item.into()).into()
@@ -96,58 +141,88 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 
 /// Makes an `async fn` a journaled step of a workflow.
 ///
-/// ```ignore
+/// ```
 /// use keiro::step;
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Debug, Serialize, Deserialize)]
+/// enum MailError {
+///     Unreachable,
+/// }
 ///
 /// #[step]
-/// async fn reserve(sku: String, qty: u32) -> Result<String, ShopError> { .. }
+/// async fn reserve(sku: String, qty: u32) -> String {
+///     format!("{sku} x{qty}")
+/// }
 ///
+/// // Up to 5 runs while it returns `Err`, waiting 200 ms, 400 ms, 800 ms, ... in between.
 /// #[step(max_attempts = 5, backoff_ms = 200)]
-/// async fn email(to: String, body: String) -> Result<(), ShopError> { .. }
+/// async fn email(to: String, body: String) -> Result<(), MailError> {
+///     # drop((to, body));
+///     Ok(())
+/// }
+/// # fn main() {}
 /// ```
 ///
-/// Called inside a workflow, a step takes the next sequence number of the run
-/// at the moment it is *called* (not when first polled, so `join!` of several
-/// steps is deterministic), runs once and journals its result; on replay it
-/// returns the journaled result without running. Called outside a workflow it
-/// simply runs.
+/// Called inside a workflow, a step takes the run's next sequence number at
+/// the moment it is *called*, not when first polled, so `join!` of several
+/// steps is deterministic; it then runs and journals its result, `Ok` or `Err`.
+/// On replay it returns the journaled result without running. Called outside
+/// a workflow it simply runs (with its retries).
 ///
 /// # Arguments
 ///
-/// - `name = "..."`: the name journaled with the step (non-empty); defaults to
-///   the function's name. Replay compares it, so renaming a step that unfinished
-///   workflows have already run is detected as non-determinism unless `name`
-///   keeps the old one.
+/// - `name = "..."`: the name journaled with the step (a non-empty string);
+///   defaults to the function's name. Replay compares names, so keep the old
+///   one in `name` when renaming a step that unfinished workflows have run.
 /// - `max_attempts = N` (`N >= 1`, default 1): run the body up to `N` times
-///   while it returns `Err`; the final `Err` is journaled. Requires a `Result`
-///   return type, and every argument must be `Clone` (each attempt gets a copy).
-/// - `backoff_ms = M` (default 100 when `max_attempts > 1`): the delay before
-///   the first retry, doubled for each further retry. Only allowed together with
-///   `max_attempts > 1`: on a step that runs once it would do nothing, so it is
-///   rejected rather than silently ignored.
+///   while it returns `Err`; the last result is journaled. Requires a `Result`
+///   return type, and every argument must be `Clone + Send + 'static`: each
+///   attempt gets its own copy.
+/// - `backoff_ms = M` (default 100 when `max_attempts > 1`): the wait before
+///   the first retry, doubled before each further one. Only accepted together
+///   with `max_attempts > 1`: on a step that runs once it would do nothing, so
+///   it is rejected rather than silently ignored.
 ///
 /// # Requirements
 ///
-/// The function must be a free `async fn` with owned, plainly named arguments
-/// (no `self`, generics, lifetimes, `where` clause, references, `impl Trait`
-/// or patterns; `mut x` is fine), its return type must implement `Serialize`
-/// and `DeserializeOwned`, and its future must be `Send`.
+/// The function must be an `async fn` (free, or associated without `self`)
+/// whose arguments are owned values with plain names (no `self`, generics, lifetimes, `where` clause,
+/// references, `impl Trait` or patterns; `mut x` is fine). Its return type
+/// must implement `Serialize` and `DeserializeOwned`, which is checked at the
+/// type itself, and its future must be `Send`.
+///
+/// ```compile_fail
+/// # use keiro::step;
+/// #[step(max_attempts = 3)] // error: retries need a `Result` to tell failure from success
+/// async fn count(n: u32) -> u32 {
+///     n + 1
+/// }
+/// # fn main() {}
+/// ```
 ///
 /// # Expansion
 ///
-/// `#[step] async fn reserve(sku: String, qty: u32) -> R { .. }` expands to:
+/// `#[step] async fn reserve(sku: String, qty: u32) -> R { .. }` becomes, in
+/// outline (the real code names everything through `::keiro::__private`):
 ///
 /// ```ignore
 /// fn reserve(sku: String, qty: u32) -> impl Future<Output = R> + Send {
 ///     async fn __keiro_step_body(sku: String, qty: u32) -> R { .. }
-///     step_once(StepMeta { name: "reserve", max_attempts: 1, backoff_ms: 0 },
-///         move || __keiro_step_body(sku, qty))
+///     // Called right away: this is when the sequence number is taken.
+///     let step: Pin<Box<dyn Future<Output = R> + Send>> = Box::pin(step_once(
+///         StepMeta { name: "reserve", max_attempts: 1, backoff_ms: 0 },
+///         move || __keiro_step_body(sku, qty),
+///     ));
+///     step
 /// }
 /// ```
 ///
-/// With `max_attempts > 1` it calls `step_retry(meta, |r: &R| r.is_err(), move ||
-/// __keiro_step_body(sku.clone(), qty.clone()))` instead. The attributes of the
-/// original function stay on the outer function.
+/// With `max_attempts > 1` it calls `step_retry(meta, |r: &R| r.is_err(), move
+/// || __keiro_step_body(sku.clone(), qty.clone()))` instead. The attributes of
+/// the original function stay on the outer function. (The box keeps rustc from
+/// reporting an unmet bound of the return type a second time; it costs one
+/// allocation per step call.)
 #[proc_macro_attribute]
 pub fn step(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::step(args.into(), item.into()).into()

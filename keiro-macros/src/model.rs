@@ -73,9 +73,11 @@ impl WorkflowFn {
     /// reports all problems at once.
     pub(crate) fn parse(args: TokenStream, item: TokenStream) -> syn::Result<Self> {
         let args = WorkflowArgs::parse(args);
-        let func = check::item_fn(Macro::Workflow, item);
-        let (args, func) = check::join(args, func)?;
-        let (inputs, output) = check::signature(Macro::Workflow, &func.sig)?;
+        let func = check::item_fn(Macro::Workflow, item).and_then(|func| {
+            let (inputs, output) = check::signature(Macro::Workflow, &func.sig)?;
+            Ok((func, inputs, output))
+        });
+        let (args, (func, inputs, output)) = check::join(args, func)?;
         let name = match args.name {
             Some(lit) => lit.value(),
             None => func.sig.ident.unraw().to_string(),
@@ -106,9 +108,11 @@ impl StepFn {
     /// reports all problems at once.
     pub(crate) fn parse(args: TokenStream, item: TokenStream) -> syn::Result<Self> {
         let args = StepArgs::parse(args);
-        let func = check::item_fn(Macro::Step, item);
-        let (args, func) = check::join(args, func)?;
-        let (inputs, output) = check::signature(Macro::Step, &func.sig)?;
+        let func = check::item_fn(Macro::Step, item).and_then(|func| {
+            let (inputs, output) = check::signature(Macro::Step, &func.sig)?;
+            Ok((func, inputs, output))
+        });
+        let (args, (func, inputs, output)) = check::join(args, func)?;
         let max_attempts = args.max_attempts();
         if max_attempts > 1 && !output.is_result() {
             let message = format!(
@@ -118,7 +122,8 @@ impl StepFn {
             return Err(match &output.ty {
                 Some(ty) => syn::Error::new_spanned(ty, message),
                 None => syn::Error::new_spanned(
-                    args.max_attempts_tokens().unwrap_or_else(|| func.sig.to_token_stream()),
+                    args.max_attempts_tokens()
+                        .unwrap_or_else(|| func.sig.to_token_stream()),
                     message,
                 ),
             });
@@ -156,7 +161,12 @@ mod tests {
 
     #[test]
     fn workflow_name_defaults_to_the_function_name() {
-        let f = WorkflowFn::parse(quote!(), quote!(async fn checkout(mut order: u32) {}));
+        let f = WorkflowFn::parse(
+            quote!(),
+            quote!(
+                async fn checkout(mut order: u32) {}
+            ),
+        );
         let f = f.unwrap_or_else(|err| panic!("{err}"));
         assert_eq!(f.name, "checkout");
         assert_eq!(f.args.len(), 1);
@@ -166,7 +176,13 @@ mod tests {
 
     #[test]
     fn raw_identifiers_are_registered_without_the_prefix() {
-        let f = WorkflowFn::parse(quote!(), quote!(async fn r#match() {})).unwrap();
+        let f = WorkflowFn::parse(
+            quote!(),
+            quote!(
+                async fn r#match() {}
+            ),
+        )
+        .unwrap();
         assert_eq!(f.name, "match");
     }
 
@@ -174,15 +190,37 @@ mod tests {
     fn workflow_name_can_be_overridden() {
         let f = WorkflowFn::parse(
             quote!(name = "shop.checkout"),
-            quote!(async fn checkout() -> u32 { 1 }),
+            quote!(
+                async fn checkout() -> u32 {
+                    1
+                }
+            ),
         )
         .unwrap();
         assert_eq!(f.name, "shop.checkout");
     }
 
     #[test]
+    fn argument_and_signature_errors_are_reported_together() {
+        let err = unwrap_err(StepFn::parse(
+            quote!(max_attempts = 0),
+            quote!(
+                fn reserve(sku: &str) -> String {
+                    todo!()
+                }
+            ),
+        ));
+        assert_eq!(messages(err).len(), 3);
+    }
+
+    #[test]
     fn argument_and_item_errors_are_reported_together() {
-        let err = unwrap_err(WorkflowFn::parse(quote!(retries = 3), quote!(struct S;)));
+        let err = unwrap_err(WorkflowFn::parse(
+            quote!(retries = 3),
+            quote!(
+                struct S;
+            ),
+        ));
         let messages = messages(err);
         assert_eq!(messages.len(), 2, "{messages:?}");
         assert!(messages[0].starts_with("unknown `#[workflow]` argument `retries`"));
@@ -191,7 +229,15 @@ mod tests {
 
     #[test]
     fn step_defaults() {
-        let s = StepFn::parse(quote!(), quote!(async fn reserve(sku: String) -> u32 { 1 })).unwrap();
+        let s = StepFn::parse(
+            quote!(),
+            quote!(
+                async fn reserve(sku: String) -> u32 {
+                    1
+                }
+            ),
+        )
+        .unwrap();
         assert_eq!(s.name, "reserve");
         assert_eq!(s.max_attempts, 1);
         assert_eq!(s.backoff_ms, 0);
@@ -201,7 +247,11 @@ mod tests {
     fn step_with_retries() {
         let s = StepFn::parse(
             quote!(name = "email", max_attempts = 5, backoff_ms = 200),
-            quote!(async fn send(to: String) -> Result<(), String> { Ok(()) }),
+            quote!(
+                async fn send(to: String) -> Result<(), String> {
+                    Ok(())
+                }
+            ),
         )
         .unwrap();
         assert_eq!(s.name, "email");
@@ -213,7 +263,11 @@ mod tests {
     fn retried_step_gets_the_default_backoff() {
         let s = StepFn::parse(
             quote!(max_attempts = 3),
-            quote!(async fn send() -> std::io::Result<()> { Ok(()) }),
+            quote!(
+                async fn send() -> std::io::Result<()> {
+                    Ok(())
+                }
+            ),
         )
         .unwrap();
         assert_eq!(s.backoff_ms, crate::args::DEFAULT_BACKOFF_MS);
@@ -222,18 +276,32 @@ mod tests {
     #[test]
     fn retries_require_a_result() {
         for item in [
-            quote!(async fn send() -> u32 { 1 }),
-            quote!(async fn send() {}),
+            quote!(
+                async fn send() -> u32 {
+                    1
+                }
+            ),
+            quote!(
+                async fn send() {}
+            ),
         ] {
             let err = unwrap_err(StepFn::parse(quote!(max_attempts = 3), item));
-            assert!(err
-                .to_string()
-                .starts_with("`max_attempts` retries a step on `Err`, so the step must return a `Result`"));
+            assert!(err.to_string().starts_with(
+                "`max_attempts` retries a step on `Err`, so the step must return a `Result`"
+            ));
         }
     }
 
     #[test]
     fn single_attempt_does_not_require_a_result() {
-        assert!(StepFn::parse(quote!(max_attempts = 1), quote!(async fn send() -> u32 { 1 })).is_ok());
+        assert!(StepFn::parse(
+            quote!(max_attempts = 1),
+            quote!(
+                async fn send() -> u32 {
+                    1
+                }
+            )
+        )
+        .is_ok());
     }
 }

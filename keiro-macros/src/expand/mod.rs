@@ -75,7 +75,7 @@ fn respan((start, end): (Span, Span), tokens: TokenStream) -> TokenStream {
 
 /// The user's attributes, sorted by the generated item they belong on.
 struct SplitAttrs {
-    /// `#[cfg]`: on every generated item, so they come and go together.
+    /// `#[cfg]`: on the public function, which holds everything else.
     cfg: Vec<Attribute>,
     /// Doc comments and `#[deprecated]`: what callers see.
     public: Vec<Attribute>,
@@ -121,7 +121,8 @@ impl SplitAttrs {
                 let mut attr = attr.clone();
                 if attr.path().is_ident("expect") {
                     if let syn::Meta::List(list) = &mut attr.meta {
-                        list.path = syn::Ident::new("allow", list.path.segments[0].ident.span()).into();
+                        list.path =
+                            syn::Ident::new("allow", list.path.segments[0].ident.span()).into();
                     }
                 }
                 attr
@@ -145,17 +146,40 @@ mod tests {
             parse_quote!(#[tracing::instrument]),
         ];
         let split = SplitAttrs::new(&attrs);
-        assert_eq!((split.cfg.len(), split.public.len(), split.lints.len(), split.rest.len()), (1, 2, 1, 1));
+        assert_eq!(
+            (
+                split.cfg.len(),
+                split.public.len(),
+                split.lints.len(),
+                split.rest.len()
+            ),
+            (1, 2, 1, 1)
+        );
         let allow = &split.lints_as_allow()[0];
-        assert_eq!(allow.to_token_stream().to_string(), "# [allow (clippy :: too_many_arguments)]");
+        assert_eq!(
+            allow.to_token_stream().to_string(),
+            "# [allow (clippy :: too_many_arguments)]"
+        );
     }
 
     #[test]
     fn errors_keep_the_original_item() {
-        let out = workflow(quote!(), quote!(fn checkout() {})).to_string();
+        let out = workflow(
+            quote!(),
+            quote!(
+                fn checkout() {}
+            ),
+        )
+        .to_string();
         assert!(out.starts_with("fn checkout () { }"), "{out}");
         assert!(out.contains("compile_error"), "{out}");
-        let out = step(quote!(max_attempts = 0), quote!(async fn reserve() {})).to_string();
+        let out = step(
+            quote!(max_attempts = 0),
+            quote!(
+                async fn reserve() {}
+            ),
+        )
+        .to_string();
         assert!(out.starts_with("async fn reserve () { }"), "{out}");
         assert!(out.contains("compile_error"), "{out}");
     }

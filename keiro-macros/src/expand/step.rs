@@ -33,9 +33,11 @@ pub(super) fn expand(step: &StepFn) -> TokenStream {
     // Type assertions at the user's spans. The runtime call below is given the
     // return type's span too, so rustc reports a non-journalable return type
     // once, with keiro's message.
-    let ret_assert = step.output.ty.as_ref().map(|ty| {
-        quote_spanned!(ty.span()=> ::keiro::__private::assert_step_value::<#ty>();)
-    });
+    let ret_assert = step
+        .output
+        .ty
+        .as_ref()
+        .map(|ty| quote_spanned!(ty.span()=> ::keiro::__private::assert_step_value::<#ty>();));
     let ret_range = match &step.output.ty {
         Some(ty) => span_range(ty),
         None => span_range(ident),
@@ -63,10 +65,16 @@ pub(super) fn expand(step: &StepFn) -> TokenStream {
             let reference = respan(range, quote!(&#ident));
             respan(range, quote!(::core::clone::Clone::clone(#reference)))
         });
+        // `R` is inferred from this closure, so rustc reports unmet bounds on
+        // `R` at it: give it the return type's span as well.
+        let is_err = respan(
+            ret_range,
+            quote!(|__keiro_result: &#ret| __keiro_result.is_err()),
+        );
         let call = quote! {
             ::keiro::__private::step_retry(
                 #meta,
-                |__keiro_result: &#ret| __keiro_result.is_err(),
+                #is_err,
                 move || #body_ident(#(#clones),*),
             )
         };
@@ -128,11 +136,23 @@ mod tests {
             },
         );
         assert!(out.starts_with("# [doc = r\" Reserves stock.\"] pub (crate) fn reserve (sku : String , qty : u32) -> impl :: core :: future :: Future < Output = Result < String , ShopError > > + :: core :: marker :: Send"), "{out}");
-        assert!(out.contains("async fn __keiro_step_body (mut sku : String , qty : u32)"), "{out}");
-        assert!(out.contains("name : \"reserve\" , max_attempts : 1 , backoff_ms : 0"), "{out}");
+        assert!(
+            out.contains("async fn __keiro_step_body (mut sku : String , qty : u32)"),
+            "{out}"
+        );
+        assert!(
+            out.contains("name : \"reserve\" , max_attempts : 1 , backoff_ms : 0"),
+            "{out}"
+        );
         assert!(out.contains(":: keiro :: __private :: step_once"), "{out}");
-        assert!(out.contains("move || __keiro_step_body (sku , qty)"), "{out}");
-        assert!(out.contains("assert_step_value :: < Result < String , ShopError > >"), "{out}");
+        assert!(
+            out.contains("move || __keiro_step_body (sku , qty)"),
+            "{out}"
+        );
+        assert!(
+            out.contains("assert_step_value :: < Result < String , ShopError > >"),
+            "{out}"
+        );
         assert!(!out.contains("assert_retry_arg"), "{out}");
     }
 
@@ -140,18 +160,38 @@ mod tests {
     fn retried_step() {
         let out = expand(
             quote!(name = "send_email", max_attempts = 5, backoff_ms = 200),
-            quote!(async fn email(to: String) -> Result<(), ShopError> { Ok(()) }),
+            quote!(
+                async fn email(to: String) -> Result<(), ShopError> {
+                    Ok(())
+                }
+            ),
         );
-        assert!(out.contains("name : \"send_email\" , max_attempts : 5 , backoff_ms : 200"), "{out}");
+        assert!(
+            out.contains("name : \"send_email\" , max_attempts : 5 , backoff_ms : 200"),
+            "{out}"
+        );
         assert!(out.contains(":: keiro :: __private :: step_retry"), "{out}");
-        assert!(out.contains("| __keiro_result : & Result < () , ShopError > | __keiro_result . is_err ()"), "{out}");
-        assert!(out.contains("move || __keiro_step_body (:: core :: clone :: Clone :: clone (& to))"), "{out}");
+        assert!(
+            out.contains(
+                "| __keiro_result : & Result < () , ShopError > | __keiro_result . is_err ()"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("move || __keiro_step_body (:: core :: clone :: Clone :: clone (& to))"),
+            "{out}"
+        );
         assert!(out.contains("assert_retry_arg :: < String >"), "{out}");
     }
 
     #[test]
     fn step_returning_unit() {
-        let out = expand(quote!(), quote!(async fn ping() {}));
+        let out = expand(
+            quote!(),
+            quote!(
+                async fn ping() {}
+            ),
+        );
         assert!(out.contains("Future < Output = () >"), "{out}");
         assert!(!out.contains("assert_step_value"), "{out}");
     }

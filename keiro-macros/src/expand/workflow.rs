@@ -5,7 +5,7 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
-use syn::Visibility;
+use syn::{parse_quote, Visibility};
 
 use super::{args_span_range, respan, span_range, SplitAttrs};
 use crate::model::WorkflowFn;
@@ -19,7 +19,6 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
     let name = Literal::string(&workflow.name);
     let ret = workflow.output.tokens();
     let attrs = SplitAttrs::new(&func.attrs);
-    let cfg = &attrs.cfg;
 
     let idents: Vec<_> = workflow.args.iter().map(|arg| &arg.ident).collect();
     let types: Vec<_> = workflow.args.iter().map(|arg| &arg.ty).collect();
@@ -32,9 +31,10 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
         .iter()
         .map(|ty| quote_spanned!(ty.span()=> ::keiro::__private::assert_workflow_value::<#ty>();))
         .collect();
-    let ret_assert = workflow.output.ty.as_ref().map(|ty| {
-        quote_spanned!(ty.span()=> ::keiro::__private::assert_workflow_value::<#ty>();)
-    });
+    let ret_assert =
+        workflow.output.ty.as_ref().map(
+            |ty| quote_spanned!(ty.span()=> ::keiro::__private::assert_workflow_value::<#ty>();),
+        );
     let args_range = args_span_range(&workflow.args);
     let ret_range = match &workflow.output.ty {
         Some(ty) => span_range(ty),
@@ -45,11 +45,15 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
     let mut body = func.clone();
     body.sig.ident = body_ident.clone();
     body.vis = Visibility::Inherited;
-    body.attrs = cfg
+    body.attrs = attrs
+        .lints
         .iter()
-        .chain(&attrs.lints)
         .chain(&attrs.rest)
         .cloned()
+        .chain([
+            parse_quote!(#[doc(hidden)]),
+            parse_quote!(#[allow(non_snake_case, dead_code)]),
+        ])
         .collect();
 
     // 2. The runner the worker calls with the journaled input.
@@ -82,6 +86,7 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
 
     // 4. The public function: same name, visibility and docs; builds the call.
     let vis = &func.vis;
+    let cfg = &attrs.cfg;
     let public_attrs = &attrs.public;
     let public_lints = attrs.lints_as_allow();
     let args_ref = respan(args_range, quote!(&(#(#idents,)*)));
@@ -97,35 +102,36 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
         },
     );
 
+    // The helpers live inside the public function: nothing but the
+    // function's own name is added to the user's namespace, and the expansion
+    // is equally valid as an associated function in an `impl` block.
     quote! {
-        #body
-
-        #(#cfg)*
-        #[doc(hidden)]
-        fn #run_ident(
-            __keiro_input: ::keiro::__private::WorkflowInput,
-        ) -> ::keiro::__private::BoxFuture<
-            'static,
-            ::core::result::Result<::keiro::__private::WorkflowOutput, ::keiro::Error>,
-        > {
-            #(#arg_asserts)*
-            #ret_assert
-            #run_body
-        }
-
-        #(#cfg)*
-        ::keiro::__private::inventory::submit! {
-            ::keiro::__private::WorkflowRegistration::new(
-                #name,
-                ::core::concat!(::core::module_path!(), "::", #fn_name),
-                #run_ident,
-            )
-        }
-
         #(#cfg)*
         #(#public_attrs)*
         #(#public_lints)*
         #vis fn #ident(#(#idents: #types),*) -> #public_ret {
+            #body
+
+            #[doc(hidden)]
+            fn #run_ident(
+                __keiro_input: ::keiro::__private::WorkflowInput,
+            ) -> ::keiro::__private::BoxFuture<
+                'static,
+                ::core::result::Result<::keiro::__private::WorkflowOutput, ::keiro::Error>,
+            > {
+                #(#arg_asserts)*
+                #ret_assert
+                #run_body
+            }
+
+            ::keiro::__private::inventory::submit! {
+                ::keiro::__private::WorkflowRegistration::new(
+                    #name,
+                    ::core::concat!(::core::module_path!(), "::", #fn_name),
+                    #run_ident,
+                )
+            }
+
             #(#arg_asserts)*
             #ret_assert
             #call
@@ -145,19 +151,8 @@ mod tests {
         syn::parse2(super::expand(&func)).unwrap()
     }
 
-    fn item_names(file: &syn::File) -> Vec<String> {
-        file.items
-            .iter()
-            .map(|item| match item {
-                syn::Item::Fn(f) => f.sig.ident.to_string(),
-                syn::Item::Macro(m) => m.mac.path.segments.last().unwrap().ident.to_string(),
-                other => panic!("unexpected item {}", quote!(#other)),
-            })
-            .collect()
-    }
-
     #[test]
-    fn generates_body_runner_registration_and_public_fn() {
+    fn generates_one_public_fn_holding_body_runner_and_registration() {
         let file = expand(
             quote!(),
             quote! {
@@ -166,49 +161,114 @@ mod tests {
                 pub async fn checkout(mut order: Order, n: u32) -> Result<Receipt, ShopError> { todo!() }
             },
         );
-        assert_eq!(
-            item_names(&file),
-            [
-                "__keiro_workflow_body_checkout",
-                "__keiro_workflow_run_checkout",
-                "submit",
-                "checkout"
-            ]
-        );
-        let syn::Item::Fn(body) = &file.items[0] else { unreachable!() };
-        assert!(body.sig.asyncness.is_some());
-        assert!(matches!(body.vis, syn::Visibility::Inherited));
-        let body_attrs = &body.attrs;
-        let body_attrs = quote!(#(#body_attrs)*).to_string();
-        assert!(body_attrs.contains("inline") && !body_attrs.contains("Checks out"), "{body_attrs}");
-
-        let syn::Item::Fn(public) = &file.items[3] else { unreachable!() };
+        assert_eq!(file.items.len(), 1);
+        let syn::Item::Fn(public) = &file.items[0] else {
+            panic!("expected a function");
+        };
+        assert_eq!(public.sig.ident, "checkout");
         assert!(public.sig.asyncness.is_none());
         assert!(matches!(public.vis, syn::Visibility::Public(_)));
-        let public = quote!(#public).to_string();
-        assert!(public.contains("Checks out"), "{public}");
-        assert!(!public.contains("mut order"), "{public}");
-        assert!(public.contains("-> :: keiro :: WorkflowCall < Result < Receipt , ShopError > >"), "{public}");
-        assert!(public.contains(":: keiro :: __private :: encode_args (\"checkout\" , & (order , n ,))"), "{public}");
+        let public_attrs = &public.attrs;
+        let public_attrs = quote!(#(#public_attrs)*).to_string();
+        assert_eq!(public_attrs, "# [doc = r\" Checks out.\"]");
+        let signature = &public.sig;
+        assert_eq!(
+            quote!(#signature).to_string(),
+            "fn checkout (order : Order , n : u32) \
+             -> :: keiro :: WorkflowCall < Result < Receipt , ShopError > >"
+        );
 
-        let run = file.items[1].to_token_stream().to_string();
-        assert!(run.contains("__keiro_out . is_err ()"), "{run}");
+        let stmts = &public.block.stmts;
+        let (
+            syn::Stmt::Item(syn::Item::Fn(body)),
+            syn::Stmt::Item(syn::Item::Fn(run)),
+            syn::Stmt::Macro(submit),
+        ) = (&stmts[0], &stmts[1], &stmts[2])
+        else {
+            panic!(
+                "expected body, runner and registration first, got {}",
+                quote!(#(#stmts)*)
+            );
+        };
+
+        assert_eq!(body.sig.ident, "__keiro_workflow_body_checkout");
+        assert!(body.sig.asyncness.is_some());
+        assert!(matches!(body.vis, syn::Visibility::Inherited));
+        let body_sig = &body.sig;
+        assert!(quote!(#body_sig).to_string().contains("mut order : Order"));
+        let body_attrs = &body.attrs;
+        assert_eq!(
+            quote!(#(#body_attrs)*).to_string(),
+            "# [inline] # [doc (hidden)] # [allow (non_snake_case , dead_code)]"
+        );
+
+        assert_eq!(run.sig.ident, "__keiro_workflow_run_checkout");
+        let run = quote!(#run).to_string();
         assert!(run.contains("let (order , n ,) : (Order , u32 ,)"), "{run}");
-        let submit = file.items[2].to_token_stream().to_string();
-        assert!(submit.contains("WorkflowRegistration :: new (\"checkout\""), "{submit}");
+        assert!(run.contains("__keiro_out . is_err ()"), "{run}");
+
+        assert!(submit
+            .mac
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "submit"));
+        let submit = quote!(#submit).to_string();
+        assert!(
+            submit.contains("WorkflowRegistration :: new (\"checkout\""),
+            "{submit}"
+        );
+
+        let public = quote!(#public).to_string();
+        assert!(
+            public.contains(
+                ":: keiro :: __private :: workflow_call :: < Result < Receipt , ShopError > > (\"checkout\" , \
+                 __keiro_workflow_run_checkout , \
+                 :: keiro :: __private :: encode_args (\"checkout\" , & (order , n ,)) ,)"
+            ),
+            "{public}"
+        );
+    }
+
+    #[test]
+    fn cfg_and_lint_attributes_reach_the_right_functions() {
+        let file = expand(
+            quote!(),
+            quote! {
+                #[cfg(feature = "shop")]
+                #[expect(clippy::too_many_arguments)]
+                #[tracing::instrument]
+                async fn checkout() {}
+            },
+        );
+        let all = quote!(#file).to_string();
+        assert!(
+            all.starts_with("# [cfg (feature = \"shop\")] # [allow (clippy :: too_many_arguments)] fn checkout ()"),
+            "{all}"
+        );
+        assert!(
+            all.contains("# [expect (clippy :: too_many_arguments)] # [tracing :: instrument] # [doc (hidden)]"),
+            "{all}"
+        );
     }
 
     #[test]
     fn named_workflow_without_arguments_returning_unit() {
-        let file = expand(quote!(name = "nightly"), quote!(async fn cleanup() {}));
+        let file = expand(
+            quote!(name = "nightly"),
+            quote!(
+                async fn cleanup() {}
+            ),
+        );
         let all = quote!(#file).to_string();
-        assert!(all.contains("WorkflowRegistration :: new (\"nightly\""), "{all}");
+        assert!(
+            all.contains("WorkflowRegistration :: new (\"nightly\""),
+            "{all}"
+        );
         assert!(all.contains("\"::\" , \"cleanup\""), "{all}");
         assert!(all.contains("let __keiro_out : () ="), "{all}");
         assert!(all.contains("let __keiro_is_err : bool = false"), "{all}");
         assert!(all.contains("WorkflowCall < () >"), "{all}");
         assert!(!all.contains("assert_workflow_value"), "{all}");
     }
-
-    use quote::ToTokens;
 }

@@ -55,7 +55,10 @@ async fn main() {
         email: "a@example.com".to_owned(),
     };
     // Outside a workflow a step is a plain call.
-    assert_eq!(reserve("apple".to_owned(), 2).await.unwrap(), "hold-apple-2");
+    assert_eq!(
+        reserve("apple".to_owned(), 2).await.unwrap(),
+        "hold-apple-2"
+    );
     assert!(reserve("pear".to_owned(), 0).await.is_err());
     assert_eq!(label(order.clone()).await, "label for a@example.com");
     audit(Vec::new()).await;
