@@ -294,6 +294,54 @@ async fn the_loser_of_a_step_race_continues_with_the_recorded_value(backend: Bac
     assert_eq!(journal[0].result, "\"theirs\"");
 }
 
+#[step]
+async fn long_step(key: String) -> String {
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    ran(&key, "long_step");
+    "slow".into()
+}
+
+#[workflow]
+async fn long_running(key: String) -> String {
+    long_step(key).await
+}
+
+async fn a_live_run_renews_its_lease_so_no_worker_takes_it(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let runner = keiro::Keiro::builder(&db.url)
+        .executor_id(format!("runner-{}", uuid::Uuid::new_v4().simple()))
+        .lease_ttl(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    let other = db.keiro().await;
+    let key = uuid::Uuid::new_v4().to_string();
+    let handle = long_running(key.clone())
+        .id(&key)
+        .on(&runner)
+        .start()
+        .await
+        .unwrap();
+    let first_expiry = keiro_lease(&other, &key).await;
+    let mut taken = 0;
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        taken += other.resume_once(&quiet()).await.unwrap().resumed;
+    }
+    assert_eq!(taken, 0, "a worker took a live run's lease");
+    assert!(
+        keiro_lease(&other, &key).await > first_expiry,
+        "the lease was not renewed"
+    );
+    assert_eq!(handle.result().await.unwrap(), "slow");
+    assert_eq!(count(&key, "long_step"), 1);
+}
+
+async fn keiro_lease(keiro: &keiro::Keiro, id: &str) -> i64 {
+    let row = keiro.store().get_instance(id).await.unwrap().unwrap();
+    row.lease_expires_at.expect("leased")
+}
+
 async fn invalid_options_are_refused_before_anything_runs(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
@@ -377,6 +425,7 @@ on_both_backends!(
     live_foreign_leases_are_skipped_and_dead_ones_taken,
     racing_executors_converge_on_the_first_result,
     the_loser_of_a_step_race_continues_with_the_recorded_value,
+    a_live_run_renews_its_lease_so_no_worker_takes_it,
     invalid_options_are_refused_before_anything_runs,
     a_running_worker_picks_up_enqueued_work_promptly,
 );
