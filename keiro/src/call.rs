@@ -9,7 +9,7 @@ use keiro_store::{InstanceRow, InstanceStatus, NewInstance};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::context::{current, run_step, StepKind};
+use crate::context::{claim_seq, run_step, StepKind};
 use crate::registry::{BoxFuture, RunFn};
 use crate::run::{self, launch, lock, outcome_of, wait, Launch, ParentSlot};
 use crate::{Error, Keiro, Result};
@@ -48,10 +48,7 @@ where
 {
     pub(crate) fn new(name: &'static str, run: RunFn, input: Result<String>) -> Self {
         // Inside a workflow the call takes a step id now, like a step.
-        let parent = current().map(|cx| {
-            let seq = cx.next_seq();
-            (cx, seq)
-        });
+        let parent = claim_seq();
         WorkflowCall {
             name,
             run,

@@ -30,6 +30,15 @@ pub(crate) fn current() -> Option<Arc<WorkflowContext>> {
     CONTEXT.try_with(|c| c.clone()).ok().flatten()
 }
 
+/// Inside a workflow, the current context and a newly allocated step id: how
+/// every journaled call takes its id at call time, before it is polled.
+pub(crate) fn claim_seq() -> Option<(Arc<WorkflowContext>, i64)> {
+    current().map(|cx| {
+        let seq = cx.next_seq();
+        (cx, seq)
+    })
+}
+
 /// Runs `fut` with `cx` as the current workflow context (or none).
 pub(crate) async fn scope<F: std::future::Future>(
     cx: Option<Arc<WorkflowContext>>,

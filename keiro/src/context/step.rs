@@ -9,7 +9,7 @@ use keiro_store::{AppendOutcome, StepRow};
 use serde::{de::DeserializeOwned, Serialize};
 use tracing::Instrument;
 
-use super::{current, describe, scope, WorkflowContext};
+use super::{claim_seq, describe, scope, WorkflowContext};
 use crate::Error;
 
 /// A `#[step]`'s options, as written in its attribute.
@@ -57,10 +57,7 @@ where
     R: Serialize + DeserializeOwned + Send + 'static,
     Fut: Future<Output = R> + Send + 'static,
 {
-    let slot = current().map(|cx| {
-        let seq = cx.next_seq();
-        (cx, seq)
-    });
+    let slot = claim_seq();
     async move {
         match slot {
             None => body().await,
@@ -81,10 +78,7 @@ where
     R: Serialize + DeserializeOwned + Send + 'static,
     Fut: Future<Output = R> + Send + 'static,
 {
-    let slot = current().map(|cx| {
-        let seq = cx.next_seq();
-        (cx, seq)
-    });
+    let slot = claim_seq();
     let attempts = async move {
         let max = meta.max_attempts.max(1);
         let mut attempt = 1;

@@ -3,16 +3,13 @@
 use std::future::Future;
 use std::time::SystemTime;
 
-use super::{current, run_step, StepKind};
+use super::{claim_seq, run_step, StepKind};
 
 /// The current time. Inside a workflow it is journaled, so a replay sees the
 /// first run's value; outside it is [`SystemTime::now`]. Like a step, its id is
 /// allocated when it is called.
 pub fn now() -> impl Future<Output = SystemTime> + Send {
-    let slot = current().map(|cx| {
-        let seq = cx.next_seq();
-        (cx, seq)
-    });
+    let slot = claim_seq();
     async move {
         match slot {
             None => SystemTime::now(),
@@ -26,10 +23,7 @@ pub fn now() -> impl Future<Output = SystemTime> + Send {
 /// A random (v4) UUID. Inside a workflow it is journaled, so a replay sees the
 /// first run's value; outside it is a fresh one.
 pub fn uuid() -> impl Future<Output = uuid::Uuid> + Send {
-    let slot = current().map(|cx| {
-        let seq = cx.next_seq();
-        (cx, seq)
-    });
+    let slot = claim_seq();
     async move {
         match slot {
             None => uuid::Uuid::new_v4(),
