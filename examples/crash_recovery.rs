@@ -89,7 +89,11 @@ async fn main() -> Result<(), keiro::Error> {
             worker.shutdown().await;
             let ran = RAN.lock().unwrap().clone();
             for step in ["reserve", "charge", "pack", "ship"] {
-                let how = if ran.contains(&step) { "ran now" } else { "replayed from the journal" };
+                let how = if ran.contains(&step) {
+                    "ran now"
+                } else {
+                    "replayed from the journal"
+                };
                 println!("  step `{step}`: {how}");
             }
             println!("result: {out}");
