@@ -122,6 +122,18 @@ impl Store {
         dispatch!(self, s => s.finish(finish).await)
     }
 
+    /// Suspends a running instance `owner` holds until `wake_at`, releasing
+    /// the lease: it costs only its row until due. Returns whether it applied.
+    pub async fn suspend(
+        &self,
+        id: &str,
+        generation: i64,
+        owner: &str,
+        wake_at: i64,
+    ) -> Result<bool> {
+        dispatch!(self, s => s.suspend(id, generation, owner, wake_at).await)
+    }
+
     /// Puts an instance set aside for non-determinism back to `pending`, keeping
     /// its journal, so the fixed code can resume it. Returns whether it applied.
     pub async fn requeue_set_aside(&self, id: &str) -> Result<bool> {

@@ -271,6 +271,29 @@ impl SqliteStore {
         Ok(done.rows_affected() == 1)
     }
 
+    pub(crate) async fn suspend(
+        &self,
+        id: &str,
+        generation: i64,
+        owner: &str,
+        wake_at: i64,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE keiro_workflows SET status = 'suspended', wake_at = ?4, lease_owner = NULL, \
+             lease_expires_at = NULL, updated_at = ?5 \
+             WHERE id = ?1 AND generation = ?2 AND lease_owner = ?3 AND status = 'running'",
+        )
+        .bind(id)
+        .bind(generation)
+        .bind(owner)
+        .bind(wake_at)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("suspend"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
     pub(crate) async fn requeue_set_aside(&self, id: &str) -> Result<bool> {
         let done = sqlx::query(
             "UPDATE keiro_workflows SET status = 'pending', error = NULL, wake_at = ?2, \

@@ -3,7 +3,6 @@
 
 use std::future::IntoFuture;
 use std::marker::PhantomData;
-use std::time::Duration;
 
 use keiro_store::{InstanceRow, InstanceStatus, NewInstance};
 use serde::de::DeserializeOwned;
@@ -11,11 +10,8 @@ use serde::Serialize;
 
 use crate::context::{claim_seq, run_step, StepKind};
 use crate::registry::{BoxFuture, RunFn};
-use crate::run::{self, launch, lock, outcome_of, wait, Launch, ParentSlot};
+use crate::run::{self, follow, launch, lock, outcome_of, wait, Launch, ParentSlot};
 use crate::{Error, Keiro, Result};
-
-/// How often a handle on an instance run elsewhere looks at its row.
-const RESULT_POLL: Duration = Duration::from_millis(50);
 
 /// A call of a `#[workflow]` fn, not yet running.
 ///
@@ -82,7 +78,7 @@ where
         let launch_spec = self.launch_spec()?;
         let id = launch_spec.id.clone();
         launch(&keiro, launch_spec).await?;
-        Ok(WorkflowHandle::new(keiro, id))
+        Ok(WorkflowHandle::new(keiro, id, Some(self.run)))
     }
 
     /// Records the instance as pending without running it here: whichever
@@ -113,7 +109,7 @@ where
             keiro.inner.wake.notify_one();
             keiro.inner.store.wake_workers().await?;
         }
-        Ok(WorkflowHandle::new(keiro, spec.id))
+        Ok(WorkflowHandle::new(keiro, spec.id, None))
     }
 
     async fn runtime(&self) -> Result<Keiro> {
@@ -153,7 +149,7 @@ where
         match self.parent {
             None => {
                 let id = spec.id.clone();
-                let row = wait(&keiro, &id, launch(&keiro, spec).await?).await?;
+                let row = wait(&keiro, &id, launch(&keiro, spec).await?, Some(self.run)).await?;
                 outcome_of(&row)
             }
             Some((cx, seq)) => {
@@ -170,7 +166,13 @@ where
                     .await);
                 }
                 let child_id = spec.id.clone();
-                let row = wait(&keiro, &child_id, launch(&keiro, spec).await?).await;
+                let row = wait(
+                    &keiro,
+                    &child_id,
+                    launch(&keiro, spec).await?,
+                    Some(self.run),
+                )
+                .await;
                 match row.and_then(|row| outcome_of::<R>(&row)) {
                     Ok(value) => {
                         Ok(run_step(cx, seq, StepKind::Child, name, async { value }).await)
@@ -255,6 +257,9 @@ impl WorkflowStatus {
 pub struct WorkflowHandle<R> {
     keiro: Keiro,
     id: String,
+    /// Set for handles of runs started in this process, which this process
+    /// drives on when they come due again.
+    run: Option<RunFn>,
     _output: PhantomData<fn() -> R>,
 }
 
@@ -267,10 +272,11 @@ impl<R> std::fmt::Debug for WorkflowHandle<R> {
 }
 
 impl<R: DeserializeOwned> WorkflowHandle<R> {
-    pub(crate) fn new(keiro: Keiro, id: String) -> Self {
+    pub(crate) fn new(keiro: Keiro, id: String, run: Option<RunFn>) -> Self {
         WorkflowHandle {
             keiro,
             id,
+            run,
             _output: PhantomData,
         }
     }
@@ -291,16 +297,11 @@ impl<R: DeserializeOwned> WorkflowHandle<R> {
         let in_process = lock(&self.keiro.inner.running)
             .get(&self.id)
             .map(|(_, receiver)| receiver.clone());
-        if let Some(receiver) = in_process {
-            return outcome_of(&wait(&self.keiro, &self.id, receiver).await?);
-        }
-        loop {
-            let row = self.row().await?;
-            if row.status.is_final() {
-                return outcome_of(&row);
-            }
-            tokio::time::sleep(RESULT_POLL).await;
-        }
+        let row = match in_process {
+            Some(receiver) => wait(&self.keiro, &self.id, receiver, self.run).await?,
+            None => follow(&self.keiro, &self.id, self.run).await?,
+        };
+        outcome_of(&row)
     }
 
     async fn row(&self) -> Result<InstanceRow> {
@@ -322,7 +323,7 @@ impl Keiro {
         &self,
         id: impl Into<String>,
     ) -> Result<WorkflowHandle<R>> {
-        let handle = WorkflowHandle::new(self.clone(), id.into());
+        let handle = WorkflowHandle::new(self.clone(), id.into(), None);
         handle.row().await?;
         Ok(handle)
     }

@@ -59,7 +59,7 @@ pub mod __private;
 pub use keiro_macros::{step, workflow};
 
 pub use call::{handle, WorkflowCall, WorkflowHandle, WorkflowStatus};
-pub use context::{now, uuid};
+pub use context::{now, sleep, sleep_until, uuid};
 pub use error::{Error, Result, StoreError};
 pub use keiro_store::{SqliteSynchronous, Store};
 pub use runtime::{

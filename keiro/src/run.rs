@@ -10,7 +10,7 @@ use keiro_store::{now_ms, Crash, Finish, InstanceRow, InstanceStatus, Lease, New
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::context::{self, describe, WorkflowContext};
+use crate::context::{self, describe, Halt, WorkflowContext};
 use crate::registry::{RunFn, WorkflowInput};
 use crate::runtime::RunResult;
 use crate::{Error, Keiro, Result};
@@ -77,7 +77,7 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
     let keiro = keiro.clone();
     tokio::spawn(async move {
         let claimed = if fresh { Some(row) } else { None };
-        let result = drive(&keiro, launch.run, &launch.id, claimed, fresh).await;
+        let result = run_here(&keiro, launch.run, &launch.id, claimed).await;
         publish(&keiro, &launch.id, sender, result);
     });
     Ok(receiver)
@@ -120,61 +120,109 @@ pub(crate) fn publish(
     let _ = sender.send(Some(result));
 }
 
-/// Waits for the end of an instance driven in this process. If its driver
-/// gave it up unfinished (a crash a resume worker retries later), follows the
-/// instance through the store instead.
+/// Waits for the end of an instance this process launched. A run that ended
+/// with an error reports it; one that suspended (or lost its lease, or was
+/// given up) is followed through the store, and driven here again when due.
 pub(crate) async fn wait(
     keiro: &Keiro,
     id: &str,
     mut receiver: watch::Receiver<RunResult>,
+    run: Option<RunFn>,
 ) -> Result<InstanceRow> {
     if let Ok(done) = receiver.wait_for(|r| r.is_some()).await {
         if let Some(result) = done.clone() {
-            return result;
+            let row = result?;
+            if row.status.is_final() {
+                return Ok(row);
+            }
         }
     }
+    follow(keiro, id, run).await
+}
+
+/// Follows an instance until it is final. With `run`, this process drives it
+/// whenever it is due and nobody else holds it (a suspended sleep that has
+/// come due, a lapsed lease); without, it only watches.
+pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Result<InstanceRow> {
     loop {
-        match keiro.inner.store.get_instance(id).await? {
-            None => return Err(Error::NotFound { id: id.to_owned() }),
-            Some(row) if row.status.is_final() => return Ok(row),
-            Some(_) => tokio::time::sleep(ATTACH_POLL).await,
+        let row = keiro
+            .inner
+            .store
+            .get_instance(id)
+            .await?
+            .ok_or_else(|| Error::NotFound { id: id.to_owned() })?;
+        if row.status.is_final() {
+            return Ok(row);
         }
+        let wait = match row.wake_at {
+            Some(wake_at) => (wake_at - now_ms()).max(0) as u64,
+            None => u64::MAX,
+        };
+        if wait == 0 {
+            if let Some(run) = run {
+                let name = keiro
+                    .inner
+                    .registry
+                    .get(&row.name)
+                    .map(|r| r.name)
+                    .unwrap_or("");
+                match take_slot(keiro, id, name) {
+                    Slot::Mine(sender, _) => {
+                        let result = run_here(keiro, run, id, None).await;
+                        let error = result.as_ref().err().cloned();
+                        publish(keiro, id, sender, result);
+                        if let Some(error) = error {
+                            return Err(error);
+                        }
+                        continue;
+                    }
+                    Slot::Attached(mut receiver) => {
+                        let _ = receiver.wait_for(|r| r.is_some()).await;
+                        continue;
+                    }
+                    Slot::Conflict(_) => {}
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(
+            wait.clamp(1, ATTACH_POLL.as_millis() as u64),
+        ))
+        .await;
     }
 }
 
-/// Runs `claimed` (or claims the instance as soon as nobody else holds it)
-/// until it reaches a final state.
-async fn drive(
+/// Runs the instance once in this process: `claimed`, or whatever this
+/// process can claim now. Returns the row as the run left it (final,
+/// suspended, or held elsewhere).
+async fn run_here(
     keiro: &Keiro,
     run: RunFn,
     id: &str,
-    mut claimed: Option<InstanceRow>,
-    mut fresh: bool,
+    claimed: Option<InstanceRow>,
 ) -> Result<InstanceRow> {
     let policy = Policy::of(keiro);
-    let lease = Lease {
-        owner: &keiro.inner.executor_id,
-        ttl_ms: policy.ttl.as_millis() as i64,
+    let fresh = claimed.is_some();
+    let claimed = match claimed {
+        Some(row) => Some(row),
+        None => {
+            let lease = Lease {
+                owner: &keiro.inner.executor_id,
+                ttl_ms: policy.ttl.as_millis() as i64,
+            };
+            keiro.inner.store.claim(id, lease).await?
+        }
     };
-    let mut first = true;
-    loop {
-        if let Some(row) = claimed.take() {
-            match execute(keiro, run, row, fresh, policy).await? {
-                Some(done) => return Ok(done),
-                // The lease went to another executor; follow its result.
-                None => fresh = false,
-            }
-        }
-        if !first {
-            tokio::time::sleep(ATTACH_POLL).await;
-        }
-        first = false;
-        match keiro.inner.store.get_instance(id).await? {
-            None => return Err(Error::NotFound { id: id.to_owned() }),
-            Some(row) if row.status.is_final() => return Ok(row),
-            Some(_) => claimed = keiro.inner.store.claim(id, lease).await?,
+    if let Some(row) = claimed {
+        if let Some(done) = execute(keiro, run, row, fresh, policy).await? {
+            return Ok(done);
         }
     }
+    keiro
+        .inner
+        .store
+        .get_instance(id)
+        .await?
+        .ok_or_else(|| Error::NotFound { id: id.to_owned() })
 }
 
 enum Ended {
@@ -182,6 +230,7 @@ enum Ended {
     Errored(Error),
     Panicked(String),
     Aborted(Error),
+    Suspended(i64),
     LeaseLost,
 }
 
@@ -210,8 +259,8 @@ fn crash_backoff(attempts: i64) -> Duration {
 }
 
 /// One invocation: read the journal once (none for a fresh instance), run the
-/// body with its context, and record the end. `Ok(None)` when the lease was lost
-/// to another executor mid-run.
+/// body with its context, and record the end: `Ok(Some(row))` when it finished
+/// or suspended, `Ok(None)` when the lease was lost to another executor.
 ///
 /// A panic, or an error in the workflow's own data (an input or result that no
 /// longer decodes), is a crash: counted against the instance's attempts, which
@@ -268,9 +317,10 @@ pub(crate) async fn execute(
     let ended = loop {
         tokio::select! {
             biased;
-            error = &mut aborted => {
-                break match error {
-                    Ok(error) => Ended::Aborted(error),
+            halt = &mut aborted => {
+                break match halt {
+                    Ok(Halt::Error(error)) => Ended::Aborted(error),
+                    Ok(Halt::Suspend { wake_at }) => Ended::Suspended(wake_at),
                     Err(_) => Ended::Errored(Error::Config("workflow context dropped".into())),
                 };
             }
@@ -332,6 +382,20 @@ pub(crate) async fn execute(
             set_aside(keiro, &row, error).await
         }
         Ended::LeaseLost => Ok(None),
+        Ended::Suspended(wake_at) => {
+            if !store
+                .suspend(&row.id, row.generation, owner, wake_at)
+                .await?
+            {
+                return Ok(None);
+            }
+            let mut waiting = row;
+            waiting.status = InstanceStatus::Suspended;
+            waiting.wake_at = Some(wake_at);
+            waiting.lease_owner = None;
+            waiting.lease_expires_at = None;
+            Ok(Some(waiting))
+        }
         Ended::Aborted(error) | Ended::Errored(error) if error.is_transient() => {
             let _ = store.release(&row.id, owner).await;
             Err(error)

@@ -39,6 +39,8 @@ pub(crate) struct Inner {
     pub(crate) executor_id: String,
     pub(crate) lease_ttl: Duration,
     pub(crate) max_attempts: u32,
+    /// Waits longer than this suspend the workflow instead of holding memory.
+    pub(crate) suspend_after: Duration,
     /// The token of this process's executor registration, once taken.
     pub(crate) executor_token: OnceCell<String>,
     /// Wakes this process's resume worker (work was enqueued here, or a
@@ -73,6 +75,7 @@ impl Keiro {
             executor_id: None,
             lease_ttl: Duration::from_secs(10),
             max_attempts: 5,
+            suspend_after: Duration::from_secs(1),
             store: StoreOptions::default(),
         }
     }
@@ -144,6 +147,7 @@ pub struct KeiroBuilder {
     executor_id: Option<String>,
     lease_ttl: Duration,
     max_attempts: u32,
+    suspend_after: Duration,
     store: StoreOptions,
 }
 
@@ -168,6 +172,14 @@ impl KeiroBuilder {
     /// [`crate::ResumeOptions::max_attempts`].
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = n;
+        self
+    }
+
+    /// Waits (`keiro::sleep`) up to this long stay in memory; longer ones
+    /// suspend the workflow: its future is dropped, its lease released, and it
+    /// costs only its row until due (default 1 s).
+    pub fn suspend_after(mut self, threshold: Duration) -> Self {
+        self.suspend_after = threshold;
         self
     }
 
@@ -212,6 +224,7 @@ impl KeiroBuilder {
                 executor_id,
                 lease_ttl: self.lease_ttl,
                 max_attempts: self.max_attempts,
+                suspend_after: self.suspend_after,
                 executor_token: OnceCell::new(),
                 wake: tokio::sync::Notify::new(),
                 running: Mutex::new(HashMap::new()),

@@ -73,3 +73,24 @@ pub async fn three_marks(file: String, workflow: u32) -> u32 {
     }
     workflow * 10 + last
 }
+
+/// Records the (journaled) time, sleeps durably for `millis`, records the time
+/// again: returns both, in ms since the Unix epoch. Prints `SLEEPING` (to the
+/// parent test) just before the sleep on its first run.
+#[workflow]
+pub async fn sleepy(millis: u64) -> (u64, u64) {
+    let before = keiro::now().await;
+    if std::env::var(CRASH_AT_ENV).is_ok() {
+        println!("SLEEPING");
+        std::io::stdout().flush().ok();
+    }
+    keiro::sleep(std::time::Duration::from_millis(millis)).await;
+    let after = keiro::now().await;
+    (unix_ms(before), unix_ms(after))
+}
+
+fn unix_ms(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -60,7 +60,7 @@ async fn resume(db: &TestDb, executor: &str, id: &str) -> (u32, u64) {
     let status = restarted.wait().await.unwrap();
     assert!(status.success(), "resume process failed: {status}");
     let mut parts = done.split_whitespace().skip(1);
-    let out = parts.next().unwrap().parse().unwrap();
+    let out = serde_json::from_str(parts.next().unwrap()).unwrap();
     let micros = parts.next().unwrap().parse().unwrap();
     (out, micros)
 }

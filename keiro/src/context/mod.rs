@@ -5,6 +5,7 @@
 //! it without an explicit parameter; outside a workflow there is none and they
 //! behave as plain calls.
 
+mod sleep;
 mod step;
 mod values;
 
@@ -17,6 +18,7 @@ use tokio::sync::oneshot;
 
 use crate::{Error, Keiro};
 
+pub use sleep::{sleep, sleep_until};
 pub(crate) use step::{run_step, StepKind};
 pub use step::{step_once, step_retry, StepMeta};
 pub use values::{now, uuid};
@@ -47,33 +49,51 @@ pub(crate) async fn scope<F: std::future::Future>(
     CONTEXT.scope(cx, fut).await
 }
 
+/// Why a run stopped before its body returned.
+#[derive(Debug)]
+pub(crate) enum Halt {
+    /// Something went wrong (non-determinism, an undecodable record, a store
+    /// failure).
+    Error(Error),
+    /// The workflow waits until `wake_at` (ms since the Unix epoch): its future
+    /// is dropped and its row keeps the wake time.
+    Suspend {
+        /// When it is due again.
+        wake_at: i64,
+    },
+}
+
 /// One invocation of one workflow instance.
 pub(crate) struct WorkflowContext {
     pub(crate) keiro: Keiro,
     pub(crate) name: String,
     pub(crate) id: String,
     pub(crate) generation: i64,
+    /// Waits at most this long in memory; longer ones suspend the run.
+    pub(crate) suspend_after: std::time::Duration,
     journal: Mutex<HashMap<i64, StepRow>>,
     next_seq: AtomicI64,
-    abort: Mutex<Option<oneshot::Sender<Error>>>,
+    abort: Mutex<Option<oneshot::Sender<Halt>>>,
 }
 
 impl WorkflowContext {
     /// A context over `journal` (the rows already recorded for this generation);
-    /// the receiver yields the error that aborts the run, if one does.
+    /// the receiver yields what stops the run early, if anything does.
     pub(crate) fn new(
         keiro: Keiro,
         name: String,
         id: String,
         generation: i64,
         journal: Vec<StepRow>,
-    ) -> (Arc<WorkflowContext>, oneshot::Receiver<Error>) {
+    ) -> (Arc<WorkflowContext>, oneshot::Receiver<Halt>) {
         let (abort, aborted) = oneshot::channel();
+        let suspend_after = keiro.inner.suspend_after;
         let cx = WorkflowContext {
             keiro,
             name,
             id,
             generation,
+            suspend_after,
             journal: Mutex::new(journal.into_iter().map(|r| (r.seq, r)).collect()),
             next_seq: AtomicI64::new(0),
             abort: Mutex::new(Some(abort)),
@@ -108,10 +128,16 @@ impl WorkflowContext {
     }
 
     /// Stops the run with `error`: the runner drops the workflow's future and
-    /// reports it. Only the first abort counts.
+    /// reports it. Only the first halt counts.
     pub(crate) fn abort(&self, error: Error) {
+        self.halt(Halt::Error(error));
+    }
+
+    /// Stops the run early: the runner drops the workflow's future and records
+    /// why. Only the first halt counts.
+    pub(crate) fn halt(&self, halt: Halt) {
         if let Some(sender) = lock(&self.abort).take() {
-            let _ = sender.send(error);
+            let _ = sender.send(halt);
         }
     }
 

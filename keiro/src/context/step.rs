@@ -34,6 +34,8 @@ pub(crate) enum StepKind {
     Uuid,
     /// A child workflow awaited by its parent.
     Child,
+    /// `keiro::sleep` / `keiro::sleep_until`: the recorded deadline.
+    Sleep,
 }
 
 impl StepKind {
@@ -43,6 +45,7 @@ impl StepKind {
             StepKind::Now => "now",
             StepKind::Uuid => "uuid",
             StepKind::Child => "child",
+            StepKind::Sleep => "sleep",
         }
     }
 }

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! crash_workflow run <id> <file>   run five_steps(file) under <id> in-process
+//! crash_workflow sleep <id> <ms>   run sleepy(ms) under <id> in-process
 //! crash_workflow resume <id>       start the resume worker, wait for <id>, print DONE
 //! crash_workflow worker            run the resume worker until killed
 //! ```
@@ -10,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use keiro::ResumeOptions;
-use keiro_tests::workflows::five_steps;
+use keiro_tests::workflows::{five_steps, sleepy};
 
 #[tokio::main]
 async fn main() {
@@ -41,10 +42,15 @@ async fn run(started: Instant) -> Result<(), keiro::Error> {
                     ..ResumeOptions::default()
                 })
                 .await?;
-            let out: u32 = keiro.handle(*id).await?.result().await?;
+            let out: serde_json::Value = keiro.handle(*id).await?.result().await?;
             let elapsed = started.elapsed();
             println!("DONE {out} {}", elapsed.as_micros());
             worker.shutdown().await;
+        }
+        ["sleep", id, millis] => {
+            let millis: u64 = millis.parse().expect("sleep <id> <millis>");
+            let out = sleepy(millis).id(*id).await?;
+            println!("DONE {}", serde_json::to_string(&out).unwrap());
         }
         ["worker"] => {
             let worker = keiro::run_resume_worker().await?;

@@ -1,0 +1,212 @@
+//! Durable sleep on both backends: the deadline is journaled once and replays
+//! wake at it; short waits stay in memory; long ones suspend the workflow (no
+//! lease, no task) until a worker or the awaiting caller drives it on when due;
+//! a process killed mid-sleep and restarted wakes at the original deadline.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keiro::{step, workflow, Keiro, ResumeOptions, WorkflowStatus};
+use keiro_tests::workflows::CRASH_AT_ENV;
+use keiro_tests::{count, on_both_backends, ran, Backend, TestDb};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+fn quiet() -> ResumeOptions {
+    ResumeOptions {
+        log: Arc::new(|_| {}),
+        ..ResumeOptions::default()
+    }
+}
+
+async fn runtime(db: &TestDb, suspend_after: Duration) -> Keiro {
+    Keiro::builder(&db.url)
+        .executor_id(format!("sleep-{}", uuid::Uuid::new_v4().simple()))
+        .suspend_after(suspend_after)
+        .connect()
+        .await
+        .unwrap()
+}
+
+#[step]
+async fn tick(key: String, label: String) -> String {
+    ran(&key, &label);
+    label
+}
+
+#[workflow]
+async fn nap(key: String, millis: u64, times: u32) -> u32 {
+    tick(key.clone(), "before".into()).await;
+    for _ in 0..times {
+        keiro::sleep(Duration::from_millis(millis)).await;
+    }
+    tick(key, "after".into()).await;
+    times
+}
+
+async fn short_sleeps_stay_in_memory(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = runtime(&db, Duration::from_secs(1)).await;
+    let key = uuid::Uuid::new_v4().to_string();
+    let started = Instant::now();
+    assert_eq!(
+        nap(key.clone(), 50, 4).id(&key).on(&keiro).await.unwrap(),
+        4
+    );
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    let journal = keiro.store().load_journal(&key, 0).await.unwrap();
+    let kinds: Vec<_> = journal.iter().map(|r| r.kind.as_str()).collect();
+    assert_eq!(kinds, ["step", "sleep", "sleep", "sleep", "sleep", "step"]);
+    // Each recorded deadline is at least 50 ms after the one before.
+    let deadlines: Vec<i64> = journal[1..5]
+        .iter()
+        .map(|r| r.result.parse().unwrap())
+        .collect();
+    assert!(
+        deadlines.windows(2).all(|w| w[1] - w[0] >= 50),
+        "{deadlines:?}"
+    );
+}
+
+async fn long_sleeps_suspend_and_a_worker_resumes_them_when_due(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let starter = runtime(&db, Duration::from_millis(100)).await;
+    let key = uuid::Uuid::new_v4().to_string();
+    let handle = nap(key.clone(), 700, 1)
+        .id(&key)
+        .on(&starter)
+        .start()
+        .await
+        .unwrap();
+    // It suspends: no lease, a wake time, status suspended.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if handle.status().await.unwrap() == WorkflowStatus::Suspended {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never suspended");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let row = starter.store().get_instance(&key).await.unwrap().unwrap();
+    assert_eq!(row.lease_owner, None);
+    let journal = starter.store().load_journal(&key, 0).await.unwrap();
+    let recorded: i64 = journal[1].result.parse().unwrap();
+    assert_eq!(row.wake_at, Some(recorded));
+    // Another process's worker: nothing is due before the deadline...
+    let worker = runtime(&db, Duration::from_millis(100)).await;
+    assert_eq!(worker.resume_once(&quiet()).await.unwrap().discovered, 0);
+    // ...and it runs it on once due, without re-running the first step.
+    let wait = (recorded - keiro_store::now_ms()).max(0) as u64;
+    tokio::time::sleep(Duration::from_millis(wait + 20)).await;
+    let summary = worker.resume_once(&quiet()).await.unwrap();
+    assert_eq!(
+        (summary.discovered, summary.resumed, summary.completed),
+        (1, 1, 1)
+    );
+    assert!(keiro_store::now_ms() >= recorded);
+    let other: u32 = worker.handle(&key).await.unwrap().result().await.unwrap();
+    assert_eq!(other, 1);
+    assert_eq!((count(&key, "before"), count(&key, "after")), (1, 1));
+}
+
+async fn a_suspended_sleep_counts_as_still_suspended(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = runtime(&db, Duration::from_millis(100)).await;
+    let key = uuid::Uuid::new_v4().to_string();
+    nap(key.clone(), 60_000, 1)
+        .id(&key)
+        .on(&keiro)
+        .enqueue()
+        .await
+        .unwrap();
+    let summary = keiro.resume_once(&quiet()).await.unwrap();
+    assert_eq!(
+        (summary.resumed, summary.still_suspended, summary.completed),
+        (1, 1, 0)
+    );
+    assert_eq!(keiro.resume_once(&quiet()).await.unwrap().discovered, 0);
+    assert_eq!(count(&key, "before"), 1);
+}
+
+async fn awaiting_a_suspending_workflow_returns_when_due(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = runtime(&db, Duration::from_millis(50)).await;
+    let key = uuid::Uuid::new_v4().to_string();
+    let started = Instant::now();
+    // No resume worker anywhere: the awaiting caller drives it on when due.
+    assert_eq!(
+        nap(key.clone(), 300, 2).id(&key).on(&keiro).await.unwrap(),
+        2
+    );
+    assert!(started.elapsed() >= Duration::from_millis(600));
+    assert_eq!((count(&key, "before"), count(&key, "after")), (1, 1));
+}
+
+on_both_backends!(
+    short_sleeps_stay_in_memory,
+    long_sleeps_suspend_and_a_worker_resumes_them_when_due,
+    a_suspended_sleep_counts_as_still_suspended,
+    awaiting_a_suspending_workflow_returns_when_due,
+    killed_mid_sleep_wakes_at_the_original_deadline,
+);
+
+#[tokio::test]
+async fn outside_a_workflow_sleep_is_a_plain_sleep() {
+    let started = Instant::now();
+    keiro::sleep(Duration::from_millis(30)).await;
+    keiro::sleep_until(std::time::SystemTime::now() + Duration::from_millis(30)).await;
+    assert!(started.elapsed() >= Duration::from_millis(60));
+}
+
+const CHILD: &str = env!("CARGO_BIN_EXE_crash_workflow");
+
+async fn killed_mid_sleep_wakes_at_the_original_deadline(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let executor = format!("sleeper-{}", uuid::Uuid::new_v4().simple());
+    let mut first = tokio::process::Command::new(CHILD)
+        .args(["sleep", "nap-1", "3000"])
+        .env("KEIRO_DATABASE_URL", &db.url)
+        .env("KEIRO_EXECUTOR_ID", &executor)
+        .env(CRASH_AT_ENV, "sleep")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(first.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(line.as_deref(), Some("SLEEPING"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    first.start_kill().unwrap(); // SIGKILL during the sleep
+    first.wait().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let restarted = tokio::process::Command::new(CHILD)
+        .args(["resume", "nap-1"])
+        .env("KEIRO_DATABASE_URL", &db.url)
+        .env("KEIRO_EXECUTOR_ID", &executor)
+        .env_remove(CRASH_AT_ENV)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        restarted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&restarted.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&restarted.stdout);
+    let done = stdout
+        .lines()
+        .find(|l| l.starts_with("DONE"))
+        .expect("DONE line");
+    let (before, after): (u64, u64) =
+        serde_json::from_str(done.split_whitespace().nth(1).unwrap()).unwrap();
+    let slept = after - before;
+    // The original deadline (before + 3 s), not restart + 3 s (>= before + 4.3 s).
+    assert!(
+        (3000..3900).contains(&slept),
+        "woke {slept} ms after the sleep began"
+    );
+}
