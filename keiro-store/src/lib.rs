@@ -21,8 +21,8 @@ pub use options::{SqliteSynchronous, StoreOptions};
 pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};
 pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};
 pub use types::{
-    now_ms, AppendOutcome, Crash, ExecutorRow, Finish, InstanceRow, InstanceStatus, Lease,
-    NewInstance, StepRow,
+    now_ms, AppendOutcome, Cancellation, Crash, ExecutorRow, Finish, InstanceRow, InstanceStatus,
+    Lease, NewInstance, ParentLink, Resolution, StepRow,
 };
 pub use writer::JournalWriter;
 
@@ -122,16 +122,50 @@ impl Store {
         dispatch!(self, s => s.finish(finish).await)
     }
 
-    /// Suspends a running instance `owner` holds until `wake_at`, releasing
-    /// the lease: it costs only its row until due. Returns whether it applied.
+    /// Suspends a running instance `owner` holds, releasing the lease: it
+    /// costs only its row until due at `wake_at` (never by time when `None`).
+    /// When it awaits step `awaiting` (an awakeable or a child) and that step
+    /// was recorded meanwhile, it is due at once instead. Returns whether it
+    /// applied.
     pub async fn suspend(
         &self,
         id: &str,
         generation: i64,
         owner: &str,
-        wake_at: i64,
+        wake_at: Option<i64>,
+        awaiting: Option<i64>,
     ) -> Result<bool> {
-        dispatch!(self, s => s.suspend(id, generation, owner, wake_at).await)
+        dispatch!(self, s => s.suspend(id, generation, owner, wake_at, awaiting).await)
+    }
+
+    /// Reads one recorded step.
+    pub async fn get_step(&self, id: &str, generation: i64, seq: i64) -> Result<Option<StepRow>> {
+        dispatch!(self, s => s.get_step(id, generation, seq).await)
+    }
+
+    /// Records the resolution `row` of an awaitable created at step `created`
+    /// of the same instance and generation (a step of kind `kind`), and makes
+    /// a suspended waiter due, in one transaction. The first resolution wins.
+    pub async fn resolve(&self, created: i64, kind: &str, row: &StepRow) -> Result<Resolution> {
+        dispatch!(self, s => s.resolve(created, kind, row).await)
+    }
+
+    /// Cancels an unfinished instance and its unfinished descendants in one
+    /// transaction; each cancelled child reports to its parent.
+    pub async fn cancel(&self, id: &str) -> Result<Cancellation> {
+        dispatch!(self, s => s.cancel(id).await)
+    }
+
+    /// Ends generation `generation` of an instance `owner` holds and starts the
+    /// next with `input` and an empty journal, due now. Old steps are kept.
+    pub async fn continue_as_new(
+        &self,
+        id: &str,
+        generation: i64,
+        owner: &str,
+        input: &str,
+    ) -> Result<bool> {
+        dispatch!(self, s => s.continue_as_new(id, generation, owner, input).await)
     }
 
     /// Puts an instance set aside for non-determinism back to `pending`, keeping

@@ -17,8 +17,8 @@ use sqlx::{Connection, Row};
 use crate::error::redact;
 use crate::types::parse_status;
 use crate::{
-    now_ms, AppendOutcome, Finish, InstanceRow, InstanceStatus, Lease, NewInstance, Result,
-    StepRow, StoreError, StoreOptions,
+    now_ms, AppendOutcome, Cancellation, Finish, InstanceRow, InstanceStatus, Lease, NewInstance,
+    Resolution, Result, StepRow, StoreError, StoreOptions,
 };
 
 /// The PostgreSQL migrations, embedded at build time.
@@ -120,8 +120,9 @@ impl PostgresStore {
         let row = sqlx::query(&format!(
             "WITH inserted AS ( \
                  INSERT INTO keiro.workflows (id, name, generation, status, input, attempts, \
-                 lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, created_at, \
-                 updated_at) VALUES ($1, $2, 0, $3, $4, 0, $5, $6, COALESCE($6, $9), $7, $8, $9, $9) \
+                 lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, \
+                 parent_generation, created_at, updated_at) \
+                 VALUES ($1, $2, 0, $3, $4, 0, $5, $6, COALESCE($6, $9), $7, $8, $10, $9, $9) \
                  ON CONFLICT (id) DO NOTHING \
                  RETURNING {INSTANCE_COLUMNS} \
              ) \
@@ -136,9 +137,10 @@ impl PostgresStore {
         .bind(new.input)
         .bind(owner)
         .bind(expires)
-        .bind(new.parent.map(|p| p.0))
-        .bind(new.parent.map(|p| p.1))
+        .bind(new.parent.map(|p| p.id))
+        .bind(new.parent.map(|p| p.seq))
         .bind(now)
+        .bind(new.parent.map(|p| p.generation))
         .fetch_optional(&self.pool)
         .await
         .map_err(StoreError::query("create_instance"))?;
@@ -368,6 +370,12 @@ impl PostgresStore {
     }
 
     pub(crate) async fn finish(&self, finish: &Finish<'_>) -> Result<bool> {
+        let now = now_ms();
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(StoreError::query("finish"))?;
         let done = sqlx::query(
             "UPDATE keiro.workflows SET status = $4, output = $5, error = $6, \
              lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, updated_at = $7 \
@@ -381,11 +389,17 @@ impl PostgresStore {
         .bind(finish.status.as_str())
         .bind(finish.output)
         .bind(finish.error)
-        .bind(now_ms())
-        .execute(&self.pool)
+        .bind(now)
+        .execute(&mut *tx)
         .await
-        .map_err(StoreError::query("finish"))?;
-        Ok(done.rows_affected() == 1)
+        .map_err(StoreError::query("finish"))?
+        .rows_affected()
+            == 1;
+        if done {
+            report_to_parent(&mut tx, finish.id, now).await?;
+        }
+        tx.commit().await.map_err(StoreError::query("finish"))?;
+        Ok(done)
     }
 
     pub(crate) async fn suspend(
@@ -393,11 +407,14 @@ impl PostgresStore {
         id: &str,
         generation: i64,
         owner: &str,
-        wake_at: i64,
+        wake_at: Option<i64>,
+        awaiting: Option<i64>,
     ) -> Result<bool> {
         let done = sqlx::query(
-            "UPDATE keiro.workflows SET status = 'suspended', wake_at = $4, lease_owner = NULL, \
-             lease_expires_at = NULL, updated_at = $5 \
+            "UPDATE keiro.workflows SET status = 'suspended', lease_owner = NULL, \
+             lease_expires_at = NULL, updated_at = $5, \
+             wake_at = CASE WHEN $6::int8 IS NOT NULL AND EXISTS (SELECT 1 FROM keiro.steps \
+                 WHERE workflow_id = $1 AND generation = $2 AND seq = $6) THEN $5 ELSE $4 END \
              WHERE id = $1 AND generation = $2 AND lease_owner = $3 AND status = 'running'",
         )
         .bind(id)
@@ -405,9 +422,176 @@ impl PostgresStore {
         .bind(owner)
         .bind(wake_at)
         .bind(now_ms())
+        .bind(awaiting)
         .execute(&self.pool)
         .await
         .map_err(StoreError::query("suspend"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub(crate) async fn get_step(
+        &self,
+        id: &str,
+        generation: i64,
+        seq: i64,
+    ) -> Result<Option<StepRow>> {
+        let row = sqlx::query(
+            "SELECT workflow_id, generation, seq, name, kind, result FROM keiro.steps \
+             WHERE workflow_id = $1 AND generation = $2 AND seq = $3",
+        )
+        .bind(id)
+        .bind(generation)
+        .bind(seq)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("get_step"))?;
+        row.as_ref().map(step_from_row).transpose()
+    }
+
+    pub(crate) async fn resolve(
+        &self,
+        created: i64,
+        kind: &str,
+        row: &StepRow,
+    ) -> Result<Resolution> {
+        let now = now_ms();
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(StoreError::query("resolve"))?;
+        let exists = sqlx::query(
+            "SELECT 1 FROM keiro.steps WHERE workflow_id = $1 AND generation = $2 AND seq = $3 \
+             AND kind = $4",
+        )
+        .bind(&row.workflow_id)
+        .bind(row.generation)
+        .bind(created)
+        .bind(kind)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::query("resolve"))?
+        .is_some();
+        if !exists {
+            return Ok(Resolution::Unknown);
+        }
+        let inserted = sqlx::query(
+            "INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, result, \
+             created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (workflow_id, generation, seq) DO NOTHING",
+        )
+        .bind(&row.workflow_id)
+        .bind(row.generation)
+        .bind(row.seq)
+        .bind(&row.name)
+        .bind(&row.kind)
+        .bind(&row.result)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::query("resolve"))?
+        .rows_affected()
+            == 1;
+        if !inserted {
+            let first = sqlx::query(
+                "SELECT workflow_id, generation, seq, name, kind, result FROM keiro.steps \
+                 WHERE workflow_id = $1 AND generation = $2 AND seq = $3",
+            )
+            .bind(&row.workflow_id)
+            .bind(row.generation)
+            .bind(row.seq)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(StoreError::query("resolve"))?;
+            return Ok(Resolution::AlreadyResolved(step_from_row(&first)?));
+        }
+        sqlx::query(
+            "UPDATE keiro.workflows SET wake_at = $3, updated_at = $3 \
+             WHERE id = $1 AND generation = $2 AND status = 'suspended'",
+        )
+        .bind(&row.workflow_id)
+        .bind(row.generation)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::query("resolve"))?;
+        tx.commit().await.map_err(StoreError::query("resolve"))?;
+        Ok(Resolution::Recorded)
+    }
+
+    pub(crate) async fn cancel(&self, id: &str) -> Result<Cancellation> {
+        let now = now_ms();
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(StoreError::query("cancel"))?;
+        let status: Option<String> =
+            sqlx::query_scalar("SELECT status FROM keiro.workflows WHERE id = $1 FOR UPDATE")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(StoreError::query("cancel"))?;
+        let Some(status) = status else {
+            return Ok(Cancellation::NotFound);
+        };
+        let status = parse_status(id, &status)?;
+        if status.is_final() {
+            return Ok(Cancellation::AlreadyFinal(status));
+        }
+        let ids: Vec<String> = sqlx::query_scalar(
+            "WITH RECURSIVE tree(id) AS ( \
+                 SELECT $1::text \
+                 UNION SELECT w.id FROM keiro.workflows w JOIN tree ON w.parent_id = tree.id \
+             ) \
+             SELECT w.id FROM keiro.workflows w JOIN tree ON w.id = tree.id \
+             WHERE w.status IN ('pending', 'running', 'suspended')",
+        )
+        .bind(id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::query("cancel"))?;
+        for cancelled in &ids {
+            sqlx::query(
+                "UPDATE keiro.workflows SET status = 'cancelled', error = 'cancelled', \
+                 lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, updated_at = $2 \
+                 WHERE id = $1",
+            )
+            .bind(cancelled)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query("cancel"))?;
+            report_to_parent(&mut tx, cancelled, now).await?;
+        }
+        tx.commit().await.map_err(StoreError::query("cancel"))?;
+        let mut ordered = vec![id.to_owned()];
+        ordered.extend(ids.into_iter().filter(|c| c != id));
+        Ok(Cancellation::Cancelled(ordered))
+    }
+
+    pub(crate) async fn continue_as_new(
+        &self,
+        id: &str,
+        generation: i64,
+        owner: &str,
+        input: &str,
+    ) -> Result<bool> {
+        let now = now_ms();
+        let done = sqlx::query(
+            "UPDATE keiro.workflows SET generation = generation + 1, input = $4, \
+             status = 'pending', attempts = 0, error = NULL, output = NULL, lease_owner = NULL, \
+             lease_expires_at = NULL, wake_at = $5, updated_at = $5 \
+             WHERE id = $1 AND generation = $2 AND lease_owner = $3 AND status = 'running'",
+        )
+        .bind(id)
+        .bind(generation)
+        .bind(owner)
+        .bind(input)
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("continue_as_new"))?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -469,6 +653,42 @@ fn batch_index(first_of: &HashMap<StepKey<'_>, usize>, (w, g, s): StepKey<'_>) -
              which the batch does not hold"
             ),
         })
+}
+
+/// Records a child's end in its parent's journal (the step the parent awaits)
+/// and makes a suspended parent due; nothing for an instance without a parent.
+pub(crate) async fn report_to_parent(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    child: &str,
+    now: i64,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, result, created_at) \
+         SELECT parent_id, parent_generation, parent_seq, name, 'child', \
+             CASE WHEN output IS NOT NULL AND status IN ('completed', 'failed') \
+                  THEN '{\"Ok\":' || output || '}' \
+                  ELSE json_build_object('Err', json_build_object('status', status, \
+                      'message', COALESCE(error, '')))::text END, \
+             $2 \
+         FROM keiro.workflows WHERE id = $1 AND parent_id IS NOT NULL \
+         AND status <> 'nondeterministic' \
+         ON CONFLICT (workflow_id, generation, seq) DO NOTHING",
+    )
+    .bind(child)
+    .bind(now)
+    .execute(&mut **tx)
+    .await
+    .map_err(StoreError::query("report_to_parent"))?;
+    sqlx::query(
+        "UPDATE keiro.workflows SET wake_at = $2, updated_at = $2 WHERE status = 'suspended' \
+         AND id = (SELECT parent_id FROM keiro.workflows WHERE id = $1)",
+    )
+    .bind(child)
+    .bind(now)
+    .execute(&mut **tx)
+    .await
+    .map_err(StoreError::query("report_to_parent"))?;
+    Ok(())
 }
 
 fn instance_from_row(row: &PgRow) -> Result<InstanceRow> {

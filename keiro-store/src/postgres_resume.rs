@@ -72,6 +72,12 @@ impl PostgresStore {
         &self,
         crash: &Crash<'_>,
     ) -> Result<Option<(InstanceStatus, i64)>> {
+        let now = now_ms();
+        let mut tx = self
+            .pool()
+            .begin()
+            .await
+            .map_err(StoreError::query("record_crash"))?;
         let row = sqlx::query(
             "UPDATE keiro.workflows SET attempts = attempts + 1, error = $3, \
              status = CASE WHEN attempts + 1 >= $4 THEN 'failed' ELSE status END, \
@@ -85,18 +91,25 @@ impl PostgresStore {
         .bind(crash.error)
         .bind(crash.max_attempts)
         .bind(crash.retry_at)
-        .bind(now_ms())
-        .fetch_optional(self.pool())
+        .bind(now)
+        .fetch_optional(&mut *tx)
         .await
         .map_err(StoreError::query("record_crash"))?;
-        match row {
-            None => Ok(None),
+        let outcome = match row {
+            None => None,
             Some(row) => {
                 let status: String = row.try_get("status").map_err(unreadable)?;
                 let attempts: i64 = row.try_get("attempts").map_err(unreadable)?;
-                Ok(Some((parse_status(crash.id, &status)?, attempts)))
+                Some((parse_status(crash.id, &status)?, attempts))
             }
+        };
+        if let Some((InstanceStatus::Failed, _)) = outcome {
+            crate::postgres::report_to_parent(&mut tx, crash.id, now).await?;
         }
+        tx.commit()
+            .await
+            .map_err(StoreError::query("record_crash"))?;
+        Ok(outcome)
     }
 
     pub(crate) async fn get_executor(&self, id: &str) -> Result<Option<ExecutorRow>> {

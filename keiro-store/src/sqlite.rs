@@ -13,8 +13,8 @@ use sqlx::Row;
 use crate::error::redact;
 use crate::types::parse_status;
 use crate::{
-    now_ms, AppendOutcome, Crash, ExecutorRow, Finish, InstanceRow, InstanceStatus, Lease,
-    NewInstance, Result, SqliteSynchronous, StepRow, StoreError, StoreOptions,
+    now_ms, AppendOutcome, Cancellation, Crash, ExecutorRow, Finish, InstanceRow, InstanceStatus,
+    Lease, NewInstance, Resolution, Result, SqliteSynchronous, StepRow, StoreError, StoreOptions,
 };
 
 /// The SQLite migrations, embedded at build time.
@@ -98,8 +98,9 @@ impl SqliteStore {
             .map_err(StoreError::query("create_instance"))?;
         let inserted = sqlx::query(
             "INSERT INTO keiro_workflows (id, name, generation, status, input, attempts, \
-             lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, created_at, \
-             updated_at) VALUES (?1, ?2, 0, ?3, ?4, 0, ?5, ?6, COALESCE(?6, ?9), ?7, ?8, ?9, ?9) \
+             lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, parent_generation, \
+             created_at, updated_at) \
+             VALUES (?1, ?2, 0, ?3, ?4, 0, ?5, ?6, COALESCE(?6, ?9), ?7, ?8, ?10, ?9, ?9) \
              ON CONFLICT (id) DO NOTHING",
         )
         .bind(new.id)
@@ -108,9 +109,10 @@ impl SqliteStore {
         .bind(new.input)
         .bind(owner)
         .bind(expires)
-        .bind(new.parent.map(|p| p.0))
-        .bind(new.parent.map(|p| p.1))
+        .bind(new.parent.map(|p| p.id))
+        .bind(new.parent.map(|p| p.seq))
         .bind(now)
+        .bind(new.parent.map(|p| p.generation))
         .execute(&mut *tx)
         .await
         .map_err(StoreError::query("create_instance"))?
@@ -251,6 +253,12 @@ impl SqliteStore {
     }
 
     pub(crate) async fn finish(&self, finish: &Finish<'_>) -> Result<bool> {
+        let now = now_ms();
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(StoreError::query("finish"))?;
         let done = sqlx::query(
             "UPDATE keiro_workflows SET status = ?4, output = ?5, error = ?6, \
              lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, updated_at = ?7 \
@@ -264,11 +272,17 @@ impl SqliteStore {
         .bind(finish.status.as_str())
         .bind(finish.output)
         .bind(finish.error)
-        .bind(now_ms())
-        .execute(&self.pool)
+        .bind(now)
+        .execute(&mut *tx)
         .await
-        .map_err(StoreError::query("finish"))?;
-        Ok(done.rows_affected() == 1)
+        .map_err(StoreError::query("finish"))?
+        .rows_affected()
+            == 1;
+        if done {
+            report_to_parent(&mut tx, finish.id, now).await?;
+        }
+        tx.commit().await.map_err(StoreError::query("finish"))?;
+        Ok(done)
     }
 
     pub(crate) async fn suspend(
@@ -276,11 +290,14 @@ impl SqliteStore {
         id: &str,
         generation: i64,
         owner: &str,
-        wake_at: i64,
+        wake_at: Option<i64>,
+        awaiting: Option<i64>,
     ) -> Result<bool> {
         let done = sqlx::query(
-            "UPDATE keiro_workflows SET status = 'suspended', wake_at = ?4, lease_owner = NULL, \
-             lease_expires_at = NULL, updated_at = ?5 \
+            "UPDATE keiro_workflows SET status = 'suspended', lease_owner = NULL, \
+             lease_expires_at = NULL, updated_at = ?5, \
+             wake_at = CASE WHEN ?6 IS NOT NULL AND EXISTS (SELECT 1 FROM keiro_steps \
+                 WHERE workflow_id = ?1 AND generation = ?2 AND seq = ?6) THEN ?5 ELSE ?4 END \
              WHERE id = ?1 AND generation = ?2 AND lease_owner = ?3 AND status = 'running'",
         )
         .bind(id)
@@ -288,9 +305,176 @@ impl SqliteStore {
         .bind(owner)
         .bind(wake_at)
         .bind(now_ms())
+        .bind(awaiting)
         .execute(&self.pool)
         .await
         .map_err(StoreError::query("suspend"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub(crate) async fn get_step(
+        &self,
+        id: &str,
+        generation: i64,
+        seq: i64,
+    ) -> Result<Option<StepRow>> {
+        let row = sqlx::query(
+            "SELECT workflow_id, generation, seq, name, kind, result FROM keiro_steps \
+             WHERE workflow_id = ?1 AND generation = ?2 AND seq = ?3",
+        )
+        .bind(id)
+        .bind(generation)
+        .bind(seq)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("get_step"))?;
+        row.as_ref().map(step_from_row).transpose()
+    }
+
+    pub(crate) async fn resolve(
+        &self,
+        created: i64,
+        kind: &str,
+        row: &StepRow,
+    ) -> Result<Resolution> {
+        let now = now_ms();
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(StoreError::query("resolve"))?;
+        let exists = sqlx::query(
+            "SELECT 1 FROM keiro_steps WHERE workflow_id = ?1 AND generation = ?2 AND seq = ?3 \
+             AND kind = ?4",
+        )
+        .bind(&row.workflow_id)
+        .bind(row.generation)
+        .bind(created)
+        .bind(kind)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::query("resolve"))?
+        .is_some();
+        if !exists {
+            return Ok(Resolution::Unknown);
+        }
+        let inserted = sqlx::query(
+            "INSERT INTO keiro_steps (workflow_id, generation, seq, name, kind, result, \
+             created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+             ON CONFLICT (workflow_id, generation, seq) DO NOTHING",
+        )
+        .bind(&row.workflow_id)
+        .bind(row.generation)
+        .bind(row.seq)
+        .bind(&row.name)
+        .bind(&row.kind)
+        .bind(&row.result)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::query("resolve"))?
+        .rows_affected()
+            == 1;
+        if !inserted {
+            let first = sqlx::query(
+                "SELECT workflow_id, generation, seq, name, kind, result FROM keiro_steps \
+                 WHERE workflow_id = ?1 AND generation = ?2 AND seq = ?3",
+            )
+            .bind(&row.workflow_id)
+            .bind(row.generation)
+            .bind(row.seq)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(StoreError::query("resolve"))?;
+            return Ok(Resolution::AlreadyResolved(step_from_row(&first)?));
+        }
+        sqlx::query(
+            "UPDATE keiro_workflows SET wake_at = ?3, updated_at = ?3 \
+             WHERE id = ?1 AND generation = ?2 AND status = 'suspended'",
+        )
+        .bind(&row.workflow_id)
+        .bind(row.generation)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::query("resolve"))?;
+        tx.commit().await.map_err(StoreError::query("resolve"))?;
+        Ok(Resolution::Recorded)
+    }
+
+    pub(crate) async fn cancel(&self, id: &str) -> Result<Cancellation> {
+        let now = now_ms();
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(StoreError::query("cancel"))?;
+        let status: Option<String> =
+            sqlx::query_scalar("SELECT status FROM keiro_workflows WHERE id = ?1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(StoreError::query("cancel"))?;
+        let Some(status) = status else {
+            return Ok(Cancellation::NotFound);
+        };
+        let status = parse_status(id, &status)?;
+        if status.is_final() {
+            return Ok(Cancellation::AlreadyFinal(status));
+        }
+        let ids: Vec<String> = sqlx::query_scalar(
+            "WITH RECURSIVE tree(id) AS ( \
+                 SELECT ?1 \
+                 UNION SELECT w.id FROM keiro_workflows w JOIN tree ON w.parent_id = tree.id \
+             ) \
+             SELECT w.id FROM keiro_workflows w JOIN tree ON w.id = tree.id \
+             WHERE w.status IN ('pending', 'running', 'suspended')",
+        )
+        .bind(id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::query("cancel"))?;
+        for cancelled in &ids {
+            sqlx::query(
+                "UPDATE keiro_workflows SET status = 'cancelled', error = 'cancelled', \
+                 lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, updated_at = ?2 \
+                 WHERE id = ?1",
+            )
+            .bind(cancelled)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query("cancel"))?;
+            report_to_parent(&mut tx, cancelled, now).await?;
+        }
+        tx.commit().await.map_err(StoreError::query("cancel"))?;
+        let mut ordered = vec![id.to_owned()];
+        ordered.extend(ids.into_iter().filter(|c| c != id));
+        Ok(Cancellation::Cancelled(ordered))
+    }
+
+    pub(crate) async fn continue_as_new(
+        &self,
+        id: &str,
+        generation: i64,
+        owner: &str,
+        input: &str,
+    ) -> Result<bool> {
+        let now = now_ms();
+        let done = sqlx::query(
+            "UPDATE keiro_workflows SET generation = generation + 1, input = ?4, \
+             status = 'pending', attempts = 0, error = NULL, output = NULL, lease_owner = NULL, \
+             lease_expires_at = NULL, wake_at = ?5, updated_at = ?5 \
+             WHERE id = ?1 AND generation = ?2 AND lease_owner = ?3 AND status = 'running'",
+        )
+        .bind(id)
+        .bind(generation)
+        .bind(owner)
+        .bind(input)
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("continue_as_new"))?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -338,6 +522,12 @@ impl SqliteStore {
         &self,
         crash: &Crash<'_>,
     ) -> Result<Option<(InstanceStatus, i64)>> {
+        let now = now_ms();
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(StoreError::query("record_crash"))?;
         let row = sqlx::query(
             "UPDATE keiro_workflows SET attempts = attempts + 1, error = ?3, \
              status = CASE WHEN attempts + 1 >= ?4 THEN 'failed' ELSE status END, \
@@ -351,18 +541,25 @@ impl SqliteStore {
         .bind(crash.error)
         .bind(crash.max_attempts)
         .bind(crash.retry_at)
-        .bind(now_ms())
-        .fetch_optional(&self.pool)
+        .bind(now)
+        .fetch_optional(&mut *tx)
         .await
         .map_err(StoreError::query("record_crash"))?;
-        match row {
-            None => Ok(None),
+        let outcome = match row {
+            None => None,
             Some(row) => {
                 let status: String = row.try_get("status").map_err(corrupt)?;
                 let attempts: i64 = row.try_get("attempts").map_err(corrupt)?;
-                Ok(Some((parse_status(crash.id, &status)?, attempts)))
+                Some((parse_status(crash.id, &status)?, attempts))
             }
+        };
+        if let Some((InstanceStatus::Failed, _)) = outcome {
+            report_to_parent(&mut tx, crash.id, now).await?;
         }
+        tx.commit()
+            .await
+            .map_err(StoreError::query("record_crash"))?;
+        Ok(outcome)
     }
 
     pub(crate) async fn get_executor(&self, id: &str) -> Result<Option<ExecutorRow>> {
@@ -441,6 +638,42 @@ impl SqliteStore {
     pub(crate) async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// Records a child's end in its parent's journal (the step the parent awaits)
+/// and makes a suspended parent due; nothing for an instance without a parent.
+async fn report_to_parent(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    child: &str,
+    now: i64,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO keiro_steps (workflow_id, generation, seq, name, kind, result, created_at) \
+         SELECT parent_id, parent_generation, parent_seq, name, 'child', \
+             CASE WHEN output IS NOT NULL AND status IN ('completed', 'failed') \
+                  THEN '{\"Ok\":' || output || '}' \
+                  ELSE json_object('Err', json_object('status', status, \
+                      'message', COALESCE(error, ''))) END, \
+             ?2 \
+         FROM keiro_workflows WHERE id = ?1 AND parent_id IS NOT NULL \
+         AND status <> 'nondeterministic' \
+         ON CONFLICT (workflow_id, generation, seq) DO NOTHING",
+    )
+    .bind(child)
+    .bind(now)
+    .execute(&mut **tx)
+    .await
+    .map_err(StoreError::query("report_to_parent"))?;
+    sqlx::query(
+        "UPDATE keiro_workflows SET wake_at = ?2, updated_at = ?2 WHERE status = 'suspended' \
+         AND id = (SELECT parent_id FROM keiro_workflows WHERE id = ?1)",
+    )
+    .bind(child)
+    .bind(now)
+    .execute(&mut **tx)
+    .await
+    .map_err(StoreError::query("report_to_parent"))?;
+    Ok(())
 }
 
 fn instance_from_row(row: &SqliteRow) -> Result<InstanceRow> {

@@ -72,11 +72,45 @@ pub struct NewInstance<'a> {
     pub name: &'a str,
     /// The JSON-encoded arguments.
     pub input: &'a str,
-    /// The parent instance and the parent's step sequence number, for a child.
-    pub parent: Option<(&'a str, i64)>,
+    /// The parent awaiting this instance, for a child workflow.
+    pub parent: Option<ParentLink<'a>>,
     /// Claim the new row for this executor right away (`status = running`),
     /// or leave it `pending` for any worker when `None`.
     pub lease: Option<Lease<'a>>,
+}
+
+/// Where a child workflow reports its end: the parent step it fills.
+#[derive(Debug, Clone, Copy)]
+pub struct ParentLink<'a> {
+    /// The parent instance id.
+    pub id: &'a str,
+    /// The parent generation that awaits the child.
+    pub generation: i64,
+    /// The parent's step sequence number for the child.
+    pub seq: i64,
+}
+
+/// What happened to a resolution handed to [`crate::Store::resolve`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// The resolution was recorded and the waiter made due.
+    Recorded,
+    /// The step was resolved before; the first resolution stands.
+    AlreadyResolved(StepRow),
+    /// No such awaitable was created (wrong id, or its workflow is gone).
+    Unknown,
+}
+
+/// What [`crate::Store::cancel`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cancellation {
+    /// These instances (the target first, then its unfinished descendants)
+    /// are now cancelled.
+    Cancelled(Vec<String>),
+    /// The instance had already ended with this status; nothing changed.
+    AlreadyFinal(InstanceStatus),
+    /// No instance has this id.
+    NotFound,
 }
 
 /// An executor's claim on an instance.

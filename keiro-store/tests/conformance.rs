@@ -4,41 +4,16 @@
 //! the end runs each one as `sqlite::<case>` on a fresh SQLite file and as
 //! `postgres::<case>` on a fresh PostgreSQL database (see `support`).
 
+#[macro_use]
 mod support;
 
 use std::time::Duration;
 
 use keiro_store::{
-    AppendOutcome, Finish, InstanceStatus, JournalWriter, Lease, NewInstance, StepRow, Store,
-    StoreError, StoreOptions,
+    AppendOutcome, Finish, InstanceStatus, JournalWriter, Lease, NewInstance, ParentLink, StepRow,
+    Store, StoreError, StoreOptions,
 };
 use support::TestDb;
-
-macro_rules! conformance {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    let db = crate::support::TestDb::sqlite().await;
-                    crate::$case(&db).await;
-                    db.finish().await;
-                }
-            )*
-        }
-
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    let db = crate::support::TestDb::postgres().await;
-                    crate::$case(&db).await;
-                    db.finish().await;
-                }
-            )*
-        }
-    };
-}
 
 conformance!(
     create_instance_creates_once,
@@ -184,7 +159,11 @@ async fn create_instance_with_lease_is_running_without_is_pending(db: &TestDb) {
 
 async fn create_instance_records_parent(db: &TestDb) {
     let child = NewInstance {
-        parent: Some(("parent-1", 7)),
+        parent: Some(ParentLink {
+            id: "parent-1",
+            generation: 0,
+            seq: 7,
+        }),
         ..new_instance("child-1", "{}", None)
     };
     let (row, created) = db.store.create_instance(&child).await.unwrap();

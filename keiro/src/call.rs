@@ -4,11 +4,11 @@
 use std::future::IntoFuture;
 use std::marker::PhantomData;
 
-use keiro_store::{InstanceRow, InstanceStatus, NewInstance};
+use keiro_store::{InstanceRow, InstanceStatus, NewInstance, ParentLink};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::context::{claim_seq, run_step, StepKind};
+use crate::context::claim_seq;
 use crate::registry::{BoxFuture, RunFn};
 use crate::run::{self, follow, launch, lock, outcome_of, wait, Launch, ParentSlot};
 use crate::{Error, Keiro, Result};
@@ -20,12 +20,12 @@ use crate::{Error, Keiro, Result};
 /// another workflow it runs as a child with a deterministic id.
 #[must_use = "a workflow call does nothing until it is awaited or started"]
 pub struct WorkflowCall<R> {
-    name: &'static str,
-    run: RunFn,
+    pub(crate) name: &'static str,
+    pub(crate) run: RunFn,
     input: Result<String>,
-    id: Option<String>,
+    pub(crate) id: Option<String>,
     keiro: Option<Keiro>,
-    parent: ParentSlot,
+    pub(crate) parent: ParentSlot,
     _output: PhantomData<fn() -> R>,
 }
 
@@ -94,7 +94,14 @@ where
                 id: &spec.id,
                 name: spec.name,
                 input: &spec.input,
-                parent: spec.parent.as_ref().map(|(p, seq)| (p.as_str(), *seq)),
+                parent: spec
+                    .parent
+                    .as_ref()
+                    .map(|(id, generation, seq)| ParentLink {
+                        id,
+                        generation: *generation,
+                        seq: *seq,
+                    }),
                 lease: None,
             })
             .await?;
@@ -112,7 +119,12 @@ where
         Ok(WorkflowHandle::new(keiro, spec.id, None))
     }
 
-    async fn runtime(&self) -> Result<Keiro> {
+    /// The encoded arguments.
+    pub(crate) fn encoded_input(&self) -> Result<String> {
+        self.input.clone()
+    }
+
+    pub(crate) async fn runtime(&self) -> Result<Keiro> {
         match (&self.keiro, &self.parent) {
             (Some(keiro), _) => Ok(keiro.clone()),
             (None, Some((cx, _))) => Ok(cx.keiro.clone()),
@@ -122,7 +134,7 @@ where
 
     /// The instance to launch: the given id, else a deterministic one inside a
     /// workflow (`<parent id>/<step seq>`), else a fresh UUID.
-    fn launch_spec(&self) -> Result<Launch> {
+    pub(crate) fn launch_spec(&self) -> Result<Launch> {
         let id = match (&self.id, &self.parent) {
             (Some(id), _) => id.clone(),
             (None, Some((cx, seq))) => format!("{}/{seq}", cx.id),
@@ -139,52 +151,23 @@ where
             run: self.run,
             id,
             input: self.input.clone()?,
-            parent: self.parent.as_ref().map(|(cx, seq)| (cx.id.clone(), *seq)),
+            parent: self
+                .parent
+                .as_ref()
+                .map(|(cx, seq)| (cx.id.clone(), cx.generation, *seq)),
         })
     }
 
     async fn run_to_end(self) -> Result<R> {
-        let keiro = self.runtime().await?;
-        let spec = self.launch_spec()?;
-        match self.parent {
+        match self.parent.clone() {
             None => {
+                let keiro = self.runtime().await?;
+                let spec = self.launch_spec()?;
                 let id = spec.id.clone();
                 let row = wait(&keiro, &id, launch(&keiro, spec).await?, Some(self.run)).await?;
                 outcome_of(&row)
             }
-            Some((cx, seq)) => {
-                let name = self.name;
-                if cx.recorded(seq).is_some() {
-                    // Journaled already: replay the child's recorded result.
-                    return Ok(run_step(
-                        cx,
-                        seq,
-                        StepKind::Child,
-                        name,
-                        std::future::pending::<R>(),
-                    )
-                    .await);
-                }
-                let child_id = spec.id.clone();
-                let row = wait(
-                    &keiro,
-                    &child_id,
-                    launch(&keiro, spec).await?,
-                    Some(self.run),
-                )
-                .await;
-                match row.and_then(|row| outcome_of::<R>(&row)) {
-                    Ok(value) => {
-                        Ok(run_step(cx, seq, StepKind::Child, name, async { value }).await)
-                    }
-                    Err(source) => Err(Error::ChildFailed {
-                        name: name.to_owned(),
-                        id: child_id,
-                        parent_id: cx.id.clone(),
-                        source: std::sync::Arc::new(source),
-                    }),
-                }
-            }
+            Some(_) => crate::child::start_child(self).await?.await,
         }
     }
 }

@@ -140,6 +140,37 @@ pub enum Error {
         /// Why.
         message: String,
     },
+    /// No awakeable has this id (malformed, or its workflow never created it).
+    #[error("no awakeable has id `{id}`")]
+    UnknownAwakeable {
+        /// The id given.
+        id: String,
+    },
+    /// An awakeable was answered with a value of another type than the one
+    /// its workflow awaits. Nothing was recorded.
+    #[error("awakeable `{id}` awaits a `{expected}`, not a `{found}`; nothing was recorded")]
+    AwakeableTypeMismatch {
+        /// The awakeable id.
+        id: String,
+        /// The type the workflow awaits.
+        expected: String,
+        /// The type it was answered with.
+        found: String,
+    },
+    /// The awakeable was answered before; the first answer stands.
+    #[error("awakeable `{id}` was already answered; the first answer stands")]
+    AlreadyResolved {
+        /// The awakeable id.
+        id: String,
+    },
+    /// The awakeable was rejected.
+    #[error("awakeable `{id}` was rejected: {reason}")]
+    Rejected {
+        /// The awakeable id.
+        id: String,
+        /// The reason given by the rejecting side.
+        reason: String,
+    },
     /// Another live process holds this executor identity.
     #[error(
         "executor identity `{id}` is in use by live process {pid} on host `{host}`; \
@@ -153,6 +184,9 @@ pub enum Error {
         /// Its process id.
         pid: i64,
     },
+    /// A timer operation failed or was refused.
+    #[error(transparent)]
+    Timer(#[from] crate::timers::TimerError),
     /// A setting is invalid.
     #[error("invalid keiro configuration: {0}")]
     Config(String),
@@ -161,7 +195,11 @@ pub enum Error {
 impl Error {
     /// Whether trying again later may succeed (the store was unreachable or busy).
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Store(e) if e.is_transient())
+        match self {
+            Error::Store(e) => e.is_transient(),
+            Error::Timer(e) => e.is_transient(),
+            _ => false,
+        }
     }
 
     pub(crate) fn decode(what: impl Into<String>, source: serde_json::Error) -> Error {

@@ -44,13 +44,18 @@
 #![forbid(unsafe_code)]
 
 mod call;
+mod child;
 mod context;
 mod error;
 mod executor;
+mod lifecycle;
 mod registry;
 mod run;
 mod runtime;
+mod waiters;
 mod worker;
+
+pub mod timers;
 
 #[doc(hidden)]
 pub mod __private;
@@ -59,9 +64,13 @@ pub mod __private;
 pub use keiro_macros::{step, workflow};
 
 pub use call::{handle, WorkflowCall, WorkflowHandle, WorkflowStatus};
-pub use context::{now, sleep, sleep_until, uuid};
+pub use child::{spawn, ChildHandle};
+pub use context::{
+    awakeable, now, reject_awakeable, resolve_awakeable, sleep, sleep_until, uuid, Awakeable,
+};
 pub use error::{Error, Result, StoreError};
 pub use keiro_store::{SqliteSynchronous, Store};
+pub use lifecycle::{cancel, continue_as_new, CancelOutcome};
 pub use runtime::{
     global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL, EXECUTOR_ID_ENV,
     SQLITE_SYNCHRONOUS_ENV,

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use keiro_store::{now_ms, Crash, Finish, InstanceRow, InstanceStatus, Lease, NewInstance};
+use keiro_store::{
+    now_ms, Crash, Finish, InstanceRow, InstanceStatus, Lease, NewInstance, ParentLink,
+};
 use tokio::sync::watch;
 use tracing::Instrument;
 
@@ -24,7 +26,8 @@ pub(crate) struct Launch {
     pub(crate) run: RunFn,
     pub(crate) id: String,
     pub(crate) input: String,
-    pub(crate) parent: Option<(String, i64)>,
+    /// The parent instance, its generation and its step seq, for a child.
+    pub(crate) parent: Option<(String, i64, i64)>,
 }
 
 /// Records the instance (or finds the existing one with this id) and drives it
@@ -55,7 +58,14 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
             id: &launch.id,
             name: launch.name,
             input: &launch.input,
-            parent: launch.parent.as_ref().map(|(p, seq)| (p.as_str(), *seq)),
+            parent: launch
+                .parent
+                .as_ref()
+                .map(|(id, generation, seq)| ParentLink {
+                    id,
+                    generation: *generation,
+                    seq: *seq,
+                }),
             lease: Some(lease),
         })
         .await;
@@ -230,7 +240,9 @@ enum Ended {
     Errored(Error),
     Panicked(String),
     Aborted(Error),
-    Suspended(i64),
+    Suspended(Option<i64>, Option<i64>),
+    Cancelled,
+    ContinueAsNew(String),
     LeaseLost,
 }
 
@@ -288,6 +300,11 @@ pub(crate) async fn execute(
         row.generation,
         journal,
     );
+    lock(&keiro.inner.live).insert(row.id.clone(), Arc::downgrade(&cx));
+    let _live = LiveGuard {
+        keiro,
+        id: row.id.clone(),
+    };
     let input = WorkflowInput {
         name: row.name.clone(),
         id: row.id.clone(),
@@ -320,7 +337,9 @@ pub(crate) async fn execute(
             halt = &mut aborted => {
                 break match halt {
                     Ok(Halt::Error(error)) => Ended::Aborted(error),
-                    Ok(Halt::Suspend { wake_at }) => Ended::Suspended(wake_at),
+                    Ok(Halt::Suspend { wake_at, awaiting }) => Ended::Suspended(wake_at, awaiting),
+                    Ok(Halt::Cancelled) => Ended::Cancelled,
+                    Ok(Halt::ContinueAsNew { input }) => Ended::ContinueAsNew(input),
                     Err(_) => Ended::Errored(Error::Config("workflow context dropped".into())),
                 };
             }
@@ -373,6 +392,7 @@ pub(crate) async fn execute(
                 done.output = Some(output.json);
                 done.lease_owner = None;
                 done.lease_expires_at = None;
+                wake_parent(keiro, &done);
                 return Ok(Some(done));
             }
             // Someone else finished it or took the lease: their record wins.
@@ -382,19 +402,37 @@ pub(crate) async fn execute(
             set_aside(keiro, &row, error).await
         }
         Ended::LeaseLost => Ok(None),
-        Ended::Suspended(wake_at) => {
+        Ended::Suspended(wake_at, awaiting) => {
             if !store
-                .suspend(&row.id, row.generation, owner, wake_at)
+                .suspend(&row.id, row.generation, owner, wake_at, awaiting)
                 .await?
             {
                 return Ok(None);
             }
             let mut waiting = row;
             waiting.status = InstanceStatus::Suspended;
-            waiting.wake_at = Some(wake_at);
+            waiting.wake_at = wake_at;
             waiting.lease_owner = None;
             waiting.lease_expires_at = None;
             Ok(Some(waiting))
+        }
+        // Recorded already by whoever cancelled it; the caller re-reads the row.
+        Ended::Cancelled => Ok(None),
+        Ended::ContinueAsNew(input) => {
+            if !store
+                .continue_as_new(&row.id, row.generation, owner, &input)
+                .await?
+            {
+                return Ok(None);
+            }
+            let mut next = row;
+            next.generation += 1;
+            next.input = input;
+            next.status = InstanceStatus::Pending;
+            next.wake_at = Some(now_ms());
+            next.lease_owner = None;
+            next.lease_expires_at = None;
+            Ok(Some(next))
         }
         Ended::Aborted(error) | Ended::Errored(error) if error.is_transient() => {
             let _ = store.release(&row.id, owner).await;
@@ -413,6 +451,25 @@ pub(crate) async fn execute(
             };
             crashed(keiro, row, policy, message, error).await
         }
+    }
+}
+
+/// Tells a parent waiting in this process that its child's end was recorded.
+fn wake_parent(keiro: &Keiro, child: &InstanceRow) {
+    if let Some(parent) = &child.parent_id {
+        keiro.step_recorded(parent);
+    }
+}
+
+/// Unregisters a live run when it ends, however it ends.
+struct LiveGuard<'a> {
+    keiro: &'a Keiro,
+    id: String,
+}
+
+impl Drop for LiveGuard<'_> {
+    fn drop(&mut self) {
+        lock(&self.keiro.inner.live).remove(&self.id);
     }
 }
 
@@ -437,6 +494,7 @@ async fn crashed(
         .await?;
     match recorded {
         Some((InstanceStatus::Failed, attempts)) => {
+            wake_parent(keiro, &row);
             tracing::error!(name = %row.name, id = %row.id, attempts, %message, "keiro marked a workflow failed after its crash attempts");
             row.status = InstanceStatus::Failed;
             row.attempts = attempts;

@@ -46,6 +46,10 @@ pub(crate) struct Inner {
     /// Wakes this process's resume worker (work was enqueued here, or a
     /// notification arrived).
     pub(crate) wake: tokio::sync::Notify,
+    /// Workflow runs of this process waiting in memory for a recorded step.
+    pub(crate) waiters: crate::waiters::WaiterMap,
+    /// Live runs in this process, so a cancellation stops them at once.
+    pub(crate) live: Mutex<HashMap<String, std::sync::Weak<crate::context::WorkflowContext>>>,
     /// Instances this process is running now, so a second caller attaches to
     /// the run in flight instead of starting another.
     pub(crate) running: Mutex<HashMap<String, (&'static str, watch::Receiver<RunResult>)>>,
@@ -227,6 +231,8 @@ impl KeiroBuilder {
                 suspend_after: self.suspend_after,
                 executor_token: OnceCell::new(),
                 wake: tokio::sync::Notify::new(),
+                waiters: Mutex::new(HashMap::new()),
+                live: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
             }),
         })

@@ -247,3 +247,32 @@ fn with_database_replaces_only_the_database() {
         "postgres://h:5432/t1?x=1"
     );
 }
+
+/// Runs each listed `async fn(&TestDb)` case as `sqlite::<case>` on a fresh
+/// SQLite file and as `postgres::<case>` on a fresh PostgreSQL database.
+#[allow(unused_macros)]
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let db = crate::support::TestDb::sqlite().await;
+                    crate::$case(&db).await;
+                    db.finish().await;
+                }
+            )*
+        }
+
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let db = crate::support::TestDb::postgres().await;
+                    crate::$case(&db).await;
+                    db.finish().await;
+                }
+            )*
+        }
+    };
+}

@@ -5,6 +5,7 @@
 //! it without an explicit parameter; outside a workflow there is none and they
 //! behave as plain calls.
 
+mod awakeable;
 mod sleep;
 mod step;
 mod values;
@@ -18,8 +19,10 @@ use tokio::sync::oneshot;
 
 use crate::{Error, Keiro};
 
+pub use awakeable::{awakeable, reject_awakeable, resolve_awakeable, Awakeable};
 pub use sleep::{sleep, sleep_until};
 pub(crate) use step::{run_step, StepKind};
+
 pub use step::{step_once, step_retry, StepMeta};
 pub use values::{now, uuid};
 
@@ -41,6 +44,76 @@ pub(crate) fn claim_seq() -> Option<(Arc<WorkflowContext>, i64)> {
     })
 }
 
+/// Like [`claim_seq`] for `n` consecutive ids; returns the first.
+pub(crate) fn claim_seqs(n: i64) -> Option<(Arc<WorkflowContext>, i64)> {
+    current().map(|cx| {
+        let seq = cx.next_seq.fetch_add(n, Ordering::SeqCst);
+        (cx, seq)
+    })
+}
+
+/// How often a workflow waiting in memory for a step someone else records
+/// (an awakeable's answer, a child's end) looks at the store.
+const STEP_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Waits for step `seq`, which someone else records (kind `kind`, name
+/// `name`): from the journal read at the start of the run, else from the store,
+/// waiting in memory up to the runtime's `suspend_after` (woken at once by
+/// recordings in this process) and then suspending the workflow until it is
+/// recorded.
+pub(crate) async fn wait_for_step(
+    cx: &Arc<WorkflowContext>,
+    seq: i64,
+    kind: &str,
+    name: &str,
+) -> StepRow {
+    if let Some(row) = cx.recorded(seq) {
+        return checked(cx, seq, kind, name, row).await;
+    }
+    let waiter = cx.keiro.waiter(&cx.id);
+    let deadline = tokio::time::Instant::now() + cx.suspend_after;
+    loop {
+        let notified = waiter.notify.notified();
+        match cx
+            .keiro
+            .inner
+            .store
+            .get_step(&cx.id, cx.generation, seq)
+            .await
+        {
+            Ok(Some(row)) => return checked(cx, seq, kind, name, row).await,
+            Ok(None) => {}
+            Err(e) => return halt(cx, Halt::Error(Error::Store(e))).await,
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            let halt_with = Halt::Suspend {
+                wake_at: None,
+                awaiting: Some(seq),
+            };
+            return halt(cx, halt_with).await;
+        }
+        tokio::select! {
+            _ = notified => {}
+            _ = tokio::time::sleep(STEP_POLL.min(deadline - now)) => {}
+        }
+    }
+}
+
+async fn checked(cx: &WorkflowContext, seq: i64, kind: &str, name: &str, row: StepRow) -> StepRow {
+    if row.kind != kind || row.name != name {
+        let error = cx.non_deterministic(seq, &row, describe(kind, name));
+        return halt(cx, Halt::Error(error)).await;
+    }
+    row
+}
+
+/// Stops the run and never returns; the runner drops this future.
+pub(crate) async fn halt<T>(cx: &WorkflowContext, why: Halt) -> T {
+    cx.halt(why);
+    std::future::pending().await
+}
+
 /// Runs `fut` with `cx` as the current workflow context (or none).
 pub(crate) async fn scope<F: std::future::Future>(
     cx: Option<Arc<WorkflowContext>>,
@@ -55,11 +128,21 @@ pub(crate) enum Halt {
     /// Something went wrong (non-determinism, an undecodable record, a store
     /// failure).
     Error(Error),
-    /// The workflow waits until `wake_at` (ms since the Unix epoch): its future
-    /// is dropped and its row keeps the wake time.
+    /// The workflow waits: its future is dropped and its row keeps the wake
+    /// time.
     Suspend {
-        /// When it is due again.
-        wake_at: i64,
+        /// When it is due again by time (ms since the Unix epoch), if ever.
+        wake_at: Option<i64>,
+        /// The step whose recording (an awakeable's resolution, a child's end)
+        /// makes it due.
+        awaiting: Option<i64>,
+    },
+    /// The instance was cancelled; stop without recording anything more.
+    Cancelled,
+    /// End this generation and start the next with this input.
+    ContinueAsNew {
+        /// The next generation's encoded arguments.
+        input: String,
     },
 }
 

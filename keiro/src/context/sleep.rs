@@ -67,7 +67,10 @@ async fn wait_until(cx: &Arc<WorkflowContext>, deadline: i64) {
     }
     let left = Duration::from_millis(left as u64);
     if left > cx.suspend_after {
-        cx.halt(Halt::Suspend { wake_at: deadline });
+        cx.halt(Halt::Suspend {
+            wake_at: Some(deadline),
+            awaiting: None,
+        });
         std::future::pending::<()>().await;
     }
     tokio::time::sleep(left).await;

@@ -36,6 +36,8 @@ pub(crate) enum StepKind {
     Child,
     /// `keiro::sleep` / `keiro::sleep_until`: the recorded deadline.
     Sleep,
+    /// `keiro::awakeable()`: its creation (the awaited type's name).
+    Awakeable,
 }
 
 impl StepKind {
@@ -46,6 +48,7 @@ impl StepKind {
             StepKind::Uuid => "uuid",
             StepKind::Child => "child",
             StepKind::Sleep => "sleep",
+            StepKind::Awakeable => "awakeable",
         }
     }
 }

@@ -1,0 +1,360 @@
+//! Conformance of the waiting primitives' storage, on both backends:
+//! suspension, awakeable resolution, children reporting to parents,
+//! cancellation cascades and continue-as-new.
+
+#[macro_use]
+mod support;
+
+use keiro_store::{
+    now_ms, Cancellation, Crash, Finish, InstanceStatus, Lease, NewInstance, ParentLink,
+    Resolution, StepRow,
+};
+use support::TestDb;
+
+conformance!(
+    suspend_keeps_the_wake_time_and_drops_the_lease,
+    suspend_awaiting_a_recorded_step_is_due_at_once,
+    resolve_records_once_and_wakes_a_suspended_waiter,
+    resolve_of_an_unknown_awaitable_is_refused,
+    a_finished_child_reports_to_its_suspended_parent,
+    a_child_failed_by_crashes_reports_its_failure,
+    cancel_cascades_to_unfinished_descendants_and_reports_up,
+    cancel_of_a_finished_or_missing_instance_changes_nothing,
+    continue_as_new_starts_the_next_generation_and_keeps_the_old_journal,
+);
+
+const OWNER: &str = "w1";
+
+fn lease() -> Lease<'static> {
+    Lease {
+        owner: OWNER,
+        ttl_ms: 60_000,
+    }
+}
+
+async fn running(db: &TestDb, id: &str, parent: Option<ParentLink<'_>>) {
+    let new = NewInstance {
+        id,
+        name: "flow",
+        input: "[]",
+        parent,
+        lease: Some(lease()),
+    };
+    assert!(db.store.create_instance(&new).await.unwrap().1);
+}
+
+fn row(id: &str, generation: i64, seq: i64, kind: &str, result: &str) -> StepRow {
+    StepRow {
+        workflow_id: id.into(),
+        generation,
+        seq,
+        name: "x".into(),
+        kind: kind.into(),
+        result: result.into(),
+    }
+}
+
+async fn due_ids(db: &TestDb) -> Vec<String> {
+    let mut ids: Vec<_> = db
+        .store
+        .find_due(100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+async fn suspend_keeps_the_wake_time_and_drops_the_lease(db: &TestDb) {
+    running(db, "wf", None).await;
+    let later = now_ms() + 60_000;
+    assert!(!db
+        .store
+        .suspend("wf", 0, "intruder", Some(later), None)
+        .await
+        .unwrap());
+    assert!(db
+        .store
+        .suspend("wf", 0, OWNER, Some(later), None)
+        .await
+        .unwrap());
+    let got = db.store.get_instance("wf").await.unwrap().unwrap();
+    assert_eq!(got.status, InstanceStatus::Suspended);
+    assert_eq!(
+        (got.wake_at, got.lease_owner.as_deref()),
+        (Some(later), None)
+    );
+    assert!(
+        due_ids(db).await.is_empty(),
+        "a future wake time is not due"
+    );
+    // Suspending again needs the lease (claim first).
+    assert!(!db
+        .store
+        .suspend("wf", 0, OWNER, Some(later), None)
+        .await
+        .unwrap());
+    // Without a wake time it is never due by time.
+    assert!(db.store.claim("wf", lease()).await.unwrap().is_some());
+    assert!(db
+        .store
+        .suspend("wf", 0, OWNER, None, Some(5))
+        .await
+        .unwrap());
+    let got = db.store.get_instance("wf").await.unwrap().unwrap();
+    assert_eq!(got.wake_at, None);
+    assert!(due_ids(db).await.is_empty());
+}
+
+async fn suspend_awaiting_a_recorded_step_is_due_at_once(db: &TestDb) {
+    running(db, "wf", None).await;
+    // The awaited step was recorded while the run was deciding to suspend.
+    db.store
+        .append_steps(&[row("wf", 0, 3, "resolution", "1")])
+        .await
+        .unwrap();
+    assert!(db
+        .store
+        .suspend("wf", 0, OWNER, None, Some(3))
+        .await
+        .unwrap());
+    assert_eq!(due_ids(db).await, ["wf"]);
+}
+
+async fn resolve_records_once_and_wakes_a_suspended_waiter(db: &TestDb) {
+    running(db, "wf", None).await;
+    db.store
+        .append_steps(&[row("wf", 0, 0, "awakeable", "\"bool\"")])
+        .await
+        .unwrap();
+    assert!(db
+        .store
+        .suspend("wf", 0, OWNER, None, Some(1))
+        .await
+        .unwrap());
+    assert!(due_ids(db).await.is_empty());
+    let first = row("wf", 0, 1, "resolution", r#"{"Ok":true}"#);
+    assert_eq!(
+        db.store.resolve(0, "awakeable", &first).await.unwrap(),
+        Resolution::Recorded
+    );
+    assert_eq!(due_ids(db).await, ["wf"], "resolution makes the waiter due");
+    let second = row("wf", 0, 1, "resolution", r#"{"Ok":false}"#);
+    assert_eq!(
+        db.store.resolve(0, "awakeable", &second).await.unwrap(),
+        Resolution::AlreadyResolved(first.clone())
+    );
+    assert_eq!(db.store.get_step("wf", 0, 1).await.unwrap(), Some(first));
+}
+
+async fn resolve_of_an_unknown_awaitable_is_refused(db: &TestDb) {
+    running(db, "wf", None).await;
+    let answer = row("wf", 0, 1, "resolution", "1");
+    assert_eq!(
+        db.store.resolve(0, "awakeable", &answer).await.unwrap(),
+        Resolution::Unknown
+    );
+    // A step of another kind at that seq is not an awakeable either.
+    db.store
+        .append_steps(&[row("wf", 0, 0, "step", "1")])
+        .await
+        .unwrap();
+    assert_eq!(
+        db.store.resolve(0, "awakeable", &answer).await.unwrap(),
+        Resolution::Unknown
+    );
+    assert_eq!(db.store.get_step("wf", 0, 1).await.unwrap(), None);
+}
+
+async fn a_finished_child_reports_to_its_suspended_parent(db: &TestDb) {
+    running(db, "parent", None).await;
+    let link = ParentLink {
+        id: "parent",
+        generation: 0,
+        seq: 4,
+    };
+    running(db, "parent/4", Some(link)).await;
+    assert!(db
+        .store
+        .suspend("parent", 0, OWNER, None, Some(4))
+        .await
+        .unwrap());
+    let done = Finish {
+        id: "parent/4",
+        generation: 0,
+        owner: OWNER,
+        status: InstanceStatus::Completed,
+        output: Some(r#"{"label":"x"}"#),
+        error: None,
+    };
+    assert!(db.store.finish(&done).await.unwrap());
+    let reported = db.store.get_step("parent", 0, 4).await.unwrap().unwrap();
+    assert_eq!(
+        (reported.kind.as_str(), reported.name.as_str()),
+        ("child", "flow")
+    );
+    let value: serde_json::Value = serde_json::from_str(&reported.result).unwrap();
+    assert_eq!(value, serde_json::json!({ "Ok": { "label": "x" } }));
+    assert_eq!(due_ids(db).await, ["parent"]);
+}
+
+async fn a_child_failed_by_crashes_reports_its_failure(db: &TestDb) {
+    running(db, "parent", None).await;
+    let link = ParentLink {
+        id: "parent",
+        generation: 0,
+        seq: 0,
+    };
+    running(db, "parent/0", Some(link)).await;
+    let crash = Crash {
+        id: "parent/0",
+        owner: OWNER,
+        error: "boom",
+        max_attempts: 1,
+        retry_at: now_ms(),
+    };
+    let (status, attempts) = db.store.record_crash(&crash).await.unwrap().unwrap();
+    assert_eq!((status, attempts), (InstanceStatus::Failed, 1));
+    let reported = db.store.get_step("parent", 0, 0).await.unwrap().unwrap();
+    let value: serde_json::Value = serde_json::from_str(&reported.result).unwrap();
+    assert_eq!(
+        value,
+        serde_json::json!({ "Err": { "status": "failed", "message": "boom" } })
+    );
+}
+
+async fn cancel_cascades_to_unfinished_descendants_and_reports_up(db: &TestDb) {
+    running(db, "root", None).await;
+    running(
+        db,
+        "mid",
+        Some(ParentLink {
+            id: "root",
+            generation: 0,
+            seq: 0,
+        }),
+    )
+    .await;
+    running(
+        db,
+        "leaf",
+        Some(ParentLink {
+            id: "mid",
+            generation: 0,
+            seq: 2,
+        }),
+    )
+    .await;
+    running(
+        db,
+        "done",
+        Some(ParentLink {
+            id: "mid",
+            generation: 0,
+            seq: 3,
+        }),
+    )
+    .await;
+    let finished = Finish {
+        id: "done",
+        generation: 0,
+        owner: OWNER,
+        status: InstanceStatus::Completed,
+        output: Some("1"),
+        error: None,
+    };
+    assert!(db.store.finish(&finished).await.unwrap());
+    running(db, "bystander", None).await;
+    let Cancellation::Cancelled(ids) = db.store.cancel("mid").await.unwrap() else {
+        panic!("expected a cancellation");
+    };
+    assert_eq!(ids[0], "mid");
+    let mut rest = ids[1..].to_vec();
+    rest.sort();
+    assert_eq!(rest, ["leaf"]);
+    for id in ["mid", "leaf"] {
+        let got = db.store.get_instance(id).await.unwrap().unwrap();
+        assert_eq!(
+            (got.status, got.lease_owner),
+            (InstanceStatus::Cancelled, None),
+            "{id}"
+        );
+    }
+    for (id, status) in [
+        ("done", InstanceStatus::Completed),
+        ("root", InstanceStatus::Running),
+        ("bystander", InstanceStatus::Running),
+    ] {
+        assert_eq!(
+            db.store.get_instance(id).await.unwrap().unwrap().status,
+            status,
+            "{id}"
+        );
+    }
+    // The root awaiting `mid` and `mid` awaiting `leaf` hear of it.
+    let to_root = db.store.get_step("root", 0, 0).await.unwrap().unwrap();
+    assert!(to_root.result.contains("cancelled"), "{}", to_root.result);
+    let to_mid = db.store.get_step("mid", 0, 2).await.unwrap().unwrap();
+    assert!(to_mid.result.contains("cancelled"), "{}", to_mid.result);
+}
+
+async fn cancel_of_a_finished_or_missing_instance_changes_nothing(db: &TestDb) {
+    running(db, "wf", None).await;
+    let done = Finish {
+        id: "wf",
+        generation: 0,
+        owner: OWNER,
+        status: InstanceStatus::Completed,
+        output: Some("1"),
+        error: None,
+    };
+    assert!(db.store.finish(&done).await.unwrap());
+    assert_eq!(
+        db.store.cancel("wf").await.unwrap(),
+        Cancellation::AlreadyFinal(InstanceStatus::Completed)
+    );
+    assert_eq!(
+        db.store.cancel("nope").await.unwrap(),
+        Cancellation::NotFound
+    );
+    let got = db.store.get_instance("wf").await.unwrap().unwrap();
+    assert_eq!(
+        (got.status, got.output.as_deref()),
+        (InstanceStatus::Completed, Some("1"))
+    );
+}
+
+async fn continue_as_new_starts_the_next_generation_and_keeps_the_old_journal(db: &TestDb) {
+    running(db, "wf", None).await;
+    db.store
+        .append_steps(&[row("wf", 0, 0, "step", "1")])
+        .await
+        .unwrap();
+    assert!(!db
+        .store
+        .continue_as_new("wf", 0, "intruder", "[2]")
+        .await
+        .unwrap());
+    assert!(db
+        .store
+        .continue_as_new("wf", 0, OWNER, "[2]")
+        .await
+        .unwrap());
+    let got = db.store.get_instance("wf").await.unwrap().unwrap();
+    assert_eq!(
+        (got.generation, got.status, got.input.as_str()),
+        (1, InstanceStatus::Pending, "[2]")
+    );
+    assert_eq!(got.lease_owner, None);
+    assert_eq!(due_ids(db).await, ["wf"]);
+    assert!(db.store.load_journal("wf", 1).await.unwrap().is_empty());
+    assert_eq!(db.store.load_journal("wf", 0).await.unwrap().len(), 1);
+    // The old generation cannot continue again.
+    assert!(!db
+        .store
+        .continue_as_new("wf", 0, OWNER, "[3]")
+        .await
+        .unwrap());
+}

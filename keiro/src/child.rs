@@ -1,0 +1,147 @@
+//! Child workflows: a `#[workflow]` call awaited (or [`spawn`]ed) inside
+//! another workflow. The child is its own instance with a deterministic id;
+//! its end is recorded in the parent's journal in the same transaction that
+//! records it, which also makes a suspended parent due.
+
+use std::future::IntoFuture;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::context::{halt, wait_for_step, Halt, StepKind, WorkflowContext};
+use crate::registry::BoxFuture;
+use crate::run::launch;
+use crate::{Error, Result, WorkflowCall};
+
+/// A child workflow started by [`spawn`]; await it to join it.
+#[must_use = "a spawned child is joined only by awaiting its handle"]
+pub struct ChildHandle<R> {
+    cx: Arc<WorkflowContext>,
+    seq: i64,
+    name: &'static str,
+    id: String,
+    _output: PhantomData<fn() -> R>,
+}
+
+impl<R> std::fmt::Debug for ChildHandle<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChildHandle")
+            .field("name", &self.name)
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+impl<R> ChildHandle<R> {
+    /// The child's instance id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+/// Starts a child workflow without waiting for it, so a workflow can fan out
+/// several and join them in order. Only inside a workflow; elsewhere use
+/// [`WorkflowCall::start`].
+pub async fn spawn<R>(call: WorkflowCall<R>) -> Result<ChildHandle<R>>
+where
+    R: Serialize + DeserializeOwned + Send + 'static,
+{
+    if call.parent.is_none() {
+        return Err(Error::Config(format!(
+            "keiro::spawn({}) starts a child of the calling workflow, so it works only \
+             inside a #[workflow]; outside one use `.start()`",
+            call.name
+        )));
+    }
+    start_child(call).await
+}
+
+/// Starts (or, on replay, finds) the child of `call`, whose parent slot is set.
+pub(crate) async fn start_child<R>(call: WorkflowCall<R>) -> Result<ChildHandle<R>>
+where
+    R: Serialize + DeserializeOwned + Send + 'static,
+{
+    let (cx, seq) = call.parent.clone().expect("a child call has a parent");
+    let spec = match call.launch_spec() {
+        Ok(spec) => spec,
+        Err(error) => return Err(error),
+    };
+    let handle = ChildHandle {
+        cx: cx.clone(),
+        seq,
+        name: call.name,
+        id: spec.id.clone(),
+        _output: PhantomData,
+    };
+    if cx.recorded(seq).is_none() {
+        // Starting it is idempotent on its id: after a crash this attaches to
+        // the child already running, or finds it finished.
+        let started = match call.runtime().await {
+            Ok(keiro) => launch(&keiro, spec).await.map(drop),
+            Err(error) => Err(error),
+        };
+        match started {
+            Ok(()) => {}
+            Err(error @ Error::IdConflict { .. }) => return Err(error),
+            Err(error) => return halt(&cx, Halt::Error(error)).await,
+        }
+    }
+    Ok(handle)
+}
+
+impl<R> IntoFuture for ChildHandle<R>
+where
+    R: DeserializeOwned + Send + 'static,
+{
+    type Output = Result<R>;
+    type IntoFuture = BoxFuture<'static, Result<R>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let row = wait_for_step(&self.cx, self.seq, StepKind::Child.as_str(), self.name).await;
+            #[derive(serde::Deserialize)]
+            struct Failure {
+                status: String,
+                message: String,
+            }
+            #[derive(serde::Deserialize)]
+            enum End<V> {
+                Ok(V),
+                Err(Failure),
+            }
+            let end: End<R> = match serde_json::from_str(&row.result) {
+                Ok(end) => end,
+                Err(e) => {
+                    let what = format!(
+                        "the recorded end of child workflow `{}` (id {}) of workflow `{}` \
+                         (id {}) into the child's current return type",
+                        self.name, self.id, self.cx.name, self.cx.id
+                    );
+                    return halt(&self.cx, Halt::Error(Error::decode(what, e))).await;
+                }
+            };
+            match end {
+                End::Ok(value) => Ok(value),
+                End::Err(failure) => {
+                    let (name, id) = (self.name.to_owned(), self.id.clone());
+                    let source = match failure.status.as_str() {
+                        "cancelled" => Error::Cancelled { name, id },
+                        _ => Error::Failed {
+                            name,
+                            id,
+                            message: failure.message,
+                        },
+                    };
+                    Err(Error::ChildFailed {
+                        name: self.name.to_owned(),
+                        id: self.id,
+                        parent_id: self.cx.id.clone(),
+                        source: Arc::new(source),
+                    })
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,98 @@
+//! Ending workflows from outside ([`cancel`]) and from inside
+//! ([`continue_as_new`]).
+
+use crate::context::{current, halt, Halt};
+use crate::run::lock;
+use crate::{Error, Keiro, Result, WorkflowCall, WorkflowStatus};
+
+/// What [`cancel`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelOutcome {
+    /// The instance and these unfinished descendants (the target first) are
+    /// now cancelled. Running ones stop at their next step, sleep or await
+    /// (at once in this process; within a lease renewal elsewhere).
+    Cancelled {
+        /// Every instance cancelled, the target first.
+        ids: Vec<String>,
+    },
+    /// The instance had ended already with this status; nothing changed.
+    AlreadyFinished(WorkflowStatus),
+}
+
+impl Keiro {
+    /// Cancels instance `id` and, in the same transaction, its unfinished
+    /// children (recursively). A parent awaiting a cancelled child gets an
+    /// error saying so. Cancelling a finished instance changes nothing and
+    /// says so. Errors with [`Error::NotFound`] for an unknown id.
+    pub async fn cancel(&self, id: &str) -> Result<CancelOutcome> {
+        match self.inner.store.cancel(id).await? {
+            keiro_store::Cancellation::NotFound => Err(Error::NotFound { id: id.to_owned() }),
+            keiro_store::Cancellation::AlreadyFinal(_) => {
+                let row = self
+                    .inner
+                    .store
+                    .get_instance(id)
+                    .await?
+                    .ok_or_else(|| Error::NotFound { id: id.to_owned() })?;
+                Ok(CancelOutcome::AlreadyFinished(WorkflowStatus::of(&row)))
+            }
+            keiro_store::Cancellation::Cancelled(ids) => {
+                for cancelled in &ids {
+                    let live = lock(&self.inner.live)
+                        .get(cancelled)
+                        .and_then(|w| w.upgrade());
+                    if let Some(cx) = live {
+                        cx.halt(Halt::Cancelled);
+                    }
+                    self.step_recorded(cancelled);
+                }
+                tracing::info!(id, cancelled = ids.len(), "keiro cancelled a workflow");
+                Ok(CancelOutcome::Cancelled { ids })
+            }
+        }
+    }
+}
+
+/// Cancels instance `id` through the process-wide runtime (see [`Keiro::cancel`]).
+pub async fn cancel(id: &str) -> Result<CancelOutcome> {
+    crate::runtime::global().await?.cancel(id).await
+}
+
+/// Ends the current generation of the calling workflow and starts the next
+/// under the same id with `call`'s arguments and a fresh journal; the old
+/// generation's journal is kept. `call` must be a call of the same workflow:
+///
+/// ```no_run
+/// # use keiro::workflow;
+/// #[workflow]
+/// async fn counter(n: u64) -> u64 {
+///     if n < 1_000 {
+///         return keiro::continue_as_new(counter(n + 1)).await.unwrap_or(n);
+///     }
+///     n
+/// }
+/// ```
+///
+/// Inside a workflow it never returns. Outside one, or with a call of another
+/// workflow, it returns an error.
+pub async fn continue_as_new<R, T>(call: WorkflowCall<R>) -> Result<T>
+where
+    R: serde::Serialize + serde::de::DeserializeOwned + Send + 'static,
+{
+    let Some(cx) = current() else {
+        return Err(Error::Config(format!(
+            "keiro::continue_as_new({}) works only inside a #[workflow]",
+            call.name
+        )));
+    };
+    if call.name != cx.name {
+        return Err(Error::Config(format!(
+            "workflow `{}` (id {}) cannot continue as `{}`; continue_as_new takes a call of \
+             the same workflow",
+            cx.name, cx.id, call.name
+        )));
+    }
+    let input = call.encoded_input()?;
+    halt(&cx, Halt::ContinueAsNew { input }).await
+}
