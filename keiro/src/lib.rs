@@ -55,7 +55,6 @@ mod runtime;
 mod waiters;
 mod worker;
 
-pub mod timers;
 
 #[doc(hidden)]
 pub mod __private;
