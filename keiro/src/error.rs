@@ -184,9 +184,6 @@ pub enum Error {
         /// Its process id.
         pid: i64,
     },
-    /// A timer operation failed or was refused.
-    #[error(transparent)]
-    Timer(#[from] crate::timers::TimerError),
     /// A setting is invalid.
     #[error("invalid keiro configuration: {0}")]
     Config(String),
