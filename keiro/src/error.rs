@@ -194,7 +194,6 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Store(e) => e.is_transient(),
-            Error::Timer(e) => e.is_transient(),
             _ => false,
         }
     }
