@@ -75,9 +75,8 @@ fn respan((start, end): (Span, Span), tokens: TokenStream) -> TokenStream {
 
 /// The user's attributes, sorted by the generated item they belong on.
 struct SplitAttrs {
-    /// `#[cfg]`: on the public function, which holds everything else.
-    cfg: Vec<Attribute>,
-    /// Doc comments and `#[deprecated]`: what callers see.
+    /// Doc comments, `#[deprecated]` and `#[cfg]`: for the public function
+    /// (which holds everything else).
     public: Vec<Attribute>,
     /// `#[allow]`, `#[warn]`, `#[deny]`, `#[forbid]`, `#[expect]`.
     lints: Vec<Attribute>,
@@ -88,16 +87,16 @@ struct SplitAttrs {
 impl SplitAttrs {
     fn new(attrs: &[Attribute]) -> Self {
         let mut split = SplitAttrs {
-            cfg: Vec::new(),
             public: Vec::new(),
             lints: Vec::new(),
             rest: Vec::new(),
         };
         for attr in attrs {
             let path = attr.path();
-            let bucket = if path.is_ident("cfg") {
-                &mut split.cfg
-            } else if path.is_ident("doc") || path.is_ident("deprecated") {
+            let bucket = if ["doc", "deprecated", "cfg"]
+                .iter()
+                .any(|name| path.is_ident(name))
+            {
                 &mut split.public
             } else if ["allow", "warn", "deny", "forbid", "expect"]
                 .iter()
@@ -147,13 +146,8 @@ mod tests {
         ];
         let split = SplitAttrs::new(&attrs);
         assert_eq!(
-            (
-                split.cfg.len(),
-                split.public.len(),
-                split.lints.len(),
-                split.rest.len()
-            ),
-            (1, 2, 1, 1)
+            (split.public.len(), split.lints.len(), split.rest.len()),
+            (3, 1, 1)
         );
         let allow = &split.lints_as_allow()[0];
         assert_eq!(

@@ -2,7 +2,7 @@
 //! registration and the public constructor of `keiro::WorkflowCall`.
 
 use proc_macro2::{Literal, TokenStream};
-use quote::{format_ident, quote, quote_spanned, ToTokens};
+use quote::{format_ident, quote, quote_spanned};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{parse_quote, Visibility};
@@ -25,8 +25,9 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
 
     // Asserting every argument type and the return type where they are used, at
     // the user's spans, makes a type that is not Serialize + DeserializeOwned an
-    // error on that type with keiro's message (rustc drops the same failure of
-    // the encode/decode call below, which is given the same span).
+    // error on that type with keiro's message. The encode/decode calls below get
+    // the same span, so rustc drops their identical failure; with several
+    // arguments those calls span the whole list, and are reported there too.
     let arg_asserts: Vec<_> = types
         .iter()
         .map(|ty| quote_spanned!(ty.span()=> ::keiro::__private::assert_workflow_value::<#ty>();))
@@ -41,7 +42,7 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
         None => span_range(&func.sig.ident),
     };
 
-    // 1. The user's function, renamed and hidden.
+    // The user's function, renamed and hidden.
     let mut body = func.clone();
     body.sig.ident = body_ident.clone();
     body.vis = Visibility::Inherited;
@@ -56,7 +57,7 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
         ])
         .collect();
 
-    // 2. The runner the worker calls with the journaled input.
+    // The runner the worker calls with the journaled input.
     let decode = respan(
         args_range,
         quote!(::keiro::__private::WorkflowInput::decode(&__keiro_input)),
@@ -84,9 +85,8 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
         },
     );
 
-    // 4. The public function: same name, visibility and docs; builds the call.
+    // The public function: same name, visibility and docs; builds the call.
     let vis = &func.vis;
-    let cfg = &attrs.cfg;
     let public_attrs = &attrs.public;
     let public_lints = attrs.lints_as_allow();
     let args_ref = respan(args_range, quote!(&(#(#idents,)*)));
@@ -106,7 +106,6 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
     // function's own name is added to the user's namespace, and the expansion
     // is equally valid as an associated function in an `impl` block.
     quote! {
-        #(#cfg)*
         #(#public_attrs)*
         #(#public_lints)*
         #vis fn #ident(#(#idents: #types),*) -> #public_ret {
@@ -137,7 +136,6 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
             #call
         }
     }
-    .into_token_stream()
 }
 
 #[cfg(test)]
