@@ -94,3 +94,59 @@ fn unix_ms(t: std::time::SystemTime) -> u64 {
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }
+
+/// Blocks forever at the named point when [`CRASH_AT_ENV`] names it, after
+/// telling the parent (`CRASH_POINT <name>`) on stdout.
+pub fn pause_at(point: &str) {
+    if std::env::var(CRASH_AT_ENV).ok().as_deref() == Some(point) {
+        println!("CRASH_POINT {point}");
+        std::io::stdout().flush().ok();
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    }
+}
+
+/// Appends `line` to `file` as a journaled step.
+#[step]
+pub async fn note_line(file: String, line: String) -> bool {
+    append_line(&file, &line);
+    true
+}
+
+/// An approval: creates an awakeable, announces its id (`AWAKEABLE <id>` on
+/// stdout, and a `notify` line), waits for the answer, then records `finish`.
+/// Crash points: `aw-created`, `aw-waiting`, `aw-consumed`.
+#[workflow]
+pub async fn approval_flow(file: String) -> String {
+    let answer = keiro::awakeable::<String>().await;
+    pause_at("aw-created");
+    println!("AWAKEABLE {}", answer.id());
+    std::io::stdout().flush().ok();
+    note_line(file.clone(), "notify".into()).await;
+    pause_at("aw-waiting");
+    let answer = answer.await.unwrap_or_else(|e| format!("error: {e}"));
+    pause_at("aw-consumed");
+    note_line(file, "finish".into()).await;
+    answer
+}
+
+/// A child with one step; crash point `kid-running` inside it.
+#[workflow]
+pub async fn kid(file: String) -> u32 {
+    pause_at("kid-running");
+    note_line(file, "kid".into()).await;
+    7
+}
+
+/// A parent awaiting `kid`. Crash points: `child-started` (after the spawn),
+/// `child-consumed` (after its result).
+#[workflow]
+pub async fn family(file: String) -> u32 {
+    let child = keiro::spawn(kid(file.clone())).await.expect("spawn");
+    pause_at("child-started");
+    let n = child.await.unwrap_or(0);
+    pause_at("child-consumed");
+    note_line(file, "parent".into()).await;
+    n + 1
+}

@@ -6,41 +6,11 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use keiro_tests::process::CrashChild;
 use keiro_tests::workflows::CRASH_AT_ENV;
 use keiro_tests::{on_both_backends, Backend, TestDb};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 
 const CHILD: &str = env!("CARGO_BIN_EXE_crash_workflow");
-
-fn child(db: &TestDb, executor: &str, args: &[&str]) -> Command {
-    let mut command = Command::new(CHILD);
-    command
-        .args(args)
-        .env("KEIRO_DATABASE_URL", &db.url)
-        .env("KEIRO_EXECUTOR_ID", executor)
-        .env_remove(CRASH_AT_ENV)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true);
-    command
-}
-
-/// Reads the child's stdout until a line starting with `prefix`.
-async fn line_starting(child: &mut Child, prefix: &str) -> String {
-    let stdout = child.stdout.as_mut().expect("piped stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let wait = async {
-        while let Some(line) = lines.next_line().await.expect("read child stdout") {
-            if line.starts_with(prefix) {
-                return line;
-            }
-        }
-        panic!("child exited without printing `{prefix}`");
-    };
-    tokio::time::timeout(Duration::from_secs(60), wait)
-        .await
-        .unwrap_or_else(|_| panic!("child printed no `{prefix}` within 60 s"))
-}
 
 fn step_counts(file: &std::path::Path) -> [usize; 6] {
     let text = std::fs::read_to_string(file).unwrap_or_default();
@@ -55,14 +25,11 @@ fn step_counts(file: &std::path::Path) -> [usize; 6] {
 /// Restarts under `executor` with the resume worker and returns the output
 /// and the recovery time (process start to completed) in microseconds.
 async fn resume(db: &TestDb, executor: &str, id: &str) -> (u32, u64) {
-    let mut restarted = child(db, executor, &["resume", id]).spawn().unwrap();
-    let done = line_starting(&mut restarted, "DONE").await;
-    let status = restarted.wait().await.unwrap();
-    assert!(status.success(), "resume process failed: {status}");
-    let mut parts = done.split_whitespace().skip(1);
-    let out = serde_json::from_str(parts.next().unwrap()).unwrap();
-    let micros = parts.next().unwrap().parse().unwrap();
-    (out, micros)
+    let (out, micros) = CrashChild::start(CHILD, db, executor, &["resume", id], None)
+        .done()
+        .await;
+    let out = serde_json::from_value(out).expect("a number");
+    (out, micros.expect("the recovery time"))
 }
 
 async fn killed_after_each_step_resumes_without_rerunning(backend: Backend) {
@@ -73,13 +40,11 @@ async fn killed_after_each_step_resumes_without_rerunning(backend: Backend) {
         let id = format!("crash-{k}");
         let executor = format!("crash-test-{}", uuid::Uuid::new_v4().simple());
 
-        let mut first = child(&db, &executor, &["run", &id, file.to_str().unwrap()])
-            .env(CRASH_AT_ENV, k.to_string())
-            .spawn()
-            .unwrap();
-        line_starting(&mut first, "CRASH_POINT").await;
-        first.start_kill().unwrap(); // SIGKILL
-        first.wait().await.unwrap();
+        let point = k.to_string();
+        let args = ["run", &id, file.to_str().unwrap()];
+        let mut first = CrashChild::start(CHILD, &db, &executor, &args, Some(&point));
+        first.line_starting("CRASH_POINT").await;
+        first.kill().await; // SIGKILL
         let before = step_counts(&file);
         for (n, &ran) in before.iter().enumerate().skip(1) {
             let expected = usize::from(n as u32 <= k);
@@ -112,9 +77,8 @@ async fn killed_racing_the_completion_write_converges(backend: Backend) {
         let file = dir.path().join("effects.log");
         let id = format!("race-{attempt}");
         let executor = format!("crash-test-{}", uuid::Uuid::new_v4().simple());
-        let mut first = child(&db, &executor, &["run", &id, file.to_str().unwrap()])
-            .spawn()
-            .unwrap();
+        let args = ["run", &id, file.to_str().unwrap()];
+        let first = CrashChild::start(CHILD, &db, &executor, &args, None);
         // Kill as soon as the last step's side effect shows: around its
         // journal write and the completion write.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -122,8 +86,7 @@ async fn killed_racing_the_completion_write_converges(backend: Backend) {
             assert!(tokio::time::Instant::now() < deadline, "step 5 never ran");
             tokio::time::sleep(Duration::from_micros(200)).await;
         }
-        first.start_kill().unwrap();
-        first.wait().await.unwrap();
+        first.kill().await;
 
         let (out, _) = resume(&db, &executor, &id).await;
         assert_eq!(out, 15);
@@ -138,12 +101,14 @@ async fn a_second_live_process_with_the_same_identity_is_refused(backend: Backen
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("effects.log");
     let executor = format!("crash-test-{}", uuid::Uuid::new_v4().simple());
-    let mut holder = child(&db, &executor, &["run", "held", file.to_str().unwrap()])
-        .env(CRASH_AT_ENV, "2")
-        .spawn()
-        .unwrap();
-    line_starting(&mut holder, "CRASH_POINT").await;
-    let second = child(&db, &executor, &["resume", "held"])
+    let args = ["run", "held", file.to_str().unwrap()];
+    let mut holder = CrashChild::start(CHILD, &db, &executor, &args, Some("2"));
+    holder.line_starting("CRASH_POINT").await;
+    let second = tokio::process::Command::new(CHILD)
+        .args(["resume", "held"])
+        .env("KEIRO_DATABASE_URL", &db.url)
+        .env("KEIRO_EXECUTOR_ID", &executor)
+        .env_remove(CRASH_AT_ENV)
         .stderr(Stdio::piped())
         .output()
         .await
@@ -154,8 +119,7 @@ async fn a_second_live_process_with_the_same_identity_is_refused(backend: Backen
         stderr.contains(&executor) && stderr.contains("in use"),
         "{stderr}"
     );
-    holder.start_kill().unwrap();
-    holder.wait().await.unwrap();
+    holder.kill().await;
     // Once the holder is dead, the same identity takes over at once.
     let (out, _) = resume(&db, &executor, "held").await;
     assert_eq!(out, 15);

@@ -2,6 +2,8 @@
 //!
 //! ```text
 //! crash_workflow run <id> <file>   run five_steps(file) under <id> in-process
+//! crash_workflow approval <id> <file>  run approval_flow(file) under <id>
+//! crash_workflow family <id> <file>    run family(file) under <id>
 //! crash_workflow sleep <id> <ms>   run sleepy(ms) under <id> in-process
 //! crash_workflow resume <id>       start the resume worker, wait for <id>, print DONE
 //! crash_workflow worker            run the resume worker until killed
@@ -11,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use keiro::ResumeOptions;
-use keiro_tests::workflows::{five_steps, sleepy};
+use keiro_tests::workflows::{approval_flow, family, five_steps, sleepy};
 
 #[tokio::main]
 async fn main() {
@@ -46,6 +48,14 @@ async fn run(started: Instant) -> Result<(), keiro::Error> {
             let elapsed = started.elapsed();
             println!("DONE {out} {}", elapsed.as_micros());
             worker.shutdown().await;
+        }
+        ["approval", id, file] => {
+            let out = approval_flow(file.to_string()).id(*id).await?;
+            println!("DONE {}", serde_json::to_string(&out).unwrap());
+        }
+        ["family", id, file] => {
+            let out = family(file.to_string()).id(*id).await?;
+            println!("DONE {out}");
         }
         ["sleep", id, millis] => {
             let millis: u64 = millis.parse().expect("sleep <id> <millis>");
