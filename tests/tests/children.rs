@@ -181,9 +181,8 @@ async fn a_suspended_parent_is_woken_by_its_childs_end(backend: Backend) {
     assert_eq!(row.wake_at, None);
     // The child's completion journals the parent's step and makes it due.
     let worker = db.keiro().await;
-    let mut completed = 0;
     for _ in 0..100 {
-        completed += worker.resume_once(&quiet()).await.unwrap().completed;
+        worker.resume_once(&quiet()).await.unwrap();
         if handle.status().await.unwrap() == WorkflowStatus::Completed {
             break;
         }
