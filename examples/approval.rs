@@ -45,7 +45,12 @@ async fn main() -> Result<(), keiro::Error> {
     .suspend_after(Duration::from_millis(200))
     .connect()
     .await?;
-    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["request", amount] => {
             let amount: u32 = amount.parse().expect("an amount in EUR");
             let id = format!("expense-{}", keiro::Uuid::new_v4().simple());
