@@ -156,6 +156,11 @@ impl Store {
         dispatch!(self, s => s.cancel(id).await)
     }
 
+    /// How many awakeables of unfinished instances have no answer yet.
+    pub async fn count_pending_awakeables(&self) -> Result<u64> {
+        dispatch!(self, s => s.count_pending_awakeables().await)
+    }
+
     /// Ends generation `generation` of an instance `owner` holds and starts the
     /// next with `input` and an empty journal, due now. Old steps are kept.
     pub async fn continue_as_new(

@@ -570,6 +570,20 @@ impl PostgresStore {
         Ok(Cancellation::Cancelled(ordered))
     }
 
+    pub(crate) async fn count_pending_awakeables(&self) -> Result<u64> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM keiro.steps a JOIN keiro.workflows w \
+             ON w.id = a.workflow_id AND w.generation = a.generation \
+             WHERE a.kind = 'awakeable' AND w.status IN ('pending', 'running', 'suspended') \
+             AND NOT EXISTS (SELECT 1 FROM keiro.steps r WHERE r.workflow_id = a.workflow_id \
+                 AND r.generation = a.generation AND r.seq = a.seq + 1)",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(StoreError::query("count_pending_awakeables"))?;
+        Ok(n.max(0) as u64)
+    }
+
     pub(crate) async fn continue_as_new(
         &self,
         id: &str,

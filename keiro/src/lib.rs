@@ -52,6 +52,7 @@ mod lifecycle;
 mod registry;
 mod run;
 mod runtime;
+pub mod telemetry;
 mod waiters;
 mod worker;
 

@@ -383,6 +383,7 @@ pub(crate) async fn execute(
             } else {
                 InstanceStatus::Completed
             };
+            crate::telemetry::run_ended(&row.name, status.as_str());
             if store
                 .finish(&finish(status, Some(&output.json), None))
                 .await?
@@ -403,6 +404,7 @@ pub(crate) async fn execute(
         }
         Ended::LeaseLost => Ok(None),
         Ended::Suspended(wake_at, awaiting) => {
+            crate::telemetry::run_ended(&row.name, "suspended");
             if !store
                 .suspend(&row.id, row.generation, owner, wake_at, awaiting)
                 .await?
@@ -417,7 +419,10 @@ pub(crate) async fn execute(
             Ok(Some(waiting))
         }
         // Recorded already by whoever cancelled it; the caller re-reads the row.
-        Ended::Cancelled => Ok(None),
+        Ended::Cancelled => {
+            crate::telemetry::run_ended(&row.name, "cancelled");
+            Ok(None)
+        }
         Ended::ContinueAsNew(input) => {
             if !store
                 .continue_as_new(&row.id, row.generation, owner, &input)
@@ -481,6 +486,7 @@ async fn crashed(
     message: String,
     error: Error,
 ) -> Result<Option<InstanceRow>> {
+    crate::telemetry::run_ended(&row.name, "crashed");
     let recorded = keiro
         .inner
         .store
@@ -519,6 +525,7 @@ async fn set_aside(keiro: &Keiro, row: &InstanceRow, error: Error) -> Result<Opt
     };
     let diagnostic = serde_json::json!({ "seq": seq, "expected": expected, "found": found });
     tracing::error!(name = %row.name, id = %row.id, %error, "keiro set a workflow aside");
+    crate::telemetry::run_ended(&row.name, "set_aside");
     keiro
         .inner
         .store

@@ -222,6 +222,11 @@ impl Keiro {
             discovered,
             ..summary
         };
+        crate::telemetry::pass(&summary);
+        match self.inner.store.count_pending_awakeables().await {
+            Ok(n) => crate::telemetry::awakeables_pending(n),
+            Err(error) => tracing::debug!(%error, "keiro could not count pending awakeables"),
+        }
         (options.log)(&ResumeEvent::Pass(summary));
         Ok(summary)
     }

@@ -125,7 +125,7 @@ pub(crate) async fn run_step<R, Fut>(
     cx: Arc<WorkflowContext>,
     seq: i64,
     kind: StepKind,
-    name: &str,
+    name: &'static str,
     execute: Fut,
 ) -> R
 where
@@ -134,6 +134,7 @@ where
 {
     if let Some(recorded) = cx.recorded(seq) {
         let span = tracing::debug_span!("keiro.step", name, seq, replayed = true);
+        crate::telemetry::step(name, true);
         return replay(&cx, seq, kind, name, &recorded)
             .instrument(span)
             .await;
@@ -162,7 +163,10 @@ where
             result,
         };
         match cx.keiro.inner.writer.append(row).await {
-            Ok(AppendOutcome::Inserted) => value,
+            Ok(AppendOutcome::Inserted) => {
+                crate::telemetry::step(name, false);
+                value
+            }
             // Another executor recorded this step first: its result wins.
             Ok(AppendOutcome::Existing(first)) => replay(&cx, seq, kind, name, &first).await,
             Err(e) => halt(&cx, Error::Store(e)).await,

@@ -1,0 +1,102 @@
+//! The runtime's metrics through the `metrics` facade: steps executed and
+//! replayed, run outcomes, and a resume pass's gauges — labelled by names and
+//! outcomes only, never by ids.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keiro::{step, telemetry, workflow, ResumeOptions};
+use keiro_tests::{Backend, TestDb};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+#[step]
+async fn metered(n: u32) -> u32 {
+    n + 1
+}
+
+#[workflow]
+async fn metered_flow(n: u32) -> u32 {
+    let a = metered(n).await;
+    let approval = keiro::awakeable::<bool>().await;
+    let approved = approval.await.unwrap_or(false);
+    a + u32::from(approved)
+}
+
+/// One reading of every metric: (name, labels, value). Reading resets the
+/// recorder's counters, so take one per phase.
+fn read(snapshotter: &Snapshotter) -> Vec<(String, Vec<(String, String)>, f64)> {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let key = key.key();
+            let labels = key
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            let value = match value {
+                DebugValue::Counter(n) => n as f64,
+                DebugValue::Gauge(g) => g.into_inner(),
+                DebugValue::Histogram(h) => h.len() as f64,
+            };
+            (key.name().to_owned(), labels, value)
+        })
+        .collect()
+}
+
+fn value(reading: &[(String, Vec<(String, String)>, f64)], name: &str, labels: &[(&str, &str)]) -> f64 {
+    reading
+        .iter()
+        .filter(|(n, ls, _)| {
+            n == name && labels.iter().all(|(k, v)| ls.iter().any(|(lk, lv)| lk == k && lv == v))
+        })
+        .map(|(_, _, v)| v)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_runs_and_passes_are_measured_with_bounded_labels() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder.install().expect("install the debugging recorder");
+
+    let db = TestDb::new(Backend::Sqlite).await;
+    let keiro = keiro::Keiro::builder(&db.url)
+        .executor_id("metrics-test")
+        .suspend_after(Duration::from_millis(20))
+        .connect()
+        .await
+        .unwrap();
+    let quiet = ResumeOptions {
+        log: Arc::new(|_| {}),
+        ..ResumeOptions::default()
+    };
+    // The first pass runs the step and suspends on the awakeable.
+    metered_flow(1).id("m-1").on(&keiro).enqueue().await.unwrap();
+    keiro.resume_once(&quiet).await.unwrap();
+    let first = read(&snapshotter);
+    let executed = [("step", "metered"), ("outcome", "executed")];
+    assert_eq!(value(&first, telemetry::STEPS, &executed), 1.0);
+    let suspended = [("workflow", "metered_flow"), ("outcome", "suspended")];
+    assert_eq!(value(&first, telemetry::RUNS, &suspended), 1.0);
+    assert_eq!(value(&first, telemetry::RESUMED, &[]), 1.0);
+    assert_eq!(value(&first, telemetry::AWAKEABLES_PENDING, &[]), 1.0);
+
+    // The answer makes it due; the second pass replays the step and finishes.
+    keiro.resolve_awakeable("m-1/0/1", true).await.unwrap();
+    keiro.resume_once(&quiet).await.unwrap();
+    let second = read(&snapshotter);
+    let replayed = [("step", "metered"), ("outcome", "replayed")];
+    assert_eq!(value(&second, telemetry::STEPS, &replayed), 1.0);
+    let completed = [("workflow", "metered_flow"), ("outcome", "completed")];
+    assert_eq!(value(&second, telemetry::RUNS, &completed), 1.0);
+    assert_eq!(value(&second, telemetry::AWAKEABLES_PENDING, &[]), 0.0);
+
+    // No metric carries an instance id.
+    for (name, labels, _) in first.iter().chain(&second) {
+        for (_, v) in labels {
+            assert!(!v.contains("m-1"), "{name} carries an id: {labels:?}");
+        }
+    }
+}
