@@ -24,7 +24,7 @@ pub use types::{
     now_ms, AppendOutcome, Cancellation, Crash, ExecutorRow, Finish, InstanceRow, InstanceStatus,
     Lease, NewInstance, ParentLink, Resolution, StepRow,
 };
-pub use writer::JournalWriter;
+pub use writer::{CreateRequest, FinishRequest, JournalWriter};
 
 /// A `Result` whose error is [`StoreError`].
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -81,6 +81,14 @@ impl Store {
         dispatch!(self, s => s.create_instance(new).await)
     }
 
+    /// Like [`Store::create_instance`] for several instances, in one transaction.
+    pub async fn create_instances(
+        &self,
+        news: &[NewInstance<'_>],
+    ) -> Result<Vec<(InstanceRow, bool)>> {
+        dispatch!(self, s => s.create_instances(news).await)
+    }
+
     /// Reads one instance.
     pub async fn get_instance(&self, id: &str) -> Result<Option<InstanceRow>> {
         dispatch!(self, s => s.get_instance(id).await)
@@ -120,6 +128,11 @@ impl Store {
     /// returns whether it applied.
     pub async fn finish(&self, finish: &Finish<'_>) -> Result<bool> {
         dispatch!(self, s => s.finish(finish).await)
+    }
+
+    /// Like [`Store::finish`] for several instances, in one transaction.
+    pub async fn finish_many(&self, finishes: &[Finish<'_>]) -> Result<Vec<bool>> {
+        dispatch!(self, s => s.finish_many(finishes).await)
     }
 
     /// Suspends a running instance `owner` holds, releasing the lease: it

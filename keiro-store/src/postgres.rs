@@ -104,61 +104,35 @@ impl PostgresStore {
         &self,
         new: &NewInstance<'_>,
     ) -> Result<(InstanceRow, bool)> {
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(StoreError::query("create_instance"))?;
+        create_on(&mut conn, new, now_ms()).await
+    }
+
+    pub(crate) async fn create_instances(
+        &self,
+        news: &[NewInstance<'_>],
+    ) -> Result<Vec<(InstanceRow, bool)>> {
+        if let [one] = news {
+            return Ok(vec![self.create_instance(one).await?]);
+        }
         let now = now_ms();
-        let (status, owner, expires) = match new.lease {
-            Some(lease) => (
-                InstanceStatus::Running,
-                Some(lease.owner),
-                Some(now + lease.ttl_ms),
-            ),
-            None => (InstanceStatus::Pending, None, None),
-        };
-        // Insert-or-read in one statement. When a concurrent transaction
-        // inserts the same id, `ON CONFLICT` waits for it to commit, but this
-        // statement's snapshot predates that row, so neither branch returns it
-        // and the plain read below (a new snapshot) picks it up.
-        let row = sqlx::query(&format!(
-            "WITH inserted AS ( \
-                 INSERT INTO keiro.workflows (id, name, generation, status, input, attempts, \
-                 lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, \
-                 parent_generation, created_at, updated_at) \
-                 VALUES ($1, $2, 0, $3, $4, 0, $5, $6, COALESCE($6, $9), $7, $8, $10, $9, $9) \
-                 ON CONFLICT (id) DO NOTHING \
-                 RETURNING {INSTANCE_COLUMNS} \
-             ) \
-             SELECT {INSTANCE_COLUMNS}, TRUE AS created FROM inserted \
-             UNION ALL \
-             SELECT {INSTANCE_COLUMNS}, FALSE AS created FROM keiro.workflows \
-             WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM inserted)"
-        ))
-        .bind(new.id)
-        .bind(new.name)
-        .bind(status.as_str())
-        .bind(new.input)
-        .bind(owner)
-        .bind(expires)
-        .bind(new.parent.map(|p| p.id))
-        .bind(new.parent.map(|p| p.seq))
-        .bind(now)
-        .bind(new.parent.map(|p| p.generation))
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(StoreError::query("create_instance"))?;
-        if let Some(row) = row {
-            let created: bool = row
-                .try_get("created")
-                .map_err(|e| corrupt(format!("workflow instance `{}`", new.id), "created", e))?;
-            return Ok((instance_from_row(&row)?, created));
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(StoreError::query("create_instance"))?;
+        let mut created = Vec::with_capacity(news.len());
+        for new in news {
+            created.push(create_on(&mut tx, new, now).await?);
         }
-        match self.get_instance(new.id).await? {
-            Some(existing) => Ok((existing, false)),
-            None => Err(StoreError::Corrupt {
-                what: format!(
-                    "workflow instance `{}` conflicted on insert but cannot be read",
-                    new.id
-                ),
-            }),
-        }
+        tx.commit()
+            .await
+            .map_err(StoreError::query("create_instance"))?;
+        Ok(created)
     }
 
     pub(crate) async fn get_instance(&self, id: &str) -> Result<Option<InstanceRow>> {
@@ -370,36 +344,25 @@ impl PostgresStore {
     }
 
     pub(crate) async fn finish(&self, finish: &Finish<'_>) -> Result<bool> {
+        Ok(self
+            .finish_many(std::slice::from_ref(finish))
+            .await?
+            .remove(0))
+    }
+
+    pub(crate) async fn finish_many(&self, finishes: &[Finish<'_>]) -> Result<Vec<bool>> {
         let now = now_ms();
         let mut tx = self
             .pool
             .begin()
             .await
             .map_err(StoreError::query("finish"))?;
-        let done = sqlx::query(
-            "UPDATE keiro.workflows SET status = $4, output = $5, error = $6, \
-             lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, updated_at = $7 \
-             WHERE id = $1 AND generation = $2 \
-             AND status IN ('pending', 'running', 'suspended') \
-             AND (lease_owner IS NULL OR lease_owner = $3)",
-        )
-        .bind(finish.id)
-        .bind(finish.generation)
-        .bind(finish.owner)
-        .bind(finish.status.as_str())
-        .bind(finish.output)
-        .bind(finish.error)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::query("finish"))?
-        .rows_affected()
-            == 1;
-        if done {
-            report_to_parent(&mut tx, finish.id, now).await?;
+        let mut applied = Vec::with_capacity(finishes.len());
+        for finish in finishes {
+            applied.push(finish_on(&mut tx, finish, now).await?);
         }
         tx.commit().await.map_err(StoreError::query("finish"))?;
-        Ok(done)
+        Ok(applied)
     }
 
     pub(crate) async fn suspend(
@@ -562,7 +525,7 @@ impl PostgresStore {
             .execute(&mut *tx)
             .await
             .map_err(StoreError::query("cancel"))?;
-            report_to_parent(&mut tx, cancelled, now).await?;
+            report_to_parent(&mut *tx, cancelled, now).await?;
         }
         tx.commit().await.map_err(StoreError::query("cancel"))?;
         let mut ordered = vec![id.to_owned()];
@@ -671,11 +634,102 @@ fn batch_index(first_of: &HashMap<StepKey<'_>, usize>, (w, g, s): StepKey<'_>) -
 
 /// Records a child's end in its parent's journal (the step the parent awaits)
 /// and makes a suspended parent due; nothing for an instance without a parent.
-pub(crate) async fn report_to_parent(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    child: &str,
+async fn create_on(
+    conn: &mut PgConnection,
+    new: &NewInstance<'_>,
     now: i64,
-) -> Result<()> {
+) -> Result<(InstanceRow, bool)> {
+    let (status, owner, expires) = match new.lease {
+        Some(lease) => (
+            InstanceStatus::Running,
+            Some(lease.owner),
+            Some(now + lease.ttl_ms),
+        ),
+        None => (InstanceStatus::Pending, None, None),
+    };
+    // Insert-or-read in one statement. When a concurrent transaction
+    // inserts the same id, `ON CONFLICT` waits for it to commit, but this
+    // statement's snapshot predates that row, so neither branch returns it
+    // and the plain read below (a new snapshot) picks it up.
+    let row = sqlx::query(&format!(
+        "WITH inserted AS ( \
+             INSERT INTO keiro.workflows (id, name, generation, status, input, attempts, \
+             lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, \
+             parent_generation, created_at, updated_at) \
+             VALUES ($1, $2, 0, $3, $4, 0, $5, $6, COALESCE($6, $9), $7, $8, $10, $9, $9) \
+             ON CONFLICT (id) DO NOTHING \
+             RETURNING {INSTANCE_COLUMNS} \
+         ) \
+         SELECT {INSTANCE_COLUMNS}, TRUE AS created FROM inserted \
+         UNION ALL \
+         SELECT {INSTANCE_COLUMNS}, FALSE AS created FROM keiro.workflows \
+         WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM inserted)"
+    ))
+    .bind(new.id)
+    .bind(new.name)
+    .bind(status.as_str())
+    .bind(new.input)
+    .bind(owner)
+    .bind(expires)
+    .bind(new.parent.map(|p| p.id))
+    .bind(new.parent.map(|p| p.seq))
+    .bind(now)
+    .bind(new.parent.map(|p| p.generation))
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(StoreError::query("create_instance"))?;
+    if let Some(row) = row {
+        let created: bool = row
+            .try_get("created")
+            .map_err(|e| corrupt(format!("workflow instance `{}`", new.id), "created", e))?;
+        return Ok((instance_from_row(&row)?, created));
+    }
+    let existing = sqlx::query(&format!(
+        "SELECT {INSTANCE_COLUMNS} FROM keiro.workflows WHERE id = $1"
+    ))
+    .bind(new.id)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(StoreError::query("create_instance"))?;
+    match existing.as_ref().map(instance_from_row).transpose()? {
+        Some(existing) => Ok((existing, false)),
+        None => Err(StoreError::Corrupt {
+            what: format!(
+                "workflow instance `{}` conflicted on insert but cannot be read",
+                new.id
+            ),
+        }),
+    }
+}
+
+/// Moves an unfinished instance to a final status and reports to its parent.
+async fn finish_on(conn: &mut PgConnection, finish: &Finish<'_>, now: i64) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE keiro.workflows SET status = $4, output = $5, error = $6, \
+         lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, updated_at = $7 \
+         WHERE id = $1 AND generation = $2 \
+         AND status IN ('pending', 'running', 'suspended') \
+         AND (lease_owner IS NULL OR lease_owner = $3)",
+    )
+    .bind(finish.id)
+    .bind(finish.generation)
+    .bind(finish.owner)
+    .bind(finish.status.as_str())
+    .bind(finish.output)
+    .bind(finish.error)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .map_err(StoreError::query("finish"))?
+    .rows_affected()
+        == 1;
+    if done {
+        report_to_parent(conn, finish.id, now).await?;
+    }
+    Ok(done)
+}
+
+pub(crate) async fn report_to_parent(conn: &mut PgConnection, child: &str, now: i64) -> Result<()> {
     sqlx::query(
         "INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, result, created_at) \
          SELECT parent_id, parent_generation, parent_seq, name, 'child', \
@@ -690,7 +744,7 @@ pub(crate) async fn report_to_parent(
     )
     .bind(child)
     .bind(now)
-    .execute(&mut **tx)
+    .execute(&mut *conn)
     .await
     .map_err(StoreError::query("report_to_parent"))?;
     sqlx::query(
@@ -699,7 +753,7 @@ pub(crate) async fn report_to_parent(
     )
     .bind(child)
     .bind(now)
-    .execute(&mut **tx)
+    .execute(&mut *conn)
     .await
     .map_err(StoreError::query("report_to_parent"))?;
     Ok(())

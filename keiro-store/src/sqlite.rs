@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous as Sync,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous as Sync,
 };
 use sqlx::Row;
 
@@ -82,53 +82,30 @@ impl SqliteStore {
         &self,
         new: &NewInstance<'_>,
     ) -> Result<(InstanceRow, bool)> {
+        Ok(self
+            .create_instances(std::slice::from_ref(new))
+            .await?
+            .remove(0))
+    }
+
+    pub(crate) async fn create_instances(
+        &self,
+        news: &[NewInstance<'_>],
+    ) -> Result<Vec<(InstanceRow, bool)>> {
         let now = now_ms();
-        let (status, owner, expires) = match new.lease {
-            Some(lease) => (
-                InstanceStatus::Running,
-                Some(lease.owner),
-                Some(now + lease.ttl_ms),
-            ),
-            None => (InstanceStatus::Pending, None, None),
-        };
         let mut tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(StoreError::query("create_instance"))?;
-        let inserted = sqlx::query(
-            "INSERT INTO keiro_workflows (id, name, generation, status, input, attempts, \
-             lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, parent_generation, \
-             created_at, updated_at) \
-             VALUES (?1, ?2, 0, ?3, ?4, 0, ?5, ?6, COALESCE(?6, ?9), ?7, ?8, ?10, ?9, ?9) \
-             ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(new.id)
-        .bind(new.name)
-        .bind(status.as_str())
-        .bind(new.input)
-        .bind(owner)
-        .bind(expires)
-        .bind(new.parent.map(|p| p.id))
-        .bind(new.parent.map(|p| p.seq))
-        .bind(now)
-        .bind(new.parent.map(|p| p.generation))
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::query("create_instance"))?
-        .rows_affected()
-            == 1;
-        let row = sqlx::query(&format!(
-            "SELECT {INSTANCE_COLUMNS} FROM keiro_workflows WHERE id = ?1"
-        ))
-        .bind(new.id)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(StoreError::query("create_instance"))?;
+        let mut created = Vec::with_capacity(news.len());
+        for new in news {
+            created.push(create_on(&mut tx, new, now).await?);
+        }
         tx.commit()
             .await
             .map_err(StoreError::query("create_instance"))?;
-        Ok((instance_from_row(&row)?, inserted))
+        Ok(created)
     }
 
     pub(crate) async fn get_instance(&self, id: &str) -> Result<Option<InstanceRow>> {
@@ -253,36 +230,25 @@ impl SqliteStore {
     }
 
     pub(crate) async fn finish(&self, finish: &Finish<'_>) -> Result<bool> {
+        Ok(self
+            .finish_many(std::slice::from_ref(finish))
+            .await?
+            .remove(0))
+    }
+
+    pub(crate) async fn finish_many(&self, finishes: &[Finish<'_>]) -> Result<Vec<bool>> {
         let now = now_ms();
         let mut tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(StoreError::query("finish"))?;
-        let done = sqlx::query(
-            "UPDATE keiro_workflows SET status = ?4, output = ?5, error = ?6, \
-             lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, updated_at = ?7 \
-             WHERE id = ?1 AND generation = ?2 \
-             AND status IN ('pending', 'running', 'suspended') \
-             AND (lease_owner IS NULL OR lease_owner = ?3)",
-        )
-        .bind(finish.id)
-        .bind(finish.generation)
-        .bind(finish.owner)
-        .bind(finish.status.as_str())
-        .bind(finish.output)
-        .bind(finish.error)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::query("finish"))?
-        .rows_affected()
-            == 1;
-        if done {
-            report_to_parent(&mut tx, finish.id, now).await?;
+        let mut applied = Vec::with_capacity(finishes.len());
+        for finish in finishes {
+            applied.push(finish_on(&mut tx, finish, now).await?);
         }
         tx.commit().await.map_err(StoreError::query("finish"))?;
-        Ok(done)
+        Ok(applied)
     }
 
     pub(crate) async fn suspend(
@@ -445,7 +411,7 @@ impl SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(StoreError::query("cancel"))?;
-            report_to_parent(&mut tx, cancelled, now).await?;
+            report_to_parent(&mut *tx, cancelled, now).await?;
         }
         tx.commit().await.map_err(StoreError::query("cancel"))?;
         let mut ordered = vec![id.to_owned()];
@@ -568,7 +534,7 @@ impl SqliteStore {
             }
         };
         if let Some((InstanceStatus::Failed, _)) = outcome {
-            report_to_parent(&mut tx, crash.id, now).await?;
+            report_to_parent(&mut *tx, crash.id, now).await?;
         }
         tx.commit()
             .await
@@ -654,13 +620,82 @@ impl SqliteStore {
     }
 }
 
+/// Records a new instance, or reads the existing one with its id.
+async fn create_on(
+    conn: &mut SqliteConnection,
+    new: &NewInstance<'_>,
+    now: i64,
+) -> Result<(InstanceRow, bool)> {
+    let (status, owner, expires) = match new.lease {
+        Some(lease) => (
+            InstanceStatus::Running,
+            Some(lease.owner),
+            Some(now + lease.ttl_ms),
+        ),
+        None => (InstanceStatus::Pending, None, None),
+    };
+    let inserted = sqlx::query(
+        "INSERT INTO keiro_workflows (id, name, generation, status, input, attempts, \
+         lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, parent_generation, \
+         created_at, updated_at) \
+         VALUES (?1, ?2, 0, ?3, ?4, 0, ?5, ?6, COALESCE(?6, ?9), ?7, ?8, ?10, ?9, ?9) \
+         ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(new.id)
+    .bind(new.name)
+    .bind(status.as_str())
+    .bind(new.input)
+    .bind(owner)
+    .bind(expires)
+    .bind(new.parent.map(|p| p.id))
+    .bind(new.parent.map(|p| p.seq))
+    .bind(now)
+    .bind(new.parent.map(|p| p.generation))
+    .execute(&mut *conn)
+    .await
+    .map_err(StoreError::query("create_instance"))?
+    .rows_affected()
+        == 1;
+    let row = sqlx::query(&format!(
+        "SELECT {INSTANCE_COLUMNS} FROM keiro_workflows WHERE id = ?1"
+    ))
+    .bind(new.id)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(StoreError::query("create_instance"))?;
+    Ok((instance_from_row(&row)?, inserted))
+}
+
+/// Moves an unfinished instance to a final status and reports to its parent.
+async fn finish_on(conn: &mut SqliteConnection, finish: &Finish<'_>, now: i64) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE keiro_workflows SET status = ?4, output = ?5, error = ?6, \
+         lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, updated_at = ?7 \
+         WHERE id = ?1 AND generation = ?2 \
+         AND status IN ('pending', 'running', 'suspended') \
+         AND (lease_owner IS NULL OR lease_owner = ?3)",
+    )
+    .bind(finish.id)
+    .bind(finish.generation)
+    .bind(finish.owner)
+    .bind(finish.status.as_str())
+    .bind(finish.output)
+    .bind(finish.error)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .map_err(StoreError::query("finish"))?
+    .rows_affected()
+        == 1;
+    if done {
+        report_to_parent(conn, finish.id, now).await?;
+    }
+    Ok(done)
+}
+
 /// Records a child's end in its parent's journal (the step the parent awaits)
 /// and makes a suspended parent due; nothing for an instance without a parent.
-async fn report_to_parent(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    child: &str,
-    now: i64,
-) -> Result<()> {
+async fn report_to_parent(conn: &mut SqliteConnection, child: &str, now: i64) -> Result<()> {
     sqlx::query(
         "INSERT INTO keiro_steps (workflow_id, generation, seq, name, kind, result, created_at) \
          SELECT parent_id, parent_generation, parent_seq, name, 'child', \
@@ -675,7 +710,7 @@ async fn report_to_parent(
     )
     .bind(child)
     .bind(now)
-    .execute(&mut **tx)
+    .execute(&mut *conn)
     .await
     .map_err(StoreError::query("report_to_parent"))?;
     sqlx::query(
@@ -684,7 +719,7 @@ async fn report_to_parent(
     )
     .bind(child)
     .bind(now)
-    .execute(&mut **tx)
+    .execute(&mut *conn)
     .await
     .map_err(StoreError::query("report_to_parent"))?;
     Ok(())

@@ -1,26 +1,66 @@
-//! Group commit: one writer task per store batches concurrent step writes.
+//! Group commit: one writer task per store batches the runtime's concurrent
+//! writes (new instances, step results, finished instances) into shared
+//! transactions.
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::{AppendOutcome, Result, StepRow, Store, StoreError};
+use crate::{
+    AppendOutcome, Finish, InstanceRow, InstanceStatus, Lease, NewInstance, ParentLink, Result,
+    StepRow, Store, StoreError,
+};
 
-/// The most step rows one shared transaction carries.
+/// The most operations one batch carries.
 const MAX_BATCH: usize = 1024;
 
-struct Request {
-    row: StepRow,
-    reply: oneshot::Sender<Result<AppendOutcome>>,
+/// An owned [`NewInstance`], to hand to the writer.
+#[derive(Debug, Clone)]
+pub struct CreateRequest {
+    /// The instance id.
+    pub id: String,
+    /// The registered workflow name.
+    pub name: String,
+    /// The JSON-encoded arguments.
+    pub input: String,
+    /// The parent id, generation and step seq, for a child.
+    pub parent: Option<(String, i64, i64)>,
+    /// The owner and TTL (ms) of a lease to take at once; `None` for pending.
+    pub lease: Option<(String, i64)>,
 }
 
-/// Commits step rows in shared transactions.
+/// An owned [`Finish`], to hand to the writer.
+#[derive(Debug, Clone)]
+pub struct FinishRequest {
+    /// The instance id.
+    pub id: String,
+    /// The generation that finished.
+    pub generation: i64,
+    /// The executor finishing it.
+    pub owner: String,
+    /// The final status.
+    pub status: InstanceStatus,
+    /// The JSON-encoded output.
+    pub output: Option<String>,
+    /// A diagnostic.
+    pub error: Option<String>,
+}
+
+enum Op {
+    Create(CreateRequest, oneshot::Sender<Result<(InstanceRow, bool)>>),
+    Step(StepRow, oneshot::Sender<Result<AppendOutcome>>),
+    Finish(FinishRequest, oneshot::Sender<Result<bool>>),
+}
+
+/// Commits the runtime's writes in shared transactions.
 ///
-/// It never waits to fill a batch: each commit carries whatever queued while
-/// the previous one was in flight, so a lone workflow pays one commit per step
-/// and a thousand concurrent steps pay a handful. [`JournalWriter::append`]
-/// returns only once the row is durable.
+/// It never waits to fill a batch: each round commits whatever queued while
+/// the previous one was in flight (new instances, then step results, then
+/// finished instances: at most three commits, however many workflows), so a
+/// lone workflow pays one commit per write and a thousand concurrent ones pay
+/// a handful. Every call returns only once its write is durable. Operations
+/// of one workflow never share a round: each waits for the previous.
 #[derive(Debug, Clone)]
 pub struct JournalWriter {
-    sender: mpsc::UnboundedSender<Request>,
+    sender: mpsc::UnboundedSender<Op>,
 }
 
 impl JournalWriter {
@@ -36,38 +76,119 @@ impl JournalWriter {
     /// was already recorded, the first result wins and is returned.
     pub async fn append(&self, row: StepRow) -> Result<AppendOutcome> {
         let (reply, answer) = oneshot::channel();
-        self.sender
-            .send(Request { row, reply })
-            .map_err(|_| StoreError::WriterStopped)?;
+        self.send(Op::Step(row, reply))?;
         answer.await.map_err(|_| StoreError::WriterStopped)?
+    }
+
+    /// [`Store::create_instance`] through the writer.
+    pub async fn create(&self, request: CreateRequest) -> Result<(InstanceRow, bool)> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Op::Create(request, reply))?;
+        answer.await.map_err(|_| StoreError::WriterStopped)?
+    }
+
+    /// [`Store::finish`] through the writer.
+    pub async fn finish(&self, request: FinishRequest) -> Result<bool> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Op::Finish(request, reply))?;
+        answer.await.map_err(|_| StoreError::WriterStopped)?
+    }
+
+    fn send(&self, op: Op) -> Result<()> {
+        self.sender.send(op).map_err(|_| StoreError::WriterStopped)
     }
 }
 
-async fn run(store: Store, mut receiver: mpsc::UnboundedReceiver<Request>) {
-    let mut batch: Vec<Request> = Vec::new();
-    let mut rows: Vec<StepRow> = Vec::new();
+async fn run(store: Store, mut receiver: mpsc::UnboundedReceiver<Op>) {
+    let mut creates = Vec::new();
+    let mut steps = Vec::new();
+    let mut finishes = Vec::new();
     while let Some(first) = receiver.recv().await {
-        batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match receiver.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
+        let mut queued = 1;
+        let mut next = Some(first);
+        while let Some(op) = next.take() {
+            match op {
+                Op::Create(request, reply) => creates.push((request, reply)),
+                Op::Step(row, reply) => steps.push((row, reply)),
+                Op::Finish(request, reply) => finishes.push((request, reply)),
+            }
+            if queued < MAX_BATCH {
+                next = receiver.try_recv().ok();
+                queued += 1;
             }
         }
-        rows.extend(batch.iter().map(|r| r.row.clone()));
-        let result = store.append_steps(&rows).await;
-        rows.clear();
-        match result {
-            Ok(outcomes) => {
-                for (request, outcome) in batch.drain(..).zip(outcomes) {
-                    let _ = request.reply.send(Ok(outcome));
-                }
+        if !creates.is_empty() {
+            commit_creates(&store, &mut creates).await;
+        }
+        if !steps.is_empty() {
+            commit_steps(&store, &mut steps).await;
+        }
+        if !finishes.is_empty() {
+            commit_finishes(&store, &mut finishes).await;
+        }
+    }
+}
+
+type Pending<T, R> = Vec<(T, oneshot::Sender<Result<R>>)>;
+
+async fn commit_creates(store: &Store, batch: &mut Pending<CreateRequest, (InstanceRow, bool)>) {
+    let news: Vec<NewInstance<'_>> = batch
+        .iter()
+        .map(|(r, _)| NewInstance {
+            id: &r.id,
+            name: &r.name,
+            input: &r.input,
+            parent: r.parent.as_ref().map(|(id, generation, seq)| ParentLink {
+                id,
+                generation: *generation,
+                seq: *seq,
+            }),
+            lease: r.lease.as_ref().map(|(owner, ttl_ms)| Lease {
+                owner,
+                ttl_ms: *ttl_ms,
+            }),
+        })
+        .collect();
+    let result = store.create_instances(&news).await;
+    drop(news);
+    reply_all(batch, result);
+}
+
+async fn commit_steps(store: &Store, batch: &mut Pending<StepRow, AppendOutcome>) {
+    let rows: Vec<StepRow> = batch.iter().map(|(row, _)| row.clone()).collect();
+    let result = store.append_steps(&rows).await;
+    reply_all(batch, result);
+}
+
+async fn commit_finishes(store: &Store, batch: &mut Pending<FinishRequest, bool>) {
+    let finishes: Vec<Finish<'_>> = batch
+        .iter()
+        .map(|(r, _)| Finish {
+            id: &r.id,
+            generation: r.generation,
+            owner: &r.owner,
+            status: r.status,
+            output: r.output.as_deref(),
+            error: r.error.as_deref(),
+        })
+        .collect();
+    let result = store.finish_many(&finishes).await;
+    drop(finishes);
+    reply_all(batch, result);
+}
+
+/// Hands each waiter its outcome, or the batch's error.
+fn reply_all<T, R>(batch: &mut Pending<T, R>, result: Result<Vec<R>>) {
+    match result {
+        Ok(outcomes) => {
+            for ((_, reply), outcome) in batch.drain(..).zip(outcomes) {
+                let _ = reply.send(Ok(outcome));
             }
-            Err(error) => {
-                tracing::warn!(%error, rows = batch.len(), "keiro journal batch failed");
-                for request in batch.drain(..) {
-                    let _ = request.reply.send(Err(error.clone()));
-                }
+        }
+        Err(error) => {
+            tracing::warn!(%error, writes = batch.len(), "keiro write batch failed");
+            for (_, reply) in batch.drain(..) {
+                let _ = reply.send(Err(error.clone()));
             }
         }
     }

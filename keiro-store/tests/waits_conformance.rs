@@ -6,8 +6,8 @@
 mod support;
 
 use keiro_store::{
-    now_ms, Cancellation, Crash, Finish, InstanceStatus, Lease, NewInstance, ParentLink,
-    Resolution, StepRow,
+    now_ms, Cancellation, Crash, CreateRequest, Finish, FinishRequest, InstanceStatus,
+    JournalWriter, Lease, NewInstance, ParentLink, Resolution, StepRow,
 };
 use support::TestDb;
 
@@ -21,6 +21,7 @@ conformance!(
     cancel_cascades_to_unfinished_descendants_and_reports_up,
     cancel_of_a_finished_or_missing_instance_changes_nothing,
     continue_as_new_starts_the_next_generation_and_keeps_the_old_journal,
+    the_writer_batches_creates_steps_and_finishes_of_many_workflows,
 );
 
 const OWNER: &str = "w1";
@@ -357,4 +358,53 @@ async fn continue_as_new_starts_the_next_generation_and_keeps_the_old_journal(db
         .continue_as_new("wf", 0, OWNER, "[3]")
         .await
         .unwrap());
+}
+
+async fn the_writer_batches_creates_steps_and_finishes_of_many_workflows(db: &TestDb) {
+    let writer = JournalWriter::spawn(db.store.clone());
+    let mut tasks = Vec::new();
+    for n in 0..100 {
+        let writer = writer.clone();
+        tasks.push(tokio::spawn(async move {
+            let id = format!("wf-{n}");
+            let create = CreateRequest {
+                id: id.clone(),
+                name: "flow".into(),
+                input: "[]".into(),
+                parent: None,
+                lease: Some((OWNER.into(), 60_000)),
+            };
+            let (row, created) = writer.create(create.clone()).await.unwrap();
+            assert!(created && row.status == InstanceStatus::Running);
+            // A second create of the same id finds the first.
+            assert!(!writer.create(create).await.unwrap().1);
+            writer.append(row_of(&id, 0)).await.unwrap();
+            let finish = FinishRequest {
+                id: id.clone(),
+                generation: 0,
+                owner: OWNER.into(),
+                status: InstanceStatus::Completed,
+                output: Some(n.to_string()),
+                error: None,
+            };
+            assert!(writer.finish(finish.clone()).await.unwrap());
+            assert!(!writer.finish(finish).await.unwrap(), "finished twice");
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for n in [0, 57, 99] {
+        let id = format!("wf-{n}");
+        let got = db.store.get_instance(&id).await.unwrap().unwrap();
+        assert_eq!(
+            (got.status, got.output),
+            (InstanceStatus::Completed, Some(n.to_string()))
+        );
+        assert_eq!(db.store.load_journal(&id, 0).await.unwrap().len(), 1);
+    }
+}
+
+fn row_of(id: &str, seq: i64) -> StepRow {
+    row(id, 0, seq, "step", "1")
 }

@@ -4,7 +4,7 @@
 use std::future::IntoFuture;
 use std::marker::PhantomData;
 
-use keiro_store::{InstanceRow, InstanceStatus, NewInstance, ParentLink};
+use keiro_store::{CreateRequest, InstanceRow, InstanceStatus};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -89,19 +89,12 @@ where
         let spec = self.launch_spec()?;
         let (row, created) = keiro
             .inner
-            .store
-            .create_instance(&NewInstance {
-                id: &spec.id,
-                name: spec.name,
-                input: &spec.input,
-                parent: spec
-                    .parent
-                    .as_ref()
-                    .map(|(id, generation, seq)| ParentLink {
-                        id,
-                        generation: *generation,
-                        seq: *seq,
-                    }),
+            .writer
+            .create(CreateRequest {
+                id: spec.id.clone(),
+                name: spec.name.to_owned(),
+                input: spec.input,
+                parent: spec.parent,
                 lease: None,
             })
             .await?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use keiro_store::{
-    now_ms, Crash, Finish, InstanceRow, InstanceStatus, Lease, NewInstance, ParentLink,
+    now_ms, Crash, CreateRequest, Finish, FinishRequest, InstanceRow, InstanceStatus, Lease,
 };
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -53,20 +53,13 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
     };
     let created = keiro
         .inner
-        .store
-        .create_instance(&NewInstance {
-            id: &launch.id,
-            name: launch.name,
-            input: &launch.input,
-            parent: launch
-                .parent
-                .as_ref()
-                .map(|(id, generation, seq)| ParentLink {
-                    id,
-                    generation: *generation,
-                    seq: *seq,
-                }),
-            lease: Some(lease),
+        .writer
+        .create(CreateRequest {
+            id: launch.id.clone(),
+            name: launch.name.to_owned(),
+            input: launch.input.clone(),
+            parent: launch.parent.clone(),
+            lease: Some((lease.owner.to_owned(), lease.ttl_ms)),
         })
         .await;
     let (row, fresh) = match created {
@@ -360,14 +353,6 @@ pub(crate) async fn execute(
         }
     };
     drop(body);
-    let finish = |status, output, error| Finish {
-        id: &row.id,
-        generation: row.generation,
-        owner,
-        status,
-        output,
-        error,
-    };
     match ended {
         Ended::Returned(output) => {
             if let Some(unreached) = cx.first_recorded_from(cx.allocated()) {
@@ -384,10 +369,19 @@ pub(crate) async fn execute(
                 InstanceStatus::Completed
             };
             crate::telemetry::run_ended(&row.name, status.as_str());
-            if store
-                .finish(&finish(status, Some(&output.json), None))
-                .await?
-            {
+            let finished = keiro
+                .inner
+                .writer
+                .finish(FinishRequest {
+                    id: row.id.clone(),
+                    generation: row.generation,
+                    owner: owner.to_owned(),
+                    status,
+                    output: Some(output.json.clone()),
+                    error: None,
+                })
+                .await?;
+            if finished {
                 let mut done = row;
                 done.status = status;
                 done.output = Some(output.json);
