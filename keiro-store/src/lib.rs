@@ -211,12 +211,13 @@ impl Store {
         dispatch!(self, s => s.record_crash(crash).await)
     }
 
-    /// Wakes resume workers in other processes (PostgreSQL `NOTIFY`; SQLite
-    /// workers share the process and are woken in memory).
-    pub async fn wake_workers(&self) -> Result<()> {
+    /// Wakes resume workers and waiters on instance `id` (empty: none in
+    /// particular) in other processes (PostgreSQL `NOTIFY`; SQLite ones share
+    /// the process and are woken in memory).
+    pub async fn wake_workers(&self, id: &str) -> Result<()> {
         match self {
             Store::Sqlite(_) => Ok(()),
-            Store::Postgres(s) => s.wake_workers().await,
+            Store::Postgres(s) => s.wake_workers(id).await,
         }
     }
 

@@ -26,9 +26,10 @@ impl PostgresStore {
         Ok(listener)
     }
 
-    pub(crate) async fn wake_workers(&self) -> Result<()> {
-        sqlx::query("SELECT pg_notify($1, '')")
+    pub(crate) async fn wake_workers(&self, id: &str) -> Result<()> {
+        sqlx::query("SELECT pg_notify($1, $2)")
             .bind(WAKE_CHANNEL)
+            .bind(id)
             .execute(self.pool())
             .await
             .map_err(StoreError::query("wake_workers"))?;

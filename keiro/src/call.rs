@@ -107,7 +107,7 @@ where
         }
         if created {
             keiro.inner.wake.notify_one();
-            keiro.inner.store.wake_workers().await?;
+            keiro.inner.store.wake_workers("").await?;
         }
         Ok(WorkflowHandle::new(keiro, spec.id, None))
     }

@@ -121,6 +121,7 @@ pub(crate) fn publish(
 ) {
     lock(&keiro.inner.running).remove(id);
     let _ = sender.send(Some(result));
+    keiro.step_recorded(id);
 }
 
 /// Waits for the end of an instance this process launched. A run that ended
@@ -147,7 +148,9 @@ pub(crate) async fn wait(
 /// whenever it is due and nobody else holds it (a suspended sleep that has
 /// come due, a lapsed lease); without, it only watches.
 pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Result<InstanceRow> {
+    let waiter = keiro.waiter(id);
     loop {
+        let changed = waiter.notify.notified();
         let row = keiro
             .inner
             .store
@@ -187,10 +190,11 @@ pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Resul
                 }
             }
         }
-        tokio::time::sleep(Duration::from_millis(
-            wait.clamp(1, ATTACH_POLL.as_millis() as u64),
-        ))
-        .await;
+        let pause = Duration::from_millis(wait.clamp(1, ATTACH_POLL.as_millis() as u64));
+        tokio::select! {
+            _ = changed => {}
+            _ = tokio::time::sleep(pause) => {}
+        }
     }
 }
 
@@ -387,7 +391,7 @@ pub(crate) async fn execute(
                 done.output = Some(output.json);
                 done.lease_owner = None;
                 done.lease_expires_at = None;
-                wake_parent(keiro, &done);
+                wake_parent(keiro, &done).await;
                 return Ok(Some(done));
             }
             // Someone else finished it or took the lease: their record wins.
@@ -453,10 +457,14 @@ pub(crate) async fn execute(
     }
 }
 
-/// Tells a parent waiting in this process that its child's end was recorded.
-fn wake_parent(keiro: &Keiro, child: &InstanceRow) {
+/// Tells a parent waiting in memory that its child's end was recorded: at
+/// once in this process, by notification elsewhere (PostgreSQL).
+async fn wake_parent(keiro: &Keiro, child: &InstanceRow) {
     if let Some(parent) = &child.parent_id {
         keiro.step_recorded(parent);
+        if let Err(error) = keiro.inner.store.wake_workers(parent).await {
+            tracing::debug!(%error, "keiro could not notify a parent's process");
+        }
     }
 }
 
@@ -494,7 +502,7 @@ async fn crashed(
         .await?;
     match recorded {
         Some((InstanceStatus::Failed, attempts)) => {
-            wake_parent(keiro, &row);
+            wake_parent(keiro, &row).await;
             tracing::error!(name = %row.name, id = %row.id, attempts, %message, "keiro marked a workflow failed after its crash attempts");
             row.status = InstanceStatus::Failed;
             row.attempts = attempts;

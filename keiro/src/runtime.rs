@@ -48,6 +48,8 @@ pub(crate) struct Inner {
     pub(crate) wake: tokio::sync::Notify,
     /// Workflow runs of this process waiting in memory for a recorded step.
     pub(crate) waiters: crate::waiters::WaiterMap,
+    /// Whether this runtime's PostgreSQL wake listener is started.
+    pub(crate) listening: std::sync::atomic::AtomicBool,
     /// Live runs in this process, so a cancellation stops them at once.
     pub(crate) live: Mutex<HashMap<String, std::sync::Weak<crate::context::WorkflowContext>>>,
     /// Instances this process is running now, so a second caller attaches to
@@ -232,6 +234,7 @@ impl KeiroBuilder {
                 executor_token: OnceCell::new(),
                 wake: tokio::sync::Notify::new(),
                 waiters: Mutex::new(HashMap::new()),
+                listening: std::sync::atomic::AtomicBool::new(false),
                 live: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
             }),

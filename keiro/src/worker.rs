@@ -320,7 +320,7 @@ impl Keiro {
         options.validate()?;
         self.ensure_executor().await?;
         let (stop, mut stopped) = watch::channel(false);
-        let listener = self.spawn_wake_listener();
+        self.ensure_listener();
         let keiro = self.clone();
         let join = tokio::spawn(async move {
             loop {
@@ -348,44 +348,7 @@ impl Keiro {
                 }
             }
         });
-        Ok(ResumeWorker {
-            stop,
-            join,
-            listener,
-        })
-    }
-
-    /// On PostgreSQL, forwards `keiro_wake` notifications to this process's
-    /// worker; a lost notification costs latency (the poll still runs).
-    fn spawn_wake_listener(&self) -> Option<tokio::task::JoinHandle<()>> {
-        let keiro_store::Store::Postgres(pg) = &self.inner.store else {
-            return None;
-        };
-        let pg = pg.clone();
-        let inner = Arc::downgrade(&self.inner);
-        Some(tokio::spawn(async move {
-            loop {
-                match pg.listen_wakes().await {
-                    Ok(mut listener) => loop {
-                        match listener.recv().await {
-                            Ok(_) => match inner.upgrade() {
-                                Some(inner) => inner.wake.notify_one(),
-                                None => return,
-                            },
-                            Err(error) => {
-                                tracing::warn!(%error, "keiro wake listener lost its connection");
-                                break;
-                            }
-                        }
-                    },
-                    Err(error) => tracing::warn!(%error, "keiro wake listener cannot connect"),
-                }
-                if inner.strong_count() == 0 {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }))
+        Ok(ResumeWorker { stop, join })
     }
 }
 
@@ -401,7 +364,6 @@ fn release_slot(keiro: &Keiro, id: &str, sender: watch::Sender<crate::runtime::R
 pub struct ResumeWorker {
     stop: watch::Sender<bool>,
     join: tokio::task::JoinHandle<()>,
-    listener: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl ResumeWorker {
@@ -409,9 +371,6 @@ impl ResumeWorker {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.join.await;
-        if let Some(listener) = self.listener {
-            listener.abort();
-        }
     }
 }
 

@@ -218,7 +218,7 @@ impl Keiro {
         {
             Resolution::Recorded => {
                 self.step_recorded(&workflow);
-                store.wake_workers().await?;
+                store.wake_workers(&workflow).await?;
                 Ok(())
             }
             Resolution::AlreadyResolved(_) => Err(Error::AlreadyResolved { id: id.to_owned() }),

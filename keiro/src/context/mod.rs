@@ -54,7 +54,7 @@ pub(crate) fn claim_seqs(n: i64) -> Option<(Arc<WorkflowContext>, i64)> {
 
 /// How often a workflow waiting in memory for a step someone else records
 /// (an awakeable's answer, a child's end) looks at the store.
-const STEP_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+const STEP_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Waits for step `seq`, which someone else records (kind `kind`, name
 /// `name`): from the journal read at the start of the run, else from the store,
