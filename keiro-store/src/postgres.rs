@@ -525,7 +525,7 @@ impl PostgresStore {
             .execute(&mut *tx)
             .await
             .map_err(StoreError::query("cancel"))?;
-            report_to_parent(&mut *tx, cancelled, now).await?;
+            report_to_parent(&mut tx, cancelled, now).await?;
         }
         tx.commit().await.map_err(StoreError::query("cancel"))?;
         let mut ordered = vec![id.to_owned()];

@@ -105,7 +105,7 @@ impl PostgresStore {
             }
         };
         if let Some((InstanceStatus::Failed, _)) = outcome {
-            crate::postgres::report_to_parent(&mut *tx, crash.id, now).await?;
+            crate::postgres::report_to_parent(&mut tx, crash.id, now).await?;
         }
         tx.commit()
             .await

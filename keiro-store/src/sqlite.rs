@@ -411,7 +411,7 @@ impl SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(StoreError::query("cancel"))?;
-            report_to_parent(&mut *tx, cancelled, now).await?;
+            report_to_parent(&mut tx, cancelled, now).await?;
         }
         tx.commit().await.map_err(StoreError::query("cancel"))?;
         let mut ordered = vec![id.to_owned()];
@@ -534,7 +534,7 @@ impl SqliteStore {
             }
         };
         if let Some((InstanceStatus::Failed, _)) = outcome {
-            report_to_parent(&mut *tx, crash.id, now).await?;
+            report_to_parent(&mut tx, crash.id, now).await?;
         }
         tx.commit()
             .await

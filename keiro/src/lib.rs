@@ -56,7 +56,6 @@ pub mod telemetry;
 mod waiters;
 mod worker;
 
-
 #[doc(hidden)]
 pub mod __private;
 

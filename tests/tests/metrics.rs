@@ -45,11 +45,18 @@ fn read(snapshotter: &Snapshotter) -> Vec<(String, Vec<(String, String)>, f64)> 
         .collect()
 }
 
-fn value(reading: &[(String, Vec<(String, String)>, f64)], name: &str, labels: &[(&str, &str)]) -> f64 {
+fn value(
+    reading: &[(String, Vec<(String, String)>, f64)],
+    name: &str,
+    labels: &[(&str, &str)],
+) -> f64 {
     reading
         .iter()
         .filter(|(n, ls, _)| {
-            n == name && labels.iter().all(|(k, v)| ls.iter().any(|(lk, lv)| lk == k && lv == v))
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| ls.iter().any(|(lk, lv)| lk == k && lv == v))
         })
         .map(|(_, _, v)| v)
         .sum()
@@ -73,7 +80,12 @@ async fn steps_runs_and_passes_are_measured_with_bounded_labels() {
         ..ResumeOptions::default()
     };
     // The first pass runs the step and suspends on the awakeable.
-    metered_flow(1).id("m-1").on(&keiro).enqueue().await.unwrap();
+    metered_flow(1)
+        .id("m-1")
+        .on(&keiro)
+        .enqueue()
+        .await
+        .unwrap();
     keiro.resume_once(&quiet).await.unwrap();
     let first = read(&snapshotter);
     let executed = [("step", "metered"), ("outcome", "executed")];
