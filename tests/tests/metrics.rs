@@ -22,9 +22,12 @@ async fn metered_flow(n: u32) -> u32 {
     a + u32::from(approved)
 }
 
+/// A metric's name, labels and value.
+type Reading = (String, Vec<(String, String)>, f64);
+
 /// One reading of every metric: (name, labels, value). Reading resets the
 /// recorder's counters, so take one per phase.
-fn read(snapshotter: &Snapshotter) -> Vec<(String, Vec<(String, String)>, f64)> {
+fn read(snapshotter: &Snapshotter) -> Vec<Reading> {
     snapshotter
         .snapshot()
         .into_vec()
@@ -45,11 +48,7 @@ fn read(snapshotter: &Snapshotter) -> Vec<(String, Vec<(String, String)>, f64)> 
         .collect()
 }
 
-fn value(
-    reading: &[(String, Vec<(String, String)>, f64)],
-    name: &str,
-    labels: &[(&str, &str)],
-) -> f64 {
+fn value(reading: &[Reading], name: &str, labels: &[(&str, &str)]) -> f64 {
     reading
         .iter()
         .filter(|(n, ls, _)| {
