@@ -1,4 +1,5 @@
-//! keiro's storage layer: the workflow journal on SQLite and PostgreSQL.
+//! keiro's storage layer: the workflow journal and durable timers on SQLite
+//! and PostgreSQL.
 //!
 //! [`Store`] is the one entry point. It is an enum over the two concrete
 //! backends, [`SqliteStore`] and [`PostgresStore`], which implement the same
@@ -13,6 +14,7 @@ mod options;
 mod postgres;
 mod postgres_resume;
 mod sqlite;
+mod timers;
 mod types;
 mod writer;
 
@@ -20,6 +22,11 @@ pub use error::StoreError;
 pub use options::{SqliteSynchronous, StoreOptions};
 pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};
 pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};
+pub use timers::{
+    cancel_timer_tx, schedule_timer_once_tx, schedule_timer_tx, timer_sort_key, NewTimer,
+    ReasonMatch, ResumeClaimOutcome, ResumeUpdate, ScheduleOutcome, TimerListKind, TimerQuery,
+    TimerRecord, TimerStatus, TimerTx, TimerUpdate,
+};
 pub use types::{
     now_ms, AppendOutcome, Cancellation, Crash, ExecutorRow, Finish, InstanceRow, InstanceStatus,
     Lease, NewInstance, ParentLink, Resolution, StepRow,

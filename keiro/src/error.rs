@@ -184,6 +184,9 @@ pub enum Error {
         /// Its process id.
         pid: i64,
     },
+    /// A timer operation failed or was refused.
+    #[error(transparent)]
+    Timer(#[from] crate::timers::TimerError),
     /// A setting is invalid.
     #[error("invalid keiro configuration: {0}")]
     Config(String),
@@ -194,6 +197,7 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Store(e) => e.is_transient(),
+            Error::Timer(e) => e.is_transient(),
             _ => false,
         }
     }

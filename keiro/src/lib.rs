@@ -53,6 +53,7 @@ mod registry;
 mod run;
 mod runtime;
 pub mod telemetry;
+pub mod timers;
 mod waiters;
 mod worker;
 

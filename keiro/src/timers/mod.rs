@@ -1,0 +1,323 @@
+//! Durable timers for process managers: wake me at a future time, even if
+//! every process restarts in between.
+//!
+//! A process manager (a saga, a reminder flow, a retry policy) schedules a
+//! timer, typically inside the same transaction that records its own state
+//! ([`schedule_tx`]); a worker claims each timer once it is due, hands it to
+//! the application's fire action and applies the [`FireOutcome`] the action
+//! returns. Timers are stored in the keiro database (`keiro_timers` on SQLite,
+//! `keiro.timers` on PostgreSQL), so any number of worker processes can share
+//! them: on PostgreSQL claims use `FOR UPDATE SKIP LOCKED`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use keiro::timers::{FireOutcome, TimerLoopOptions, TimerRequest, TimerRow, TimerWorkerOptions};
+//!
+//! # async fn demo() -> Result<(), keiro::Error> {
+//! let keiro = keiro::Keiro::connect("sqlite:keiro.db").await?;
+//! let timers = keiro.timers();
+//!
+//! // Schedule: idempotent on the id.
+//! timers
+//!     .schedule(
+//!         &TimerRequest::after("order-42/timeout", "checkout", "order-42", Duration::from_secs(900))
+//!             .payload(serde_json::json!({ "reason": "payment not received" })),
+//!     )
+//!     .await?;
+//!
+//! // Fire: a long-running loop (or `timers.drain(..)` for one batch).
+//! let worker = timers.spawn_worker(
+//!     TimerWorkerOptions { max_attempts: Some(8), ..TimerWorkerOptions::default() },
+//!     TimerLoopOptions::default(),
+//!     |timer: TimerRow| async move {
+//!         match timer.process_manager.as_str() {
+//!             "checkout" => FireOutcome::completed(format!("cancelled:{}", timer.correlation_id)),
+//!             _ => FireOutcome::NotMine,
+//!         }
+//!     },
+//! )?;
+//! worker.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! * **At-least-once.** A worker that dies mid-fire leaves its timer `firing`;
+//!   the next pass of any worker requeues it once the claim is older than
+//!   [`TimerWorkerOptions::requeue_stuck_after`] (default 300 s), and it fires
+//!   again. Fire actions must be idempotent.
+//! * **Outcomes.** [`FireOutcome::Completed`] marks the timer fired with the
+//!   event id it produced; [`FireOutcome::RetryLater`] reschedules the claimed
+//!   timer in one statement; [`FireOutcome::FailedPermanently`] dead-letters
+//!   it; [`FireOutcome::NotMine`] offers it again after
+//!   [`NOT_MINE_RETRY_DELAY`]. [`TimerWorkerOptions::max_attempts`]
+//!   dead-letters a timer that keeps coming back.
+//! * **Recovery and inspection.** [`Timers::pending`], [`Timers::stuck`] and
+//!   [`Timers::dead`] page through timers with filters and opaque cursors;
+//!   [`Timers::requeue`], [`Timers::reschedule`], [`Timers::cancel`] and
+//!   [`Timers::dead_letter`] move one timer by id.
+//! * **Guarded resume.** [`Timers::claim_dead`] takes a dead timer under an
+//!   expiring, token-guarded claim for foreground work (see
+//!   [`TimerResumeClaim`]); id-only mutations refuse a timer so held.
+//! * **Observability.** A `keiro.timer.fire` span per fire names the timer;
+//!   fire lag, attempts, backlog, stuck claims and requeues are recorded
+//!   through the `metrics` facade (see [`metrics`]), labelled
+//!   only by process manager and outcome.
+
+mod error;
+mod inspect;
+pub mod metrics;
+mod resume;
+mod types;
+mod worker;
+
+use std::time::{Duration, SystemTime};
+
+use keiro_store::{now_ms, NewTimer, Store, StoreOptions, TimerUpdate};
+
+pub use error::TimerError;
+pub use inspect::{
+    TimerFilter, TimerList, TimerPage, TimerPageRequest, TimerReasonFilter, MAX_PAGE_LIMIT,
+};
+pub use keiro_store::{ScheduleOutcome, TimerStatus, TimerTx};
+pub use resume::{TimerResumeClaim, MAX_RESUME_LEASE};
+pub use types::{TimerChange, TimerId, TimerRequest, TimerRow};
+pub use worker::{
+    run_timer_worker, DrainSummary, FireDisposition, FireOutcome, FireReport, TimerLoopOptions,
+    TimerWorker, TimerWorkerOptions, NOT_MINE_RETRY_DELAY, PANIC_RETRY_DELAY,
+};
+
+use types::{duration_ms, from_ms, to_ms};
+
+/// The timer API over one store. Cheap to clone.
+///
+/// Get one from a runtime with [`crate::Keiro::timers`], or from a bare
+/// [`Store`] with [`Timers::new`] (a worker process that runs no workflows
+/// needs nothing else).
+#[derive(Debug, Clone)]
+pub struct Timers {
+    store: Store,
+}
+
+impl crate::Keiro {
+    /// The timers stored alongside this runtime's journal.
+    pub fn timers(&self) -> Timers {
+        Timers::new(self.store().clone())
+    }
+}
+
+impl Timers {
+    /// Timers in `store`.
+    pub fn new(store: Store) -> Timers {
+        metrics::describe();
+        Timers { store }
+    }
+
+    /// Connects to `url` (`sqlite:path`, `postgres://…`), runs the migrations
+    /// and returns its timers.
+    pub async fn connect(url: &str) -> Result<Timers, TimerError> {
+        Ok(Timers::new(
+            Store::connect(url, &StoreOptions::default()).await?,
+        ))
+    }
+
+    /// The underlying store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Schedules a timer: a new id is recorded ([`ScheduleOutcome::Created`]);
+    /// a timer with this id still waiting to fire is moved to the request's
+    /// fire time, payload, process manager and correlation id, keeping its
+    /// attempts ([`ScheduleOutcome::Updated`]); one already firing, fired,
+    /// dead or cancelled is left alone ([`ScheduleOutcome::Unchanged`]).
+    pub async fn schedule(&self, request: &TimerRequest) -> Result<ScheduleOutcome, TimerError> {
+        let payload = encode(request)?;
+        let outcome = self
+            .store
+            .schedule_timer(&new_timer(request, &payload))
+            .await?;
+        worker::wake_local_workers();
+        Ok(outcome)
+    }
+
+    /// Schedules a timer unless one with its id exists in any state: the
+    /// first schedule wins. Returns whether this call created it.
+    pub async fn schedule_once(&self, request: &TimerRequest) -> Result<bool, TimerError> {
+        let payload = encode(request)?;
+        let created = self
+            .store
+            .schedule_timer_once(&new_timer(request, &payload))
+            .await?;
+        worker::wake_local_workers();
+        Ok(created)
+    }
+
+    /// Reads one timer.
+    pub async fn get(&self, id: &TimerId) -> Result<Option<TimerRow>, TimerError> {
+        self.store
+            .get_timer(id.as_str())
+            .await?
+            .map(TimerRow::from_record)
+            .transpose()
+    }
+
+    /// Claims the earliest timer due now for the caller to fire (a worker does
+    /// this for you): it becomes `firing` and its attempts go up by one.
+    /// Finish it with [`Timers::mark_fired`], [`Timers::reschedule`] or
+    /// [`Timers::dead_letter`].
+    pub async fn claim_due(&self) -> Result<Option<TimerRow>, TimerError> {
+        self.store
+            .claim_due_timer(now_ms())
+            .await?
+            .map(TimerRow::from_record)
+            .transpose()
+    }
+
+    /// Marks a `firing` timer fired with the id of the event its firing produced.
+    pub async fn mark_fired(
+        &self,
+        id: &TimerId,
+        event_id: &str,
+    ) -> Result<TimerChange, TimerError> {
+        change(
+            id,
+            self.store.mark_timer_fired(id.as_str(), event_id).await?,
+        )
+    }
+
+    /// How many timers are due now and not yet claimed.
+    pub async fn count_due(&self) -> Result<u64, TimerError> {
+        Ok(self.store.count_due_timers(now_ms()).await?)
+    }
+
+    /// How many timers are `firing` under a claim taken at least `older_than`
+    /// ago, optionally only one process manager's.
+    pub async fn count_stuck(
+        &self,
+        older_than: Duration,
+        process_manager: Option<&str>,
+    ) -> Result<u64, TimerError> {
+        let claimed_by = now_ms().saturating_sub(duration_ms(older_than));
+        Ok(self
+            .store
+            .count_stuck_timers(claimed_by, process_manager)
+            .await?)
+    }
+
+    /// Moves every timer claimed at least `older_than` ago and still `firing`
+    /// back to `scheduled`, keeping fire time and attempts. Returns how many.
+    pub async fn requeue_stuck(&self, older_than: Duration) -> Result<u64, TimerError> {
+        let claimed_by = now_ms().saturating_sub(duration_ms(older_than));
+        Ok(self.store.requeue_stuck_timers(claimed_by).await?)
+    }
+
+    /// Puts one timer back in line at its fire time: a `firing` one keeps its
+    /// attempts; a `dead` one starts over with zero attempts (its reason is
+    /// kept for the record).
+    pub async fn requeue(&self, id: &TimerId) -> Result<TimerChange, TimerError> {
+        let update = self.store.requeue_timer(id.as_str()).await?;
+        worker::wake_local_workers();
+        change(id, update)
+    }
+
+    /// Moves a claimed (`firing`) or `scheduled` timer to `fire_at` in one
+    /// statement, keeping its attempts, with `note` as its latest diagnostic
+    /// when given.
+    pub async fn reschedule(
+        &self,
+        id: &TimerId,
+        fire_at: SystemTime,
+        note: Option<&str>,
+    ) -> Result<TimerChange, TimerError> {
+        let update = self
+            .store
+            .reschedule_timer(id.as_str(), to_ms(fire_at), note)
+            .await?;
+        worker::wake_local_workers();
+        change(id, update)
+    }
+
+    /// Cancels a `scheduled`, `firing` or `dead` timer.
+    pub async fn cancel(&self, id: &TimerId) -> Result<TimerChange, TimerError> {
+        change(id, self.store.cancel_timer(id.as_str()).await?)
+    }
+
+    /// Dead-letters a `scheduled` or `firing` timer with `reason`, keeping its
+    /// attempts. It stays dead until requeued, resumed or cancelled.
+    pub async fn dead_letter(&self, id: &TimerId, reason: &str) -> Result<TimerChange, TimerError> {
+        change(id, self.store.dead_letter_timer(id.as_str(), reason).await?)
+    }
+}
+
+/// Schedules a timer inside the caller's own transaction (SQLite or
+/// PostgreSQL, see [`TimerTx`]): the timer exists exactly when that
+/// transaction commits, and committing stays the caller's job. Same
+/// semantics as [`Timers::schedule`]. On PostgreSQL the commit wakes idle
+/// workers in every process; on SQLite a worker notices the timer at its next
+/// poll (or sooner, when another timer is due first).
+///
+/// ```no_run
+/// # async fn demo(keiro: keiro::Keiro) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use keiro::timers::{schedule_tx, TimerRequest};
+///
+/// let keiro::Store::Postgres(pg) = keiro.store() else { return Ok(()) };
+/// let mut tx = pg.pool().begin().await?;
+/// // ... the process manager's own writes ...
+/// schedule_tx(&mut tx, &TimerRequest::after("saga-7/deadline", "saga", "saga-7", Duration::from_secs(60))).await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+pub async fn schedule_tx<'t, 'c: 't>(
+    tx: impl Into<TimerTx<'t, 'c>>,
+    request: &TimerRequest,
+) -> Result<ScheduleOutcome, TimerError> {
+    let payload = encode(request)?;
+    Ok(keiro_store::schedule_timer_tx(tx, &new_timer(request, &payload)).await?)
+}
+
+/// Schedules a timer inside the caller's own transaction unless one with its
+/// id exists in any state. Returns whether this call created it.
+pub async fn schedule_once_tx<'t, 'c: 't>(
+    tx: impl Into<TimerTx<'t, 'c>>,
+    request: &TimerRequest,
+) -> Result<bool, TimerError> {
+    let payload = encode(request)?;
+    Ok(keiro_store::schedule_timer_once_tx(tx, &new_timer(request, &payload)).await?)
+}
+
+/// Cancels a `scheduled`, `firing` or `dead` timer inside the caller's own
+/// transaction.
+pub async fn cancel_tx<'t, 'c: 't>(
+    tx: impl Into<TimerTx<'t, 'c>>,
+    id: &TimerId,
+) -> Result<TimerChange, TimerError> {
+    change(id, keiro_store::cancel_timer_tx(tx, id.as_str()).await?)
+}
+
+fn encode(request: &TimerRequest) -> Result<String, TimerError> {
+    request.validate()?;
+    // A `serde_json::Value` always encodes.
+    Ok(request.payload.to_string())
+}
+
+fn new_timer<'a>(request: &'a TimerRequest, payload: &'a str) -> NewTimer<'a> {
+    NewTimer {
+        id: request.id.as_str(),
+        process_manager: &request.process_manager,
+        correlation_id: &request.correlation_id,
+        fire_at: to_ms(request.fire_at),
+        payload,
+    }
+}
+
+fn change(id: &TimerId, update: TimerUpdate) -> Result<TimerChange, TimerError> {
+    match update {
+        TimerUpdate::Applied(record) => Ok(TimerChange::Applied(TimerRow::from_record(record)?)),
+        TimerUpdate::Missing => Ok(TimerChange::NotFound),
+        TimerUpdate::NotApplicable(status) => Ok(TimerChange::NotApplicable(status)),
+        TimerUpdate::Guarded { lease_until } => Err(TimerError::HeldForResume {
+            id: id.to_string(),
+            lease_until: from_ms(lease_until),
+        }),
+    }
+}

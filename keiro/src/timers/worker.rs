@@ -1,0 +1,745 @@
+//! The timer worker: claim a due timer, hand it to the caller's fire action,
+//! apply the [`FireOutcome`] it returns.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::FutureExt;
+use keiro_store::{now_ms, Store, TimerStatus, TimerUpdate};
+use tokio::sync::{watch, Notify};
+use tracing::Instrument;
+
+use super::types::{duration_ms, from_ms};
+use super::{metrics, TimerError, TimerRow, Timers};
+
+/// How long a timer no fire action owns ([`FireOutcome::NotMine`]) waits
+/// before it is offered again.
+pub const NOT_MINE_RETRY_DELAY: Duration = Duration::from_secs(30);
+
+/// How long a timer whose fire action panicked waits before it is retried.
+pub const PANIC_RETRY_DELAY: Duration = Duration::from_secs(30);
+
+/// The worker's policy. Checked by [`TimerWorkerOptions::validate`] before a
+/// worker claims anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimerWorkerOptions {
+    /// `Some(n)`: a timer is fired at most `n` times. Claims are counted
+    /// before the check, so the claim that would be attempt `n + 1`
+    /// dead-letters the timer (reason "timer exceeded attempt ceiling of n")
+    /// instead of firing it: with `Some(3)`, the fourth claim. `n` must be at
+    /// least 1. `None` (the default) never dead-letters on attempts.
+    pub max_attempts: Option<u32>,
+    /// `Some(ttl)`: each pass first moves timers claimed at least `ttl` ago
+    /// and still `firing` back to `scheduled`, so a worker that died mid-fire
+    /// costs a delay, not the timer. A fire action that runs longer than `ttl`
+    /// may therefore be fired twice: fire actions must be idempotent (timers
+    /// are at-least-once). Must be at least 1 ms. `None` disables the requeue
+    /// (lapsed foreground resume claims are still recovered). Default 300 s.
+    pub requeue_stuck_after: Option<Duration>,
+}
+
+impl Default for TimerWorkerOptions {
+    fn default() -> Self {
+        TimerWorkerOptions {
+            max_attempts: None,
+            requeue_stuck_after: Some(Duration::from_secs(300)),
+        }
+    }
+}
+
+impl TimerWorkerOptions {
+    /// Refuses values the worker cannot run with.
+    pub fn validate(&self) -> Result<(), TimerError> {
+        if self.max_attempts == Some(0) {
+            return Err(TimerError::InvalidOption {
+                option: "max_attempts",
+                reason: "Some(0) would dead-letter every timer before it fires; use Some(n) \
+                         with n >= 1, or None for no ceiling"
+                    .into(),
+            });
+        }
+        if let Some(ttl) = self.requeue_stuck_after {
+            if ttl < Duration::from_millis(1) {
+                return Err(TimerError::InvalidOption {
+                    option: "requeue_stuck_after",
+                    reason: format!(
+                        "{ttl:?} would requeue timers while they fire; use at least 1 ms (the \
+                         default is 300 s), or None to turn the requeue off"
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a fire action decided about the timer it was handed. The worker
+/// applies it to the timer's row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FireOutcome {
+    /// Done: the timer is marked fired with the id of the event (or command,
+    /// or any marker) its firing produced.
+    Completed {
+        /// What the firing produced.
+        event_id: String,
+    },
+    /// Not done, worth another try: the timer is rescheduled `delay` from now
+    /// in one statement, with `note` as its latest diagnostic. Its attempts
+    /// are kept, so `max_attempts` bounds the retries.
+    RetryLater {
+        /// How long to wait before the next attempt.
+        delay: Duration,
+        /// Why, for the inspection pages (goes on the span, never on a metric).
+        note: String,
+    },
+    /// Will never succeed (a malformed payload, a refused authorization): the
+    /// timer is dead-lettered with `reason`, where an operator can find it.
+    FailedPermanently {
+        /// Why, for the operator.
+        reason: String,
+    },
+    /// This action does not handle the timer's process manager: it is
+    /// rescheduled [`NOT_MINE_RETRY_DELAY`] from now, for a worker that does.
+    NotMine,
+}
+
+impl FireOutcome {
+    /// [`FireOutcome::Completed`] with `event_id`.
+    pub fn completed(event_id: impl Into<String>) -> FireOutcome {
+        FireOutcome::Completed {
+            event_id: event_id.into(),
+        }
+    }
+
+    /// [`FireOutcome::RetryLater`] after `delay`, noting why.
+    pub fn retry_later(delay: Duration, note: impl Into<String>) -> FireOutcome {
+        FireOutcome::RetryLater {
+            delay,
+            note: note.into(),
+        }
+    }
+
+    /// [`FireOutcome::FailedPermanently`] for `reason`.
+    pub fn failed_permanently(reason: impl Into<String>) -> FireOutcome {
+        FireOutcome::FailedPermanently {
+            reason: reason.into(),
+        }
+    }
+}
+
+/// What the worker did with one claimed timer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FireDisposition {
+    /// The action completed; the timer is fired.
+    Fired {
+        /// What the firing produced.
+        event_id: String,
+    },
+    /// The action asked for a retry; the timer is scheduled again.
+    RetryScheduled {
+        /// When it is due again.
+        fire_at: SystemTime,
+        /// The action's note.
+        note: String,
+    },
+    /// The action failed permanently; the timer is dead-lettered.
+    DeadLettered {
+        /// The action's reason.
+        reason: String,
+    },
+    /// The action does not own the timer; it is scheduled again.
+    NotMine {
+        /// When it is offered again.
+        fire_at: SystemTime,
+    },
+    /// The claim exceeded `max_attempts`; the timer was dead-lettered without
+    /// being fired.
+    AttemptCeiling {
+        /// The dead-letter reason recorded.
+        reason: String,
+    },
+    /// The timer moved on while it fired (cancelled, or requeued as stale and
+    /// claimed again), so the outcome was not applied.
+    Superseded {
+        /// The timer's status when the outcome was refused (`None`: it is gone).
+        status: Option<TimerStatus>,
+    },
+}
+
+impl FireDisposition {
+    /// The bounded name used as the `outcome` metric label and span field:
+    /// `completed`, `retry`, `dead_letter`, `not_mine`, `attempt_ceiling` or
+    /// `superseded`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            FireDisposition::Fired { .. } => "completed",
+            FireDisposition::RetryScheduled { .. } => "retry",
+            FireDisposition::DeadLettered { .. } => "dead_letter",
+            FireDisposition::NotMine { .. } => "not_mine",
+            FireDisposition::AttemptCeiling { .. } => "attempt_ceiling",
+            FireDisposition::Superseded { .. } => "superseded",
+        }
+    }
+}
+
+/// One claimed timer and what became of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FireReport {
+    /// The timer as claimed (status `firing`, attempts counting this claim).
+    pub timer: TimerRow,
+    /// What the worker did with it.
+    pub disposition: FireDisposition,
+}
+
+/// What one [`Timers::drain`] pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DrainSummary {
+    /// Timers claimed.
+    pub processed: usize,
+    /// Claimed timers now fired.
+    pub fired: usize,
+    /// Claimed timers scheduled again for a retry.
+    pub retried: usize,
+    /// Claimed timers dead-lettered by their action.
+    pub dead_lettered: usize,
+    /// Claimed timers dead-lettered at the attempt ceiling without firing.
+    pub attempt_ceiling: usize,
+    /// Claimed timers no action owned, scheduled again.
+    pub not_mine: usize,
+    /// Claimed timers that moved on while firing; their outcome was dropped.
+    pub superseded: usize,
+    /// Stale claims requeued before claiming.
+    pub requeued_stuck: u64,
+    /// Lapsed foreground resume claims recovered to dead before claiming.
+    pub recovered_resumes: u64,
+    /// Timers due when the pass began (the backlog gauge).
+    pub backlog: u64,
+    /// Timers still `firing` under claims taken before the pass began (the stuck gauge).
+    pub stuck: u64,
+}
+
+impl DrainSummary {
+    fn count(&mut self, disposition: &FireDisposition) {
+        self.processed += 1;
+        match disposition {
+            FireDisposition::Fired { .. } => self.fired += 1,
+            FireDisposition::RetryScheduled { .. } => self.retried += 1,
+            FireDisposition::DeadLettered { .. } => self.dead_lettered += 1,
+            FireDisposition::AttemptCeiling { .. } => self.attempt_ceiling += 1,
+            FireDisposition::NotMine { .. } => self.not_mine += 1,
+            FireDisposition::Superseded { .. } => self.superseded += 1,
+        }
+    }
+}
+
+/// Settings of the long-running loop started by [`Timers::spawn_worker`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimerLoopOptions {
+    /// The longest pause between passes when nothing is due (default 1 s).
+    /// The loop wakes sooner when the earliest scheduled timer is due sooner.
+    pub poll_interval: Duration,
+    /// How many timers one pass fires at most (default 256); a full pass is
+    /// followed by the next one at once.
+    pub batch_size: usize,
+}
+
+impl Default for TimerLoopOptions {
+    fn default() -> Self {
+        TimerLoopOptions {
+            poll_interval: Duration::from_secs(1),
+            batch_size: 256,
+        }
+    }
+}
+
+impl TimerLoopOptions {
+    /// Refuses values the loop cannot run with.
+    pub fn validate(&self) -> Result<(), TimerError> {
+        if self.poll_interval.is_zero() {
+            return Err(TimerError::InvalidOption {
+                option: "poll_interval",
+                reason: "a zero poll interval would spin; use at least 1 ms (default 1 s)".into(),
+            });
+        }
+        if self.batch_size == 0 {
+            return Err(TimerError::InvalidOption {
+                option: "batch_size",
+                reason: "a pass must fire at least one timer; use 1 or more (default 256)".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Timers {
+    /// Claims and fires at most one due timer: the single testable unit of
+    /// the worker.
+    ///
+    /// First the once-per-pass work: lapsed foreground resume claims go back
+    /// to dead, stale `firing` claims are requeued per
+    /// [`TimerWorkerOptions::requeue_stuck_after`], and the backlog and stuck
+    /// gauges are recorded. Then the earliest due timer is claimed (its
+    /// attempts go up by one); past [`TimerWorkerOptions::max_attempts`] it is
+    /// dead-lettered without firing, otherwise `fire` runs inside a
+    /// `keiro.timer.fire` span and its [`FireOutcome`] is applied. A panic in
+    /// `fire` is retried after [`PANIC_RETRY_DELAY`]. Returns `None` when
+    /// nothing is due.
+    ///
+    /// Timers are at-least-once: a worker dying between `fire`'s side effect
+    /// and the mark, or a `fire` outliving `requeue_stuck_after`, fires the
+    /// timer again. Make `fire` idempotent.
+    pub async fn run_once<F, Fut>(
+        &self,
+        options: &TimerWorkerOptions,
+        fire: F,
+    ) -> Result<Option<FireReport>, TimerError>
+    where
+        F: Fn(TimerRow) -> Fut,
+        Fut: Future<Output = FireOutcome>,
+    {
+        options.validate()?;
+        let now = now_ms();
+        self.preamble(options, now).await?;
+        self.claim_and_fire(options, now, &fire).await
+    }
+
+    /// Claims and fires up to `limit` timers that were due when the pass
+    /// began, with [`Timers::run_once`]'s semantics for each, and reports
+    /// what it did.
+    ///
+    /// The requeue-and-gauge preamble runs once for the whole batch. The pass
+    /// stops early when nothing is due, and it cannot spin: every outcome but
+    /// completion moves the timer past the pass's start time or out of
+    /// `scheduled`, so no timer is claimed twice in one pass. A `limit` of 0
+    /// runs only the preamble.
+    pub async fn drain<F, Fut>(
+        &self,
+        options: &TimerWorkerOptions,
+        limit: usize,
+        fire: F,
+    ) -> Result<DrainSummary, TimerError>
+    where
+        F: Fn(TimerRow) -> Fut,
+        Fut: Future<Output = FireOutcome>,
+    {
+        options.validate()?;
+        self.drain_until(options, limit, &fire, None).await
+    }
+
+    async fn drain_until<F, Fut>(
+        &self,
+        options: &TimerWorkerOptions,
+        limit: usize,
+        fire: &F,
+        stop: Option<&watch::Receiver<bool>>,
+    ) -> Result<DrainSummary, TimerError>
+    where
+        F: Fn(TimerRow) -> Fut,
+        Fut: Future<Output = FireOutcome>,
+    {
+        let now = now_ms();
+        let mut summary = self.preamble(options, now).await?;
+        while summary.processed < limit && !stop.is_some_and(|s| *s.borrow()) {
+            match self.claim_and_fire(options, now, fire).await? {
+                Some(report) => summary.count(&report.disposition),
+                None => break,
+            }
+        }
+        Ok(summary)
+    }
+
+    /// Recovers lapsed resume claims, requeues stale claims and records the
+    /// gauges, as of `now`.
+    async fn preamble(
+        &self,
+        options: &TimerWorkerOptions,
+        now: i64,
+    ) -> Result<DrainSummary, TimerError> {
+        let recovered_resumes = self.store.recover_expired_timer_resumes(now).await?;
+        if recovered_resumes > 0 {
+            ::metrics::counter!(metrics::RESUMES_RECOVERED_TOTAL).increment(recovered_resumes);
+        }
+        let mut requeued_stuck = 0;
+        if let Some(ttl) = options.requeue_stuck_after {
+            requeued_stuck = self
+                .store
+                .requeue_stuck_timers(now.saturating_sub(duration_ms(ttl)))
+                .await?;
+            if requeued_stuck > 0 {
+                tracing::info!(
+                    requeued = requeued_stuck,
+                    "keiro timer worker requeued stale claims"
+                );
+                ::metrics::counter!(metrics::REQUEUED_TOTAL).increment(requeued_stuck);
+            }
+        }
+        let backlog = self.store.count_due_timers(now).await?;
+        ::metrics::gauge!(metrics::BACKLOG).set(backlog as f64);
+        // Claims taken before this pass and not finished: in flight
+        // elsewhere, or stranded by a worker that died.
+        let stuck = self
+            .store
+            .count_stuck_timers(now.saturating_sub(1), None)
+            .await?;
+        ::metrics::gauge!(metrics::STUCK).set(stuck as f64);
+        Ok(DrainSummary {
+            requeued_stuck,
+            recovered_resumes,
+            backlog,
+            stuck,
+            ..DrainSummary::default()
+        })
+    }
+
+    /// Claims the earliest timer due at `pass_now` and dead-letters or fires it.
+    async fn claim_and_fire<F, Fut>(
+        &self,
+        options: &TimerWorkerOptions,
+        pass_now: i64,
+        fire: &F,
+    ) -> Result<Option<FireReport>, TimerError>
+    where
+        F: Fn(TimerRow) -> Fut,
+        Fut: Future<Output = FireOutcome>,
+    {
+        let Some(record) = self.store.claim_due_timer(pass_now).await? else {
+            return Ok(None);
+        };
+        let claimed_at = now_ms();
+        let (id, fire_at) = (record.id.clone(), record.fire_at);
+        let timer = match TimerRow::from_record(record) {
+            Ok(timer) => timer,
+            Err(error) => {
+                // Retrying cannot make stored text decode: set it aside.
+                self.store
+                    .dead_letter_timer(&id, &error.to_string())
+                    .await?;
+                return Err(error);
+            }
+        };
+        let pm = timer.process_manager.clone();
+        let lag = (claimed_at - fire_at).max(0) as f64 / 1000.0;
+        ::metrics::histogram!(metrics::FIRE_LAG_SECONDS, metrics::LABEL_PROCESS_MANAGER => pm.clone())
+            .record(lag);
+        ::metrics::histogram!(metrics::ATTEMPTS, metrics::LABEL_PROCESS_MANAGER => pm.clone())
+            .record(f64::from(timer.attempts));
+
+        let span = tracing::info_span!(
+            "keiro.timer.fire",
+            timer.id = %timer.id,
+            timer.process_manager = %pm,
+            timer.correlation_id = %timer.correlation_id,
+            timer.attempts = timer.attempts,
+            timer.outcome = tracing::field::Empty,
+            timer.reason = tracing::field::Empty,
+        );
+        let disposition = async {
+            if let Some(ceiling) = options.max_attempts {
+                if timer.attempts > ceiling {
+                    let reason = format!("timer exceeded attempt ceiling of {ceiling}");
+                    let update = self.store.dead_letter_timer(&id, &reason).await?;
+                    return Ok::<_, TimerError>(applied(update, || {
+                        FireDisposition::AttemptCeiling { reason }
+                    }));
+                }
+            }
+            let outcome = AssertUnwindSafe(fire(timer.clone()))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|panic| FireOutcome::RetryLater {
+                    delay: PANIC_RETRY_DELAY,
+                    note: format!("the fire action panicked: {}", panic_message(&*panic)),
+                });
+            self.apply(&timer, pass_now, outcome).await
+        }
+        .instrument(span.clone())
+        .await?;
+
+        span.record("timer.outcome", disposition.label());
+        match &disposition {
+            FireDisposition::RetryScheduled { note: reason, .. }
+            | FireDisposition::DeadLettered { reason }
+            | FireDisposition::AttemptCeiling { reason } => {
+                span.record("timer.reason", reason.as_str());
+            }
+            _ => {}
+        }
+        span.in_scope(|| match &disposition {
+            FireDisposition::DeadLettered { reason }
+            | FireDisposition::AttemptCeiling { reason } => {
+                tracing::warn!(%reason, "keiro timer dead-lettered")
+            }
+            FireDisposition::RetryScheduled { note, .. } => {
+                tracing::info!(%note, "keiro timer will be retried")
+            }
+            FireDisposition::Superseded { status } => tracing::info!(
+                status = status.map_or("gone", TimerStatus::as_str),
+                "keiro timer moved on while firing; its outcome was dropped"
+            ),
+            _ => tracing::debug!(outcome = disposition.label(), "keiro timer fired"),
+        });
+        ::metrics::counter!(
+            metrics::FIRES_TOTAL,
+            metrics::LABEL_PROCESS_MANAGER => pm,
+            metrics::LABEL_OUTCOME => disposition.label()
+        )
+        .increment(1);
+        Ok(Some(FireReport { timer, disposition }))
+    }
+
+    /// Applies a fire action's verdict to the claimed timer's row.
+    async fn apply(
+        &self,
+        timer: &TimerRow,
+        pass_now: i64,
+        outcome: FireOutcome,
+    ) -> Result<FireDisposition, TimerError> {
+        let id = timer.id.as_str();
+        // A retried timer must land after the pass's start, or the same pass
+        // would claim it again.
+        let later = |delay: Duration| {
+            now_ms()
+                .saturating_add(duration_ms(delay))
+                .max(pass_now.saturating_add(1))
+        };
+        Ok(match outcome {
+            FireOutcome::Completed { event_id } => {
+                let update = self.store.mark_timer_fired(id, &event_id).await?;
+                applied(update, || FireDisposition::Fired { event_id })
+            }
+            FireOutcome::RetryLater { delay, note } => {
+                let at = later(delay);
+                let update = self.store.reschedule_timer(id, at, Some(&note)).await?;
+                applied(update, || FireDisposition::RetryScheduled {
+                    fire_at: from_ms(at),
+                    note,
+                })
+            }
+            FireOutcome::FailedPermanently { reason } => {
+                let update = self.store.dead_letter_timer(id, &reason).await?;
+                applied(update, || FireDisposition::DeadLettered { reason })
+            }
+            FireOutcome::NotMine => {
+                let at = later(NOT_MINE_RETRY_DELAY);
+                let note = format!(
+                    "no fire action handles process manager `{}`",
+                    timer.process_manager
+                );
+                let update = self.store.reschedule_timer(id, at, Some(&note)).await?;
+                applied(update, || FireDisposition::NotMine {
+                    fire_at: from_ms(at),
+                })
+            }
+        })
+    }
+
+    /// Starts a worker loop on the current tokio runtime: a [`Timers::drain`]
+    /// pass of up to `loop_options.batch_size` timers, then a pause until the
+    /// poll interval passes or the earliest scheduled timer is due, whichever
+    /// comes first, until [`TimerWorker::shutdown`]. A timer scheduled during
+    /// the pause through [`Timers::schedule`] in this process, or on
+    /// PostgreSQL in any process (`LISTEN keiro_timers`), shortens it; one
+    /// scheduled otherwise waits at most the poll interval. A pass that fails
+    /// (the store is unreachable) is logged and retried after the poll
+    /// interval. Both option sets are validated first.
+    pub fn spawn_worker<F, Fut>(
+        &self,
+        options: TimerWorkerOptions,
+        loop_options: TimerLoopOptions,
+        fire: F,
+    ) -> Result<TimerWorker, TimerError>
+    where
+        F: Fn(TimerRow) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = FireOutcome> + Send + 'static,
+    {
+        options.validate()?;
+        loop_options.validate()?;
+        let (stop, mut stopped) = watch::channel(false);
+        let remote = Arc::new(Notify::new());
+        let listener = self.spawn_wake_listener(Arc::downgrade(&remote));
+        let timers = self.clone();
+        let join = tokio::spawn(async move {
+            loop {
+                let processed = match timers
+                    .drain_until(&options, loop_options.batch_size, &fire, Some(&stopped))
+                    .await
+                {
+                    Ok(summary) => {
+                        if summary.processed > 0 || summary.requeued_stuck > 0 {
+                            tracing::debug!(?summary, "keiro timer pass");
+                        }
+                        summary.processed
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "keiro timer pass failed; retrying after the poll interval");
+                        0
+                    }
+                };
+                if *stopped.borrow() {
+                    return;
+                }
+                if processed >= loop_options.batch_size {
+                    // More is due right now: no pause.
+                    continue;
+                }
+                // Idle until the earliest scheduled timer is due or the poll
+                // interval passes. A schedule (in this process, or on
+                // PostgreSQL in any) wakes the wait to re-check the earliest
+                // fire time; only the deadline or a due timer ends it.
+                let deadline = Instant::now() + loop_options.poll_interval;
+                // Right after an empty pass, never less than a few ms, so a
+                // due timer that cannot be claimed yet is no busy loop.
+                let floor = if processed == 0 {
+                    Duration::from_millis(5)
+                } else {
+                    Duration::ZERO
+                };
+                loop {
+                    let local = LOCAL_WAKE.notified();
+                    tokio::pin!(local);
+                    local.as_mut().enable();
+                    let pause = timers.pause(deadline).await.max(floor);
+                    if pause.is_zero() {
+                        break;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => break,
+                        _ = &mut local => {}
+                        _ = remote.notified() => {}
+                        _ = stopped.changed() => return,
+                    }
+                }
+            }
+        });
+        Ok(TimerWorker {
+            stop,
+            join,
+            listener,
+        })
+    }
+
+    /// How long an idle loop may still sleep: until the earliest scheduled
+    /// timer is due, at most until `deadline`.
+    async fn pause(&self, deadline: Instant) -> Duration {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match self.store.next_timer_fire_at().await {
+            Ok(Some(at)) => Duration::from_millis((at - now_ms()).max(0) as u64).min(left),
+            _ => left,
+        }
+    }
+
+    /// On PostgreSQL, forwards schedule notifications from every process to
+    /// `wake` until the worker is gone.
+    fn spawn_wake_listener(&self, wake: Weak<Notify>) -> Option<tokio::task::JoinHandle<()>> {
+        let Store::Postgres(pg) = &self.store else {
+            return None;
+        };
+        let pg = pg.clone();
+        Some(tokio::spawn(async move {
+            loop {
+                match pg.listen_timers().await {
+                    Ok(mut listener) => loop {
+                        match listener.recv().await {
+                            Ok(_) => match wake.upgrade() {
+                                Some(wake) => wake.notify_one(),
+                                None => return,
+                            },
+                            Err(error) => {
+                                tracing::warn!(%error, "keiro timer wake listener lost its connection");
+                                break;
+                            }
+                        }
+                    },
+                    Err(error) => {
+                        tracing::warn!(%error, "keiro timer wake listener cannot connect")
+                    }
+                }
+                if wake.strong_count() == 0 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }))
+    }
+}
+
+/// Wakes the idle worker loops of this process: a timer was scheduled here.
+pub(crate) fn wake_local_workers() {
+    LOCAL_WAKE.notify_waiters();
+}
+
+static LOCAL_WAKE: Notify = Notify::const_new();
+
+/// Keeps the disposition when the update applied; otherwise the timer moved on.
+fn applied(update: TimerUpdate, disposition: impl FnOnce() -> FireDisposition) -> FireDisposition {
+    match update {
+        TimerUpdate::Applied(_) => disposition(),
+        TimerUpdate::Missing => FireDisposition::Superseded { status: None },
+        TimerUpdate::NotApplicable(status) => FireDisposition::Superseded {
+            status: Some(status),
+        },
+        TimerUpdate::Guarded { .. } => FireDisposition::Superseded {
+            status: Some(TimerStatus::Resuming),
+        },
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_owned()
+    }
+}
+
+/// A running timer worker loop.
+#[derive(Debug)]
+pub struct TimerWorker {
+    stop: watch::Sender<bool>,
+    join: tokio::task::JoinHandle<()>,
+    listener: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TimerWorker {
+    /// Stops after the timer being fired (if any) and waits for the loop to end.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.join.await;
+        if let Some(listener) = self.listener {
+            listener.abort();
+        }
+    }
+}
+
+/// Starts a timer worker loop on the process-wide runtime's store (see
+/// [`crate::global`]) with default options, firing due timers through `fire`.
+///
+/// ```no_run
+/// use keiro::timers::{run_timer_worker, FireOutcome, TimerRow};
+///
+/// # async fn demo() -> Result<(), keiro::Error> {
+/// let worker = run_timer_worker(|timer: TimerRow| async move {
+///     println!("{} fired for {}", timer.id, timer.correlation_id);
+///     FireOutcome::completed(timer.id.to_string())
+/// })
+/// .await?;
+/// // ... until the process should stop:
+/// worker.shutdown().await;
+/// # Ok(()) }
+/// ```
+pub async fn run_timer_worker<F, Fut>(fire: F) -> crate::Result<TimerWorker>
+where
+    F: Fn(TimerRow) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = FireOutcome> + Send + 'static,
+{
+    let keiro = crate::runtime::global().await?;
+    Ok(keiro.timers().spawn_worker(
+        TimerWorkerOptions::default(),
+        TimerLoopOptions::default(),
+        fire,
+    )?)
+}
