@@ -57,13 +57,13 @@ async fn short_sleeps_stay_in_memory(backend: Backend) {
     let journal = keiro.store().load_journal(&key, 0).await.unwrap();
     let kinds: Vec<_> = journal.iter().map(|r| r.kind.as_str()).collect();
     assert_eq!(kinds, ["step", "sleep", "sleep", "sleep", "sleep", "step"]);
-    // Each recorded deadline is at least 50 ms after the one before.
+    // Each recorded deadline (µs) is at least 50 ms after the one before.
     let deadlines: Vec<i64> = journal[1..5]
         .iter()
         .map(|r| r.result.parse().unwrap())
         .collect();
     assert!(
-        deadlines.windows(2).all(|w| w[1] - w[0] >= 50),
+        deadlines.windows(2).all(|w| w[1] - w[0] >= 50_000),
         "{deadlines:?}"
     );
 }
@@ -90,7 +90,9 @@ async fn long_sleeps_suspend_and_a_worker_resumes_them_when_due(backend: Backend
     let row = starter.store().get_instance(&key).await.unwrap().unwrap();
     assert_eq!(row.lease_owner, None);
     let journal = starter.store().load_journal(&key, 0).await.unwrap();
-    let recorded: i64 = journal[1].result.parse().unwrap();
+    // The deadline is journaled in µs; the row wakes at the next ms.
+    let recorded_us: i64 = journal[1].result.parse().unwrap();
+    let recorded = (recorded_us + 999) / 1000;
     assert_eq!(row.wake_at, Some(recorded));
     // Another process's worker: nothing is due before the deadline...
     let worker = runtime(&db, Duration::from_millis(100)).await;

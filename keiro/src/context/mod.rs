@@ -21,7 +21,7 @@ use crate::{Error, Keiro};
 
 pub use awakeable::{awakeable, reject_awakeable, resolve_awakeable, Awakeable};
 pub use sleep::{sleep, sleep_until};
-pub(crate) use step::{run_step, StepKind};
+pub(crate) use step::{record, run_step, StepKind};
 
 pub use step::{step_once, step_retry, StepMeta};
 pub use values::{now, uuid};

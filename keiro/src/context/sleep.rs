@@ -3,11 +3,9 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use keiro_store::now_ms;
-
-use super::{claim_seq, run_step, Halt, StepKind, WorkflowContext};
+use super::{claim_seq, record, Halt, StepKind, WorkflowContext};
 
 /// Waits for `duration`. Inside a workflow the deadline is journaled when the
 /// sleep first runs; a replay waits only for what is left of it. A wait longer
@@ -16,16 +14,11 @@ use super::{claim_seq, run_step, Halt, StepKind, WorkflowContext};
 /// a workflow it is `tokio::time::sleep`.
 pub fn sleep(duration: Duration) -> impl Future<Output = ()> + Send {
     let slot = claim_seq();
+    let deadline = SystemTime::now() + duration;
     async move {
         match slot {
             None => tokio::time::sleep(duration).await,
-            Some((cx, seq)) => {
-                let millis = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
-                let deadline = async move { now_ms().saturating_add(millis) };
-                let deadline: i64 =
-                    run_step(cx.clone(), seq, StepKind::Sleep, "sleep", deadline).await;
-                wait_until(&cx, deadline).await;
-            }
+            Some((cx, seq)) => durable_wait(cx, seq, deadline).await,
         }
     }
 }
@@ -41,37 +34,77 @@ pub fn sleep_until(when: SystemTime) -> impl Future<Output = ()> + Send {
                 let left = when.duration_since(SystemTime::now()).unwrap_or_default();
                 tokio::time::sleep(left).await
             }
-            Some((cx, seq)) => {
-                let millis = when
-                    .duration_since(UNIX_EPOCH)
-                    .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-                    .unwrap_or(0);
-                let deadline: i64 = run_step(
-                    cx.clone(),
-                    seq,
-                    StepKind::Sleep,
-                    "sleep",
-                    async move { millis },
-                )
-                .await;
-                wait_until(&cx, deadline).await;
-            }
+            Some((cx, seq)) => durable_wait(cx, seq, when).await,
         }
     }
 }
 
+/// The deadline in the journal's unit: microseconds since the Unix epoch.
+fn micros(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// How long until `deadline` (µs since the epoch), as a monotonic instant.
+fn instant_of(deadline: i64) -> Instant {
+    let left = deadline - micros(SystemTime::now());
+    Instant::now() + Duration::from_micros(left.max(0) as u64)
+}
+
+async fn durable_wait(cx: Arc<WorkflowContext>, seq: i64, deadline: SystemTime) {
+    let name = "sleep";
+    let kind = StepKind::Sleep;
+    if let Some(recorded) = cx.recorded(seq) {
+        let deadline: i64 = super::step::replay(&cx, seq, kind, name, &recorded).await;
+        return wait_until(&cx, deadline).await;
+    }
+    let deadline = micros(deadline);
+    let target = instant_of(deadline);
+    if target.saturating_duration_since(Instant::now()) > cx.suspend_after {
+        // Suspending needs the deadline durable first: the resumed run waits
+        // for the recorded one.
+        let recorded = record(&cx, seq, kind, name, deadline).await;
+        return wait_until(&cx, recorded).await;
+    }
+    // A short wait overlaps its journal write: the step is durable before the
+    // sleep returns, and costs no time of its own.
+    let (recorded, ()) = tokio::join!(record(&cx, seq, kind, name, deadline), sleep_to(target));
+    if recorded != deadline {
+        // Another executor recorded this sleep first: its deadline stands.
+        wait_until(&cx, recorded).await;
+    }
+}
+
 async fn wait_until(cx: &Arc<WorkflowContext>, deadline: i64) {
-    let left = deadline - now_ms();
-    if left <= 0 {
+    let target = instant_of(deadline);
+    let left = target.saturating_duration_since(Instant::now());
+    if left.is_zero() {
         return;
     }
-    let left = Duration::from_millis(left as u64);
     if left > cx.suspend_after {
+        let wake_at_ms = deadline.div_euclid(1000) + i64::from(deadline.rem_euclid(1000) > 0);
         cx.halt(Halt::Suspend {
-            wake_at: Some(deadline),
+            wake_at: Some(wake_at_ms),
             awaiting: None,
         });
         std::future::pending::<()>().await;
     }
-    tokio::time::sleep(left).await;
+    sleep_to(target).await;
+}
+
+/// Sleeps until `target`. tokio's timer rounds a deadline up to its next
+/// millisecond tick, so it is asked for one tick early and the rest (under a
+/// millisecond) is waited by yielding, so sequential durable sleeps do not
+/// drift a millisecond each.
+async fn sleep_to(target: Instant) {
+    let tick = Duration::from_millis(1);
+    if let Some(early) = target.checked_sub(tick) {
+        if early > Instant::now() {
+            tokio::time::sleep_until(early.into()).await;
+        }
+    }
+    while Instant::now() < target {
+        tokio::task::yield_now().await;
+    }
 }

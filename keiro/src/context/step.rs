@@ -142,41 +142,56 @@ where
     let span = tracing::debug_span!("keiro.step", name, seq, replayed = false);
     async move {
         let value = scope(None, execute).await;
-        let result = match serde_json::to_string(&value) {
-            Ok(json) => json,
-            Err(e) => {
-                let what = format!(
-                    "the result of {} (seq {seq}) of workflow `{}` (id {})",
-                    describe(kind.as_str(), name),
-                    cx.name,
-                    cx.id
-                );
-                return halt(&cx, Error::encode(what, e)).await;
-            }
-        };
-        let row = StepRow {
-            workflow_id: cx.id.clone(),
-            generation: cx.generation,
-            seq,
-            name: name.to_owned(),
-            kind: kind.as_str().to_owned(),
-            result,
-        };
-        match cx.keiro.inner.writer.append(row).await {
-            Ok(AppendOutcome::Inserted) => {
-                crate::telemetry::step(name, false);
-                value
-            }
-            // Another executor recorded this step first: its result wins.
-            Ok(AppendOutcome::Existing(first)) => replay(&cx, seq, kind, name, &first).await,
-            Err(e) => halt(&cx, Error::Store(e)).await,
-        }
+        record(&cx, seq, kind, name, value).await
     }
     .instrument(span)
     .await
 }
 
-async fn replay<R: DeserializeOwned>(
+/// Journals `value` as step `seq`'s result and returns it, or the result
+/// another executor recorded first.
+pub(crate) async fn record<R>(
+    cx: &Arc<WorkflowContext>,
+    seq: i64,
+    kind: StepKind,
+    name: &'static str,
+    value: R,
+) -> R
+where
+    R: Serialize + DeserializeOwned,
+{
+    let result = match serde_json::to_string(&value) {
+        Ok(json) => json,
+        Err(e) => {
+            let what = format!(
+                "the result of {} (seq {seq}) of workflow `{}` (id {})",
+                describe(kind.as_str(), name),
+                cx.name,
+                cx.id
+            );
+            return halt(cx, Error::encode(what, e)).await;
+        }
+    };
+    let row = StepRow {
+        workflow_id: cx.id.clone(),
+        generation: cx.generation,
+        seq,
+        name: name.to_owned(),
+        kind: kind.as_str().to_owned(),
+        result,
+    };
+    match cx.keiro.inner.writer.append(row).await {
+        Ok(AppendOutcome::Inserted) => {
+            crate::telemetry::step(name, false);
+            value
+        }
+        // Another executor recorded this step first: its result wins.
+        Ok(AppendOutcome::Existing(first)) => replay(cx, seq, kind, name, &first).await,
+        Err(e) => halt(cx, Error::Store(e)).await,
+    }
+}
+
+pub(crate) async fn replay<R: DeserializeOwned>(
     cx: &WorkflowContext,
     seq: i64,
     kind: StepKind,
