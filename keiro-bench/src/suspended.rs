@@ -1,0 +1,303 @@
+//! `suspended_1m`: 1,000,000 workflows sleeping far in the future plus 1,000
+//! due, next to the same with 1,000 sleeping. The rows are bulk-inserted with
+//! SQL as copies of a real suspended instance of `bench_sleeper` (its
+//! workflow row and its journaled sleep), so the due ones are runnable
+//! instances of a registered workflow. A fresh worker process then runs one
+//! idle pass (nothing due yet: it takes the executor identity and warms the
+//! pool), waits until the 1,000 come due, and times the pass that advances
+//! them; it reports its `VmRSS` after that pass.
+
+use std::time::{Duration, Instant};
+
+use keiro::{ResumeOptions, SqliteSynchronous, Store, WorkflowStatus};
+use keiro_store::now_ms;
+
+use crate::common::{
+    builder, count, execute, fail, peak_rss_mib, plain_store, reply, round3, rss_mib, sync_name,
+    tables, with_fresh_db, Backend, BenchResult, ChildProc, Config, Figure,
+};
+use crate::workflows::bench_sleeper;
+
+/// Instances that come due.
+const DUE: i64 = 1_000;
+/// The two scales of sleeping instances.
+const SCALES: [i64; 2] = [1_000, 1_000_000];
+/// How far in the future the sleepers wake: ten years.
+const FAR_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
+/// How long after the bulk insert the due ones come due (the worker process
+/// starts and runs its idle pass in between).
+const DUE_IN_MS: i64 = 3_000;
+
+const COLUMNS: &str = "name, generation, status, input, output, error, attempts, lease_owner, \
+     lease_expires_at, wake_at, parent_id, parent_seq, parent_generation, created_at, updated_at";
+
+/// The `suspended_1m` workload.
+pub(crate) async fn suspended_1m(cfg: &Config) -> BenchResult {
+    for sleeping in SCALES {
+        let report = with_fresh_db(cfg.backend, |db| async move {
+            scale(cfg, &db.url, sleeping).await
+        })
+        .await?;
+        cfg.emit(
+            Figure::new("suspended_1m", report.rss_after, "MiB")
+                .with("sleeping", sleeping)
+                .with("due", DUE)
+                .with("what", "VmRSS of the worker process after the pass")
+                .with("rss_before_pass_mib", round3(report.rss_before))
+                .with("peak_rss_mib", round3(report.peak)),
+        );
+        cfg.emit(
+            Figure::new("suspended_1m", report.due_pass_ms, "ms")
+                .with("sleeping", sleeping)
+                .with("due", DUE)
+                .with(
+                    "what",
+                    "Keiro::resume_once advancing the due instances to completion",
+                ),
+        );
+        cfg.emit(
+            Figure::new("suspended_1m", report.idle_pass_ms, "ms")
+                .with("sleeping", sleeping)
+                .with("due", 0)
+                .with(
+                    "what",
+                    "Keiro::resume_once with nothing due (first pass of the process)",
+                )
+                .with("bulk_insert_s", round3(report.insert_s)),
+        );
+    }
+    Ok(())
+}
+
+/// What one scale measured.
+#[derive(Debug)]
+struct Report {
+    rss_after: f64,
+    rss_before: f64,
+    peak: f64,
+    due_pass_ms: f64,
+    idle_pass_ms: f64,
+    insert_s: f64,
+}
+
+async fn scale(cfg: &Config, url: &str, sleeping: i64) -> BenchResult<Report> {
+    // A real suspended sleeper to copy.
+    let keiro = cfg.builder(url).connect().await?;
+    let template = bench_sleeper(FAR_MS).id("tpl").on(&keiro).start().await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while template.status().await? != WorkflowStatus::Suspended {
+        if Instant::now() > deadline {
+            return Err(fail("the template sleeper never suspended"));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    keiro.store().close().await;
+    drop(keiro);
+
+    let store = plain_store(cfg, url).await?;
+    let scale = deadline_scale(&store, cfg.backend).await?;
+    let inserted = Instant::now();
+    bulk_insert(&store, cfg.backend, "sleeping", sleeping, None).await?;
+    let due_at = now_ms() + DUE_IN_MS;
+    bulk_insert(
+        &store,
+        cfg.backend,
+        "due",
+        DUE,
+        Some((due_at, due_at.saturating_mul(scale))),
+    )
+    .await?;
+    let insert_s = inserted.elapsed().as_secs_f64();
+    match cfg.backend {
+        Backend::Postgres => {
+            // What autovacuum would have done by now, and no checkpoint
+            // landing inside the measured pass.
+            execute(&store, "ANALYZE keiro.workflows").await?;
+            execute(&store, "ANALYZE keiro.steps").await?;
+            execute(&store, "CHECKPOINT").await?;
+        }
+        Backend::Sqlite => {
+            execute(&store, "PRAGMA wal_checkpoint(TRUNCATE)").await?;
+        }
+    }
+    if now_ms() >= due_at - 1_000 {
+        return Err(fail(
+            "preparing took too long: the due instances are due already",
+        ));
+    }
+
+    let mut worker = ChildProc::spawn(
+        &[
+            "suspended-pass",
+            url,
+            sync_name(cfg.sync),
+            &due_at.to_string(),
+        ],
+        &[],
+    )?;
+    let line = worker
+        .line_starting("PASS", Duration::from_secs(120))
+        .await?;
+    worker.finish().await?;
+    let fields: Vec<f64> = line
+        .split_whitespace()
+        .map(|f| f.parse::<f64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| fail(format!("bad PASS line: {line}")))?;
+    let [due_pass_ms, idle_pass_ms, rss_after, rss_before, peak, completed] = fields[..] else {
+        return Err(fail(format!("bad PASS line: {line}")));
+    };
+    if completed as i64 != DUE {
+        return Err(fail(format!("the pass completed {completed} of {DUE}")));
+    }
+
+    let (workflows, _) = tables(cfg.backend);
+    let done = count(
+        &store,
+        &format!("SELECT count(*) FROM {workflows} WHERE id LIKE 'due-%' AND status = 'completed'"),
+    )
+    .await?;
+    let still = count(
+        &store,
+        &format!(
+            "SELECT count(*) FROM {workflows} WHERE id LIKE 'sleeping-%' AND status = 'suspended'"
+        ),
+    )
+    .await?;
+    if done != DUE || still != sleeping {
+        return Err(fail(format!(
+            "after the pass: {done} due completed (want {DUE}), {still} still sleeping \
+             (want {sleeping})"
+        )));
+    }
+    store.close().await;
+    Ok(Report {
+        rss_after,
+        rss_before,
+        peak,
+        due_pass_ms,
+        idle_pass_ms,
+        insert_s,
+    })
+}
+
+/// How many journal deadline units make a millisecond of `wake_at`: the
+/// template's journaled sleep deadline over its row's wake time (1 when the
+/// journal keeps milliseconds, 1,000 for microseconds).
+async fn deadline_scale(store: &Store, backend: Backend) -> BenchResult<i64> {
+    let (workflows, steps) = tables(backend);
+    let sql = format!(
+        "SELECT s.result, w.wake_at FROM {steps} s JOIN {workflows} w ON w.id = s.workflow_id \
+         WHERE w.id = 'tpl' AND s.kind = 'sleep'"
+    );
+    let (result, wake_at): (String, i64) = match store {
+        Store::Sqlite(s) => sqlx::query_as(&sql).fetch_one(s.pool()).await?,
+        Store::Postgres(s) => sqlx::query_as(&sql).fetch_one(s.pool()).await?,
+    };
+    let deadline: f64 = result
+        .trim()
+        .parse()
+        .map_err(|_| fail(format!("the template's sleep recorded `{result}`")))?;
+    let ratio = deadline / wake_at.max(1) as f64;
+    [1_i64, 1_000, 1_000_000]
+        .into_iter()
+        .min_by(|a, b| {
+            let off = |s: i64| (ratio / s as f64).ln().abs();
+            off(*a).total_cmp(&off(*b))
+        })
+        .ok_or_else(|| fail("no scale"))
+}
+
+/// Inserts `n` copies of the template (`<prefix>-<i>`), with its journaled
+/// sleep; with `due`, the copies wake at `due.0` (ms) and their journaled
+/// deadline is `due.1` (in the journal's unit).
+async fn bulk_insert(
+    store: &Store,
+    backend: Backend,
+    prefix: &str,
+    n: i64,
+    due: Option<(i64, i64)>,
+) -> BenchResult {
+    let (workflows, steps) = tables(backend);
+    let (wake, result) = match due {
+        Some((at, deadline)) => (at.to_string(), format!("'{deadline}'")),
+        None => ("wake_at".to_owned(), "result".to_owned()),
+    };
+    let columns = COLUMNS.replacen("wake_at", &wake, 1);
+    let (instances_sql, steps_sql) = match backend {
+        Backend::Sqlite => {
+            let series = format!(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {n})"
+            );
+            (
+                format!(
+                    "{series} INSERT INTO {workflows} (id, {COLUMNS}) \
+                     SELECT '{prefix}-' || n.i, {columns} FROM n, {workflows} WHERE id = 'tpl'"
+                ),
+                format!(
+                    "{series} INSERT INTO {steps} \
+                     (workflow_id, generation, seq, name, kind, result, created_at) \
+                     SELECT '{prefix}-' || n.i, generation, seq, name, kind, {result}, created_at \
+                     FROM n, {steps} WHERE workflow_id = 'tpl'"
+                ),
+            )
+        }
+        Backend::Postgres => (
+            format!(
+                "INSERT INTO {workflows} (id, {COLUMNS}) \
+                 SELECT '{prefix}-' || g, {columns} \
+                 FROM generate_series(1, {n}) g, {workflows} WHERE id = 'tpl'"
+            ),
+            format!(
+                "INSERT INTO {steps} (workflow_id, generation, seq, name, kind, result, created_at) \
+                 SELECT '{prefix}-' || g, generation, seq, name, kind, {result}, created_at \
+                 FROM generate_series(1, {n}) g, {steps} WHERE workflow_id = 'tpl'"
+            ),
+        ),
+    };
+    let rows = execute(store, &instances_sql).await?;
+    if rows != n as u64 {
+        return Err(fail(format!("inserted {rows} {prefix} instances, not {n}")));
+    }
+    let rows = execute(store, &steps_sql).await?;
+    if rows != n as u64 {
+        return Err(fail(format!(
+            "inserted {rows} {prefix} journal rows, not {n}"
+        )));
+    }
+    Ok(())
+}
+
+/// Child `suspended-pass <url> <sync> <due_at ms>`: one idle pass, then at
+/// `due_at` the measured pass. Prints `PASS <due pass ms> <idle pass ms>
+/// <VmRSS after MiB> <VmRSS before MiB> <VmHWM MiB> <completed>`.
+pub(crate) async fn child_pass(url: &str, sync: SqliteSynchronous, due_at: i64) -> BenchResult {
+    let keiro = builder(url, sync).connect().await?;
+    let options = ResumeOptions {
+        batch_size: 1_024,
+        ..ResumeOptions::default()
+    };
+    let started = Instant::now();
+    let idle = keiro.resume_once(&options).await?;
+    let idle_ms = started.elapsed().as_secs_f64() * 1e3;
+    if idle.discovered != 0 {
+        return Err(fail(format!("the idle pass found work: {idle:?}")));
+    }
+    let wait = due_at + 20 - now_ms();
+    if wait <= 0 {
+        return Err(fail("the worker started after the instances came due"));
+    }
+    tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+    let rss_before = rss_mib();
+    let started = Instant::now();
+    let summary = keiro.resume_once(&options).await?;
+    let due_ms = started.elapsed().as_secs_f64() * 1e3;
+    let rss_after = rss_mib();
+    reply(&format!(
+        "PASS {due_ms} {idle_ms} {rss_after} {rss_before} {} {}",
+        peak_rss_mib(),
+        summary.completed
+    ));
+    keiro.store().close().await;
+    Ok(())
+}
