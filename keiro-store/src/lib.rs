@@ -28,8 +28,8 @@ pub use timers::{
     TimerRecord, TimerStatus, TimerTx, TimerUpdate,
 };
 pub use types::{
-    now_ms, AppendOutcome, Cancellation, Crash, ExecutorRow, Finish, InstanceRow, InstanceStatus,
-    Lease, NewInstance, ParentLink, Resolution, StepRow,
+    now_ms, AppendOutcome, Blocked, Cancellation, Crash, ExecutorRow, Finish, InstanceRow,
+    InstanceStatus, Lease, NewInstance, ParentLink, Resolution, StepRow,
 };
 pub use writer::{CreateRequest, FinishRequest, JournalWriter};
 
@@ -203,6 +203,29 @@ impl Store {
     /// lease, or suspended past their wake time), earliest first.
     pub async fn find_due(&self, limit: i64) -> Result<Vec<InstanceRow>> {
         dispatch!(self, s => s.find_due(limit).await)
+    }
+
+    /// Claims up to `limit` due instances of the `names` workflows for
+    /// `lease.owner` in one statement, earliest first (on PostgreSQL with
+    /// `SKIP LOCKED`, so concurrent workers take disjoint batches).
+    pub async fn claim_due(
+        &self,
+        lease: Lease<'_>,
+        names: &[&str],
+        limit: i64,
+    ) -> Result<Vec<InstanceRow>> {
+        dispatch!(self, s => s.claim_due(lease, names, limit).await)
+    }
+
+    /// Due instances `owner` cannot claim: of workflows not in `names`, or
+    /// under another executor's live lease.
+    pub async fn find_blocked(
+        &self,
+        owner: &str,
+        names: &[&str],
+        limit: i64,
+    ) -> Result<Vec<Blocked>> {
+        dispatch!(self, s => s.find_blocked(owner, names, limit).await)
     }
 
     /// Makes every unfinished instance leased by `owner` due now, so a process

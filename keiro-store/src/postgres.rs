@@ -572,6 +572,54 @@ impl PostgresStore {
         Ok(done.rows_affected() == 1)
     }
 
+    pub(crate) async fn find_due(&self, limit: i64) -> Result<Vec<InstanceRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {INSTANCE_COLUMNS} FROM keiro.workflows \
+             WHERE status IN ('pending', 'running', 'suspended') AND wake_at <= $1 \
+             ORDER BY wake_at LIMIT $2"
+        ))
+        .bind(now_ms())
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("find_due"))?;
+        rows.iter().map(instance_from_row).collect()
+    }
+
+    pub(crate) async fn claim_due(
+        &self,
+        lease: Lease<'_>,
+        names: &[&str],
+        limit: i64,
+    ) -> Result<Vec<InstanceRow>> {
+        let now = now_ms();
+        let returning: Vec<String> = INSTANCE_COLUMNS
+            .split(',')
+            .map(|c| format!("w.{}", c.trim()))
+            .collect();
+        // SKIP LOCKED: workers claiming at once take disjoint batches.
+        let rows = sqlx::query(&format!(
+            "UPDATE keiro.workflows w SET lease_owner = $1, lease_expires_at = $2, \
+             wake_at = $2, status = 'running', updated_at = $3 \
+             FROM (SELECT id FROM keiro.workflows \
+                 WHERE status IN ('pending', 'running', 'suspended') AND wake_at <= $3 \
+                 AND (lease_owner IS NULL OR lease_owner = $1 OR lease_expires_at < $3) \
+                 AND name = ANY($4) \
+                 ORDER BY wake_at LIMIT $5 FOR UPDATE SKIP LOCKED) due \
+             WHERE w.id = due.id RETURNING {}",
+            returning.join(", ")
+        ))
+        .bind(lease.owner)
+        .bind(now + lease.ttl_ms)
+        .bind(now)
+        .bind(names)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("claim_due"))?;
+        rows.iter().map(instance_from_row).collect()
+    }
+
     pub(crate) async fn requeue_set_aside(&self, id: &str) -> Result<bool> {
         let done = sqlx::query(
             "UPDATE keiro.workflows SET status = 'pending', error = NULL, wake_at = $2, \

@@ -6,7 +6,7 @@ use sqlx::Row;
 
 use crate::types::parse_status;
 use crate::{
-    now_ms, Crash, ExecutorRow, InstanceRow, InstanceStatus, PostgresStore, Result, StoreError,
+    now_ms, Blocked, Crash, ExecutorRow, InstanceStatus, PostgresStore, Result, StoreError,
 };
 
 /// The notification channel resume workers listen on.
@@ -36,24 +36,36 @@ impl PostgresStore {
         Ok(())
     }
 
-    pub(crate) async fn find_due(&self, limit: i64) -> Result<Vec<InstanceRow>> {
-        let ids: Vec<String> = sqlx::query_scalar(
-            "SELECT id FROM keiro.workflows \
-             WHERE status IN ('pending', 'running', 'suspended') AND wake_at <= $1 \
-             ORDER BY wake_at LIMIT $2",
+    pub(crate) async fn find_blocked(
+        &self,
+        owner: &str,
+        names: &[&str],
+        limit: i64,
+    ) -> Result<Vec<Blocked>> {
+        let now = now_ms();
+        let rows = sqlx::query(
+            "SELECT id, name, NOT (name = ANY($3)) AS unknown FROM keiro.workflows \
+             WHERE status IN ('pending', 'running', 'suspended') AND wake_at <= $2 \
+             AND (NOT (name = ANY($3)) \
+                  OR (lease_owner IS NOT NULL AND lease_owner <> $1 AND lease_expires_at >= $2)) \
+             ORDER BY wake_at LIMIT $4",
         )
-        .bind(now_ms())
+        .bind(owner)
+        .bind(now)
+        .bind(names)
         .bind(limit)
         .fetch_all(self.pool())
         .await
-        .map_err(StoreError::query("find_due"))?;
-        let mut rows = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Some(row) = self.get_instance(&id).await? {
-                rows.push(row);
-            }
-        }
-        Ok(rows)
+        .map_err(StoreError::query("find_blocked"))?;
+        rows.iter()
+            .map(|row| {
+                Ok(Blocked {
+                    id: row.try_get("id").map_err(unreadable)?,
+                    name: row.try_get("name").map_err(unreadable)?,
+                    unknown_name: row.try_get("unknown").map_err(unreadable)?,
+                })
+            })
+            .collect()
     }
 
     pub(crate) async fn reclaim_own(&self, owner: &str) -> Result<u64> {

@@ -13,8 +13,9 @@ use sqlx::Row;
 use crate::error::redact;
 use crate::types::parse_status;
 use crate::{
-    now_ms, AppendOutcome, Cancellation, Crash, ExecutorRow, Finish, InstanceRow, InstanceStatus,
-    Lease, NewInstance, Resolution, Result, SqliteSynchronous, StepRow, StoreError, StoreOptions,
+    now_ms, AppendOutcome, Blocked, Cancellation, Crash, ExecutorRow, Finish, InstanceRow,
+    InstanceStatus, Lease, NewInstance, Resolution, Result, SqliteSynchronous, StepRow, StoreError,
+    StoreOptions,
 };
 
 /// The SQLite migrations, embedded at build time.
@@ -485,6 +486,68 @@ impl SqliteStore {
         rows.iter().map(instance_from_row).collect()
     }
 
+    pub(crate) async fn claim_due(
+        &self,
+        lease: Lease<'_>,
+        names: &[&str],
+        limit: i64,
+    ) -> Result<Vec<InstanceRow>> {
+        let now = now_ms();
+        let names = names_json(names);
+        let rows = sqlx::query(&format!(
+            "UPDATE keiro_workflows SET lease_owner = ?1, lease_expires_at = ?2, wake_at = ?2, \
+             status = 'running', updated_at = ?3 \
+             WHERE id IN (SELECT id FROM keiro_workflows \
+                 WHERE status IN ('pending', 'running', 'suspended') AND wake_at <= ?3 \
+                 AND (lease_owner IS NULL OR lease_owner = ?1 OR lease_expires_at < ?3) \
+                 AND name IN (SELECT value FROM json_each(?4)) \
+                 ORDER BY wake_at LIMIT ?5) \
+             RETURNING {INSTANCE_COLUMNS}"
+        ))
+        .bind(lease.owner)
+        .bind(now + lease.ttl_ms)
+        .bind(now)
+        .bind(names)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("claim_due"))?;
+        rows.iter().map(instance_from_row).collect()
+    }
+
+    pub(crate) async fn find_blocked(
+        &self,
+        owner: &str,
+        names: &[&str],
+        limit: i64,
+    ) -> Result<Vec<Blocked>> {
+        let now = now_ms();
+        let rows = sqlx::query(
+            "SELECT id, name, name NOT IN (SELECT value FROM json_each(?3)) AS unknown \
+             FROM keiro_workflows \
+             WHERE status IN ('pending', 'running', 'suspended') AND wake_at <= ?2 \
+             AND (name NOT IN (SELECT value FROM json_each(?3)) \
+                  OR (lease_owner IS NOT NULL AND lease_owner <> ?1 AND lease_expires_at >= ?2)) \
+             ORDER BY wake_at LIMIT ?4",
+        )
+        .bind(owner)
+        .bind(now)
+        .bind(names_json(names))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("find_blocked"))?;
+        rows.iter()
+            .map(|row| {
+                Ok(Blocked {
+                    id: row.try_get("id").map_err(corrupt)?,
+                    name: row.try_get("name").map_err(corrupt)?,
+                    unknown_name: row.try_get("unknown").map_err(corrupt)?,
+                })
+            })
+            .collect()
+    }
+
     pub(crate) async fn reclaim_own(&self, owner: &str) -> Result<u64> {
         let done = sqlx::query(
             "UPDATE keiro_workflows SET wake_at = ?2 WHERE lease_owner = ?1 \
@@ -756,6 +819,15 @@ fn step_from_row(row: &SqliteRow) -> Result<StepRow> {
         kind: row.try_get("kind").map_err(corrupt)?,
         result: row.try_get("result").map_err(corrupt)?,
     })
+}
+
+/// A JSON array of names, for `json_each`.
+fn names_json(names: &[&str]) -> String {
+    let quoted: Vec<String> = names
+        .iter()
+        .map(|n| format!("\"{}\"", n.replace('\\', "\\\\").replace('"', "\\\"")))
+        .collect();
+    format!("[{}]", quoted.join(","))
 }
 
 fn corrupt(e: sqlx::Error) -> StoreError {

@@ -231,6 +231,18 @@ pub struct ExecutorRow {
     pub heartbeat_at: i64,
 }
 
+/// A due instance a worker cannot claim: its workflow is not registered in
+/// this binary, or another executor holds a live lease on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocked {
+    /// The instance id.
+    pub id: String,
+    /// Its workflow name.
+    pub name: String,
+    /// Whether the name is not registered (else: leased elsewhere).
+    pub unknown_name: bool,
+}
+
 /// Milliseconds since the Unix epoch, the store's unit of time.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

@@ -78,7 +78,10 @@ pub struct ResumeOptions {
     pub lease_ttl: Duration,
     /// How many instances one worker advances at once (default 32).
     pub concurrency: usize,
-    /// How many due instances one pass takes at most (default 512).
+    /// How many due instances one pass claims at most (default 512). A pass
+    /// claims no more than twice `concurrency`, so claimed instances do not
+    /// wait out their lease before they run; a full pass is followed at once
+    /// by the next.
     pub batch_size: usize,
     /// Where events go (default: `tracing`).
     pub log: ResumeLog,
@@ -109,7 +112,18 @@ impl Default for ResumeOptions {
     }
 }
 
+/// How many unclaimable due instances (unknown names, live foreign leases) a
+/// pass reports.
+const BLOCKED_REPORTED: i64 = 100;
+
 impl ResumeOptions {
+    /// How many instances one pass claims.
+    fn claim_limit(&self) -> i64 {
+        self.batch_size
+            .min(self.concurrency.saturating_mul(2))
+            .max(1) as i64
+    }
+
     /// Refuses settings the worker cannot run with.
     pub fn validate(&self) -> Result<()> {
         let refuse = |what: &str| Err(Error::Config(format!("invalid ResumeOptions: {what}")));
@@ -208,22 +222,41 @@ impl Keiro {
     pub async fn resume_once(&self, options: &ResumeOptions) -> Result<ResumeSummary> {
         options.validate()?;
         self.ensure_executor().await?;
-        let due = self.inner.store.find_due(options.batch_size as i64).await?;
-        let discovered = due.len();
-        let summary = futures::stream::iter(due)
+        let store = &self.inner.store;
+        let owner = self.inner.executor_id.as_str();
+        let names = self.inner.registry.names();
+        let lease = Lease {
+            owner,
+            ttl_ms: options.lease_ttl.as_millis() as i64,
+        };
+        // Claim in the same statement that discovers, so concurrent workers
+        // take disjoint batches instead of racing for the same rows.
+        let claimed = store
+            .claim_due(lease, &names, options.claim_limit())
+            .await?;
+        let blocked = store.find_blocked(owner, &names, BLOCKED_REPORTED).await?;
+        let mut summary = ResumeSummary {
+            discovered: claimed.len() + blocked.len(),
+            ..ResumeSummary::default()
+        };
+        for row in blocked {
+            if row.unknown_name {
+                summary.unknown_name += 1;
+                (options.log)(&ResumeEvent::UnknownName {
+                    name: row.name,
+                    id: row.id,
+                });
+            } else {
+                summary.lease_skipped += 1;
+            }
+        }
+        let summary = futures::stream::iter(claimed)
             .map(|row| self.advance(row, options))
             .buffer_unordered(options.concurrency)
-            .fold(
-                ResumeSummary::default(),
-                |acc, one| async move { acc.add(one) },
-            )
+            .fold(summary, |acc, one| async move { acc.add(one) })
             .await;
-        let summary = ResumeSummary {
-            discovered,
-            ..summary
-        };
         crate::telemetry::pass(&summary);
-        match self.inner.store.count_pending_awakeables().await {
+        match store.count_pending_awakeables().await {
             Ok(n) => crate::telemetry::awakeables_pending(n),
             Err(error) => tracing::debug!(%error, "keiro could not count pending awakeables"),
         }
@@ -231,42 +264,24 @@ impl Keiro {
         Ok(summary)
     }
 
+    /// Drives one instance this pass claimed.
     async fn advance(&self, row: InstanceRow, options: &ResumeOptions) -> ResumeSummary {
         let mut summary = ResumeSummary::default();
         let Some(registration) = self.inner.registry.get(&row.name) else {
-            (options.log)(&ResumeEvent::UnknownName {
-                name: row.name,
-                id: row.id,
-            });
+            // Claimed by name, so registered; keep the guard all the same.
             summary.unknown_name = 1;
+            let _ = self
+                .inner
+                .store
+                .release(&row.id, &self.inner.executor_id)
+                .await;
             return summary;
         };
         let sender = match take_slot(self, &row.id, registration.name) {
             Slot::Mine(sender, _) => sender,
+            // This process runs it already (under the same lease owner).
             Slot::Attached(_) | Slot::Conflict(_) => {
                 summary.lease_skipped = 1;
-                return summary;
-            }
-        };
-        let lease = Lease {
-            owner: &self.inner.executor_id,
-            ttl_ms: options.lease_ttl.as_millis() as i64,
-        };
-        let claimed = match self.inner.store.claim(&row.id, lease).await {
-            Ok(Some(claimed)) => claimed,
-            Ok(None) => {
-                summary.lease_skipped = 1;
-                release_slot(self, &row.id, sender);
-                return summary;
-            }
-            Err(error) => {
-                summary.transient_errors = 1;
-                (options.log)(&ResumeEvent::TransientError {
-                    name: row.name,
-                    id: row.id.clone(),
-                    error: error.clone().into(),
-                });
-                release_slot(self, &row.id, sender);
                 return summary;
             }
         };
@@ -275,7 +290,8 @@ impl Keiro {
             ttl: options.lease_ttl,
             max_attempts: options.max_attempts,
         };
-        let result = execute(self, registration.run, claimed, false, policy).await;
+        let (name, id) = (row.name.clone(), row.id.clone());
+        let result = execute(self, registration.run, row, false, policy).await;
         match &result {
             Ok(Some(done)) => match done.status {
                 InstanceStatus::Failed if done.output.is_none() => {
@@ -294,20 +310,20 @@ impl Keiro {
             Err(error) if error.is_transient() => {
                 summary.transient_errors = 1;
                 (options.log)(&ResumeEvent::TransientError {
-                    name: row.name.clone(),
-                    id: row.id.clone(),
+                    name: name.clone(),
+                    id: id.clone(),
                     error: error.clone(),
                 });
             }
             Err(error) => (options.log)(&ResumeEvent::Crashed {
-                name: row.name.clone(),
-                id: row.id.clone(),
+                name: name.clone(),
+                id: id.clone(),
                 error: error.clone(),
             }),
         }
         match result {
-            Ok(Some(done)) => publish(self, &row.id, sender, Ok(done)),
-            _ => release_slot(self, &row.id, sender),
+            Ok(Some(done)) => publish(self, &id, sender, Ok(done)),
+            _ => release_slot(self, &id, sender),
         }
         summary
     }
@@ -325,7 +341,7 @@ impl Keiro {
         let join = tokio::spawn(async move {
             loop {
                 let full = match keiro.resume_once(&options).await {
-                    Ok(summary) => summary.discovered >= options.batch_size,
+                    Ok(summary) => summary.resumed as i64 >= options.claim_limit(),
                     Err(error) => {
                         (options.log)(&ResumeEvent::PassFailed { error });
                         false
