@@ -752,12 +752,13 @@ async fn create_on(
 
 /// Moves an unfinished instance to a final status and reports to its parent.
 async fn finish_on(conn: &mut PgConnection, finish: &Finish<'_>, now: i64) -> Result<bool> {
-    let done = sqlx::query(
+    let updated: Option<bool> = sqlx::query_scalar(
         "UPDATE keiro.workflows SET status = $4, output = $5, error = $6, \
          lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, updated_at = $7 \
          WHERE id = $1 AND generation = $2 \
          AND status IN ('pending', 'running', 'suspended') \
-         AND (lease_owner IS NULL OR lease_owner = $3)",
+         AND (lease_owner IS NULL OR lease_owner = $3) \
+         RETURNING parent_id IS NOT NULL AS has_parent",
     )
     .bind(finish.id)
     .bind(finish.generation)
@@ -766,15 +767,14 @@ async fn finish_on(conn: &mut PgConnection, finish: &Finish<'_>, now: i64) -> Re
     .bind(finish.output)
     .bind(finish.error)
     .bind(now)
-    .execute(&mut *conn)
+    .fetch_optional(&mut *conn)
     .await
-    .map_err(StoreError::query("finish"))?
-    .rows_affected()
-        == 1;
-    if done {
+    .map_err(StoreError::query("finish"))?;
+    // Only a child reports to a parent; most instances have none.
+    if updated == Some(true) {
         report_to_parent(conn, finish.id, now).await?;
     }
-    Ok(done)
+    Ok(updated.is_some())
 }
 
 pub(crate) async fn report_to_parent(conn: &mut PgConnection, child: &str, now: i64) -> Result<()> {
