@@ -1,5 +1,6 @@
 //! The embedded SQLite backend: one file, WAL, one writer.
 
+use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +18,9 @@ use crate::{
     InstanceStatus, Lease, NewInstance, Resolution, Result, SqliteSynchronous, StepRow, StoreError,
     StoreOptions,
 };
+
+/// Rows per multi-row insert (7 parameters each, well under SQLite's limit).
+const APPEND_CHUNK: usize = 256;
 
 /// The SQLite migrations, embedded at build time.
 pub static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -47,7 +51,7 @@ impl SqliteStore {
             })
             .busy_timeout(Duration::from_secs(30));
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
-        let pool = SqlitePoolOptions::new()
+        let pool_options = SqlitePoolOptions::new()
             // An in-memory database lives in one connection; a file serves
             // concurrent readers beside its single writer.
             .max_connections(if in_memory {
@@ -57,13 +61,25 @@ impl SqliteStore {
             })
             .min_connections(1)
             .idle_timeout(None)
-            .max_lifetime(None)
-            .connect_with(connect)
-            .await
-            .map_err(|e| StoreError::Connect {
-                url: redact(url),
-                source: Arc::new(e),
-            })?;
+            .max_lifetime(None);
+        // Opening sets pragmas that can meet another process's write lock
+        // before the busy timeout applies: retry that briefly.
+        let mut attempt = 0;
+        let pool = loop {
+            match pool_options.clone().connect_with(connect.clone()).await {
+                Ok(pool) => break pool,
+                Err(e) if attempt < 50 && is_busy(&e) => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(20 * attempt)).await;
+                }
+                Err(e) => {
+                    return Err(StoreError::Connect {
+                        url: redact(url),
+                        source: Arc::new(e),
+                    })
+                }
+            }
+        };
         SQLITE_MIGRATOR
             .run(&pool)
             .await
@@ -189,27 +205,63 @@ impl SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(StoreError::query("append_steps"))?;
+        // Multi-row inserts: a statement costs a round trip to SQLite's
+        // thread, so a batch pays one per chunk instead of one per row.
+        let mut inserted: HashSet<(String, i64, i64)> = HashSet::with_capacity(rows.len());
+        for chunk in rows.chunks(APPEND_CHUNK) {
+            let values = vec!["(?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+            let sql = format!(
+                "INSERT INTO keiro_steps (workflow_id, generation, seq, name, kind, result, \
+                 created_at) VALUES {values} \
+                 ON CONFLICT (workflow_id, generation, seq) DO NOTHING \
+                 RETURNING workflow_id, generation, seq"
+            );
+            let mut query = sqlx::query(&sql);
+            for step in chunk {
+                query = query
+                    .bind(&step.workflow_id)
+                    .bind(step.generation)
+                    .bind(step.seq)
+                    .bind(&step.name)
+                    .bind(&step.kind)
+                    .bind(&step.result)
+                    .bind(now);
+            }
+            for row in query
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(StoreError::query("append_steps"))?
+            {
+                inserted.insert((
+                    row.try_get("workflow_id").map_err(corrupt)?,
+                    row.try_get("generation").map_err(corrupt)?,
+                    row.try_get("seq").map_err(corrupt)?,
+                ));
+            }
+        }
+        // The first row of a step id in the batch speaks for it; a step id
+        // recorded before the batch keeps its first result.
+        let mut first: HashMap<(&str, i64, i64), AppendOutcome> = HashMap::new();
         let mut outcomes = Vec::with_capacity(rows.len());
         for step in rows {
-            let inserted = sqlx::query(
-                "INSERT INTO keiro_steps (workflow_id, generation, seq, name, kind, result, \
-                 created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
-                 ON CONFLICT (workflow_id, generation, seq) DO NOTHING",
-            )
-            .bind(&step.workflow_id)
-            .bind(step.generation)
-            .bind(step.seq)
-            .bind(&step.name)
-            .bind(&step.kind)
-            .bind(&step.result)
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::query("append_steps"))?
-            .rows_affected()
-                == 1;
-            if inserted {
-                outcomes.push(AppendOutcome::Inserted);
+            let key = (step.workflow_id.as_str(), step.generation, step.seq);
+            if let Some(earlier) = first.get(&key) {
+                outcomes.push(match earlier {
+                    AppendOutcome::Inserted => {
+                        let winner = rows
+                            .iter()
+                            .find(|r| (r.workflow_id.as_str(), r.generation, r.seq) == key)
+                            .cloned()
+                            .expect("the first row of this key is in the batch");
+                        AppendOutcome::Existing(winner)
+                    }
+                    existing => existing.clone(),
+                });
+                continue;
+            }
+            let owned = (step.workflow_id.clone(), step.generation, step.seq);
+            let outcome = if inserted.contains(&owned) {
+                AppendOutcome::Inserted
             } else {
                 let existing = sqlx::query(
                     "SELECT workflow_id, generation, seq, name, kind, result FROM keiro_steps \
@@ -221,8 +273,10 @@ impl SqliteStore {
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(StoreError::query("append_steps"))?;
-                outcomes.push(AppendOutcome::Existing(step_from_row(&existing)?));
-            }
+                AppendOutcome::Existing(step_from_row(&existing)?)
+            };
+            first.insert(key, outcome.clone());
+            outcomes.push(outcome);
         }
         tx.commit()
             .await
@@ -819,6 +873,11 @@ fn step_from_row(row: &SqliteRow) -> Result<StepRow> {
         kind: row.try_get("kind").map_err(corrupt)?,
         result: row.try_get("result").map_err(corrupt)?,
     })
+}
+
+/// SQLITE_BUSY / SQLITE_LOCKED: another connection holds the lock.
+fn is_busy(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("5" | "6" | "261" | "517")))
 }
 
 /// A JSON array of names, for `json_each`.
