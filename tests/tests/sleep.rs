@@ -3,14 +3,12 @@
 //! lease, no task) until a worker or the awaiting caller drives it on when due;
 //! a process killed mid-sleep and restarted wakes at the original deadline.
 
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keiro::{step, workflow, Keiro, ResumeOptions, WorkflowStatus};
-use keiro_tests::workflows::CRASH_AT_ENV;
+use keiro_tests::process::CrashChild;
 use keiro_tests::{count, on_both_backends, ran, Backend, TestDb};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 fn quiet() -> ResumeOptions {
     ResumeOptions {
@@ -165,46 +163,16 @@ const CHILD: &str = env!("CARGO_BIN_EXE_crash_workflow");
 async fn killed_mid_sleep_wakes_at_the_original_deadline(backend: Backend) {
     let db = TestDb::new(backend).await;
     let executor = format!("sleeper-{}", uuid::Uuid::new_v4().simple());
-    let mut first = tokio::process::Command::new(CHILD)
-        .args(["sleep", "nap-1", "3000"])
-        .env("KEIRO_DATABASE_URL", &db.url)
-        .env("KEIRO_EXECUTOR_ID", &executor)
-        .env(CRASH_AT_ENV, "sleep")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(first.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(line.as_deref(), Some("SLEEPING"));
+    let args = ["sleep", "nap-1", "3000"];
+    let mut first = CrashChild::start(CHILD, &db, &executor, &args, Some("sleep"));
+    first.line_starting("SLEEPING").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    first.start_kill().unwrap(); // SIGKILL during the sleep
-    first.wait().await.unwrap();
+    first.kill().await; // SIGKILL during the sleep
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let restarted = tokio::process::Command::new(CHILD)
-        .args(["resume", "nap-1"])
-        .env("KEIRO_DATABASE_URL", &db.url)
-        .env("KEIRO_EXECUTOR_ID", &executor)
-        .env_remove(CRASH_AT_ENV)
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        restarted.status.success(),
-        "{}",
-        String::from_utf8_lossy(&restarted.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&restarted.stdout);
-    let done = stdout
-        .lines()
-        .find(|l| l.starts_with("DONE"))
-        .expect("DONE line");
-    let (before, after): (u64, u64) =
-        serde_json::from_str(done.split_whitespace().nth(1).unwrap()).unwrap();
+    let restarted = CrashChild::start(CHILD, &db, &executor, &["resume", "nap-1"], None);
+    let (out, _) = restarted.done().await;
+    let (before, after): (u64, u64) = serde_json::from_value(out).unwrap();
     let slept = after - before;
     // The original deadline (before + 3 s), not restart + 3 s (>= before + 4.3 s).
     assert!(
