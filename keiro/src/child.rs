@@ -64,10 +64,7 @@ where
     R: Serialize + DeserializeOwned + Send + 'static,
 {
     let (cx, seq) = call.parent.clone().expect("a child call has a parent");
-    let spec = match call.launch_spec() {
-        Ok(spec) => spec,
-        Err(error) => return Err(error),
-    };
+    let spec = call.launch_spec()?;
     let handle = ChildHandle {
         cx: cx.clone(),
         seq,
