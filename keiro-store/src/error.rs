@@ -82,8 +82,9 @@ impl StoreError {
     }
 }
 
-/// Replaces the password of a URL with `***` so it can go into an error message.
-pub(crate) fn redact(url: &str) -> String {
+/// Replaces the password of a URL with `***` so it can go into an error
+/// message or a log line.
+pub fn redact(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_owned();
     };

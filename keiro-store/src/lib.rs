@@ -16,9 +16,10 @@ mod postgres_resume;
 mod sqlite;
 mod timers;
 mod types;
+mod worker_workflows;
 mod writer;
 
-pub use error::StoreError;
+pub use error::{redact as redact_url, StoreError};
 pub use options::{SqliteSynchronous, StoreOptions};
 pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};
 pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};
@@ -275,6 +276,18 @@ impl Store {
     /// Gives up a held identity.
     pub async fn remove_executor(&self, id: &str, token: &str) -> Result<()> {
         dispatch!(self, s => s.remove_executor(id, token).await)
+    }
+
+    /// Records that the resume worker of executor `executor_id` serves these
+    /// workflow names (replacing what it recorded before).
+    pub async fn register_workflows(&self, executor_id: &str, names: &[&str]) -> Result<()> {
+        dispatch!(self, s => s.register_workflows(executor_id, names).await)
+    }
+
+    /// Whether a worker whose executor sent a heartbeat at or after
+    /// `alive_since` (ms since the Unix epoch) serves workflow `name`.
+    pub async fn is_served(&self, name: &str, alive_since: i64) -> Result<bool> {
+        dispatch!(self, s => s.is_served(name, alive_since).await)
     }
 
     /// Closes the connection pool.

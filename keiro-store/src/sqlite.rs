@@ -881,7 +881,7 @@ fn is_busy(e: &sqlx::Error) -> bool {
 }
 
 /// A JSON array of names, for `json_each`.
-fn names_json(names: &[&str]) -> String {
+pub(crate) fn names_json(names: &[&str]) -> String {
     let quoted: Vec<String> = names
         .iter()
         .map(|n| format!("\"{}\"", n.replace('\\', "\\\\").replace('"', "\\\"")))

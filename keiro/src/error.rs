@@ -11,7 +11,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///
 /// Cheap to clone: sources sit behind `Arc`, so one failure can be handed to
 /// every caller waiting on the same workflow.
-#[derive(Debug, Clone, thiserror::Error)]
+///
+/// Its `Debug` output is the same sentence as its `Display` (so a `main`
+/// returning `Result<(), keiro::Error>` prints what to do, not a struct dump),
+/// followed by the chain of sources.
+#[derive(Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The store could not be reached or a statement failed. Retryable when
@@ -87,6 +91,24 @@ pub enum Error {
         name: String,
         /// The instance id.
         id: String,
+    },
+    /// An instance is due but no live resume worker serves its workflow name,
+    /// and none has for a while. Nothing was changed: the instance stays
+    /// pending and runs once a worker that registers the name starts.
+    #[error(
+        "workflow `{name}` (id {id}) is waiting for a worker, but no live keiro resume \
+         worker has registered `{name}` for {waited:?}; start a worker whose binary links \
+         the crate defining it (`keiro::link!(that_crate)` in the worker's main.rs; its log \
+         lists the workflows it serves at start). The instance stays pending and runs \
+         once such a worker starts"
+    )]
+    NoWorker {
+        /// The workflow name no worker serves.
+        name: String,
+        /// The instance id.
+        id: String,
+        /// How long the caller waited for a worker to serve it.
+        waited: std::time::Duration,
     },
     /// Two functions registered the same workflow name.
     #[error(
@@ -192,6 +214,24 @@ pub enum Error {
     Config(String),
 }
 
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")?;
+        // The sources a transparent variant forwards are already in the sentence.
+        let mut source = std::error::Error::source(self);
+        let mut shown = self.to_string();
+        while let Some(cause) = source {
+            let text = cause.to_string();
+            if !shown.contains(&text) {
+                write!(f, "\n  caused by: {text}")?;
+                shown.push_str(&text);
+            }
+            source = cause.source();
+        }
+        Ok(())
+    }
+}
+
 impl Error {
     /// Whether trying again later may succeed (the store was unreachable or busy).
     pub fn is_transient(&self) -> bool {
@@ -214,5 +254,38 @@ impl Error {
             what: what.into(),
             source: Arc::new(source),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_is_the_sentence_a_user_can_act_on() {
+        let error = Error::ExecutorIdInUse {
+            id: "vm".into(),
+            host: "vm".into(),
+            pid: 42,
+        };
+        let debug = format!("{error:?}");
+        assert_eq!(debug, error.to_string());
+        assert!(debug.contains("KEIRO_EXECUTOR_ID"), "{debug}");
+        assert!(!debug.contains("ExecutorIdInUse"), "{debug}");
+    }
+
+    #[test]
+    fn debug_adds_causes_the_sentence_does_not_name() {
+        let json = serde_json::from_str::<u32>("\"x\"").unwrap_err();
+        let child = Error::ChildFailed {
+            name: "kid".into(),
+            id: "p/0".into(),
+            parent_id: "p".into(),
+            source: Arc::new(Error::decode("the output of kid", json)),
+        };
+        let debug = format!("{child:?}");
+        assert!(debug.starts_with(&child.to_string()), "{debug}");
+        // Every cause is already in the sentence, so none is repeated.
+        assert!(!debug.contains("caused by"), "{debug}");
     }
 }

@@ -76,6 +76,37 @@ pub use runtime::{
     SQLITE_SYNCHRONOUS_ENV,
 };
 pub use uuid::Uuid;
+
+/// Keeps the workflows of crates this binary depends on but never names.
+///
+/// Workflows register at link time. A library crate of workflows that the
+/// worker's code never mentions is not linked at all, so its workflows are
+/// silently missing: instances of them stay pending, and the worker's start-up
+/// log (at `info`) does not list them. Name each such crate once, in the
+/// binary's `main.rs`:
+///
+/// ```ignore
+/// keiro::link!(shop_workflows, billing_workflows);
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), keiro::Error> {
+///     let worker = keiro::run_resume_worker().await?; // serves shop's and billing's workflows
+///     # worker.shutdown().await;
+///     Ok(())
+/// }
+/// ```
+///
+/// It expands to `use shop_workflows as _;` per crate, which is all the
+/// linker needs. A crate the binary already calls into needs nothing.
+#[macro_export]
+macro_rules! link {
+    ($($krate:ident),+ $(,)?) => {
+        $(
+            #[allow(unused_imports)]
+            use $krate as _;
+        )+
+    };
+}
 pub use worker::{
     run_resume_worker, ResumeEvent, ResumeLog, ResumeOptions, ResumeSummary, ResumeWorker,
 };

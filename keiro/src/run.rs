@@ -149,6 +149,7 @@ pub(crate) async fn wait(
 /// come due, a lapsed lease); without, it only watches.
 pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Result<InstanceRow> {
     let waiter = keiro.waiter(id);
+    let mut unserved = Unserved::default();
     loop {
         let changed = waiter.notify.notified();
         let row = keiro
@@ -159,6 +160,9 @@ pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Resul
             .ok_or_else(|| Error::NotFound { id: id.to_owned() })?;
         if row.status.is_final() {
             return Ok(row);
+        }
+        if run.is_none() {
+            unserved.check(keiro, &row).await?;
         }
         let wait = match row.wake_at {
             Some(wake_at) => (wake_at - now_ms()).max(0) as u64,
@@ -195,6 +199,54 @@ pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Resul
             _ = changed => {}
             _ = tokio::time::sleep(pause) => {}
         }
+    }
+}
+
+/// How often a caller following an instance that no executor holds asks
+/// whether any live worker serves its workflow.
+const SERVED_CHECK: Duration = Duration::from_secs(1);
+
+/// Tells a caller that follows an instance it does not drive when nothing
+/// ever will: the instance is due, nobody holds it, and no live resume worker
+/// has registered its workflow name for the runtime's `no_worker_timeout`.
+#[derive(Default)]
+struct Unserved {
+    /// Since when the instance has been due and unserved.
+    since: Option<tokio::time::Instant>,
+    /// When the store was last asked.
+    checked: Option<tokio::time::Instant>,
+}
+
+impl Unserved {
+    async fn check(&mut self, keiro: &Keiro, row: &InstanceRow) -> Result<()> {
+        let now_wall = now_ms();
+        let waiting_for_a_worker = row.wake_at.is_some_and(|at| at <= now_wall)
+            && row.lease_expires_at.map_or(true, |at| at <= now_wall);
+        if !waiting_for_a_worker {
+            *self = Unserved::default();
+            return Ok(());
+        }
+        let now = tokio::time::Instant::now();
+        if self.checked.is_some_and(|at| now - at < SERVED_CHECK) {
+            return Ok(());
+        }
+        self.checked = Some(now);
+        let alive_since = now_wall - crate::executor::EXECUTOR_TTL.as_millis() as i64;
+        if keiro.inner.store.is_served(&row.name, alive_since).await? {
+            self.since = None;
+            return Ok(());
+        }
+        let since = *self.since.get_or_insert(now);
+        let waited = now - since;
+        if waited >= keiro.inner.no_worker_timeout {
+            tracing::warn!(name = %row.name, id = %row.id, "keiro: no live worker serves this workflow");
+            return Err(Error::NoWorker {
+                name: row.name.clone(),
+                id: row.id.clone(),
+                waited,
+            });
+        }
+        Ok(())
     }
 }
 

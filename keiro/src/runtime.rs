@@ -41,8 +41,14 @@ pub(crate) struct Inner {
     pub(crate) max_attempts: u32,
     /// Waits longer than this suspend the workflow instead of holding memory.
     pub(crate) suspend_after: Duration,
+    /// How long a caller waits on a due instance that no live worker serves
+    /// before `result()` says so.
+    pub(crate) no_worker_timeout: Duration,
     /// The token of this process's executor registration, once taken.
     pub(crate) executor_token: OnceCell<String>,
+    /// Set once this process's resume worker has recorded the workflow names
+    /// it serves.
+    pub(crate) serving: OnceCell<()>,
     /// Wakes this process's resume worker (work was enqueued here, or a
     /// notification arrived).
     pub(crate) wake: tokio::sync::Notify,
@@ -82,6 +88,7 @@ impl Keiro {
             lease_ttl: Duration::from_secs(10),
             max_attempts: 5,
             suspend_after: Duration::from_secs(1),
+            no_worker_timeout: Duration::from_secs(30),
             store: StoreOptions::default(),
         }
     }
@@ -89,10 +96,7 @@ impl Keiro {
     /// Builds the process-wide default from the environment:
     /// [`DATABASE_URL_ENV`], [`EXECUTOR_ID_ENV`] and [`SQLITE_SYNCHRONOUS_ENV`].
     pub async fn from_env() -> Result<Keiro> {
-        let url = std::env::var(DATABASE_URL_ENV)
-            .ok()
-            .filter(|u| !u.is_empty())
-            .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
+        let (url, _) = env_database_url();
         let mut builder = Keiro::builder(url);
         if let Ok(id) = std::env::var(EXECUTOR_ID_ENV) {
             builder = builder.executor_id(id);
@@ -154,6 +158,7 @@ pub struct KeiroBuilder {
     lease_ttl: Duration,
     max_attempts: u32,
     suspend_after: Duration,
+    no_worker_timeout: Duration,
     store: StoreOptions,
 }
 
@@ -186,6 +191,16 @@ impl KeiroBuilder {
     /// costs only its row until due (default 1 s).
     pub fn suspend_after(mut self, threshold: Duration) -> Self {
         self.suspend_after = threshold;
+        self
+    }
+
+    /// How long [`WorkflowHandle::result`](crate::WorkflowHandle::result) waits
+    /// on an instance that is due, held by nobody, and whose workflow name no
+    /// live resume worker serves, before it returns [`Error::NoWorker`]
+    /// (default 30 s). Nothing about the instance changes: it runs as soon as
+    /// a worker that registers its name starts.
+    pub fn no_worker_timeout(mut self, timeout: Duration) -> Self {
+        self.no_worker_timeout = timeout;
         self
     }
 
@@ -231,7 +246,9 @@ impl KeiroBuilder {
                 lease_ttl: self.lease_ttl,
                 max_attempts: self.max_attempts,
                 suspend_after: self.suspend_after,
+                no_worker_timeout: self.no_worker_timeout,
                 executor_token: OnceCell::new(),
+                serving: OnceCell::new(),
                 wake: tokio::sync::Notify::new(),
                 waiters: Mutex::new(HashMap::new()),
                 listening: std::sync::atomic::AtomicBool::new(false),
@@ -277,7 +294,39 @@ pub fn init(keiro: Keiro) -> Result<()> {
 }
 
 /// The process-wide runtime: the one given to [`init`], else one built from the
-/// environment by [`Keiro::from_env`] on first use.
+/// environment by [`Keiro::from_env`] on first use, which logs at `info` which
+/// database it opened and why (a workflow called with no runtime set up
+/// creates `keiro.db` in the working directory).
 pub async fn global() -> Result<Keiro> {
-    GLOBAL.get_or_try_init(Keiro::from_env).await.cloned()
+    GLOBAL
+        .get_or_try_init(|| async {
+            let keiro = Keiro::from_env().await?;
+            let (url, from_env) = env_database_url();
+            let url = keiro_store::redact_url(&url);
+            if from_env {
+                tracing::info!(database = %url, "keiro opened the database named by {DATABASE_URL_ENV}");
+            } else {
+                let file = std::env::current_dir()
+                    .map(|dir| dir.join("keiro.db").display().to_string())
+                    .unwrap_or_else(|_| "keiro.db".to_owned());
+                tracing::info!(
+                    database = %url,
+                    %file,
+                    "keiro opened its default SQLite database ({DATABASE_URL_ENV} is unset; \
+                     set it or call keiro::init to choose another)"
+                );
+            }
+            Ok(keiro)
+        })
+        .await
+        .cloned()
+}
+
+/// The database URL from [`DATABASE_URL_ENV`], else [`DEFAULT_DATABASE_URL`];
+/// the flag says whether the environment named it.
+fn env_database_url() -> (String, bool) {
+    match std::env::var(DATABASE_URL_ENV) {
+        Ok(url) if !url.is_empty() => (url, true),
+        _ => (DEFAULT_DATABASE_URL.to_owned(), false),
+    }
 }

@@ -222,6 +222,7 @@ impl Keiro {
     pub async fn resume_once(&self, options: &ResumeOptions) -> Result<ResumeSummary> {
         options.validate()?;
         self.ensure_executor().await?;
+        self.serve_registered().await?;
         let store = &self.inner.store;
         let owner = self.inner.executor_id.as_str();
         let names = self.inner.registry.names();
@@ -262,6 +263,40 @@ impl Keiro {
         }
         (options.log)(&ResumeEvent::Pass(summary));
         Ok(summary)
+    }
+
+    /// Records (once per runtime) which workflow names this worker serves, so
+    /// a caller waiting on an instance no live worker serves is told, and
+    /// logs them: a workflow missing from this list was never linked into
+    /// the binary (see [`crate::link!`]).
+    async fn serve_registered(&self) -> Result<()> {
+        self.inner
+            .serving
+            .get_or_try_init(|| async {
+                let names = self.inner.registry.names();
+                self.inner
+                    .store
+                    .register_workflows(&self.inner.executor_id, &names)
+                    .await?;
+                if names.is_empty() {
+                    tracing::warn!(
+                        executor = %self.inner.executor_id,
+                        "keiro resume worker serves no workflow: none is linked into this binary \
+                         (a crate of workflows that main never names is dropped by the linker; \
+                         add `keiro::link!(that_crate);`)"
+                    );
+                } else {
+                    tracing::info!(
+                        executor = %self.inner.executor_id,
+                        workflows = %names.join(", "),
+                        "keiro resume worker serves {} workflow(s)",
+                        names.len()
+                    );
+                }
+                Ok::<_, Error>(())
+            })
+            .await
+            .map(|_| ())
     }
 
     /// Drives one instance this pass claimed.

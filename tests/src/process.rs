@@ -62,6 +62,23 @@ impl CrashChild {
             .unwrap_or_else(|_| panic!("child printed no `{prefix}` within 60 s"))
     }
 
+    /// Reads stdout until a line containing `text` (60 s at most): for log
+    /// lines, which start with a timestamp.
+    pub async fn line_starting_containing(&mut self, text: &str) -> String {
+        let lines = &mut self.lines;
+        let wait = async {
+            while let Some(line) = lines.next_line().await.expect("read child stdout") {
+                if line.contains(text) {
+                    return line;
+                }
+            }
+            panic!("child exited without printing `{text}`");
+        };
+        tokio::time::timeout(Duration::from_secs(60), wait)
+            .await
+            .unwrap_or_else(|_| panic!("child printed no `{text}` within 60 s"))
+    }
+
     /// SIGKILLs the child and reaps it.
     pub async fn kill(mut self) {
         self.child.start_kill().expect("SIGKILL the child");
@@ -87,4 +104,23 @@ pub fn lines_of(path: &std::path::Path) -> Vec<String> {
         .lines()
         .map(str::to_owned)
         .collect()
+}
+
+/// The body of the worker test binaries: logs to stdout at `info`, runs the
+/// process-wide resume worker (`KEIRO_DATABASE_URL`) until killed.
+pub async fn serve_until_killed() {
+    tracing_subscriber::fmt()
+        .with_env_filter("keiro=info")
+        .with_writer(std::io::stdout)
+        .with_ansi(false)
+        .init();
+    let keiro = keiro::global().await.expect("open the database");
+    let _worker = keiro
+        .resume_worker(keiro::ResumeOptions {
+            poll_interval: Duration::from_millis(50),
+            ..keiro::ResumeOptions::default()
+        })
+        .await
+        .expect("start the resume worker");
+    std::future::pending::<()>().await;
 }
