@@ -306,6 +306,16 @@ impl Keiro {
 }
 
 /// A handle on an existing instance, through the process-wide runtime.
+/// It never starts anything and never compares arguments: the way to read
+/// what a workflow id returned, wherever and whenever it ran.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), keiro::Error> {
+/// let handle = keiro::handle::<Result<String, String>>("order-42").await?;
+/// println!("order-42 is {:?}", handle.status().await?);
+/// let receipt = handle.result().await?; // waits for the end
+/// # Ok(()) }
+/// ```
 pub async fn handle<R: DeserializeOwned>(id: impl Into<String>) -> Result<WorkflowHandle<R>> {
     crate::runtime::global().await?.handle(id).await
 }

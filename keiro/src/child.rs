@@ -44,6 +44,30 @@ impl<R> ChildHandle<R> {
 /// Starts a child workflow without waiting for it, so a workflow can fan out
 /// several and join them in order. Only inside a workflow; elsewhere use
 /// [`WorkflowCall::start`].
+///
+/// This, not `tokio::spawn`, is how a workflow runs work concurrently: each
+/// child is journaled as a workflow of its own.
+///
+/// ```no_run
+/// #[keiro::workflow]
+/// async fn resize(image: String) -> String {
+///     format!("{image}@small")
+/// }
+///
+/// #[keiro::workflow]
+/// async fn album(images: Vec<String>) -> Result<Vec<String>, String> {
+///     // keiro::Error is not journaled as a workflow's error: map it.
+///     let mut children = Vec::new();
+///     for image in images {
+///         children.push(keiro::spawn(resize(image)).await.map_err(|e| e.to_string())?);
+///     }
+///     let mut out = Vec::new();
+///     for child in children {
+///         out.push(child.await.map_err(|e| e.to_string())?); // joined in order
+///     }
+///     Ok(out)
+/// }
+/// ```
 pub async fn spawn<R>(call: WorkflowCall<R>) -> Result<ChildHandle<R>>
 where
     R: Serialize + DeserializeOwned + Send + 'static,

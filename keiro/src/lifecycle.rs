@@ -55,6 +55,18 @@ impl Keiro {
 }
 
 /// Cancels instance `id` through the process-wide runtime (see [`Keiro::cancel`]).
+///
+/// ```no_run
+/// use keiro::CancelOutcome;
+///
+/// # async fn demo() -> Result<(), keiro::Error> {
+/// match keiro::cancel("order-42").await? {
+///     CancelOutcome::Cancelled { ids } => println!("cancelled {ids:?}"),
+///     CancelOutcome::AlreadyFinished(status) => println!("already {status:?}"),
+///     _ => {}
+/// }
+/// # Ok(()) }
+/// ```
 pub async fn cancel(id: &str) -> Result<CancelOutcome> {
     crate::runtime::global().await?.cancel(id).await
 }

@@ -81,6 +81,20 @@ impl Keiro {
 
     /// Settings beyond the URL: executor identity, lease TTL, SQLite durability,
     /// pool size.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use keiro::{Keiro, SqliteSynchronous};
+    ///
+    /// # async fn demo() -> Result<(), keiro::Error> {
+    /// let keiro = Keiro::builder("sqlite:orders.db")
+    ///     .sqlite_synchronous(SqliteSynchronous::Normal) // faster; may lose the last commits on power loss
+    ///     .suspend_after(Duration::from_secs(5))
+    ///     .max_attempts(3)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub fn builder(url: impl Into<String>) -> KeiroBuilder {
         KeiroBuilder {
             url: url.into(),
@@ -283,6 +297,20 @@ static GLOBAL: OnceCell<Keiro> = OnceCell::const_new();
 
 /// Installs `keiro` as the process-wide runtime used by calls without `.on(..)`.
 /// Errors if one is already installed.
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// # async fn demo() -> Result<(), keiro::Error> {
+/// let keiro = keiro::Keiro::builder("postgres://app@db/app")
+///     .lease_ttl(Duration::from_secs(30))
+///     .connect()
+///     .await?;
+/// keiro::init(keiro)?; // before the first workflow call
+/// let worker = keiro::run_resume_worker().await?; // uses it
+/// # worker.shutdown().await;
+/// # Ok(()) }
+/// ```
 pub fn init(keiro: Keiro) -> Result<()> {
     GLOBAL.set(keiro).map_err(|_| {
         Error::Config(
@@ -297,6 +325,13 @@ pub fn init(keiro: Keiro) -> Result<()> {
 /// environment by [`Keiro::from_env`] on first use, which logs at `info` which
 /// database it opened and why (a workflow called with no runtime set up
 /// creates `keiro.db` in the working directory).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), keiro::Error> {
+/// let keiro = keiro::global().await?;
+/// println!("{} workflows linked: {:?}", keiro.store().backend(), keiro.workflow_names());
+/// # Ok(()) }
+/// ```
 pub async fn global() -> Result<Keiro> {
     GLOBAL
         .get_or_try_init(|| async {

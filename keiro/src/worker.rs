@@ -427,7 +427,17 @@ impl ResumeWorker {
 
 /// Starts the resume worker of the process-wide runtime (from
 /// `KEIRO_DATABASE_URL`) with default options, driving every workflow linked
-/// into this binary.
+/// into this binary. It logs at `info` which workflows it serves.
+///
+/// ```no_run
+/// #[tokio::main]
+/// async fn main() -> Result<(), keiro::Error> {
+///     let worker = keiro::run_resume_worker().await?;
+///     tokio::signal::ctrl_c().await.ok();
+///     worker.shutdown().await;
+///     Ok(())
+/// }
+/// ```
 pub async fn run_resume_worker() -> Result<ResumeWorker> {
     crate::runtime::global()
         .await?

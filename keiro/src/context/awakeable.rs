@@ -44,6 +44,27 @@ impl<T> Awakeable<T> {
 /// durable before this returns; awaiting it waits in memory for a short while
 /// and then suspends the workflow (a row, no task) until it is resolved.
 /// Outside a workflow, awaiting it is an error.
+///
+/// ```no_run
+/// #[keiro::step]
+/// async fn ask_approver(awakeable_id: String) -> Result<(), String> {
+///     // e.g. e-mail a link that calls keiro::resolve_awakeable(&awakeable_id, true)
+///     Ok(())
+/// }
+///
+/// #[keiro::workflow]
+/// async fn expense(cents: u64) -> Result<bool, String> {
+///     let approval = keiro::awakeable::<bool>().await;
+///     ask_approver(approval.id().to_owned()).await?;
+///     // Waits (suspended, costing only a row) until another process answers.
+///     approval.await.map_err(|e| e.to_string())
+/// }
+///
+/// // In any process sharing the database, e.g. a web handler:
+/// # async fn handler(id: String) -> Result<(), keiro::Error> {
+/// keiro::resolve_awakeable(&id, true).await?;
+/// # Ok(()) }
+/// ```
 pub fn awakeable<T>() -> impl Future<Output = Awakeable<T>> + Send
 where
     T: Serialize + DeserializeOwned + Send + 'static,

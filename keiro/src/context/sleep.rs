@@ -12,6 +12,22 @@ use super::{claim_seq, record, Halt, StepKind, WorkflowContext};
 /// than the runtime's `suspend_after` suspends the workflow: its future is
 /// dropped, its lease released, and it costs only its row until due. Outside
 /// a workflow it is `tokio::time::sleep`.
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// #[keiro::step]
+/// async fn send_reminder(to: String) -> Result<(), String> {
+///     Ok(())
+/// }
+///
+/// #[keiro::workflow]
+/// async fn trial(user: String) -> Result<(), String> {
+///     // Survives restarts: after a crash the workflow wakes at the first deadline.
+///     keiro::sleep(Duration::from_secs(14 * 24 * 3600)).await;
+///     send_reminder(user).await
+/// }
+/// ```
 pub fn sleep(duration: Duration) -> impl Future<Output = ()> + Send {
     let slot = claim_seq();
     let deadline = SystemTime::now() + duration;
