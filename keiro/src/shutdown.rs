@@ -49,16 +49,26 @@ impl Stop {
         }
     }
 
-    /// Whether no new run should start (the runtime or worker is stopping).
+    /// Whether runs should stop now (so claimed ones should not start).
+    pub(crate) fn is_halting(&self) -> bool {
+        self.reached(|phase| phase == Phase::Halting)
+    }
+
+    /// Whether no new pass should claim (the runtime or worker is stopping).
     pub(crate) fn is_draining(&self) -> bool {
+        self.reached(|phase| phase != Phase::Running)
+    }
+
+    /// Whether the runtime stopped or the worker is in a phase `ends`.
+    fn reached(&self, ends: fn(Phase) -> bool) -> bool {
         *self.runtime.borrow()
             || self
                 .worker
                 .as_ref()
-                .is_some_and(|phase| *phase.borrow() != Phase::Running)
+                .is_some_and(|phase| ends(*phase.borrow()))
     }
 
-    /// Completes when no new run should start.
+    /// Completes when no new pass should claim.
     pub(crate) async fn draining(&mut self) {
         self.until(|phase| phase != Phase::Running).await
     }

@@ -278,8 +278,9 @@ impl Keiro {
         stop: Stop,
     ) -> ResumeSummary {
         let mut summary = ResumeSummary::default();
-        if stop.is_draining() {
-            // Claimed before a shutdown began: hand it back unstarted.
+        if stop.is_halting() {
+            // Claimed but not started when a shutdown halted the worker: hand
+            // it back unstarted. (While draining, what a pass claimed runs.)
             let _ = self.inner.store.release(&row.id, self.owner()).await;
             return summary;
         }

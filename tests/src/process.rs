@@ -27,14 +27,33 @@ impl CrashChild {
         args: &[&str],
         crash_at: Option<&str>,
     ) -> CrashChild {
+        CrashChild::spawn(binary, db, Some(executor), args, crash_at)
+    }
+
+    /// Starts `binary args..` on `db` with no `KEIRO_EXECUTOR_ID`: it takes
+    /// a default identity.
+    pub fn start_default(binary: &str, db: &TestDb, args: &[&str]) -> CrashChild {
+        CrashChild::spawn(binary, db, None, args, None)
+    }
+
+    fn spawn(
+        binary: &str,
+        db: &TestDb,
+        executor: Option<&str>,
+        args: &[&str],
+        crash_at: Option<&str>,
+    ) -> CrashChild {
         let mut command = Command::new(binary);
         command
             .args(args)
             .env("KEIRO_DATABASE_URL", &db.url)
-            .env("KEIRO_EXECUTOR_ID", executor)
+            .env_remove("KEIRO_EXECUTOR_ID")
             .env_remove(CRASH_AT_ENV)
             .stdout(Stdio::piped())
             .kill_on_drop(true);
+        if let Some(executor) = executor {
+            command.env("KEIRO_EXECUTOR_ID", executor);
+        }
         if let Some(point) = crash_at {
             command.env(CRASH_AT_ENV, point);
         }
@@ -60,6 +79,21 @@ impl CrashChild {
         tokio::time::timeout(Duration::from_secs(60), wait)
             .await
             .unwrap_or_else(|_| panic!("child printed no `{prefix}` within 60 s"))
+    }
+
+    /// Waits (60 s at most) for the child to exit; returns whether it
+    /// succeeded.
+    pub async fn exit_success(mut self) -> bool {
+        tokio::time::timeout(Duration::from_secs(60), self.child.wait())
+            .await
+            .expect("the child exits within 60 s")
+            .expect("wait for the child")
+            .success()
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("the child is running")
     }
 
     /// SIGKILLs the child and reaps it.
