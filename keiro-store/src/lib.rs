@@ -257,6 +257,13 @@ impl Store {
         dispatch!(self, s => s.get_executor(id).await)
     }
 
+    /// Reads identity `base` and its numbered siblings `base#2`, `base#3`, …
+    /// (the default identities of several processes of one program on one
+    /// host), ordered by id.
+    pub async fn list_executors(&self, base: &str) -> Result<Vec<ExecutorRow>> {
+        dispatch!(self, s => s.list_executors(base).await)
+    }
+
     /// Registers an identity: inserts it when `replacing` is `None`, else takes
     /// it over from the process holding token `replacing`. Returns whether it
     /// applied (another process may have won the race).
@@ -273,8 +280,12 @@ impl Store {
         dispatch!(self, s => s.heartbeat_executor(id, token).await)
     }
 
-    /// Gives up a held identity.
-    pub async fn remove_executor(&self, id: &str, token: &str) -> Result<()> {
+    /// Gives up identity `id` held under `token` and, in the same
+    /// transaction, releases every lease held under it: those unfinished
+    /// instances keep their status and attempts and are due at once for any
+    /// worker. Returns how many were released, or `None` (nothing changed)
+    /// when `token` no longer holds the identity.
+    pub async fn remove_executor(&self, id: &str, token: &str) -> Result<Option<u64>> {
         dispatch!(self, s => s.remove_executor(id, token).await)
     }
 

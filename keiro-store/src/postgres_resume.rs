@@ -136,6 +136,19 @@ impl PostgresStore {
         row.as_ref().map(executor_from_row).transpose()
     }
 
+    pub(crate) async fn list_executors(&self, base: &str) -> Result<Vec<ExecutorRow>> {
+        let rows = sqlx::query(
+            "SELECT id, token, host, pid, heartbeat_at FROM keiro.executors \
+             WHERE id = $1 OR substr(id, 1, length($2)) = $2 ORDER BY id",
+        )
+        .bind(base)
+        .bind(format!("{base}#"))
+        .fetch_all(self.pool())
+        .await
+        .map_err(StoreError::query("list_executors"))?;
+        rows.iter().map(executor_from_row).collect()
+    }
+
     pub(crate) async fn put_executor(
         &self,
         executor: &ExecutorRow,
@@ -181,14 +194,42 @@ impl PostgresStore {
         Ok(done.rows_affected() == 1)
     }
 
-    pub(crate) async fn remove_executor(&self, id: &str, token: &str) -> Result<()> {
-        sqlx::query("DELETE FROM keiro.executors WHERE id = $1 AND token = $2")
-            .bind(id)
-            .bind(token)
-            .execute(self.pool())
+    pub(crate) async fn remove_executor(&self, id: &str, token: &str) -> Result<Option<u64>> {
+        let mut tx = self
+            .pool()
+            .begin()
             .await
             .map_err(StoreError::query("remove_executor"))?;
-        Ok(())
+        let removed = sqlx::query("DELETE FROM keiro.executors WHERE id = $1 AND token = $2")
+            .bind(id)
+            .bind(token)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query("remove_executor"))?;
+        if removed.rows_affected() == 0 {
+            return Ok(None);
+        }
+        sqlx::query("DELETE FROM keiro.worker_workflows WHERE executor_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query("remove_executor"))?;
+        // In the same transaction: a process inserting the identity anew
+        // waits on the deleted row until these leases are released.
+        let released = sqlx::query(
+            "UPDATE keiro.workflows SET lease_owner = NULL, lease_expires_at = NULL, \
+             wake_at = $2, updated_at = $2 \
+             WHERE lease_owner = $1 AND status IN ('pending', 'running', 'suspended')",
+        )
+        .bind(id)
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::query("remove_executor"))?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("remove_executor"))?;
+        Ok(Some(released.rows_affected()))
     }
 }
 

@@ -667,16 +667,20 @@ impl SqliteStore {
         .fetch_optional(&self.pool)
         .await
         .map_err(StoreError::query("get_executor"))?;
-        row.map(|row| {
-            Ok(ExecutorRow {
-                id: row.try_get("id").map_err(corrupt)?,
-                token: row.try_get("token").map_err(corrupt)?,
-                host: row.try_get("host").map_err(corrupt)?,
-                pid: row.try_get("pid").map_err(corrupt)?,
-                heartbeat_at: row.try_get("heartbeat_at").map_err(corrupt)?,
-            })
-        })
-        .transpose()
+        row.as_ref().map(executor_from_row).transpose()
+    }
+
+    pub(crate) async fn list_executors(&self, base: &str) -> Result<Vec<ExecutorRow>> {
+        let rows = sqlx::query(
+            "SELECT id, token, host, pid, heartbeat_at FROM keiro_executors \
+             WHERE id = ?1 OR substr(id, 1, length(?2)) = ?2 ORDER BY id",
+        )
+        .bind(base)
+        .bind(format!("{base}#"))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("list_executors"))?;
+        rows.iter().map(executor_from_row).collect()
     }
 
     pub(crate) async fn put_executor(
@@ -722,14 +726,42 @@ impl SqliteStore {
         Ok(done.rows_affected() == 1)
     }
 
-    pub(crate) async fn remove_executor(&self, id: &str, token: &str) -> Result<()> {
-        sqlx::query("DELETE FROM keiro_executors WHERE id = ?1 AND token = ?2")
-            .bind(id)
-            .bind(token)
-            .execute(&self.pool)
+    pub(crate) async fn remove_executor(&self, id: &str, token: &str) -> Result<Option<u64>> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(StoreError::query("remove_executor"))?;
-        Ok(())
+        let removed = sqlx::query("DELETE FROM keiro_executors WHERE id = ?1 AND token = ?2")
+            .bind(id)
+            .bind(token)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query("remove_executor"))?;
+        if removed.rows_affected() == 0 {
+            return Ok(None);
+        }
+        sqlx::query("DELETE FROM keiro_worker_workflows WHERE executor_id = ?1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query("remove_executor"))?;
+        // In the same transaction, so no process can take the identity (and
+        // its leases) between the two.
+        let released = sqlx::query(
+            "UPDATE keiro_workflows SET lease_owner = NULL, lease_expires_at = NULL, \
+             wake_at = ?2, updated_at = ?2 \
+             WHERE lease_owner = ?1 AND status IN ('pending', 'running', 'suspended')",
+        )
+        .bind(id)
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::query("remove_executor"))?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("remove_executor"))?;
+        Ok(Some(released.rows_affected()))
     }
 
     pub(crate) async fn close(&self) {
@@ -893,4 +925,14 @@ fn corrupt(e: sqlx::Error) -> StoreError {
     StoreError::Corrupt {
         what: format!("a column could not be read: {e}"),
     }
+}
+
+fn executor_from_row(row: &SqliteRow) -> Result<ExecutorRow> {
+    Ok(ExecutorRow {
+        id: row.try_get("id").map_err(corrupt)?,
+        token: row.try_get("token").map_err(corrupt)?,
+        host: row.try_get("host").map_err(corrupt)?,
+        pid: row.try_get("pid").map_err(corrupt)?,
+        heartbeat_at: row.try_get("heartbeat_at").map_err(corrupt)?,
+    })
 }

@@ -11,7 +11,7 @@ impl SqliteStore {
         let names = crate::sqlite::names_json(names);
         let mut tx = self
             .pool()
-            .begin()
+            .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(StoreError::query("register_workflows"))?;
         sqlx::query("DELETE FROM keiro_worker_workflows WHERE executor_id = ?1")

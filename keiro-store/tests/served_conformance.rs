@@ -10,6 +10,7 @@ use support::TestDb;
 conformance!(
     a_name_is_served_only_by_a_live_worker_that_registered_it,
     registering_again_replaces_the_names,
+    giving_up_the_identity_drops_the_names,
 );
 
 async fn executor(db: &TestDb, id: &str, heartbeat_at: i64) {
@@ -61,4 +62,18 @@ async fn registering_again_replaces_the_names(db: &TestDb) {
     assert!(store.is_served("c", since).await.unwrap());
     store.register_workflows("w1", &[]).await.unwrap();
     assert!(!store.is_served("b", since).await.unwrap());
+}
+
+async fn giving_up_the_identity_drops_the_names(db: &TestDb) {
+    let store = &db.store;
+    executor(db, "w1", now_ms()).await;
+    store.register_workflows("w1", &["a"]).await.unwrap();
+    assert!(store
+        .remove_executor("w1", "token-w1")
+        .await
+        .unwrap()
+        .is_some());
+    // A process taking the identity anew serves nothing until it registers.
+    executor(db, "w1", now_ms()).await;
+    assert!(!store.is_served("a", 0).await.unwrap());
 }

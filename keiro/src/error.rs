@@ -206,6 +206,30 @@ pub enum Error {
         /// Its process id.
         pid: i64,
     },
+    /// The run was stopped by a clean shutdown of this process
+    /// ([`crate::Keiro::shutdown`], [`crate::ResumeWorker::shutdown`]). Its
+    /// lease was released with its journal, status and attempts untouched, so
+    /// another worker resumes it at once.
+    #[error(
+        "workflow `{name}` (id {id}) was stopped by a clean shutdown of this process; \
+         its lease was released and any resume worker continues it from its journal"
+    )]
+    Stopped {
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+    },
+    /// This runtime was shut down ([`crate::Keiro::shutdown`]) and no longer
+    /// runs workflows; reading, enqueuing, cancelling and answering still work.
+    #[error(
+        "this keiro runtime (executor `{executor}`) was shut down and runs no more \
+         workflows; connect a new one (Keiro::connect) to run them in this process"
+    )]
+    ShutDown {
+        /// The executor identity the runtime held.
+        executor: String,
+    },
     /// A timer operation failed or was refused.
     #[error(transparent)]
     Timer(#[from] crate::timers::TimerError),

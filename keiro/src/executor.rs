@@ -1,10 +1,25 @@
-//! This process's executor identity: the owner name on its leases, held by at
-//! most one live process at a time.
+//! This process's executor identity: the owner name on its leases.
+//!
+//! An identity set explicitly (`KEIRO_EXECUTOR_ID`, [`crate::KeiroBuilder::executor_id`])
+//! is exclusive: a second live process asking for it is refused. The default
+//! identity is `{host}/{program}`, and when a live process holds it the next
+//! free of `{host}/{program}#2`, `#3`, … up to [`MAX_SLOTS`] is taken, so any
+//! number of processes run side by side on one host with no setting.
+//!
+//! Takeovers: a slot whose holder is a dead process on this host is taken at
+//! once, with its leases (made due now); one whose holder stopped
+//! heartbeating for [`EXECUTOR_TTL`] (a process on another host) is taken
+//! after that. A process taking a default slot also releases the leases of
+//! every other slot of its program whose holder died on this host, so a
+//! restart after several processes were killed resumes all their work at
+//! once, not only that of the slot it lands on.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use keiro_store::{now_ms, ExecutorRow};
+use keiro_store::{now_ms, ExecutorRow, Store};
+use tokio::sync::watch;
 
 use crate::runtime::Inner;
 use crate::{Error, Keiro, Result};
@@ -12,81 +27,223 @@ use crate::{Error, Keiro, Result};
 /// An identity whose holder has not sent a heartbeat for this long is free.
 pub(crate) const EXECUTOR_TTL: Duration = Duration::from_secs(10);
 
+/// How many default identities (`{host}/{program}`, then `#2` …) one program
+/// may hold on one host at once.
+pub(crate) const MAX_SLOTS: u32 = 64;
+
+/// The identity this runtime took and the token proving it holds it.
+#[derive(Debug)]
+pub(crate) struct Registration {
+    pub(crate) id: String,
+    pub(crate) token: String,
+}
+
 impl Keiro {
-    /// Takes this runtime's executor identity (once): refuses if another live
-    /// process holds it; takes it over at once from a dead process on this host
-    /// (and after [`EXECUTOR_TTL`] from one elsewhere), then makes the leases
-    /// the predecessor held due now so they resume without waiting out a TTL.
+    /// Takes this runtime's executor identity (once): see the module docs for
+    /// which identity and what it takes over. Refused once the runtime is
+    /// shut down.
     pub(crate) async fn ensure_executor(&self) -> Result<()> {
+        if *self.inner.stop.borrow() {
+            return Err(Error::ShutDown {
+                executor: self.owner().to_owned(),
+            });
+        }
         self.inner
-            .executor_token
+            .executor
             .get_or_try_init(|| register(self))
             .await
             .map(|_| ())
     }
+
+    /// The owner name on this runtime's leases: the identity it took, or
+    /// before it took one, the identity it asks for first.
+    pub(crate) fn owner(&self) -> &str {
+        match self.inner.executor.get() {
+            Some(registration) => &registration.id,
+            None => &self.inner.requested_id,
+        }
+    }
 }
 
-async fn register(keiro: &Keiro) -> Result<String> {
+/// Who holds an identity, as seen from this process.
+#[derive(Debug, PartialEq, Eq)]
+enum Holder {
+    /// A live process (or one elsewhere still heartbeating).
+    Live,
+    /// A process on this host that is gone: take over at once.
+    DeadHere,
+    /// Silent for [`EXECUTOR_TTL`]: free.
+    Stale,
+}
+
+/// This process, as it registers.
+struct Me {
+    token: String,
+    host: String,
+    pid: i64,
+}
+
+impl Me {
+    fn row(&self, id: &str) -> ExecutorRow {
+        ExecutorRow {
+            id: id.to_owned(),
+            token: self.token.clone(),
+            host: self.host.clone(),
+            pid: self.pid,
+            heartbeat_at: now_ms(),
+        }
+    }
+
+    fn judge(&self, old: &ExecutorRow) -> Holder {
+        if old.host == self.host && old.pid != self.pid && !pid_alive(old.pid) {
+            Holder::DeadHere
+        } else if old.heartbeat_at < now_ms() - EXECUTOR_TTL.as_millis() as i64 {
+            Holder::Stale
+        } else {
+            Holder::Live
+        }
+    }
+}
+
+async fn register(keiro: &Keiro) -> Result<Registration> {
     let store = &keiro.inner.store;
-    let id = keiro.inner.executor_id.clone();
-    let me = ExecutorRow {
-        id: id.clone(),
+    let me = Me {
         token: uuid::Uuid::new_v4().to_string(),
         host: crate::runtime::host_name(),
         pid: i64::from(std::process::id()),
-        heartbeat_at: now_ms(),
     };
-    let mut taken = false;
-    for _ in 0..5 {
-        let replacing = match store.get_executor(&id).await? {
-            None => None,
-            Some(old) => {
-                let stale = old.heartbeat_at < now_ms() - EXECUTOR_TTL.as_millis() as i64;
-                let dead_here = old.host == me.host && old.pid != me.pid && !pid_alive(old.pid);
-                if !(stale || dead_here) {
-                    return Err(Error::ExecutorIdInUse {
-                        id,
-                        host: old.host,
-                        pid: old.pid,
-                    });
-                }
-                Some(old.token)
-            }
-        };
-        if store.put_executor(&me, replacing.as_deref()).await? {
-            taken = true;
-            break;
-        }
-    }
-    if !taken {
-        return Err(Error::Config(format!(
-            "could not register executor identity `{id}`: other processes keep taking it"
-        )));
-    }
+    let requested = keiro.inner.requested_id.as_str();
+    let id = if keiro.inner.exclusive {
+        take_exclusive(store, requested, &me).await?
+    } else {
+        take_default(store, requested, &me).await?
+    };
     let reclaimed = store.reclaim_own(&id).await?;
     if reclaimed > 0 {
         tracing::info!(executor = %id, reclaimed, "keiro reclaimed a predecessor's leases");
     }
-    tokio::spawn(heartbeat(Arc::downgrade(&keiro.inner), me.token.clone()));
-    Ok(me.token)
+    tokio::spawn(heartbeat(
+        Arc::downgrade(&keiro.inner),
+        id.clone(),
+        me.token.clone(),
+        keiro.inner.stop.subscribe(),
+    ));
+    Ok(Registration {
+        id,
+        token: me.token,
+    })
 }
 
-/// Refreshes the identity until the runtime is dropped.
-async fn heartbeat(inner: Weak<Inner>, token: String) {
+/// Takes an explicitly named identity, refusing if a live process holds it.
+async fn take_exclusive(store: &Store, id: &str, me: &Me) -> Result<String> {
+    for _ in 0..5 {
+        let replacing = match store.get_executor(id).await? {
+            None => None,
+            Some(old) if me.judge(&old) == Holder::Live => {
+                return Err(Error::ExecutorIdInUse {
+                    id: id.to_owned(),
+                    host: old.host,
+                    pid: old.pid,
+                })
+            }
+            Some(old) => Some(old.token),
+        };
+        if store
+            .put_executor(&me.row(id), replacing.as_deref())
+            .await?
+        {
+            return Ok(id.to_owned());
+        }
+    }
+    Err(Error::Config(format!(
+        "could not register executor identity `{id}`: other processes keep taking it"
+    )))
+}
+
+/// Takes the first default slot of `base` that no live process holds, then
+/// releases the leases of the other slots whose holders died on this host.
+async fn take_default(store: &Store, base: &str, me: &Me) -> Result<String> {
+    let family: HashMap<String, ExecutorRow> = store
+        .list_executors(base)
+        .await?
+        .into_iter()
+        .map(|row| (row.id.clone(), row))
+        .collect();
+    for n in 1..=MAX_SLOTS {
+        let id = slot_id(base, n);
+        let replacing = match family.get(&id) {
+            None => None,
+            Some(old) if me.judge(old) == Holder::Live => continue,
+            Some(old) => Some(old.token.as_str()),
+        };
+        // A lost race means another process took this slot just now: it is
+        // live, so look further.
+        if store.put_executor(&me.row(&id), replacing).await? {
+            adopt_dead_siblings(store, &family, &id, me).await;
+            return Ok(id);
+        }
+    }
+    Err(Error::Config(format!(
+        "all {MAX_SLOTS} default executor identities `{base}` … `{base}#{MAX_SLOTS}` are held \
+         by live processes; set KEIRO_EXECUTOR_ID to give this process its own"
+    )))
+}
+
+/// The `n`th default identity of `base`: `base` itself, then `base#2`, ….
+fn slot_id(base: &str, n: u32) -> String {
+    if n == 1 {
+        base.to_owned()
+    } else {
+        format!("{base}#{n}")
+    }
+}
+
+/// Removes the slots of `family` (other than `taken`) whose holder died on
+/// this host, releasing their leases so any worker resumes that work now
+/// instead of after the lease TTL. Best effort: a failure only costs latency.
+async fn adopt_dead_siblings(
+    store: &Store,
+    family: &HashMap<String, ExecutorRow>,
+    taken: &str,
+    me: &Me,
+) {
+    for old in family.values() {
+        if old.id == taken || me.judge(old) != Holder::DeadHere {
+            continue;
+        }
+        // Conditional on the dead holder's token: a process taking that slot
+        // at the same moment wins or loses as a whole.
+        match store.remove_executor(&old.id, &old.token).await {
+            Ok(Some(released)) => tracing::info!(
+                executor = %old.id, released, by = %taken,
+                "keiro released the leases of a dead process on this host"
+            ),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(
+                executor = %old.id, %error,
+                "keiro could not release a dead process's leases; they lapse after the lease TTL"
+            ),
+        }
+    }
+}
+
+/// Refreshes the identity until the runtime is dropped or shut down.
+async fn heartbeat(inner: Weak<Inner>, id: String, token: String, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(EXECUTOR_TTL / 4);
     tick.tick().await;
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|stopped| *stopped) => return,
+        }
         let Some(inner) = inner.upgrade() else { return };
-        match inner
-            .store
-            .heartbeat_executor(&inner.executor_id, &token)
-            .await
-        {
+        match inner.store.heartbeat_executor(&id, &token).await {
             Ok(true) => {}
+            // Removed by this runtime's own shutdown meanwhile.
+            Ok(false) if *stop.borrow() => return,
             Ok(false) => {
                 tracing::error!(
-                    executor = %inner.executor_id,
+                    executor = %id,
                     "keiro executor identity was taken over by another process"
                 );
                 return;
@@ -109,4 +266,16 @@ fn pid_alive(pid: i64) -> bool {
     stat.rsplit_once(')')
         .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
         .unwrap_or(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slot_id;
+
+    #[test]
+    fn the_first_slot_is_the_base_and_later_ones_are_numbered() {
+        assert_eq!(slot_id("h/app", 1), "h/app");
+        assert_eq!(slot_id("h/app", 2), "h/app#2");
+        assert_eq!(slot_id("h/app", 64), "h/app#64");
+    }
 }

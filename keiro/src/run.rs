@@ -15,6 +15,7 @@ use tracing::Instrument;
 use crate::context::{self, describe, Halt, WorkflowContext};
 use crate::registry::{RunFn, WorkflowInput};
 use crate::runtime::RunResult;
+use crate::shutdown::Stop;
 use crate::{Error, Keiro, Result};
 
 /// How often a caller waiting on an instance another executor holds looks again.
@@ -48,7 +49,7 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
         }
     };
     let lease = Lease {
-        owner: &keiro.inner.executor_id,
+        owner: keiro.owner(),
         ttl_ms: keiro.inner.lease_ttl.as_millis() as i64,
     };
     let created = keiro
@@ -259,20 +260,21 @@ async fn run_here(
     id: &str,
     claimed: Option<InstanceRow>,
 ) -> Result<InstanceRow> {
+    keiro.ensure_executor().await?;
     let policy = Policy::of(keiro);
     let fresh = claimed.is_some();
     let claimed = match claimed {
         Some(row) => Some(row),
         None => {
             let lease = Lease {
-                owner: &keiro.inner.executor_id,
+                owner: keiro.owner(),
                 ttl_ms: policy.ttl.as_millis() as i64,
             };
             keiro.inner.store.claim(id, lease).await?
         }
     };
     if let Some(row) = claimed {
-        if let Some(done) = execute(keiro, run, row, fresh, policy).await? {
+        if let Some(done) = execute(keiro, run, row, fresh, policy, Stop::of(keiro)).await? {
             return Ok(done);
         }
     }
@@ -290,6 +292,7 @@ enum Ended {
     Panicked(String),
     Aborted(Error),
     Suspended(Option<i64>, Option<i64>),
+    Stopped,
     Cancelled,
     ContinueAsNew(String),
     LeaseLost,
@@ -327,16 +330,18 @@ fn crash_backoff(attempts: i64) -> Duration {
 /// longer decodes), is a crash: counted against the instance's attempts, which
 /// is retried later or, at `policy.max_attempts`, marked failed (returned as a
 /// final row). A store error is transient: the lease is released and nothing
-/// is counted.
+/// is counted. So is a clean shutdown (`stop`), which ends the run with
+/// [`Error::Stopped`].
 pub(crate) async fn execute(
     keiro: &Keiro,
     run: RunFn,
     row: InstanceRow,
     fresh: bool,
     policy: Policy,
+    mut stop: Stop,
 ) -> Result<Option<InstanceRow>> {
     let store = &keiro.inner.store;
-    let owner = keiro.inner.executor_id.as_str();
+    let owner = keiro.owner();
     let journal = if fresh {
         Vec::new()
     } else {
@@ -399,6 +404,7 @@ pub(crate) async fn execute(
                     Err(panic) => Ended::Panicked(panic_message(panic.as_ref())),
                 };
             }
+            _ = stop.wait() => break Ended::Stopped,
             _ = renew.tick() => {
                 match store.renew_lease(&row.id, lease).await {
                     Ok(true) => {}
@@ -453,6 +459,14 @@ pub(crate) async fn execute(
             set_aside(keiro, &row, error).await
         }
         Ended::LeaseLost => Ok(None),
+        Ended::Stopped => {
+            crate::telemetry::run_ended(&row.name, "stopped");
+            store.release(&row.id, owner).await?;
+            Err(Error::Stopped {
+                name: row.name,
+                id: row.id,
+            })
+        }
         Ended::Suspended(wake_at, awaiting) => {
             crate::telemetry::run_ended(&row.name, "suspended");
             if !store
@@ -546,7 +560,7 @@ async fn crashed(
         .store
         .record_crash(&Crash {
             id: &row.id,
-            owner: &keiro.inner.executor_id,
+            owner: keiro.owner(),
             error: &message,
             max_attempts: i64::from(policy.max_attempts),
             retry_at: now_ms() + crash_backoff(row.attempts + 1).as_millis() as i64,
@@ -586,7 +600,7 @@ async fn set_aside(keiro: &Keiro, row: &InstanceRow, error: Error) -> Result<Opt
         .finish(&Finish {
             id: &row.id,
             generation: row.generation,
-            owner: &keiro.inner.executor_id,
+            owner: keiro.owner(),
             status: InstanceStatus::NonDeterministic,
             output: None,
             error: Some(&diagnostic.to_string()),

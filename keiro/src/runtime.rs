@@ -13,8 +13,10 @@ use crate::{Error, Result};
 
 /// The environment variable naming the database (default `sqlite:keiro.db`).
 pub const DATABASE_URL_ENV: &str = "KEIRO_DATABASE_URL";
-/// The environment variable naming this process's executor identity
-/// (default: the host name).
+/// The environment variable naming this process's executor identity, held
+/// exclusively (default: `{host}/{program}`, numbered `#2`, `#3`, … when
+/// other live processes of the program on this host hold it; see
+/// [`KeiroBuilder::executor_id`]).
 pub const EXECUTOR_ID_ENV: &str = "KEIRO_EXECUTOR_ID";
 /// The environment variable relaxing SQLite durability: `full` (default) or `normal`.
 pub const SQLITE_SYNCHRONOUS_ENV: &str = "KEIRO_SQLITE_SYNCHRONOUS";
@@ -36,7 +38,10 @@ pub(crate) struct Inner {
     pub(crate) store: Store,
     pub(crate) writer: JournalWriter,
     pub(crate) registry: Registry,
-    pub(crate) executor_id: String,
+    /// The identity asked for: explicit (exclusive) or the default base.
+    pub(crate) requested_id: String,
+    /// Whether `requested_id` was set explicitly, so no other is taken.
+    pub(crate) exclusive: bool,
     pub(crate) lease_ttl: Duration,
     pub(crate) max_attempts: u32,
     /// Waits longer than this suspend the workflow instead of holding memory.
@@ -44,11 +49,15 @@ pub(crate) struct Inner {
     /// How long a caller waits on a due instance that no live worker serves
     /// before `result()` says so.
     pub(crate) no_worker_timeout: Duration,
-    /// The token of this process's executor registration, once taken.
-    pub(crate) executor_token: OnceCell<String>,
     /// Set once this process's resume worker has recorded the workflow names
     /// it serves.
     pub(crate) serving: OnceCell<()>,
+    /// The identity this runtime took, once it runs workflows; read through
+    /// [`Keiro::owner`].
+    pub(crate) executor: OnceCell<crate::executor::Registration>,
+    /// Set by [`Keiro::shutdown`]: in-process runs, workers and the heartbeat
+    /// stop.
+    pub(crate) stop: watch::Sender<bool>,
     /// Wakes this process's resume worker (work was enqueued here, or a
     /// notification arrived).
     pub(crate) wake: tokio::sync::Notify,
@@ -67,7 +76,7 @@ impl std::fmt::Debug for Keiro {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Keiro")
             .field("backend", &self.inner.store.backend())
-            .field("executor_id", &self.inner.executor_id)
+            .field("executor_id", &self.owner())
             .finish_non_exhaustive()
     }
 }
@@ -135,9 +144,11 @@ impl Keiro {
         &self.inner.store
     }
 
-    /// This process's executor identity, the owner name on its leases.
+    /// This runtime's executor identity, the owner name on its leases: the
+    /// one it took when it first ran a workflow (a default identity may carry
+    /// a `#N` suffix), or before that, the one it will ask for first.
     pub fn executor_id(&self) -> &str {
-        &self.inner.executor_id
+        self.owner()
     }
 
     /// The names of the workflows linked into this binary, sorted.
@@ -177,8 +188,20 @@ pub struct KeiroBuilder {
 }
 
 impl KeiroBuilder {
-    /// The owner name on this process's leases (default: [`EXECUTOR_ID_ENV`],
-    /// else the host name). Several workers on one machine each set their own.
+    /// The owner name on this process's leases, held exclusively: a second
+    /// live process asking for it is refused with [`Error::ExecutorIdInUse`],
+    /// and a process restarting under it takes over its dead predecessor's
+    /// leases at once (on the same host; after 10 s of silence from another).
+    ///
+    /// Default: [`EXECUTOR_ID_ENV`] if set (also exclusive), else
+    /// `{host}/{program}` (the program being the executable's file stem). The
+    /// default is shared: when a live process holds it, the first free of
+    /// `{host}/{program}#2`, `#3`, … (64 at most) is taken, so any number of
+    /// processes of one program run side by side on one host with no
+    /// setting. A restarted process takes the lowest slot that is free or
+    /// whose holder died, with that holder's leases, and releases the leases
+    /// of every other slot of its program whose holder died on this host, so
+    /// all their work resumes at once.
     pub fn executor_id(mut self, id: impl Into<String>) -> Self {
         self.executor_id = Some(id.into());
         self
@@ -241,12 +264,12 @@ impl KeiroBuilder {
         if self.max_attempts == 0 {
             return Err(Error::Config("max_attempts must be at least 1".into()));
         }
-        let executor_id = match self.executor_id {
+        let (requested_id, exclusive) = match self.executor_id.or_else(env_executor_id) {
             Some(id) if id.trim().is_empty() => {
                 return Err(Error::Config("the executor id must not be empty".into()))
             }
-            Some(id) => id,
-            None => default_executor_id(),
+            Some(id) => (id, true),
+            None => (default_executor_id(), false),
         };
         let registry = Registry::collect()?;
         let store = Store::connect(&self.url, &self.store).await?;
@@ -256,13 +279,15 @@ impl KeiroBuilder {
                 store,
                 writer,
                 registry,
-                executor_id,
+                requested_id,
+                exclusive,
                 lease_ttl: self.lease_ttl,
                 max_attempts: self.max_attempts,
                 suspend_after: self.suspend_after,
                 no_worker_timeout: self.no_worker_timeout,
-                executor_token: OnceCell::new(),
                 serving: OnceCell::new(),
+                executor: OnceCell::new(),
+                stop: watch::channel(false).0,
                 wake: tokio::sync::Notify::new(),
                 waiters: Mutex::new(HashMap::new()),
                 listening: std::sync::atomic::AtomicBool::new(false),
@@ -273,13 +298,26 @@ impl KeiroBuilder {
     }
 }
 
+/// [`EXECUTOR_ID_ENV`], when set to something.
+fn env_executor_id() -> Option<String> {
+    std::env::var(EXECUTOR_ID_ENV)
+        .ok()
+        .filter(|id| !id.trim().is_empty())
+}
+
+/// `{host}/{program}`: shared by the processes of one program on one host,
+/// each taking a numbered slot of it.
 fn default_executor_id() -> String {
-    if let Ok(id) = std::env::var(EXECUTOR_ID_ENV) {
-        if !id.trim().is_empty() {
-            return id;
-        }
-    }
-    host_name()
+    let program = std::env::current_exe()
+        .ok()
+        .or_else(|| std::env::args_os().next().map(Into::into))
+        .and_then(|path| {
+            path.file_stem()
+                .map(|stem| stem.to_string_lossy().into_owned())
+        })
+        .filter(|stem| !stem.is_empty())
+        .unwrap_or_else(|| "keiro".to_owned());
+    format!("{}/{program}", host_name())
 }
 
 /// This machine's host name.

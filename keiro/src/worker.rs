@@ -10,6 +10,7 @@ use keiro_store::{InstanceRow, InstanceStatus, Lease};
 use tokio::sync::watch;
 
 use crate::run::{execute, publish, take_slot, Policy, Slot};
+use crate::shutdown::{Phase, Stop};
 use crate::{Error, Keiro, Result};
 
 /// What the worker reports to its log hook.
@@ -220,11 +221,16 @@ impl Keiro {
     /// advance each, and report what happened. The single testable unit
     /// behind [`Keiro::resume_worker`].
     pub async fn resume_once(&self, options: &ResumeOptions) -> Result<ResumeSummary> {
+        self.pass(options, &Stop::of(self)).await
+    }
+
+    /// One pass whose runs stop on `stop`.
+    async fn pass(&self, options: &ResumeOptions, stop: &Stop) -> Result<ResumeSummary> {
         options.validate()?;
         self.ensure_executor().await?;
         self.serve_registered().await?;
         let store = &self.inner.store;
-        let owner = self.inner.executor_id.as_str();
+        let owner = self.owner();
         let names = self.inner.registry.names();
         let lease = Lease {
             owner,
@@ -252,7 +258,7 @@ impl Keiro {
             }
         }
         let summary = futures::stream::iter(claimed)
-            .map(|row| self.advance(row, options))
+            .map(|row| self.advance(row, options, stop.clone()))
             .buffer_unordered(options.concurrency)
             .fold(summary, |acc, one| async move { acc.add(one) })
             .await;
@@ -276,18 +282,18 @@ impl Keiro {
                 let names = self.inner.registry.names();
                 self.inner
                     .store
-                    .register_workflows(&self.inner.executor_id, &names)
+                    .register_workflows(&self.owner(), &names)
                     .await?;
                 if names.is_empty() {
                     tracing::warn!(
-                        executor = %self.inner.executor_id,
+                        executor = %self.owner(),
                         "keiro resume worker serves no workflow: none is linked into this binary \
                          (a crate of workflows that main never names is dropped by the linker; \
                          add `keiro::link!(that_crate);`)"
                     );
                 } else {
                     tracing::info!(
-                        executor = %self.inner.executor_id,
+                        executor = %self.owner(),
                         workflows = %names.join(", "),
                         "keiro resume worker serves {} workflow(s)",
                         names.len()
@@ -300,16 +306,23 @@ impl Keiro {
     }
 
     /// Drives one instance this pass claimed.
-    async fn advance(&self, row: InstanceRow, options: &ResumeOptions) -> ResumeSummary {
+    async fn advance(
+        &self,
+        row: InstanceRow,
+        options: &ResumeOptions,
+        stop: Stop,
+    ) -> ResumeSummary {
         let mut summary = ResumeSummary::default();
+        if stop.is_halting() {
+            // Claimed but not started when a shutdown halted the worker: hand
+            // it back unstarted. (While draining, what a pass claimed runs.)
+            let _ = self.inner.store.release(&row.id, self.owner()).await;
+            return summary;
+        }
         let Some(registration) = self.inner.registry.get(&row.name) else {
             // Claimed by name, so registered; keep the guard all the same.
             summary.unknown_name = 1;
-            let _ = self
-                .inner
-                .store
-                .release(&row.id, &self.inner.executor_id)
-                .await;
+            let _ = self.inner.store.release(&row.id, self.owner()).await;
             return summary;
         };
         let sender = match take_slot(self, &row.id, registration.name) {
@@ -326,7 +339,7 @@ impl Keiro {
             max_attempts: options.max_attempts,
         };
         let (name, id) = (row.name.clone(), row.id.clone());
-        let result = execute(self, registration.run, row, false, policy).await;
+        let result = execute(self, registration.run, row, false, policy, stop).await;
         match &result {
             Ok(Some(done)) => match done.status {
                 InstanceStatus::Failed if done.output.is_none() => {
@@ -342,6 +355,8 @@ impl Keiro {
             },
             Ok(None) => summary.lease_skipped = 1,
             Err(Error::NonDeterministic { .. }) => summary.failed = 1,
+            // Released by a clean shutdown; nothing to report.
+            Err(Error::Stopped { .. }) => {}
             Err(error) if error.is_transient() => {
                 summary.transient_errors = 1;
                 (options.log)(&ResumeEvent::TransientError {
@@ -366,40 +381,43 @@ impl Keiro {
     /// Starts the resume worker on the current tokio runtime with `options`
     /// (validated first). It runs a pass, then waits for the poll interval or
     /// a wake-up (an enqueue in this process; on PostgreSQL a notification
-    /// from any process), until [`ResumeWorker::shutdown`].
+    /// from any process), until [`ResumeWorker::shutdown`] (or
+    /// [`Keiro::shutdown`]).
     pub async fn resume_worker(&self, options: ResumeOptions) -> Result<ResumeWorker> {
         options.validate()?;
         self.ensure_executor().await?;
-        let (stop, mut stopped) = watch::channel(false);
+        let (phase, watched) = watch::channel(Phase::Running);
         self.ensure_listener();
         let keiro = self.clone();
         let join = tokio::spawn(async move {
+            let mut stop = Stop::of_worker(&keiro, watched);
             loop {
-                let full = match keiro.resume_once(&options).await {
+                let full = match keiro.pass(&options, &stop).await {
                     Ok(summary) => summary.resumed as i64 >= options.claim_limit(),
                     Err(error) => {
                         (options.log)(&ResumeEvent::PassFailed { error });
                         false
                     }
                 };
+                if stop.is_draining() {
+                    break;
+                }
                 if full {
                     // More is due right now: no pause.
-                    if *stopped.borrow() {
-                        break;
-                    }
                     continue;
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(options.poll_interval) => {}
                     _ = keiro.inner.wake.notified() => {}
-                    _ = stopped.changed() => break,
-                }
-                if *stopped.borrow() {
-                    break;
+                    _ = stop.draining() => break,
                 }
             }
         });
-        Ok(ResumeWorker { stop, join })
+        Ok(ResumeWorker {
+            phase,
+            join,
+            keiro: self.clone(),
+        })
     }
 }
 
@@ -413,15 +431,46 @@ fn release_slot(keiro: &Keiro, id: &str, sender: watch::Sender<crate::runtime::R
 /// A running resume worker.
 #[derive(Debug)]
 pub struct ResumeWorker {
-    stop: watch::Sender<bool>,
+    phase: watch::Sender<Phase>,
     join: tokio::task::JoinHandle<()>,
+    keiro: Keiro,
 }
 
 impl ResumeWorker {
-    /// Stops after the pass in flight and waits for it.
+    /// Shuts down promptly and cleanly: the worker claims nothing more, its
+    /// runs in flight stop at once and release their leases (journal, status
+    /// and attempts untouched), then its runtime is shut down with
+    /// [`Keiro::shutdown`], which gives up the executor identity. Another
+    /// worker resumes the released instances right away, and a new process
+    /// may take the identity at once. Same as `shutdown_within(Duration::ZERO)`.
     pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
-        let _ = self.join.await;
+        self.shutdown_within(Duration::ZERO).await
+    }
+
+    /// Like [`ResumeWorker::shutdown`], but first lets the runs in flight
+    /// finish (or suspend) for up to `grace`; those still running then stop
+    /// and release their leases.
+    pub async fn shutdown_within(self, grace: Duration) {
+        let keiro = self.keiro.clone();
+        self.halt(grace).await;
+        if let Err(error) = keiro.shutdown().await {
+            tracing::warn!(%error, "keiro could not give up its executor identity; it lapses in 10 s");
+        }
+    }
+
+    /// Stops this worker alone, as promptly as [`ResumeWorker::shutdown`]
+    /// (its runs release their leases), keeping the runtime and its identity
+    /// for workflows still run in this process.
+    pub async fn stop(self) {
+        self.halt(Duration::ZERO).await
+    }
+
+    async fn halt(mut self, grace: Duration) {
+        let _ = self.phase.send(Phase::Draining);
+        if grace.is_zero() || tokio::time::timeout(grace, &mut self.join).await.is_err() {
+            let _ = self.phase.send(Phase::Halting);
+            let _ = (&mut self.join).await;
+        }
     }
 }
 

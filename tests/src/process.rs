@@ -27,14 +27,33 @@ impl CrashChild {
         args: &[&str],
         crash_at: Option<&str>,
     ) -> CrashChild {
+        CrashChild::spawn(binary, db, Some(executor), args, crash_at)
+    }
+
+    /// Starts `binary args..` on `db` with no `KEIRO_EXECUTOR_ID`: it takes
+    /// a default identity.
+    pub fn start_default(binary: &str, db: &TestDb, args: &[&str]) -> CrashChild {
+        CrashChild::spawn(binary, db, None, args, None)
+    }
+
+    fn spawn(
+        binary: &str,
+        db: &TestDb,
+        executor: Option<&str>,
+        args: &[&str],
+        crash_at: Option<&str>,
+    ) -> CrashChild {
         let mut command = Command::new(binary);
         command
             .args(args)
             .env("KEIRO_DATABASE_URL", &db.url)
-            .env("KEIRO_EXECUTOR_ID", executor)
+            .env_remove("KEIRO_EXECUTOR_ID")
             .env_remove(CRASH_AT_ENV)
             .stdout(Stdio::piped())
             .kill_on_drop(true);
+        if let Some(executor) = executor {
+            command.env("KEIRO_EXECUTOR_ID", executor);
+        }
         if let Some(point) = crash_at {
             command.env(CRASH_AT_ENV, point);
         }
@@ -48,35 +67,51 @@ impl CrashChild {
 
     /// Reads stdout until a line starting with `prefix` (60 s at most).
     pub async fn line_starting(&mut self, prefix: &str) -> String {
-        let lines = &mut self.lines;
-        let wait = async {
-            while let Some(line) = lines.next_line().await.expect("read child stdout") {
-                if line.starts_with(prefix) {
-                    return line;
-                }
-            }
-            panic!("child exited without printing `{prefix}`");
-        };
-        tokio::time::timeout(Duration::from_secs(60), wait)
-            .await
-            .unwrap_or_else(|_| panic!("child printed no `{prefix}` within 60 s"))
+        self.line_where(
+            |line| line.starts_with(prefix),
+            &format!("a line starting `{prefix}`"),
+        )
+        .await
     }
 
     /// Reads stdout until a line containing `text` (60 s at most): for log
     /// lines, which start with a timestamp.
-    pub async fn line_starting_containing(&mut self, text: &str) -> String {
+    pub async fn line_containing(&mut self, text: &str) -> String {
+        self.line_where(
+            |line| line.contains(text),
+            &format!("a line containing `{text}`"),
+        )
+        .await
+    }
+
+    async fn line_where(&mut self, wanted: impl Fn(&str) -> bool, what: &str) -> String {
         let lines = &mut self.lines;
         let wait = async {
             while let Some(line) = lines.next_line().await.expect("read child stdout") {
-                if line.contains(text) {
+                if wanted(&line) {
                     return line;
                 }
             }
-            panic!("child exited without printing `{text}`");
+            panic!("child exited without printing {what}");
         };
         tokio::time::timeout(Duration::from_secs(60), wait)
             .await
-            .unwrap_or_else(|_| panic!("child printed no `{text}` within 60 s"))
+            .unwrap_or_else(|_| panic!("child printed no {what} within 60 s"))
+    }
+
+    /// Waits (60 s at most) for the child to exit; returns whether it
+    /// succeeded.
+    pub async fn exit_success(mut self) -> bool {
+        tokio::time::timeout(Duration::from_secs(60), self.child.wait())
+            .await
+            .expect("the child exits within 60 s")
+            .expect("wait for the child")
+            .success()
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("the child is running")
     }
 
     /// SIGKILLs the child and reaps it.

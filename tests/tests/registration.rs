@@ -24,9 +24,7 @@ async fn an_unlinked_workflow_is_reported_and_link_makes_a_worker_serve_it(backe
         &[],
         None,
     );
-    let served = unlinked
-        .line_starting_containing("keiro resume worker serves")
-        .await;
+    let served = unlinked.line_containing("keiro resume worker serves").await;
     assert!(
         !served.contains("linked_greeting"),
         "the unlinked worker must not serve linked_greeting: {served}"
@@ -73,9 +71,7 @@ async fn an_unlinked_workflow_is_reported_and_link_makes_a_worker_serve_it(backe
         &[],
         None,
     );
-    let served = linked
-        .line_starting_containing("keiro resume worker serves")
-        .await;
+    let served = linked.line_containing("keiro resume worker serves").await;
     assert!(served.contains("linked_greeting"), "{served}");
     let out = tokio::time::timeout(Duration::from_secs(30), handle.result())
         .await

@@ -1,0 +1,62 @@
+//! The child process of the executor identity tests.
+//!
+//! ```text
+//! executor_process worker <lease_ms>  run a resume worker claiming one instance at a
+//!                                     time under leases of <lease_ms>; print
+//!                                     `READY <executor id>`; run until killed
+//! executor_process run <marker>       run held(marker) in-process; print
+//!                                     `DONE <process id> <executor id>`
+//! ```
+//! The database is `KEIRO_DATABASE_URL`; the identity `KEIRO_EXECUTOR_ID`
+//! when set, else the default one.
+
+use std::time::Duration;
+
+use keiro::ResumeOptions;
+use keiro_tests::executors::held;
+
+#[tokio::main]
+async fn main() {
+    if let Err(error) = run().await {
+        eprintln!("error: {error}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> Result<(), keiro::Error> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let keiro = keiro::global().await?;
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["worker", lease_ms] => {
+            let lease_ms: u64 = lease_ms.parse().expect("worker <lease_ms>");
+            // One instance per pass and at a time, so that several workers
+            // share a handful of instances instead of one taking them all.
+            let worker = keiro
+                .resume_worker(ResumeOptions {
+                    poll_interval: Duration::from_millis(50),
+                    lease_ttl: Duration::from_millis(lease_ms),
+                    concurrency: 1,
+                    batch_size: 1,
+                    ..ResumeOptions::default()
+                })
+                .await?;
+            println!("READY {}", keiro.executor_id());
+            tokio::signal::ctrl_c().await.ok();
+            worker.shutdown().await;
+        }
+        ["run", marker] => {
+            let pid = held(marker.to_string()).await?;
+            println!("DONE {pid} {}", keiro.executor_id());
+        }
+        other => {
+            eprintln!("usage: executor_process worker <lease_ms> | run <marker> (got {other:?})");
+            std::process::exit(2);
+        }
+    }
+    Ok(())
+}
