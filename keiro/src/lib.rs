@@ -52,6 +52,7 @@ mod lifecycle;
 mod registry;
 mod run;
 mod runtime;
+mod signature;
 pub mod telemetry;
 pub mod timers;
 mod waiters;

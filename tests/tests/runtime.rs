@@ -227,6 +227,7 @@ async fn journal_entries_the_code_never_reaches_are_non_determinism(backend: Bac
             id: &key,
             name: "shorter",
             input: &input,
+            signature: None,
             parent: None,
             lease: None,
         })
@@ -261,6 +262,7 @@ async fn undecodable_rows_are_refused_by_name_and_kept(backend: Backend) {
             id: &id,
             name: "greet",
             input: r#"{"old":1}"#,
+            signature: None,
             parent: None,
             lease: None,
         })
@@ -290,6 +292,7 @@ async fn undecodable_rows_are_refused_by_name_and_kept(backend: Backend) {
             id: &key,
             name: "greet",
             input: &input,
+            signature: None,
             parent: None,
             lease: None,
         })
