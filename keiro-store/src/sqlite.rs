@@ -555,8 +555,9 @@ impl SqliteStore {
              WHERE id IN (SELECT id FROM keiro_workflows \
                  WHERE status IN ('pending', 'running', 'suspended') AND wake_at <= ?3 \
                  AND (lease_owner IS NULL OR lease_owner = ?1 OR lease_expires_at < ?3) \
-                 AND EXISTS (SELECT 1 FROM json_each(?4) r WHERE r.key = name \
-                     AND (signature IS NULL OR signature = r.value)) \
+                 AND EXISTS (SELECT 1 FROM json_each(?4) r WHERE r.key = keiro_workflows.name \
+                     AND (keiro_workflows.signature IS NULL \
+                          OR keiro_workflows.signature = r.value)) \
                  ORDER BY wake_at LIMIT ?5) \
              RETURNING {INSTANCE_COLUMNS}"
         ))
@@ -579,12 +580,13 @@ impl SqliteStore {
     ) -> Result<Vec<Blocked>> {
         let now = now_ms();
         let rows = sqlx::query(
-            "SELECT id, name, signature, r.value AS registered \
-             FROM keiro_workflows LEFT JOIN json_each(?3) r ON r.key = name \
-             WHERE status IN ('pending', 'running', 'suspended') AND wake_at <= ?2 \
-             AND (r.key IS NULL OR signature <> r.value \
-                  OR (lease_owner IS NOT NULL AND lease_owner <> ?1 AND lease_expires_at >= ?2)) \
-             ORDER BY wake_at LIMIT ?4",
+            "SELECT w.id, w.name, w.signature, r.value AS registered \
+             FROM keiro_workflows w LEFT JOIN json_each(?3) r ON r.key = w.name \
+             WHERE w.status IN ('pending', 'running', 'suspended') AND w.wake_at <= ?2 \
+             AND (r.key IS NULL OR w.signature <> r.value \
+                  OR (w.lease_owner IS NOT NULL AND w.lease_owner <> ?1 \
+                      AND w.lease_expires_at >= ?2)) \
+             ORDER BY w.wake_at LIMIT ?4",
         )
         .bind(owner)
         .bind(now)
