@@ -107,7 +107,8 @@ impl Registry {
         let mut by_name = HashMap::new();
         for registration in registrations {
             let signature = (registration.signature)();
-            if let Some((previous, _)) = by_name.insert(registration.name, (registration, signature))
+            if let Some((previous, _)) =
+                by_name.insert(registration.name, (registration, signature))
             {
                 let (first, second) = if previous.fn_path <= registration.fn_path {
                     (previous.fn_path, registration.fn_path)
@@ -143,7 +144,9 @@ impl Registry {
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<&'static WorkflowRegistration> {
-        self.by_name.get(name).map(|(registration, _)| *registration)
+        self.by_name
+            .get(name)
+            .map(|(registration, _)| *registration)
     }
 }
 
