@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 pub mod process;
+pub mod shared_name;
 pub mod workflows;
 
 use keiro::Keiro;
