@@ -118,10 +118,10 @@ use proc_macro::TokenStream;
 ///
 ///     inventory::submit! {
 ///         WorkflowRegistration::new("checkout", concat!(module_path!(), "::", "checkout"),
-///             __keiro_workflow_run_checkout)
+///             __keiro_workflow_run_checkout, signature::<(Order,), R>)
 ///     }
 ///
-///     workflow_call::<R>("checkout", __keiro_workflow_run_checkout,
+///     workflow_call::<(Order,), R>("checkout", __keiro_workflow_run_checkout,
 ///         encode_args("checkout", &(order,)))
 /// }
 /// ```

@@ -29,8 +29,8 @@ pub use timers::{
     TimerRecord, TimerStatus, TimerTx, TimerUpdate,
 };
 pub use types::{
-    now_ms, AppendOutcome, Blocked, Cancellation, Crash, ExecutorRow, Finish, InstanceRow,
-    InstanceStatus, Lease, NewInstance, ParentLink, Resolution, StepRow,
+    now_ms, AppendOutcome, BlockReason, Blocked, Cancellation, Crash, ExecutorRow, Finish,
+    InstanceRow, InstanceStatus, Lease, NewInstance, ParentLink, Registered, Resolution, StepRow,
 };
 pub use writer::{CreateRequest, FinishRequest, JournalWriter};
 
@@ -206,27 +206,30 @@ impl Store {
         dispatch!(self, s => s.find_due(limit).await)
     }
 
-    /// Claims up to `limit` due instances of the `names` workflows for
+    /// Claims up to `limit` due instances of the `workflows` for
     /// `lease.owner` in one statement, earliest first (on PostgreSQL with
-    /// `SKIP LOCKED`, so concurrent workers take disjoint batches).
+    /// `SKIP LOCKED`, so concurrent workers take disjoint batches). An
+    /// instance is taken only when its name is registered with the same
+    /// signature, or it has none recorded.
     pub async fn claim_due(
         &self,
         lease: Lease<'_>,
-        names: &[&str],
+        workflows: &[Registered<'_>],
         limit: i64,
     ) -> Result<Vec<InstanceRow>> {
-        dispatch!(self, s => s.claim_due(lease, names, limit).await)
+        dispatch!(self, s => s.claim_due(lease, workflows, limit).await)
     }
 
-    /// Due instances `owner` cannot claim: of workflows not in `names`, or
-    /// under another executor's live lease.
+    /// Due instances `owner` cannot claim: of names not in `workflows`, of a
+    /// name registered there with another signature, or under another
+    /// executor's live lease.
     pub async fn find_blocked(
         &self,
         owner: &str,
-        names: &[&str],
+        workflows: &[Registered<'_>],
         limit: i64,
     ) -> Result<Vec<Blocked>> {
-        dispatch!(self, s => s.find_blocked(owner, names, limit).await)
+        dispatch!(self, s => s.find_blocked(owner, workflows, limit).await)
     }
 
     /// Makes every unfinished instance leased by `owner` due now, so a process

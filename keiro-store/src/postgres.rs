@@ -18,7 +18,7 @@ use crate::error::redact;
 use crate::types::parse_status;
 use crate::{
     now_ms, AppendOutcome, Cancellation, Finish, InstanceRow, InstanceStatus, Lease, NewInstance,
-    Resolution, Result, StepRow, StoreError, StoreOptions,
+    Registered, Resolution, Result, StepRow, StoreError, StoreOptions,
 };
 
 /// The PostgreSQL migrations, embedded at build time.
@@ -36,8 +36,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// the `keiro` schema across processes starting at the same time.
 const SCHEMA_LOCK: i64 = 0x6b_6569_726f;
 
-const INSTANCE_COLUMNS: &str = "id, name, generation, status, input, output, error, attempts, \
-     lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, created_at, updated_at";
+const INSTANCE_COLUMNS: &str = "id, name, generation, status, input, first_input, signature, \
+     output, error, attempts, lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, \
+     created_at, updated_at";
 
 const STEP_COLUMNS: &str = "workflow_id, generation, seq, name, kind, result";
 
@@ -557,6 +558,7 @@ impl PostgresStore {
         let now = now_ms();
         let done = sqlx::query(
             "UPDATE keiro.workflows SET generation = generation + 1, input = $4, \
+             first_input = COALESCE(first_input, input), \
              status = 'pending', attempts = 0, error = NULL, output = NULL, lease_owner = NULL, \
              lease_expires_at = NULL, wake_at = $5, updated_at = $5 \
              WHERE id = $1 AND generation = $2 AND lease_owner = $3 AND status = 'running'",
@@ -589,15 +591,18 @@ impl PostgresStore {
     pub(crate) async fn claim_due(
         &self,
         lease: Lease<'_>,
-        names: &[&str],
+        workflows: &[Registered<'_>],
         limit: i64,
     ) -> Result<Vec<InstanceRow>> {
+        let (names, signatures) = split(workflows);
         let now = now_ms();
         let returning: Vec<String> = INSTANCE_COLUMNS
             .split(',')
             .map(|c| format!("w.{}", c.trim()))
             .collect();
-        // SKIP LOCKED: workers claiming at once take disjoint batches.
+        // SKIP LOCKED: workers claiming at once take disjoint batches. The
+        // name test keeps the plain filter; the signature test is a hashed
+        // lookup of the (name, signature) pairs, still one statement.
         let rows = sqlx::query(&format!(
             "UPDATE keiro.workflows w SET lease_owner = $1, lease_expires_at = $2, \
              wake_at = $2, status = 'running', updated_at = $3 \
@@ -605,6 +610,8 @@ impl PostgresStore {
                  WHERE status IN ('pending', 'running', 'suspended') AND wake_at <= $3 \
                  AND (lease_owner IS NULL OR lease_owner = $1 OR lease_expires_at < $3) \
                  AND name = ANY($4) \
+                 AND (signature IS NULL OR (name, signature) IN \
+                     (SELECT * FROM UNNEST($4::text[], $6::text[]))) \
                  ORDER BY wake_at LIMIT $5 FOR UPDATE SKIP LOCKED) due \
              WHERE w.id = due.id RETURNING {}",
             returning.join(", ")
@@ -614,6 +621,7 @@ impl PostgresStore {
         .bind(now)
         .bind(names)
         .bind(limit)
+        .bind(signatures)
         .fetch_all(&self.pool)
         .await
         .map_err(StoreError::query("claim_due"))?;
@@ -661,6 +669,11 @@ async fn migrate(conn: &mut PgConnection) -> Result<(), sqlx::migrate::MigrateEr
     POSTGRES_MIGRATOR.run_direct(conn).await
 }
 
+/// The names and signatures of `workflows` as two parallel arrays, for `UNNEST`.
+pub(crate) fn split<'a>(workflows: &[Registered<'a>]) -> (Vec<&'a str>, Vec<&'a str>) {
+    workflows.iter().map(|w| (w.name, w.signature)).unzip()
+}
+
 type StepKey<'a> = (&'a str, i64, i64);
 
 fn key(row: &StepRow) -> StepKey<'_> {
@@ -703,8 +716,8 @@ async fn create_on(
         "WITH inserted AS ( \
              INSERT INTO keiro.workflows (id, name, generation, status, input, attempts, \
              lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, \
-             parent_generation, created_at, updated_at) \
-             VALUES ($1, $2, 0, $3, $4, 0, $5, $6, COALESCE($6, $9), $7, $8, $10, $9, $9) \
+             parent_generation, created_at, updated_at, signature) \
+             VALUES ($1, $2, 0, $3, $4, 0, $5, $6, COALESCE($6, $9), $7, $8, $10, $9, $9, $11) \
              ON CONFLICT (id) DO NOTHING \
              RETURNING {INSTANCE_COLUMNS} \
          ) \
@@ -723,6 +736,7 @@ async fn create_on(
     .bind(new.parent.map(|p| p.seq))
     .bind(now)
     .bind(new.parent.map(|p| p.generation))
+    .bind(new.signature)
     .fetch_optional(&mut *conn)
     .await
     .map_err(StoreError::query("create_instance"))?;
@@ -819,6 +833,8 @@ fn instance_from_row(row: &PgRow) -> Result<InstanceRow> {
         name: row.try_get("name").map_err(get("name"))?,
         generation: row.try_get("generation").map_err(get("generation"))?,
         input: row.try_get("input").map_err(get("input"))?,
+        first_input: row.try_get("first_input").map_err(get("first_input"))?,
+        signature: row.try_get("signature").map_err(get("signature"))?,
         output: row.try_get("output").map_err(get("output"))?,
         error: row.try_get("error").map_err(get("error"))?,
         attempts: row.try_get("attempts").map_err(get("attempts"))?,

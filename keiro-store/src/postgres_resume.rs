@@ -6,7 +6,8 @@ use sqlx::Row;
 
 use crate::types::parse_status;
 use crate::{
-    now_ms, Blocked, Crash, ExecutorRow, InstanceStatus, PostgresStore, Result, StoreError,
+    now_ms, BlockReason, Blocked, Crash, ExecutorRow, InstanceStatus, PostgresStore, Registered,
+    Result, StoreError,
 };
 
 /// The notification channel resume workers listen on.
@@ -39,21 +40,26 @@ impl PostgresStore {
     pub(crate) async fn find_blocked(
         &self,
         owner: &str,
-        names: &[&str],
+        workflows: &[Registered<'_>],
         limit: i64,
     ) -> Result<Vec<Blocked>> {
         let now = now_ms();
+        let (names, signatures) = crate::postgres::split(workflows);
         let rows = sqlx::query(
-            "SELECT id, name, NOT (name = ANY($3)) AS unknown FROM keiro.workflows \
-             WHERE status IN ('pending', 'running', 'suspended') AND wake_at <= $2 \
-             AND (NOT (name = ANY($3)) \
-                  OR (lease_owner IS NOT NULL AND lease_owner <> $1 AND lease_expires_at >= $2)) \
-             ORDER BY wake_at LIMIT $4",
+            "SELECT w.id, w.name, w.signature, r.signature AS registered \
+             FROM keiro.workflows w \
+             LEFT JOIN UNNEST($3::text[], $5::text[]) AS r(name, signature) ON r.name = w.name \
+             WHERE w.status IN ('pending', 'running', 'suspended') AND w.wake_at <= $2 \
+             AND (r.name IS NULL OR w.signature <> r.signature \
+                  OR (w.lease_owner IS NOT NULL AND w.lease_owner <> $1 \
+                      AND w.lease_expires_at >= $2)) \
+             ORDER BY w.wake_at LIMIT $4",
         )
         .bind(owner)
         .bind(now)
         .bind(names)
         .bind(limit)
+        .bind(signatures)
         .fetch_all(self.pool())
         .await
         .map_err(StoreError::query("find_blocked"))?;
@@ -62,7 +68,10 @@ impl PostgresStore {
                 Ok(Blocked {
                     id: row.try_get("id").map_err(unreadable)?,
                     name: row.try_get("name").map_err(unreadable)?,
-                    unknown_name: row.try_get("unknown").map_err(unreadable)?,
+                    reason: BlockReason::of(
+                        row.try_get("signature").map_err(unreadable)?,
+                        row.try_get("registered").map_err(unreadable)?,
+                    ),
                 })
             })
             .collect()

@@ -14,9 +14,9 @@ use sqlx::Row;
 use crate::error::redact;
 use crate::types::parse_status;
 use crate::{
-    now_ms, AppendOutcome, Blocked, Cancellation, Crash, ExecutorRow, Finish, InstanceRow,
-    InstanceStatus, Lease, NewInstance, Resolution, Result, SqliteSynchronous, StepRow, StoreError,
-    StoreOptions,
+    now_ms, AppendOutcome, BlockReason, Blocked, Cancellation, Crash, ExecutorRow, Finish,
+    InstanceRow, InstanceStatus, Lease, NewInstance, Registered, Resolution, Result,
+    SqliteSynchronous, StepRow, StoreError, StoreOptions,
 };
 
 /// Rows per multi-row insert (7 parameters each, well under SQLite's limit).
@@ -25,8 +25,9 @@ const APPEND_CHUNK: usize = 256;
 /// The SQLite migrations, embedded at build time.
 pub static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
-const INSTANCE_COLUMNS: &str = "id, name, generation, status, input, output, error, attempts, \
-     lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, created_at, updated_at";
+const INSTANCE_COLUMNS: &str = "id, name, generation, status, input, first_input, signature, \
+     output, error, attempts, lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, \
+     created_at, updated_at";
 
 /// The SQLite journal store.
 #[derive(Debug, Clone)]
@@ -498,6 +499,7 @@ impl SqliteStore {
         let now = now_ms();
         let done = sqlx::query(
             "UPDATE keiro_workflows SET generation = generation + 1, input = ?4, \
+             first_input = COALESCE(first_input, input), \
              status = 'pending', attempts = 0, error = NULL, output = NULL, lease_owner = NULL, \
              lease_expires_at = NULL, wake_at = ?5, updated_at = ?5 \
              WHERE id = ?1 AND generation = ?2 AND lease_owner = ?3 AND status = 'running'",
@@ -543,25 +545,26 @@ impl SqliteStore {
     pub(crate) async fn claim_due(
         &self,
         lease: Lease<'_>,
-        names: &[&str],
+        workflows: &[Registered<'_>],
         limit: i64,
     ) -> Result<Vec<InstanceRow>> {
         let now = now_ms();
-        let names = names_json(names);
         let rows = sqlx::query(&format!(
             "UPDATE keiro_workflows SET lease_owner = ?1, lease_expires_at = ?2, wake_at = ?2, \
              status = 'running', updated_at = ?3 \
              WHERE id IN (SELECT id FROM keiro_workflows \
                  WHERE status IN ('pending', 'running', 'suspended') AND wake_at <= ?3 \
                  AND (lease_owner IS NULL OR lease_owner = ?1 OR lease_expires_at < ?3) \
-                 AND name IN (SELECT value FROM json_each(?4)) \
+                 AND EXISTS (SELECT 1 FROM json_each(?4) r WHERE r.key = keiro_workflows.name \
+                     AND (keiro_workflows.signature IS NULL \
+                          OR keiro_workflows.signature = r.value)) \
                  ORDER BY wake_at LIMIT ?5) \
              RETURNING {INSTANCE_COLUMNS}"
         ))
         .bind(lease.owner)
         .bind(now + lease.ttl_ms)
         .bind(now)
-        .bind(names)
+        .bind(workflows_json(workflows))
         .bind(limit)
         .fetch_all(&self.pool)
         .await
@@ -572,21 +575,22 @@ impl SqliteStore {
     pub(crate) async fn find_blocked(
         &self,
         owner: &str,
-        names: &[&str],
+        workflows: &[Registered<'_>],
         limit: i64,
     ) -> Result<Vec<Blocked>> {
         let now = now_ms();
         let rows = sqlx::query(
-            "SELECT id, name, name NOT IN (SELECT value FROM json_each(?3)) AS unknown \
-             FROM keiro_workflows \
-             WHERE status IN ('pending', 'running', 'suspended') AND wake_at <= ?2 \
-             AND (name NOT IN (SELECT value FROM json_each(?3)) \
-                  OR (lease_owner IS NOT NULL AND lease_owner <> ?1 AND lease_expires_at >= ?2)) \
-             ORDER BY wake_at LIMIT ?4",
+            "SELECT w.id, w.name, w.signature, r.value AS registered \
+             FROM keiro_workflows w LEFT JOIN json_each(?3) r ON r.key = w.name \
+             WHERE w.status IN ('pending', 'running', 'suspended') AND w.wake_at <= ?2 \
+             AND (r.key IS NULL OR w.signature <> r.value \
+                  OR (w.lease_owner IS NOT NULL AND w.lease_owner <> ?1 \
+                      AND w.lease_expires_at >= ?2)) \
+             ORDER BY w.wake_at LIMIT ?4",
         )
         .bind(owner)
         .bind(now)
-        .bind(names_json(names))
+        .bind(workflows_json(workflows))
         .bind(limit)
         .fetch_all(&self.pool)
         .await
@@ -596,7 +600,10 @@ impl SqliteStore {
                 Ok(Blocked {
                     id: row.try_get("id").map_err(corrupt)?,
                     name: row.try_get("name").map_err(corrupt)?,
-                    unknown_name: row.try_get("unknown").map_err(corrupt)?,
+                    reason: BlockReason::of(
+                        row.try_get("signature").map_err(corrupt)?,
+                        row.try_get("registered").map_err(corrupt)?,
+                    ),
                 })
             })
             .collect()
@@ -786,8 +793,8 @@ async fn create_on(
     let inserted = sqlx::query(
         "INSERT INTO keiro_workflows (id, name, generation, status, input, attempts, \
          lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, parent_generation, \
-         created_at, updated_at) \
-         VALUES (?1, ?2, 0, ?3, ?4, 0, ?5, ?6, COALESCE(?6, ?9), ?7, ?8, ?10, ?9, ?9) \
+         created_at, updated_at, signature) \
+         VALUES (?1, ?2, 0, ?3, ?4, 0, ?5, ?6, COALESCE(?6, ?9), ?7, ?8, ?10, ?9, ?9, ?11) \
          ON CONFLICT (id) DO NOTHING",
     )
     .bind(new.id)
@@ -800,6 +807,7 @@ async fn create_on(
     .bind(new.parent.map(|p| p.seq))
     .bind(now)
     .bind(new.parent.map(|p| p.generation))
+    .bind(new.signature)
     .execute(&mut *conn)
     .await
     .map_err(StoreError::query("create_instance"))?
@@ -882,6 +890,8 @@ fn instance_from_row(row: &SqliteRow) -> Result<InstanceRow> {
         name: row.try_get("name").map_err(corrupt)?,
         generation: row.try_get("generation").map_err(corrupt)?,
         input: row.try_get("input").map_err(corrupt)?,
+        first_input: row.try_get("first_input").map_err(corrupt)?,
+        signature: row.try_get("signature").map_err(corrupt)?,
         output: row.try_get("output").map_err(corrupt)?,
         error: row.try_get("error").map_err(corrupt)?,
         attempts: row.try_get("attempts").map_err(corrupt)?,
@@ -912,13 +922,13 @@ fn is_busy(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("5" | "6" | "261" | "517")))
 }
 
-/// A JSON array of names, for `json_each`.
-pub(crate) fn names_json(names: &[&str]) -> String {
-    let quoted: Vec<String> = names
+/// A JSON object of signatures by name, for `json_each` (`key`, `value`).
+fn workflows_json(workflows: &[Registered<'_>]) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = workflows
         .iter()
-        .map(|n| format!("\"{}\"", n.replace('\\', "\\\\").replace('"', "\\\"")))
+        .map(|w| (w.name.to_owned(), w.signature.into()))
         .collect();
-    format!("[{}]", quoted.join(","))
+    serde_json::Value::Object(map).to_string()
 }
 
 fn corrupt(e: sqlx::Error) -> StoreError {

@@ -72,6 +72,10 @@ pub struct NewInstance<'a> {
     pub name: &'a str,
     /// The JSON-encoded arguments.
     pub input: &'a str,
+    /// The workflow's signature (its argument and return types), so workers
+    /// whose workflow of this name has other types leave the instance alone.
+    /// `None` matches any.
+    pub signature: Option<&'a str>,
     /// The parent awaiting this instance, for a child workflow.
     pub parent: Option<ParentLink<'a>>,
     /// Claim the new row for this executor right away (`status = running`),
@@ -133,8 +137,15 @@ pub struct InstanceRow {
     pub generation: i64,
     /// Where it stands.
     pub status: InstanceStatus,
-    /// The JSON-encoded arguments.
+    /// The JSON-encoded arguments of the current generation.
     pub input: String,
+    /// The generation-0 arguments, kept once continue-as-new replaced
+    /// `input`; `None` while `input` still holds them. See
+    /// [`InstanceRow::original_input`].
+    pub first_input: Option<String>,
+    /// The workflow's signature when created (its argument and return types);
+    /// `None` for rows from before signatures were recorded, matching any.
+    pub signature: Option<String>,
     /// The JSON-encoded return value once finished.
     pub output: Option<String>,
     /// A diagnostic for failed or set-aside instances.
@@ -155,6 +166,14 @@ pub struct InstanceRow {
     pub created_at: i64,
     /// When the row last changed (ms since the Unix epoch).
     pub updated_at: i64,
+}
+
+impl InstanceRow {
+    /// The arguments the instance was started with (generation 0), whatever
+    /// continue-as-new did since.
+    pub fn original_input(&self) -> &str {
+        self.first_input.as_deref().unwrap_or(&self.input)
+    }
 }
 
 /// One recorded step result.
@@ -231,16 +250,56 @@ pub struct ExecutorRow {
     pub heartbeat_at: i64,
 }
 
-/// A due instance a worker cannot claim: its workflow is not registered in
-/// this binary, or another executor holds a live lease on it.
+/// A workflow a worker can run: its name and signature. Claims take only
+/// instances of one of these whose signature is the same (or unrecorded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Registered<'a> {
+    /// The registered workflow name.
+    pub name: &'a str,
+    /// The signature of the workflow registered under it.
+    pub signature: &'a str,
+}
+
+/// A due instance a worker cannot claim, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Blocked {
     /// The instance id.
     pub id: String,
     /// Its workflow name.
     pub name: String,
-    /// Whether the name is not registered (else: leased elsewhere).
-    pub unknown_name: bool,
+    /// Why the worker cannot claim it.
+    pub reason: BlockReason,
+}
+
+/// Why a due instance is [`Blocked`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BlockReason {
+    /// The worker registers no workflow of this name.
+    UnknownName,
+    /// The worker registers a workflow of this name with another signature.
+    SignatureMismatch {
+        /// The signature recorded with the instance.
+        stored: String,
+        /// The signature the worker registers.
+        registered: String,
+    },
+    /// Another executor holds a live lease on it.
+    Leased,
+}
+
+impl BlockReason {
+    /// Classifies a blocked row from its stored signature and the signature
+    /// registered under its name (`None`: the name is not registered).
+    pub(crate) fn of(stored: Option<String>, registered: Option<String>) -> BlockReason {
+        match (stored, registered) {
+            (_, None) => BlockReason::UnknownName,
+            (Some(stored), Some(registered)) if stored != registered => {
+                BlockReason::SignatureMismatch { stored, registered }
+            }
+            _ => BlockReason::Leased,
+        }
+    }
 }
 
 /// Milliseconds since the Unix epoch, the store's unit of time.

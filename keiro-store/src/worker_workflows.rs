@@ -8,7 +8,7 @@ use crate::{PostgresStore, Result, SqliteStore, StoreError};
 
 impl SqliteStore {
     pub(crate) async fn register_workflows(&self, executor_id: &str, names: &[&str]) -> Result<()> {
-        let names = crate::sqlite::names_json(names);
+        let names = serde_json::to_string(names).expect("names encode as JSON");
         let mut tx = self
             .pool()
             .begin_with("BEGIN IMMEDIATE")

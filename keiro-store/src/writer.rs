@@ -21,6 +21,8 @@ pub struct CreateRequest {
     pub name: String,
     /// The JSON-encoded arguments.
     pub input: String,
+    /// The workflow's signature (see [`NewInstance::signature`]).
+    pub signature: Option<String>,
     /// The parent id, generation and step seq, for a child.
     pub parent: Option<(String, i64, i64)>,
     /// The owner and TTL (ms) of a lease to take at once; `None` for pending.
@@ -138,6 +140,7 @@ async fn commit_creates(store: &Store, batch: &mut Pending<CreateRequest, (Insta
             id: &r.id,
             name: &r.name,
             input: &r.input,
+            signature: r.signature.as_deref(),
             parent: r.parent.as_ref().map(|(id, generation, seq)| ParentLink {
                 id,
                 generation: *generation,

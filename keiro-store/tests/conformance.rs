@@ -48,6 +48,9 @@ conformance!(
 
 const TTL: i64 = 60_000;
 
+/// The signature the helpers record for `checkout` instances.
+const CHECKOUT: &str = "(Order,)->Result<Receipt,ShopError>";
+
 fn lease(owner: &str) -> Lease<'_> {
     Lease { owner, ttl_ms: TTL }
 }
@@ -57,6 +60,7 @@ fn new_instance<'a>(id: &'a str, input: &'a str, lease: Option<Lease<'a>>) -> Ne
         id,
         name: "checkout",
         input,
+        signature: Some(CHECKOUT),
         parent: None,
         lease,
     }

@@ -37,6 +37,7 @@ async fn leased(db: &TestDb, id: &str, owner: &str) {
         id,
         name: "checkout",
         input: "{}",
+        signature: None,
         parent: None,
         lease: Some(Lease {
             owner,

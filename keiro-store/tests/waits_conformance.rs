@@ -38,6 +38,7 @@ async fn running(db: &TestDb, id: &str, parent: Option<ParentLink<'_>>) {
         id,
         name: "flow",
         input: "[]",
+        signature: None,
         parent,
         lease: Some(lease()),
     };
@@ -371,6 +372,7 @@ async fn the_writer_batches_creates_steps_and_finishes_of_many_workflows(db: &Te
                 id: id.clone(),
                 name: "flow".into(),
                 input: "[]".into(),
+                signature: None,
                 parent: None,
                 lease: Some((OWNER.into(), 60_000)),
             };

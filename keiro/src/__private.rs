@@ -3,7 +3,10 @@
 pub use inventory;
 
 pub use crate::context::{step_once, step_retry, StepMeta};
-pub use crate::registry::{BoxFuture, RunFn, WorkflowInput, WorkflowOutput, WorkflowRegistration};
+pub use crate::registry::{
+    BoxFuture, RunFn, SignatureFn, WorkflowInput, WorkflowOutput, WorkflowRegistration,
+};
+pub use crate::signature::of as signature;
 
 use crate::{Error, Result, WorkflowCall};
 
@@ -41,10 +44,11 @@ pub fn encode_args<T: serde::Serialize>(workflow: &'static str, args: &T) -> Res
         .map_err(|e| Error::encode(format!("the arguments of workflow `{workflow}`"), e))
 }
 
-/// Builds the call a `#[workflow]` fn returns.
-pub fn workflow_call<R>(name: &'static str, run: RunFn, input: Result<String>) -> WorkflowCall<R>
+/// Builds the call a `#[workflow]` fn returns; `A` is the tuple of its
+/// argument types, which names its signature with `R`.
+pub fn workflow_call<A, R>(name: &'static str, run: RunFn, input: Result<String>) -> WorkflowCall<R>
 where
     R: serde::Serialize + serde::de::DeserializeOwned + Send + 'static,
 {
-    WorkflowCall::new(name, run, input)
+    WorkflowCall::new(name, run, crate::signature::of::<A, R>, input)
 }

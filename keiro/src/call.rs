@@ -9,8 +9,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::context::claim_seq;
-use crate::registry::{BoxFuture, RunFn};
-use crate::run::{self, follow, launch, lock, outcome_of, wait, Launch, ParentSlot};
+use crate::registry::{BoxFuture, RunFn, SignatureFn};
+use crate::run::{self, check_attach, follow, launch, lock, outcome_of, wait, Launch, ParentSlot};
 use crate::{Error, Keiro, Result};
 
 /// A call of a `#[workflow]` fn, not yet running.
@@ -22,6 +22,7 @@ use crate::{Error, Keiro, Result};
 pub struct WorkflowCall<R> {
     pub(crate) name: &'static str,
     pub(crate) run: RunFn,
+    signature: SignatureFn,
     input: Result<String>,
     pub(crate) id: Option<String>,
     keiro: Option<Keiro>,
@@ -42,12 +43,18 @@ impl<R> WorkflowCall<R>
 where
     R: Serialize + DeserializeOwned + Send + 'static,
 {
-    pub(crate) fn new(name: &'static str, run: RunFn, input: Result<String>) -> Self {
+    pub(crate) fn new(
+        name: &'static str,
+        run: RunFn,
+        signature: SignatureFn,
+        input: Result<String>,
+    ) -> Self {
         // Inside a workflow the call takes a step id now, like a step.
         let parent = claim_seq();
         WorkflowCall {
             name,
             run,
+            signature,
             input,
             id: None,
             keiro: None,
@@ -56,9 +63,11 @@ where
         }
     }
 
-    /// Runs under this instance id. The same id for the same workflow attaches
-    /// to the existing instance (a finished one returns its stored output
-    /// without running anything); the same id for another workflow is an error.
+    /// Runs under this instance id. The same id for the same workflow with
+    /// the same arguments attaches to the existing instance (a finished one
+    /// returns its stored output without running anything); the same id with
+    /// other arguments is [`Error::InputMismatch`], and for another workflow
+    /// [`Error::IdConflict`].
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
         self
@@ -72,7 +81,7 @@ where
 
     /// Records the instance and runs it in the background in this process,
     /// holding its lease. Errors at once if the store is unreachable or the id
-    /// belongs to another workflow.
+    /// belongs to another workflow or call (see [`WorkflowCall::id`]).
     pub async fn start(self) -> Result<WorkflowHandle<R>> {
         let keiro = self.runtime().await?;
         let launch_spec = self.launch_spec()?;
@@ -93,18 +102,13 @@ where
             .create(CreateRequest {
                 id: spec.id.clone(),
                 name: spec.name.to_owned(),
-                input: spec.input,
-                parent: spec.parent,
+                input: spec.input.clone(),
+                signature: Some(spec.signature.clone()),
+                parent: spec.parent.clone(),
                 lease: None,
             })
             .await?;
-        if row.name != spec.name {
-            return Err(Error::IdConflict {
-                id: spec.id,
-                existing: row.name,
-                requested: spec.name.to_owned(),
-            });
-        }
+        check_attach(&row, &spec)?;
         if created {
             keiro.inner.wake.notify_one();
             keiro.inner.store.wake_workers("").await?;
@@ -144,6 +148,7 @@ where
             run: self.run,
             id,
             input: self.input.clone()?,
+            signature: (self.signature)(),
             parent: self
                 .parent
                 .as_ref()

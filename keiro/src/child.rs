@@ -105,7 +105,13 @@ where
         };
         match started {
             Ok(()) => {}
-            Err(error @ Error::IdConflict { .. }) => return Err(error),
+            // Not the call recorded under this id: the workflow's own error
+            // to handle, not a crash to retry.
+            Err(
+                error @ (Error::IdConflict { .. }
+                | Error::InputMismatch { .. }
+                | Error::SignatureMismatch { .. }),
+            ) => return Err(error),
             Err(error) => return halt(&cx, Halt::Error(error)).await,
         }
     }

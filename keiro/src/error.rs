@@ -41,6 +41,37 @@ pub enum Error {
         /// The workflow that asked for it.
         requested: String,
     },
+    /// The id names an instance started with other arguments. A workflow id
+    /// names one call; [`crate::handle`] reads the stored result whatever
+    /// the arguments were.
+    #[error(
+        "workflow `{name}` id `{id}` already exists with different arguments; a workflow id \
+         names one call: use a new id, or `keiro::handle(id)` to get the stored result"
+    )]
+    InputMismatch {
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+    },
+    /// The id names an instance of a workflow of this name whose argument or
+    /// return types differ from this one's: another binary's workflow of the
+    /// same name, or this one before its types changed.
+    #[error(
+        "workflow `{name}` id `{id}` was started by a workflow `{name}` with other types \
+         (`{stored}`, here `{requested}`): another binary's workflow of that name, or this \
+         one before its types changed; use a new id, or rename one of the workflows"
+    )]
+    SignatureMismatch {
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+        /// The signature recorded with the instance.
+        stored: String,
+        /// The signature of the workflow called here.
+        requested: String,
+    },
     /// The workflow was cancelled.
     #[error("workflow `{name}` (id {id}) was cancelled")]
     Cancelled {

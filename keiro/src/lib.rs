@@ -53,6 +53,7 @@ mod registry;
 mod run;
 mod runtime;
 mod shutdown;
+mod signature;
 pub mod telemetry;
 pub mod timers;
 mod waiters;

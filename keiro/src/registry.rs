@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 
+use keiro_store::Registered;
+
 use crate::{Error, Result};
 
 /// A boxed, sendable future.
@@ -13,19 +15,33 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Rebuilds a workflow call from its stored input and runs its body.
 pub type RunFn = fn(WorkflowInput) -> BoxFuture<'static, Result<WorkflowOutput>>;
 
-/// One registered workflow: its name, the function that registered it and how
-/// to run it from stored input.
+/// Computes a workflow's signature (see `crate::signature`).
+pub type SignatureFn = fn() -> String;
+
+/// One registered workflow: its name, the function that registered it, how
+/// to run it from stored input and its signature.
 #[derive(Debug)]
 pub struct WorkflowRegistration {
     pub(crate) name: &'static str,
     pub(crate) fn_path: &'static str,
     pub(crate) run: RunFn,
+    pub(crate) signature: SignatureFn,
 }
 
 impl WorkflowRegistration {
     /// Used by `#[workflow]`.
-    pub const fn new(name: &'static str, fn_path: &'static str, run: RunFn) -> Self {
-        WorkflowRegistration { name, fn_path, run }
+    pub const fn new(
+        name: &'static str,
+        fn_path: &'static str,
+        run: RunFn,
+        signature: SignatureFn,
+    ) -> Self {
+        WorkflowRegistration {
+            name,
+            fn_path,
+            run,
+            signature,
+        }
     }
 }
 
@@ -71,10 +87,11 @@ impl WorkflowOutput {
     }
 }
 
-/// Every workflow linked into this binary, by name.
+/// Every workflow linked into this binary, by name, with its signature
+/// computed once.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Registry {
-    by_name: HashMap<&'static str, &'static WorkflowRegistration>,
+    by_name: HashMap<&'static str, (&'static WorkflowRegistration, String)>,
 }
 
 impl Registry {
@@ -89,7 +106,10 @@ impl Registry {
     ) -> Result<Registry> {
         let mut by_name = HashMap::new();
         for registration in registrations {
-            if let Some(previous) = by_name.insert(registration.name, registration) {
+            let signature = (registration.signature)();
+            if let Some((previous, _)) =
+                by_name.insert(registration.name, (registration, signature))
+            {
                 let (first, second) = if previous.fn_path <= registration.fn_path {
                     (previous.fn_path, registration.fn_path)
                 } else {
@@ -112,8 +132,21 @@ impl Registry {
         names
     }
 
+    /// The registered names and signatures, sorted by name.
+    pub(crate) fn workflows(&self) -> Vec<Registered<'_>> {
+        let mut workflows: Vec<_> = self
+            .by_name
+            .iter()
+            .map(|(name, (_, signature))| Registered { name, signature })
+            .collect();
+        workflows.sort_unstable_by_key(|w| w.name);
+        workflows
+    }
+
     pub(crate) fn get(&self, name: &str) -> Option<&'static WorkflowRegistration> {
-        self.by_name.get(name).copied()
+        self.by_name
+            .get(name)
+            .map(|(registration, _)| *registration)
     }
 }
 
@@ -125,9 +158,18 @@ mod tests {
         Box::pin(async { WorkflowOutput::encode(&(), false) })
     }
 
-    static A: WorkflowRegistration = WorkflowRegistration::new("pay", "shop::pay", never);
-    static B: WorkflowRegistration = WorkflowRegistration::new("pay", "billing::pay", never);
-    static C: WorkflowRegistration = WorkflowRegistration::new("ship", "shop::ship", never);
+    fn unit() -> String {
+        crate::signature::of::<(), ()>()
+    }
+
+    fn takes_u32() -> String {
+        crate::signature::of::<(u32,), ()>()
+    }
+
+    static A: WorkflowRegistration = WorkflowRegistration::new("pay", "shop::pay", never, unit);
+    static B: WorkflowRegistration = WorkflowRegistration::new("pay", "billing::pay", never, unit);
+    static C: WorkflowRegistration =
+        WorkflowRegistration::new("ship", "shop::ship", never, takes_u32);
 
     #[test]
     fn duplicate_names_are_refused_naming_both_functions() {
@@ -145,5 +187,18 @@ mod tests {
         let registry = Registry::from_iter([&A, &C]).unwrap();
         assert_eq!(registry.get("pay").unwrap().fn_path, "shop::pay");
         assert!(registry.get("nope").is_none());
+        assert_eq!(
+            registry.workflows(),
+            [
+                Registered {
+                    name: "pay",
+                    signature: "()->()"
+                },
+                Registered {
+                    name: "ship",
+                    signature: "(u32,)->()"
+                }
+            ]
+        );
     }
 }

@@ -27,16 +27,40 @@ pub(crate) struct Launch {
     pub(crate) run: RunFn,
     pub(crate) id: String,
     pub(crate) input: String,
+    /// The workflow's signature (argument and return types).
+    pub(crate) signature: String,
     /// The parent instance, its generation and its step seq, for a child.
     pub(crate) parent: Option<(String, i64, i64)>,
 }
 
-/// Records the instance (or finds the existing one with this id) and drives it
-/// to a final state in a background task of this process. Returns at once with
-/// a receiver for the final row. A second launch of an id this process is
-/// already driving attaches to that run.
+/// Records the instance (or finds the existing one with this id, which must
+/// be the same call: see [`check_attach`]) and drives it to a final state in
+/// a background task of this process. Returns at once with a receiver for the
+/// final row. A second launch of an id this process is already driving
+/// attaches to that run.
 pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Receiver<RunResult>> {
     keiro.ensure_executor().await?;
+    let lease = Lease {
+        owner: keiro.owner(),
+        ttl_ms: keiro.inner.lease_ttl.as_millis() as i64,
+    };
+    // Create-or-read first, even when this process drives the id already, so
+    // every attach is checked against the stored call. Two launches racing
+    // here run it once: only the one taking the slot below drives it, and a
+    // claim by the same owner succeeds.
+    let (row, fresh) = keiro
+        .inner
+        .writer
+        .create(CreateRequest {
+            id: launch.id.clone(),
+            name: launch.name.to_owned(),
+            input: launch.input.clone(),
+            signature: Some(launch.signature.clone()),
+            parent: launch.parent.clone(),
+            lease: Some((lease.owner.to_owned(), lease.ttl_ms)),
+        })
+        .await?;
+    check_attach(&row, &launch)?;
     let (sender, receiver) = match take_slot(keiro, &launch.id, launch.name) {
         Slot::Mine(sender, receiver) => (sender, receiver),
         Slot::Attached(receiver) => return Ok(receiver),
@@ -48,36 +72,6 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
             })
         }
     };
-    let lease = Lease {
-        owner: keiro.owner(),
-        ttl_ms: keiro.inner.lease_ttl.as_millis() as i64,
-    };
-    let created = keiro
-        .inner
-        .writer
-        .create(CreateRequest {
-            id: launch.id.clone(),
-            name: launch.name.to_owned(),
-            input: launch.input.clone(),
-            parent: launch.parent.clone(),
-            lease: Some((lease.owner.to_owned(), lease.ttl_ms)),
-        })
-        .await;
-    let (row, fresh) = match created {
-        Ok(created) => created,
-        Err(e) => {
-            lock(&keiro.inner.running).remove(&launch.id);
-            return Err(e.into());
-        }
-    };
-    if row.name != launch.name {
-        lock(&keiro.inner.running).remove(&launch.id);
-        return Err(Error::IdConflict {
-            id: launch.id,
-            existing: row.name,
-            requested: launch.name.to_owned(),
-        });
-    }
     let keiro = keiro.clone();
     tokio::spawn(async move {
         let claimed = if fresh { Some(row) } else { None };
@@ -85,6 +79,53 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
         publish(&keiro, &launch.id, sender, result);
     });
     Ok(receiver)
+}
+
+/// Refuses to attach `launch` to an existing instance `row` that is not the
+/// same call: of another workflow name ([`Error::IdConflict`]), of a workflow
+/// of this name with other types ([`Error::SignatureMismatch`]; rows from
+/// before signatures were recorded match any), or started with other
+/// arguments ([`Error::InputMismatch`]). The arguments compared are the
+/// generation-0 ones, so continue-as-new does not refuse the original call.
+pub(crate) fn check_attach(row: &InstanceRow, launch: &Launch) -> Result<()> {
+    if row.name != launch.name {
+        return Err(Error::IdConflict {
+            id: launch.id.clone(),
+            existing: row.name.clone(),
+            requested: launch.name.to_owned(),
+        });
+    }
+    if let Some(stored) = &row.signature {
+        if *stored != launch.signature {
+            return Err(Error::SignatureMismatch {
+                name: row.name.clone(),
+                id: row.id.clone(),
+                stored: stored.clone(),
+                requested: launch.signature.clone(),
+            });
+        }
+    }
+    if !same_json(row.original_input(), &launch.input) {
+        return Err(Error::InputMismatch {
+            name: row.name.clone(),
+            id: row.id.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// Whether two JSON texts encode the same value. Equal texts are the common
+/// case; otherwise they are compared parsed, so equal values whose text
+/// differs (map keys in another order, say from a `HashMap`) still match.
+fn same_json(stored: &str, new: &str) -> bool {
+    stored == new
+        || matches!(
+            (
+                serde_json::from_str::<serde_json::Value>(stored),
+                serde_json::from_str::<serde_json::Value>(new),
+            ),
+            (Ok(a), Ok(b)) if a == b
+        )
 }
 
 /// Whether this process already drives an instance.

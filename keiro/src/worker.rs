@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use keiro_store::{InstanceRow, InstanceStatus, Lease};
+use keiro_store::{BlockReason, InstanceRow, InstanceStatus, Lease};
 use tokio::sync::watch;
 
 use crate::run::{execute, publish, take_slot, Policy, Slot};
@@ -24,6 +24,20 @@ pub enum ResumeEvent {
         name: String,
         /// The instance id.
         id: String,
+    },
+    /// An instance was started by a workflow of a name this binary registers,
+    /// but with other argument or return types (another binary's workflow of
+    /// that name, or this one before its types changed). It is skipped (never
+    /// claimed, failed or counted as a crash) and reported on every pass.
+    SignatureMismatch {
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+        /// The signature recorded with the instance.
+        stored: String,
+        /// The signature of the workflow this binary registers under the name.
+        registered: String,
     },
     /// The store failed while advancing an instance; it is retried next pass.
     TransientError {
@@ -153,6 +167,16 @@ fn log_to_tracing(event: &ResumeEvent) {
             %name, %id,
             "keiro resume worker: workflow `{name}` is registered nowhere in this binary; skipping"
         ),
+        ResumeEvent::SignatureMismatch {
+            name,
+            id,
+            stored,
+            registered,
+        } => tracing::warn!(
+            %name, %id, %stored, %registered,
+            "keiro resume worker: workflow `{name}` (id {id}) was started with types `{stored}`, \
+             but this binary registers `{name}` with `{registered}`; skipping"
+        ),
         ResumeEvent::TransientError { name, id, error } => {
             tracing::warn!(%name, %id, %error, "keiro resume worker: transient store error")
         }
@@ -191,7 +215,8 @@ pub struct ResumeSummary {
     pub completed: usize,
     /// Re-invoked instances that are waiting again.
     pub still_suspended: usize,
-    /// Instances whose workflow name this binary does not register.
+    /// Instances whose workflow name this binary does not register, or
+    /// registers with other argument/return types.
     pub unknown_name: usize,
     /// Instances marked failed (crash ceiling) or set aside (non-determinism).
     pub failed: usize,
@@ -231,7 +256,7 @@ impl Keiro {
         self.serve_registered().await?;
         let store = &self.inner.store;
         let owner = self.owner();
-        let names = self.inner.registry.names();
+        let workflows = self.inner.registry.workflows();
         let lease = Lease {
             owner,
             ttl_ms: options.lease_ttl.as_millis() as i64,
@@ -239,22 +264,32 @@ impl Keiro {
         // Claim in the same statement that discovers, so concurrent workers
         // take disjoint batches instead of racing for the same rows.
         let claimed = store
-            .claim_due(lease, &names, options.claim_limit())
+            .claim_due(lease, &workflows, options.claim_limit())
             .await?;
-        let blocked = store.find_blocked(owner, &names, BLOCKED_REPORTED).await?;
+        let blocked = store
+            .find_blocked(owner, &workflows, BLOCKED_REPORTED)
+            .await?;
         let mut summary = ResumeSummary {
             discovered: claimed.len() + blocked.len(),
             ..ResumeSummary::default()
         };
         for row in blocked {
-            if row.unknown_name {
-                summary.unknown_name += 1;
-                (options.log)(&ResumeEvent::UnknownName {
-                    name: row.name,
-                    id: row.id,
-                });
-            } else {
-                summary.lease_skipped += 1;
+            let (name, id) = (row.name, row.id);
+            match row.reason {
+                BlockReason::UnknownName => {
+                    summary.unknown_name += 1;
+                    (options.log)(&ResumeEvent::UnknownName { name, id });
+                }
+                BlockReason::SignatureMismatch { stored, registered } => {
+                    summary.unknown_name += 1;
+                    (options.log)(&ResumeEvent::SignatureMismatch {
+                        name,
+                        id,
+                        stored,
+                        registered,
+                    });
+                }
+                _ => summary.lease_skipped += 1,
             }
         }
         let summary = futures::stream::iter(claimed)

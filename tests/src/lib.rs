@@ -6,6 +6,7 @@ use std::sync::{Mutex, OnceLock};
 
 pub mod executors;
 pub mod process;
+pub mod shared_name;
 pub mod workflows;
 
 use keiro::Keiro;

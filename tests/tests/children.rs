@@ -210,6 +210,7 @@ async fn a_child_with_no_steps_is_driven_by_the_worker(backend: Backend) {
             id: &key,
             name: "patient_parent",
             input: &parent_input,
+            signature: None,
             parent: None,
             lease: Some(dead),
         })
@@ -227,6 +228,7 @@ async fn a_child_with_no_steps_is_driven_by_the_worker(backend: Backend) {
             id: &child_id,
             name: "slow_child",
             input: &child_input,
+            signature: None,
             parent: Some(link),
             lease: Some(dead),
         })

@@ -126,6 +126,7 @@ async fn unknown_names_are_counted_every_pass_and_kept(backend: Backend) {
         id: "ghost-1",
         name: "retired_workflow",
         input: "[]",
+        signature: None,
         parent: None,
         lease: None,
     };
@@ -160,6 +161,7 @@ async fn live_foreign_leases_are_skipped_and_dead_ones_taken(backend: Backend) {
         id: &key,
         name: "two_records",
         input: &input,
+        signature: None,
         parent: None,
         lease: Some(lease),
     };
@@ -204,6 +206,7 @@ async fn racing_executors_converge_on_the_first_result(backend: Backend) {
         id: &key,
         name: "two_records",
         input: &input,
+        signature: None,
         parent: None,
         lease: Some(lease),
     };

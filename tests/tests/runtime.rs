@@ -3,9 +3,9 @@
 //! child workflows, and bad URLs.
 
 use std::future::IntoFuture;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use keiro::{step, workflow, Error, WorkflowStatus};
+use keiro::{step, workflow, Error, ResumeEvent, ResumeOptions, WorkflowStatus};
 use keiro_store::{NewInstance, StepRow};
 use keiro_tests::{count, on_both_backends, ran, runs, Backend, TestDb};
 
@@ -62,8 +62,8 @@ async fn start_runs_in_the_background_and_handles_see_it(backend: Backend) {
     assert_eq!(handle.id(), key);
     assert_eq!(handle.result().await.unwrap(), "hello bob!");
     assert_eq!(handle.status().await.unwrap(), WorkflowStatus::Completed);
-    // A second start of the same id attaches and runs nothing.
-    let again = greet(key.clone(), "someone else".into())
+    // A second start of the same call attaches and runs nothing.
+    let again = greet(key.clone(), "bob".into())
         .id(&key)
         .on(&keiro)
         .start()
@@ -227,6 +227,7 @@ async fn journal_entries_the_code_never_reaches_are_non_determinism(backend: Bac
             id: &key,
             name: "shorter",
             input: &input,
+            signature: None,
             parent: None,
             lease: None,
         })
@@ -261,16 +262,33 @@ async fn undecodable_rows_are_refused_by_name_and_kept(backend: Backend) {
             id: &id,
             name: "greet",
             input: r#"{"old":1}"#,
+            signature: None,
             parent: None,
             lease: None,
         })
         .await
         .unwrap();
+    // A call with today's arguments is another call: refused, not attached.
     let err = greet("k".into(), "x".into())
         .id(&id)
         .on(&keiro)
         .await
         .unwrap_err();
+    assert!(matches!(err, Error::InputMismatch { .. }), "{err}");
+    // The worker, which runs what is stored, cannot decode it: a crash that
+    // names the workflow, the id and the input.
+    let crashes = Arc::new(Mutex::new(Vec::new()));
+    let seen = crashes.clone();
+    let options = ResumeOptions {
+        log: Arc::new(move |event| {
+            if let ResumeEvent::Crashed { error, .. } = event {
+                seen.lock().unwrap().push(error.clone());
+            }
+        }),
+        ..ResumeOptions::default()
+    };
+    keiro.resume_once(&options).await.unwrap();
+    let err = crashes.lock().unwrap().pop().expect("a crash");
     assert!(matches!(err, Error::Decode { .. }), "{err}");
     let text = err.to_string();
     assert!(
@@ -290,6 +308,7 @@ async fn undecodable_rows_are_refused_by_name_and_kept(backend: Backend) {
             id: &key,
             name: "greet",
             input: &input,
+            signature: None,
             parent: None,
             lease: None,
         })

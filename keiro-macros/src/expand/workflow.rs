@@ -91,10 +91,13 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
     let public_lints = attrs.lints_as_allow();
     let args_ref = respan(args_range, quote!(&(#(#idents,)*)));
     let public_ret = quote!(::keiro::WorkflowCall<#ret>);
+    // The argument tuple and return type name the workflow's signature,
+    // recorded with each instance it starts.
+    let args_tuple = quote!((#(#types,)*));
     let call = respan(
         ret_range,
         quote! {
-            ::keiro::__private::workflow_call::<#ret>(
+            ::keiro::__private::workflow_call::<#args_tuple, #ret>(
                 #name,
                 #run_ident,
                 ::keiro::__private::encode_args(#name, #args_ref),
@@ -128,6 +131,7 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
                     #name,
                     ::core::concat!(::core::module_path!(), "::", #fn_name),
                     #run_ident,
+                    ::keiro::__private::signature::<#args_tuple, #ret>,
                 )
             }
 
@@ -220,7 +224,7 @@ mod tests {
         let public = quote!(#public).to_string();
         assert!(
             public.contains(
-                ":: keiro :: __private :: workflow_call :: < Result < Receipt , ShopError > > (\"checkout\" , \
+                ":: keiro :: __private :: workflow_call :: < (Order , u32 ,) , Result < Receipt , ShopError > > (\"checkout\" , \
                  __keiro_workflow_run_checkout , \
                  :: keiro :: __private :: encode_args (\"checkout\" , & (order , n ,)) ,)"
             ),
