@@ -13,6 +13,7 @@ mod args;
 mod check;
 mod expand;
 mod model;
+mod spawn;
 
 use proc_macro::TokenStream;
 
