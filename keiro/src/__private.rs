@@ -34,6 +34,10 @@ pub fn assert_step_value<T: JournalValue>() {}
 pub trait StepError: serde::Serialize + serde::de::DeserializeOwned {}
 impl<T: serde::Serialize + serde::de::DeserializeOwned> StepError for T {}
 
+/// `T` itself. Generated code names a type through it to give one-token
+/// types (`Hold`) a span covering several tokens.
+pub type Same<T> = T;
+
 /// Asserts that the error type of a step returning `Result<T, E>` can be journaled.
 pub fn assert_step_error<E: StepError>() {}
 

@@ -33,22 +33,30 @@ pub(super) fn expand(step: &StepFn) -> TokenStream {
     // Type assertions at the user's spans. The runtime call below is given the
     // return type's span too, so rustc reports a non-journalable return type
     // once, with keiro's message.
+    let ret_range = match &step.output.ty {
+        Some(ty) => span_range(ty),
+        None => span_range(ident),
+    };
     // `Result<T, E>` is asserted part by part, so an error type that cannot be
-    // journaled (`std::io::Error`) gets advice for errors at the `E` itself.
+    // journaled (`std::io::Error`) gets advice for step errors, naming it. Both
+    // parts are reported over the whole return type (rustc points at the
+    // turbofish argument, respanned here): the runtime call fails on the same
+    // leaf bound (`E: Serialize`), with serde's message, unless that is at the
+    // same span, where rustc drops it as implied by keiro's.
     let ret_assert = match (step.output.result_parts(), &step.output.ty) {
         (Some((ok, err)), _) => {
-            let ok = quote_spanned!(ok.span()=> ::keiro::__private::assert_step_value::<#ok>(););
-            let err = quote_spanned!(err.span()=> ::keiro::__private::assert_step_error::<#err>(););
-            Some(quote!(#ok #err))
+            // Through an identity alias, so even a one-token type spans the range.
+            let ok = respan(ret_range, quote!(::keiro::__private::Same<#ok>));
+            let err = respan(ret_range, quote!(::keiro::__private::Same<#err>));
+            Some(quote! {
+                ::keiro::__private::assert_step_value::<#ok>();
+                ::keiro::__private::assert_step_error::<#err>();
+            })
         }
         (None, Some(ty)) => {
             Some(quote_spanned!(ty.span()=> ::keiro::__private::assert_step_value::<#ty>();))
         }
         (None, None) => None,
-    };
-    let ret_range = match &step.output.ty {
-        Some(ty) => span_range(ty),
-        None => span_range(ident),
     };
     let meta = quote! {
         ::keiro::__private::StepMeta {
@@ -163,8 +171,10 @@ mod tests {
             "{out}"
         );
         assert!(
-            out.contains("assert_step_value :: < String >")
-                && out.contains("assert_step_error :: < ShopError >"),
+            out.contains("assert_step_value :: < :: keiro :: __private :: Same < String > >")
+                && out.contains(
+                    "assert_step_error :: < :: keiro :: __private :: Same < ShopError > >"
+                ),
             "{out}"
         );
         assert!(!out.contains("assert_retry_arg"), "{out}");
