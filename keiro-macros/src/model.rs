@@ -100,15 +100,13 @@ impl WorkflowFn {
     pub(crate) fn parse(args: TokenStream, item: TokenStream) -> syn::Result<Self> {
         let args = WorkflowArgs::parse(args);
         let func = check::item_fn(Macro::Workflow, item).and_then(|func| {
-            let (inputs, output) = check::signature(Macro::Workflow, &func.sig)?;
-            Ok((func, inputs, output))
-        });
-        let func = func.and_then(|(func, inputs, output)| {
-            let mut errors = check::Errors::default();
+            let signature = check::signature(Macro::Workflow, &func.sig);
+            let mut spawns = check::Errors::default();
             for call in crate::spawn::spawn_calls(&func.block) {
-                errors.push(call.error());
+                spawns.push(call.error());
             }
-            errors.finish().map(|()| (func, inputs, output))
+            let ((inputs, output), ()) = check::join(signature, spawns.finish())?;
+            Ok((func, inputs, output))
         });
         let (args, (func, inputs, output)) = check::join(args, func)?;
         let name = match args.name {
@@ -259,6 +257,40 @@ mod tests {
     }
 
     #[test]
+    fn every_spawn_in_a_workflow_body_is_refused_with_the_signature_errors() {
+        let err = unwrap_err(WorkflowFn::parse(
+            quote!(),
+            quote!(
+                async fn fan_out(s: &str) {
+                    tokio::spawn(async {});
+                    let _ = || std::thread::spawn(|| {});
+                    keiro::spawn(child(1)).await;
+                }
+            ),
+        ));
+        let messages = messages(err);
+        assert_eq!(messages.len(), 3, "{messages:?}");
+        assert!(messages[0].starts_with("`#[workflow]` arguments must be owned values"));
+        assert!(messages[1].starts_with("`tokio::spawn` inside a `#[workflow]`"));
+        assert!(messages[2].starts_with("`std::thread::spawn` inside a `#[workflow]`"));
+    }
+
+    #[test]
+    fn steps_may_spawn() {
+        let step = StepFn::parse(
+            quote!(),
+            quote!(
+                async fn hash(data: Vec<u8>) -> u64 {
+                    tokio::task::spawn_blocking(move || data.len() as u64)
+                        .await
+                        .unwrap_or(0)
+                }
+            ),
+        );
+        assert!(step.is_ok());
+    }
+
+    #[test]
     fn step_defaults() {
         let s = StepFn::parse(
             quote!(),
@@ -308,14 +340,19 @@ mod tests {
     fn retries_require_a_return_type() {
         // A declared type that is not a `Result` is refused by the compiler,
         // through `RetryOutcome` (see `ui/fail/max_attempts_without_result.rs`).
-        for item in [quote!(
+        let item = quote!(
             async fn send() {}
-        )] {
-            let err = unwrap_err(StepFn::parse(quote!(max_attempts = 3), item));
-            assert!(err.to_string().starts_with(
-                "`max_attempts` retries a step on `Err`, so the step must return a `Result`"
-            ));
-        }
+        );
+        let err = unwrap_err(StepFn::parse(quote!(max_attempts = 3), item));
+        assert!(err.to_string().starts_with(
+            "`max_attempts` retries a step on `Err`, so the step must return a `Result`"
+        ));
+        let alias = quote!(
+            async fn send() -> Count {
+                1
+            }
+        );
+        assert!(StepFn::parse(quote!(max_attempts = 3), alias).is_ok());
     }
 
     fn parts(ty: TokenStream) -> Option<(String, String)> {

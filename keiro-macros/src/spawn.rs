@@ -41,9 +41,10 @@ impl SpawnCall {
         syn::Error::new_spanned(
             &self.tokens,
             format!(
-                "{what} inside a `#[workflow]` runs its future outside the workflow, so steps called \
+                "{what} inside a `#[workflow]` runs its task outside the workflow, so steps called \
                  there are not journaled and run again after a crash; use \
-                 `keiro::spawn(child_workflow(..))` for concurrent work, or `futures::join!`/`tokio::join!` of steps"
+                 `keiro::spawn(child_workflow(..))` for concurrent work, `futures::join!`/`tokio::join!` \
+                 of steps, or move the spawn into a `#[step]`"
             ),
         )
     }
@@ -216,7 +217,7 @@ mod tests {
         let message = spawn_calls(&block)[0].error().to_string();
         assert!(
             message.starts_with(
-                "`tokio::spawn` inside a `#[workflow]` runs its future outside the workflow"
+                "`tokio::spawn` inside a `#[workflow]` runs its task outside the workflow"
             ),
             "{message}"
         );
