@@ -221,20 +221,6 @@ pub(crate) fn signature(mac: Macro, sig: &Signature) -> syn::Result<(Vec<Arg>, O
     Ok((args, output))
 }
 
-/// Whether `ty` is a `Result`: its last path segment is named `Result`.
-pub(crate) fn is_result_type(ty: &Type) -> bool {
-    match ty {
-        Type::Path(path) if path.qself.is_none() => path
-            .path
-            .segments
-            .last()
-            .is_some_and(|segment| segment.ident == "Result"),
-        Type::Group(group) => is_result_type(&group.elem),
-        Type::Paren(paren) => is_result_type(&paren.elem),
-        _ => false,
-    }
-}
-
 fn owned_reason(mac: Macro) -> &'static str {
     match mac {
         Macro::Workflow => "arguments are journaled and rebuilt by the worker",
@@ -362,7 +348,7 @@ mod tests {
         let (args, output) = signature(Macro::Workflow, &func.sig).unwrap();
         let names: Vec<String> = args.iter().map(|a| a.ident.to_string()).collect();
         assert_eq!(names, ["order", "n", "names", "s"]);
-        assert!(output.is_result());
+        assert!(output.ty.is_some());
     }
 
     #[test]
@@ -634,23 +620,5 @@ mod tests {
             )
         )
         .is_ok());
-    }
-
-    #[test]
-    fn result_detection() {
-        let yes: [Type; 4] = [
-            parse_quote!(Result<u32, E>),
-            parse_quote!(std::io::Result<()>),
-            parse_quote!(::anyhow::Result<u32>),
-            parse_quote!(core::result::Result<u32, String>),
-        ];
-        let no: [Type; 4] = [
-            parse_quote!(u32),
-            parse_quote!(Option<Result<u32, E>>),
-            parse_quote!(()),
-            parse_quote!(<T as Trait>::Result),
-        ];
-        assert!(yes.iter().all(is_result_type));
-        assert!(!no.iter().any(is_result_type));
     }
 }

@@ -13,6 +13,7 @@ mod args;
 mod check;
 mod expand;
 mod model;
+mod spawn;
 
 use proc_macro::TokenStream;
 
@@ -81,14 +82,33 @@ use proc_macro::TokenStream;
 /// clause, no reference or `impl Trait` types, no patterns (`mut x` is fine).
 /// Every argument type and the return type must implement `Serialize` and
 /// `DeserializeOwned`, which is checked at the type itself, and the body's
-/// future must be `Send`. When the return type is a `Result` (its last path
-/// segment is `Result`), an `Err` records the workflow as failed.
+/// future must be `Send`. When the return type is a `Result`, however it is
+/// named (`Result<T, E>`, `std::result::Result<T, E>`, or an alias such as
+/// `type Res<T> = Result<T, MyError>`), an `Err` records the workflow as failed.
 ///
 /// ```compile_fail
 /// # use keiro::workflow;
 /// #[workflow]
 /// async fn greet(name: &str) -> String { // error: arguments must be owned values
 ///     format!("hello {name}")
+/// }
+/// # fn main() {}
+/// ```
+///
+/// The body must not call `tokio::spawn`, `tokio::task::spawn_blocking`,
+/// `spawn_local`, `std::thread::spawn` or `.spawn(fut)` on a `JoinSet` or
+/// runtime handle: a step called in a spawned task runs outside the workflow,
+/// is not journaled, and runs again after a crash. These calls are refused at
+/// compile time (in closures, `async` blocks and `join!`-style macro arguments
+/// too). Use `keiro::spawn(child_workflow(..))` for concurrent work, or
+/// `futures::join!` of steps. A spawn reached through a plain function the
+/// body calls, or a bare `spawn(..)` after `use tokio::spawn`, is not seen.
+///
+/// ```compile_fail
+/// # use keiro::workflow;
+/// #[workflow]
+/// async fn fan_out(n: u64) -> u64 { // error: `tokio::spawn` inside a `#[workflow]`
+///     tokio::spawn(async move { n }).await.unwrap_or(0)
 /// }
 /// # fn main() {}
 /// ```
@@ -112,7 +132,9 @@ use proc_macro::TokenStream;
 ///         Box::pin(async move {
 ///             let (order,): (Order,) = input.decode()?;
 ///             let out: R = __keiro_workflow_body_checkout(order).await;
-///             WorkflowOutput::encode(&out, /* out.is_err() if R is a Result */ false)
+///             // `out.is_err()` for any `Result` type, `false` otherwise.
+///             let is_err = (&OutcomeProbe(&out)).__keiro_is_err();
+///             WorkflowOutput::encode(&out, is_err)
 ///         })
 ///     }
 ///
@@ -190,7 +212,10 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 /// whose arguments are owned values with plain names (no `self`, generics, lifetimes, `where` clause,
 /// references, `impl Trait` or patterns; `mut x` is fine). Its return type
 /// must implement `Serialize` and `DeserializeOwned`, which is checked at the
-/// type itself, and its future must be `Send`.
+/// type itself, and its future must be `Send`. For `Result<T, E>` as written,
+/// `T` and `E` are checked apart, so an error type such as `std::io::Error`
+/// is reported as one that cannot be journaled as a step's error (map it to a
+/// `String` or a serializable enum).
 ///
 /// ```compile_fail
 /// # use keiro::step;
@@ -218,8 +243,10 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 /// }
 /// ```
 ///
-/// With `max_attempts > 1` it calls `step_retry(meta, |r: &R| r.is_err(), move
-/// || __keiro_step_body(sku.clone(), qty.clone()))` instead. The attributes of
+/// With `max_attempts > 1` it calls `step_retry(meta, |r: &R|
+/// RetryOutcome::is_err(r), move || __keiro_step_body(sku.clone(), qty.clone()))`
+/// instead; `RetryOutcome` is implemented for every `Result`, whatever alias
+/// names it, and its absence is reported at the return type. The attributes of
 /// the original function stay on the outer function. (The box keeps rustc from
 /// reporting an unmet bound of the return type a second time; it costs one
 /// allocation per step call.)

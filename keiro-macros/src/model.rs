@@ -7,7 +7,7 @@
 use proc_macro2::TokenStream;
 use quote::{quote, ToTokens};
 use syn::ext::IdentExt;
-use syn::{Ident, ItemFn, Type};
+use syn::{GenericArgument, Ident, ItemFn, PathArguments, Type};
 
 use crate::args::{StepArgs, WorkflowArgs, MAX_ATTEMPTS};
 use crate::check;
@@ -51,10 +51,36 @@ impl Output {
         }
     }
 
-    /// Whether the return type is a `Result` (its last path segment is `Result`),
-    /// which covers `core::result::Result`, `std::io::Result` and `anyhow::Result`.
-    pub(crate) fn is_result(&self) -> bool {
-        self.ty.as_deref().is_some_and(check::is_result_type)
+    /// `T` and `E` when the return type is written `Result<T, E>` (bare, or as
+    /// `std::result::Result` / `core::result::Result`), so each can be asserted
+    /// at its own span. Only for messages: whether a type *is* a `Result`, under
+    /// any alias, is decided by a trait in the generated code.
+    pub(crate) fn result_parts(&self) -> Option<(&Type, &Type)> {
+        let mut ty = self.ty.as_deref()?;
+        while let Type::Group(group) = ty {
+            ty = &group.elem;
+        }
+        let Type::Path(path) = ty else {
+            return None;
+        };
+        let segments: Vec<_> = path.path.segments.iter().collect();
+        let (last, module) = segments.split_last()?;
+        let module: Vec<String> = module.iter().map(|s| s.ident.to_string()).collect();
+        let std_result = match module.as_slice() {
+            [] => true,
+            [root, result] => (root == "std" || root == "core") && result == "result",
+            _ => false,
+        };
+        if path.qself.is_some() || last.ident != "Result" || !std_result {
+            return None;
+        }
+        let PathArguments::AngleBracketed(args) = &last.arguments else {
+            return None;
+        };
+        match args.args.iter().collect::<Vec<_>>().as_slice() {
+            [GenericArgument::Type(ok), GenericArgument::Type(err)] => Some((ok, err)),
+            _ => None,
+        }
     }
 }
 
@@ -74,7 +100,12 @@ impl WorkflowFn {
     pub(crate) fn parse(args: TokenStream, item: TokenStream) -> syn::Result<Self> {
         let args = WorkflowArgs::parse(args);
         let func = check::item_fn(Macro::Workflow, item).and_then(|func| {
-            let (inputs, output) = check::signature(Macro::Workflow, &func.sig)?;
+            let signature = check::signature(Macro::Workflow, &func.sig);
+            let mut spawns = check::Errors::default();
+            for call in crate::spawn::spawn_calls(&func.block) {
+                spawns.push(call.error());
+            }
+            let ((inputs, output), ()) = check::join(signature, spawns.finish())?;
             Ok((func, inputs, output))
         });
         let (args, (func, inputs, output)) = check::join(args, func)?;
@@ -114,19 +145,17 @@ impl StepFn {
         });
         let (args, (func, inputs, output)) = check::join(args, func)?;
         let max_attempts = args.max_attempts();
-        if max_attempts > 1 && !output.is_result() {
-            let message = format!(
-                "`{MAX_ATTEMPTS}` retries a step on `Err`, so the step must return a `Result`; \
-                 return `Result<T, E>` or remove `{MAX_ATTEMPTS}`"
-            );
-            return Err(match &output.ty {
-                Some(ty) => syn::Error::new_spanned(ty, message),
-                None => syn::Error::new_spanned(
-                    args.max_attempts_tokens()
-                        .unwrap_or_else(|| func.sig.to_token_stream()),
-                    message,
+        // A declared return type is checked to be a `Result` by the generated
+        // code (`RetryOutcome`), which sees through aliases; none at all is `()`.
+        if max_attempts > 1 && output.ty.is_none() {
+            return Err(syn::Error::new_spanned(
+                args.max_attempts_tokens()
+                    .unwrap_or_else(|| func.sig.to_token_stream()),
+                format!(
+                    "`{MAX_ATTEMPTS}` retries a step on `Err`, so the step must return a `Result`; \
+                     return `Result<T, E>` or remove `{MAX_ATTEMPTS}`"
                 ),
-            });
+            ));
         }
         let name = match &args.name {
             Some(lit) => lit.value(),
@@ -228,6 +257,40 @@ mod tests {
     }
 
     #[test]
+    fn every_spawn_in_a_workflow_body_is_refused_with_the_signature_errors() {
+        let err = unwrap_err(WorkflowFn::parse(
+            quote!(),
+            quote!(
+                async fn fan_out(s: &str) {
+                    tokio::spawn(async {});
+                    let _ = || std::thread::spawn(|| {});
+                    keiro::spawn(child(1)).await;
+                }
+            ),
+        ));
+        let messages = messages(err);
+        assert_eq!(messages.len(), 3, "{messages:?}");
+        assert!(messages[0].starts_with("`#[workflow]` arguments must be owned values"));
+        assert!(messages[1].starts_with("`tokio::spawn` inside a `#[workflow]`"));
+        assert!(messages[2].starts_with("`std::thread::spawn` inside a `#[workflow]`"));
+    }
+
+    #[test]
+    fn steps_may_spawn() {
+        let step = StepFn::parse(
+            quote!(),
+            quote!(
+                async fn hash(data: Vec<u8>) -> u64 {
+                    tokio::task::spawn_blocking(move || data.len() as u64)
+                        .await
+                        .unwrap_or(0)
+                }
+            ),
+        );
+        assert!(step.is_ok());
+    }
+
+    #[test]
     fn step_defaults() {
         let s = StepFn::parse(
             quote!(),
@@ -274,21 +337,54 @@ mod tests {
     }
 
     #[test]
-    fn retries_require_a_result() {
-        for item in [
-            quote!(
-                async fn send() -> u32 {
-                    1
-                }
-            ),
-            quote!(
-                async fn send() {}
-            ),
+    fn retries_require_a_return_type() {
+        // A declared type that is not a `Result` is refused by the compiler,
+        // through `RetryOutcome` (see `ui/fail/max_attempts_without_result.rs`).
+        let item = quote!(
+            async fn send() {}
+        );
+        let err = unwrap_err(StepFn::parse(quote!(max_attempts = 3), item));
+        assert!(err.to_string().starts_with(
+            "`max_attempts` retries a step on `Err`, so the step must return a `Result`"
+        ));
+        let alias = quote!(
+            async fn send() -> Count {
+                1
+            }
+        );
+        assert!(StepFn::parse(quote!(max_attempts = 3), alias).is_ok());
+    }
+
+    fn parts(ty: TokenStream) -> Option<(String, String)> {
+        let output = Output {
+            ty: Some(syn::parse2(ty).unwrap()),
+        };
+        output
+            .result_parts()
+            .map(|(ok, err)| (quote!(#ok).to_string(), quote!(#err).to_string()))
+    }
+
+    #[test]
+    fn result_parts_are_split_only_for_std_result() {
+        let pair = |ok: &str, err: &str| Some((ok.to_owned(), err.to_owned()));
+        assert_eq!(
+            parts(quote!(Result<u32, std::io::Error>)),
+            pair("u32", "std :: io :: Error")
+        );
+        assert_eq!(parts(quote!(std::result::Result<(), E>)), pair("()", "E"));
+        assert_eq!(
+            parts(quote!(::core::result::Result<Vec<u8>, E>)),
+            pair("Vec < u8 >", "E")
+        );
+        for ty in [
+            quote!(std::io::Result<()>),
+            quote!(errors::Res<u32>),
+            quote!(my::Result<u32, E>),
+            quote!(u32),
+            quote!(<T as Trait>::Result),
+            quote!(Result<u32>),
         ] {
-            let err = unwrap_err(StepFn::parse(quote!(max_attempts = 3), item));
-            assert!(err.to_string().starts_with(
-                "`max_attempts` retries a step on `Err`, so the step must return a `Result`"
-            ));
+            assert_eq!(parts(ty.clone()), None, "{ty}");
         }
     }
 

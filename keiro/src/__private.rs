@@ -26,6 +26,77 @@ pub fn assert_workflow_value<T: JournalValue>() {}
 /// Asserts that a step's return type can be journaled.
 pub fn assert_step_value<T: JournalValue>() {}
 
+/// A step's error type: journaled like any value, but named as an error so a
+/// foreign error type (`std::io::Error`) gets advice that fits it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be journaled as a step's error",
+    label = "this error type must implement `serde::Serialize` and `serde::de::DeserializeOwned`",
+    note = "map it to a type that can be journaled: `.map_err(|e| e.to_string())` and return `Result<T, String>`, \
+            or your own error enum with `#[derive(serde::Serialize, serde::Deserialize)]`"
+)]
+pub trait StepError: serde::Serialize + serde::de::DeserializeOwned {}
+impl<T: serde::Serialize + serde::de::DeserializeOwned> StepError for T {}
+
+/// `T` itself. Generated code names a type through it to give one-token
+/// types (`Hold`) a span covering several tokens.
+pub type Same<T> = T;
+
+/// Asserts that the error type of a step returning `Result<T, E>` can be journaled.
+pub fn assert_step_error<E: StepError>() {}
+
+/// What a retried step returns: a `Result`, whatever alias or path names it,
+/// so that an `Err` can be told from success.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a `Result`, so `#[step(max_attempts = ..)]` cannot tell a failed attempt from a successful one",
+    label = "`max_attempts` retries a step on `Err`, so this must be a `Result`",
+    note = "return `Result<T, E>` (or an alias of it), or remove `max_attempts`"
+)]
+pub trait RetryOutcome {
+    /// Whether this attempt failed and may be retried.
+    fn is_err(&self) -> bool;
+}
+
+impl<T, E> RetryOutcome for core::result::Result<T, E> {
+    fn is_err(&self) -> bool {
+        core::result::Result::is_err(self)
+    }
+}
+
+/// Asserts that a retried step returns a `Result`.
+pub fn assert_retry_outcome<R: RetryOutcome>() {}
+
+/// The output of a workflow, probed by autoref specialization: the generated
+/// code calls `(&OutcomeProbe(&out)).__keiro_is_err()` with [`ResultOutcome`] and
+/// [`PlainOutcome`] in scope. For any `Result` (through any alias or path) the
+/// by-value candidate, [`ResultOutcome`], applies and reports `is_err()`; for
+/// every other type only the autoref candidate, [`PlainOutcome`], does, and
+/// reports `false`. This works because the expansion names a concrete type.
+pub struct OutcomeProbe<'a, T>(pub &'a T);
+
+/// The `Result` case of [`OutcomeProbe`].
+pub trait ResultOutcome {
+    /// Whether the workflow's output is an `Err`.
+    fn __keiro_is_err(&self) -> bool;
+}
+
+impl<T, E> ResultOutcome for OutcomeProbe<'_, core::result::Result<T, E>> {
+    fn __keiro_is_err(&self) -> bool {
+        self.0.is_err()
+    }
+}
+
+/// The fallback of [`OutcomeProbe`]: any output that is not a `Result` succeeded.
+pub trait PlainOutcome {
+    /// Always `false`.
+    fn __keiro_is_err(&self) -> bool;
+}
+
+impl<T> PlainOutcome for &OutcomeProbe<'_, T> {
+    fn __keiro_is_err(&self) -> bool {
+        false
+    }
+}
+
 /// Asserts that an argument of a retried step can be cloned for each attempt.
 #[diagnostic::on_unimplemented(
     message = "arguments of a retried `#[step]` must be `Clone + Send + 'static`",

@@ -33,14 +33,30 @@ pub(super) fn expand(step: &StepFn) -> TokenStream {
     // Type assertions at the user's spans. The runtime call below is given the
     // return type's span too, so rustc reports a non-journalable return type
     // once, with keiro's message.
-    let ret_assert = step
-        .output
-        .ty
-        .as_ref()
-        .map(|ty| quote_spanned!(ty.span()=> ::keiro::__private::assert_step_value::<#ty>();));
     let ret_range = match &step.output.ty {
         Some(ty) => span_range(ty),
         None => span_range(ident),
+    };
+    // `Result<T, E>` is asserted part by part, so an error type that cannot be
+    // journaled (`std::io::Error`) gets advice for step errors, naming it. Both
+    // parts are reported over the whole return type (rustc points at the
+    // turbofish argument, respanned here): the runtime call fails on the same
+    // leaf bound (`E: Serialize`), with serde's message, unless that is at the
+    // same span, where rustc drops it as implied by keiro's.
+    let ret_assert = match (step.output.result_parts(), &step.output.ty) {
+        (Some((ok, err)), _) => {
+            // Through an identity alias, so even a one-token type spans the range.
+            let ok = respan(ret_range, quote!(::keiro::__private::Same<#ok>));
+            let err = respan(ret_range, quote!(::keiro::__private::Same<#err>));
+            Some(quote! {
+                ::keiro::__private::assert_step_value::<#ok>();
+                ::keiro::__private::assert_step_error::<#err>();
+            })
+        }
+        (None, Some(ty)) => {
+            Some(quote_spanned!(ty.span()=> ::keiro::__private::assert_step_value::<#ty>();))
+        }
+        (None, None) => None,
     };
     let meta = quote! {
         ::keiro::__private::StepMeta {
@@ -51,7 +67,7 @@ pub(super) fn expand(step: &StepFn) -> TokenStream {
     };
 
     let (arg_asserts, call) = if retried {
-        let arg_asserts: Vec<_> = types
+        let mut arg_asserts: Vec<_> = types
             .iter()
             .map(|ty| quote_spanned!(ty.span()=> ::keiro::__private::assert_retry_arg::<#ty>();))
             .collect();
@@ -66,10 +82,15 @@ pub(super) fn expand(step: &StepFn) -> TokenStream {
             respan(range, quote!(::core::clone::Clone::clone(#reference)))
         });
         // `R` is inferred from this closure, so rustc reports unmet bounds on
-        // `R` at it: give it the return type's span as well.
+        // `R` at it: give it the return type's span as well. `RetryOutcome`
+        // accepts any `Result`, whatever alias names it, and reports any other
+        // type at the return type (asserted there first).
+        arg_asserts.extend(step.output.ty.as_ref().map(
+            |ty| quote_spanned!(ty.span()=> ::keiro::__private::assert_retry_outcome::<#ty>();),
+        ));
         let is_err = respan(
             ret_range,
-            quote!(|__keiro_result: &#ret| __keiro_result.is_err()),
+            quote!(|__keiro_result: &#ret| ::keiro::__private::RetryOutcome::is_err(__keiro_result)),
         );
         let call = quote! {
             ::keiro::__private::step_retry(
@@ -150,7 +171,10 @@ mod tests {
             "{out}"
         );
         assert!(
-            out.contains("assert_step_value :: < Result < String , ShopError > >"),
+            out.contains("assert_step_value :: < :: keiro :: __private :: Same < String > >")
+                && out.contains(
+                    "assert_step_error :: < :: keiro :: __private :: Same < ShopError > >"
+                ),
             "{out}"
         );
         assert!(!out.contains("assert_retry_arg"), "{out}");
@@ -173,7 +197,7 @@ mod tests {
         assert!(out.contains(":: keiro :: __private :: step_retry"), "{out}");
         assert!(
             out.contains(
-                "| __keiro_result : & Result < () , ShopError > | __keiro_result . is_err ()"
+                "| __keiro_result : & Result < () , ShopError > | :: keiro :: __private :: RetryOutcome :: is_err (__keiro_result)"
             ),
             "{out}"
         );

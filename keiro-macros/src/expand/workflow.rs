@@ -63,11 +63,13 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
         quote!(::keiro::__private::WorkflowInput::decode(&__keiro_input)),
     );
     let out_ref = respan(ret_range, quote!(&__keiro_out));
-    let is_err = if workflow.output.is_result() {
-        quote!(__keiro_out.is_err())
-    } else {
-        quote!(false)
-    };
+    // Whether the output is an `Err`, decided by the type (any alias or path of
+    // `Result`), not by how the return type is spelled: see `OutcomeProbe`.
+    let is_err = quote! {{
+        #[allow(unused_imports)]
+        use ::keiro::__private::{PlainOutcome as _, ResultOutcome as _};
+        (&::keiro::__private::OutcomeProbe(&__keiro_out)).__keiro_is_err()
+    }};
     // A workflow whose future is not `Send` is reported on its `async fn`.
     let sig_range = span_range(&{
         let (asyncness, fn_token, ident) = (&func.sig.asyncness, &func.sig.fn_token, ident);
@@ -207,7 +209,12 @@ mod tests {
         assert_eq!(run.sig.ident, "__keiro_workflow_run_checkout");
         let run = quote!(#run).to_string();
         assert!(run.contains("let (order , n ,) : (Order , u32 ,)"), "{run}");
-        assert!(run.contains("__keiro_out . is_err ()"), "{run}");
+        assert!(
+            run.contains(
+                "(& :: keiro :: __private :: OutcomeProbe (& __keiro_out)) . __keiro_is_err ()"
+            ),
+            "{run}"
+        );
 
         assert!(submit
             .mac
@@ -269,7 +276,7 @@ mod tests {
         );
         assert!(all.contains("\"::\" , \"cleanup\""), "{all}");
         assert!(all.contains("let __keiro_out : () ="), "{all}");
-        assert!(all.contains("let __keiro_is_err : bool = false"), "{all}");
+        assert!(all.contains("OutcomeProbe (& __keiro_out)"), "{all}");
         assert!(all.contains("WorkflowCall < () >"), "{all}");
         assert!(!all.contains("assert_workflow_value"), "{all}");
     }

@@ -21,7 +21,7 @@ impl Billing {
 }
 
 #[tokio::main]
-async fn main() {
+pub(crate) async fn main() {
     assert_eq!(Billing::rate("pro".to_owned()).await, 20);
     let _call: keiro::WorkflowCall<u64> = Billing::invoice("pro".to_owned(), 3);
 }

@@ -36,7 +36,7 @@ async fn r#match(pair: (u32, String), items: Vec<Option<u64>>) -> Option<u64> {
 async fn compiled_out(not_even_a_type: DoesNotExist) {}
 
 #[tokio::main]
-async fn main() {
+pub(crate) async fn main() {
     assert_eq!(shop::double(4).await, 8);
     let _call: keiro::WorkflowCall<u64> = shop::quadruple(1);
     let _call: keiro::WorkflowCall<Option<u64>> = r#match((1, "a".to_owned()), vec![None, Some(3)]);

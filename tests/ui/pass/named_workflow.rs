@@ -5,6 +5,6 @@ async fn invoice(customer: String, cents: u64) -> String {
     format!("{customer}: {cents}")
 }
 
-fn main() {
+pub(crate) fn main() {
     let _call: keiro::WorkflowCall<String> = invoice("acme".to_owned(), 1200);
 }

@@ -6,7 +6,7 @@ async fn nightly_cleanup() {}
 #[workflow]
 async fn explicit_unit() -> () {}
 
-fn main() {
+pub(crate) fn main() {
     let _call: keiro::WorkflowCall<()> = nightly_cleanup();
     let _call: keiro::WorkflowCall<()> = explicit_unit();
 }

@@ -24,6 +24,6 @@ pub async fn pay(cents: u64) -> Result<u64, PaymentError> {
     Ok(charged)
 }
 
-fn main() {
+pub(crate) fn main() {
     let _call: keiro::WorkflowCall<Result<u64, PaymentError>> = pay(500);
 }

@@ -39,7 +39,7 @@ async fn once() -> u32 {
 }
 
 #[tokio::main]
-async fn main() {
+pub(crate) async fn main() {
     // Outside a workflow the retries still apply, without a journal.
     assert_eq!(
         flaky("ops".to_owned(), "hello".to_owned()).await,

@@ -48,7 +48,7 @@ pub async fn checkout(order: Order) -> Result<Receipt, ShopError> {
 }
 
 #[tokio::main]
-async fn main() {
+pub(crate) async fn main() {
     let order = Order {
         sku: "apple".to_owned(),
         qty: 2,

@@ -1,0 +1,229 @@
+//! The `#[workflow]` body scan for spawned tasks.
+//!
+//! A step takes its sequence number from the workflow context, a tokio task
+//! local, at the moment it is called. `tokio::spawn(async move { step(x).await })`
+//! calls the step in another task, where there is no context: the step runs as
+//! a plain call, is not journaled, and runs again after a crash. Nothing can
+//! tell that call apart at run time from a step called outside any workflow
+//! (which is allowed), so the rule is enforced here, on the body's syntax.
+
+use proc_macro2::TokenStream;
+use quote::ToTokens;
+use syn::punctuated::Punctuated;
+use syn::visit::Visit;
+use syn::{Block, Expr, ExprCall, ExprMethodCall, Macro, Path, Token};
+
+/// The paths (without the final `spawn*` segment) whose spawns leave the
+/// workflow: `tokio::spawn`, `tokio::task::spawn_blocking`, `task::spawn_local`
+/// after `use tokio::task`, `std::thread::spawn`, `thread::spawn`.
+const SPAWNING_MODULES: &[&[&str]] = &[
+    &["tokio"],
+    &["tokio", "task"],
+    &["task"],
+    &["std", "thread"],
+    &["core", "thread"],
+    &["thread"],
+];
+
+const SPAWN_FNS: &[&str] = &["spawn", "spawn_blocking", "spawn_local"];
+
+/// One call in a workflow body that runs code outside the workflow.
+pub(crate) struct SpawnCall {
+    /// The tokens to underline: the path, or the receiver and method.
+    pub(crate) tokens: TokenStream,
+    /// How the user wrote it, for the message: "`tokio::spawn`", "`.spawn(..)`".
+    pub(crate) what: String,
+}
+
+impl SpawnCall {
+    pub(crate) fn error(&self) -> syn::Error {
+        let what = &self.what;
+        syn::Error::new_spanned(
+            &self.tokens,
+            format!(
+                "{what} inside a `#[workflow]` runs its task outside the workflow, so steps called \
+                 there are not journaled and run again after a crash; use \
+                 `keiro::spawn(child_workflow(..))` for concurrent work, `futures::join!`/`tokio::join!` \
+                 of steps, or move the spawn into a `#[step]`"
+            ),
+        )
+    }
+}
+
+/// Every spawn in `block`, including inside closures, async blocks, nested
+/// blocks and the arguments of macros that take expressions (`join!`, `vec!`).
+pub(crate) fn spawn_calls(block: &Block) -> Vec<SpawnCall> {
+    let mut finder = Finder { found: Vec::new() };
+    finder.visit_block(block);
+    finder.found
+}
+
+struct Finder {
+    found: Vec<SpawnCall>,
+}
+
+impl<'ast> Visit<'ast> for Finder {
+    fn visit_expr_call(&mut self, call: &'ast ExprCall) {
+        if let Expr::Path(path) = &*call.func {
+            if path.qself.is_none() && is_spawn_path(&path.path) {
+                self.found.push(SpawnCall {
+                    tokens: path.path.to_token_stream(),
+                    what: format!("`{}`", path_text(&path.path)),
+                });
+            }
+        }
+        syn::visit::visit_expr_call(self, call);
+    }
+
+    /// `set.spawn(fut)` on a `JoinSet`, `handle.spawn(fut)` on a runtime
+    /// `Handle`, `local.spawn_local(fut)` on a `LocalSet`: one argument, so
+    /// `Command::spawn()` (a process, no future) is not matched.
+    fn visit_expr_method_call(&mut self, call: &'ast ExprMethodCall) {
+        let method = call.method.to_string();
+        if SPAWN_FNS.contains(&method.as_str()) && call.args.len() == 1 {
+            let mut tokens = call.receiver.to_token_stream();
+            call.dot_token.to_tokens(&mut tokens);
+            call.method.to_tokens(&mut tokens);
+            self.found.push(SpawnCall {
+                tokens,
+                what: format!("`.{method}(..)`"),
+            });
+        }
+        syn::visit::visit_expr_method_call(self, call);
+    }
+
+    fn visit_macro(&mut self, mac: &'ast Macro) {
+        // Macro arguments are opaque tokens; look into those that parse as
+        // comma-separated expressions (`tokio::join!`, `vec!`, `assert!`).
+        if let Ok(args) = mac.parse_body_with(Punctuated::<Expr, Token![,]>::parse_terminated) {
+            for arg in &args {
+                self.visit_expr(arg);
+            }
+        }
+    }
+}
+
+/// `tokio::spawn`, `::std::thread::spawn`, ... but not `keiro::spawn` or a bare `spawn`.
+fn is_spawn_path(path: &Path) -> bool {
+    let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+    let Some((last, module)) = segments.split_last() else {
+        return false;
+    };
+    SPAWN_FNS.contains(&last.as_str())
+        && SPAWNING_MODULES
+            .iter()
+            .any(|candidate| candidate.iter().eq(module.iter()))
+}
+
+fn path_text(path: &Path) -> String {
+    let mut text = String::new();
+    if path.leading_colon.is_some() {
+        text.push_str("::");
+    }
+    let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+    text.push_str(&segments.join("::"));
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use syn::parse_quote;
+
+    fn found(block: Block) -> Vec<String> {
+        spawn_calls(&block).into_iter().map(|c| c.what).collect()
+    }
+
+    #[test]
+    fn every_spawning_path_is_found() {
+        let block: Block = parse_quote!({
+            tokio::spawn(async move { side_effect(x).await });
+            ::tokio::spawn(side_effect(x));
+            tokio::task::spawn_blocking(move || work());
+            task::spawn_local(async {});
+            std::thread::spawn(|| {});
+            thread::spawn(|| {});
+            tokio::task::spawn(async {});
+        });
+        assert_eq!(
+            found(block),
+            [
+                "`tokio::spawn`",
+                "`::tokio::spawn`",
+                "`tokio::task::spawn_blocking`",
+                "`task::spawn_local`",
+                "`std::thread::spawn`",
+                "`thread::spawn`",
+                "`tokio::task::spawn`",
+            ]
+        );
+    }
+
+    #[test]
+    fn nested_blocks_closures_async_blocks_and_macros_are_walked() {
+        let block: Block = parse_quote!({
+            if ready {
+                let f = || tokio::spawn(async {});
+            }
+            let fut = async move {
+                loop {
+                    let _ = std::thread::spawn(|| {});
+                }
+            };
+            tokio::join!(step_a(), async { tokio::task::spawn_blocking(|| 1) });
+            let handles = vec![tokio::spawn(async {})];
+        });
+        assert_eq!(
+            found(block),
+            [
+                "`tokio::spawn`",
+                "`std::thread::spawn`",
+                "`tokio::task::spawn_blocking`",
+                "`tokio::spawn`",
+            ]
+        );
+    }
+
+    #[test]
+    fn join_set_style_spawns_are_found() {
+        let block: Block = parse_quote!({
+            let mut set = tokio::task::JoinSet::new();
+            set.spawn(async move { side_effect(x).await });
+            handle.spawn_blocking(|| 1);
+        });
+        assert_eq!(found(block), ["`.spawn(..)`", "`.spawn_blocking(..)`"]);
+    }
+
+    #[test]
+    fn keiro_spawn_and_unrelated_calls_are_allowed() {
+        let block: Block = parse_quote!({
+            let child = keiro::spawn(child_workflow(1)).await?;
+            let child = ::keiro::spawn(child_workflow(2)).await?;
+            let child = spawn(child_workflow(3)).await?;
+            let out = std::process::Command::new("ls").spawn();
+            let (a, b) = futures::join!(step_a(), step_b());
+            my::tokio::spawn(x);
+            tokio::time::sleep(d).await;
+            spawner.spawned(x);
+        });
+        assert!(found(block).is_empty());
+    }
+
+    #[test]
+    fn the_message_names_the_call_and_the_fix() {
+        let block: Block = parse_quote!({
+            tokio::spawn(async {});
+        });
+        let message = spawn_calls(&block)[0].error().to_string();
+        assert!(
+            message.starts_with(
+                "`tokio::spawn` inside a `#[workflow]` runs its task outside the workflow"
+            ),
+            "{message}"
+        );
+        assert!(
+            message.contains("keiro::spawn(child_workflow(..))"),
+            "{message}"
+        );
+    }
+}
