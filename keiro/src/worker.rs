@@ -317,7 +317,7 @@ impl Keiro {
                 let names = self.inner.registry.names();
                 self.inner
                     .store
-                    .register_workflows(&self.owner(), &names)
+                    .register_workflows(self.owner(), &names)
                     .await?;
                 if names.is_empty() {
                     tracing::warn!(
