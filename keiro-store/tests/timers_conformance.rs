@@ -11,7 +11,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use keiro_store::{
     NewTimer, ReasonMatch, ResumeClaimOutcome, ResumeUpdate, ScheduleOutcome, Store, TimerListKind,
-    TimerQuery, TimerRecord, TimerStatus, TimerUpdate,
+    TimerQuery, TimerRow, TimerStatus, TimerUpdate,
 };
 use support::TestDb;
 
@@ -85,7 +85,7 @@ async fn schedule(db: &TestDb, id: &str, fire_at: i64) {
     assert_eq!(outcome, ScheduleOutcome::Created, "`{id}` should be new");
 }
 
-async fn get(db: &TestDb, id: &str) -> TimerRecord {
+async fn get(db: &TestDb, id: &str) -> TimerRow {
     db.store
         .get_timer(id)
         .await
@@ -93,21 +93,21 @@ async fn get(db: &TestDb, id: &str) -> TimerRecord {
         .unwrap_or_else(|| panic!("timer `{id}` should exist"))
 }
 
-fn applied(update: TimerUpdate) -> TimerRecord {
+fn applied(update: TimerUpdate) -> TimerRow {
     match update {
         TimerUpdate::Applied(row) => row,
         other => panic!("expected the update to apply, got {other:?}"),
     }
 }
 
-fn resumed(update: ResumeUpdate) -> TimerRecord {
+fn resumed(update: ResumeUpdate) -> TimerRow {
     match update {
         ResumeUpdate::Applied(row) => row,
         other => panic!("expected the resume operation to apply, got {other:?}"),
     }
 }
 
-async fn claim(db: &TestDb, now: i64) -> TimerRecord {
+async fn claim(db: &TestDb, now: i64) -> TimerRow {
     db.store
         .claim_due_timer(now)
         .await
@@ -116,7 +116,7 @@ async fn claim(db: &TestDb, now: i64) -> TimerRecord {
 }
 
 /// Schedules `id` due at 0, claims it at `now` and dead-letters it.
-async fn dead(db: &TestDb, id: &str, now: i64, reason: &str) -> TimerRecord {
+async fn dead(db: &TestDb, id: &str, now: i64, reason: &str) -> TimerRow {
     schedule(db, id, 0).await;
     let claimed = claim(db, now).await;
     assert_eq!(claimed.id, id);
