@@ -4,7 +4,8 @@
 //! `postgres/journal.rs` hold the two that differ (creating instances and
 //! appending a batch of steps).
 
-use crate::sql::Arg;
+use crate::query::Arg;
+use crate::rows::FromRow;
 use crate::{
     now_ms, rows, AppendOutcome, Cancellation, Conn, Finish, InstanceRow, InstanceStatus, Lease,
     NewInstance, Resolution, Result, StepRow, Store, StoreError,
@@ -30,14 +31,8 @@ impl Store {
 
     /// Reads one instance.
     pub async fn get_instance(&self, id: &str) -> Result<Option<InstanceRow>> {
-        dispatch!(Store, self, |s, sql| {
-            let row = sqlx::query(&sql.get_instance)
-                .bind(id)
-                .fetch_optional(s.pool())
-                .await
-                .map_err(StoreError::query("get_instance"))?;
-            row.as_ref().map(rows::instance).transpose()
-        })
+        self.fetch_optional("get_instance", |sql| &sql.get_instance, &[Arg::Text(id)])
+            .await
     }
 
     /// Claims an unfinished instance for `lease.owner` when nobody holds a live
@@ -45,55 +40,37 @@ impl Store {
     /// claimed row, or `None` when it is finished, missing or leased elsewhere.
     pub async fn claim(&self, id: &str, lease: Lease<'_>) -> Result<Option<InstanceRow>> {
         let now = now_ms();
-        dispatch!(Store, self, |s, sql| {
-            let row = sqlx::query(&sql.claim)
-                .bind(id)
-                .bind(lease.owner)
-                .bind(now + lease.ttl_ms)
-                .bind(now)
-                .fetch_optional(s.pool())
-                .await
-                .map_err(StoreError::query("claim"))?;
-            row.as_ref().map(rows::instance).transpose()
-        })
+        let args = [
+            Arg::Text(id),
+            Arg::Text(lease.owner),
+            Arg::Int(now + lease.ttl_ms),
+            Arg::Int(now),
+        ];
+        self.fetch_optional("claim", |sql| &sql.claim, &args).await
     }
 
     /// Extends a lease `lease.owner` holds. `false` when it no longer holds it.
     pub async fn renew_lease(&self, id: &str, lease: Lease<'_>) -> Result<bool> {
         let expires = now_ms() + lease.ttl_ms;
-        let done = dispatch!(Store, self, |s, sql| sqlx::query(&sql.renew_lease)
-            .bind(id)
-            .bind(lease.owner)
-            .bind(expires)
-            .execute(s.pool())
-            .await
-            .map(|done| done.rows_affected()));
-        Ok(done.map_err(StoreError::query("renew_lease"))? == 1)
+        let args = [Arg::Text(id), Arg::Text(lease.owner), Arg::Int(expires)];
+        Ok(self
+            .execute("renew_lease", |sql| &sql.renew_lease, &args)
+            .await?
+            == 1)
     }
 
     /// Drops `owner`'s lease on an instance, leaving its status as it is.
     pub async fn release(&self, id: &str, owner: &str) -> Result<()> {
-        dispatch!(Store, self, |s, sql| sqlx::query(&sql.release)
-            .bind(id)
-            .bind(owner)
-            .bind(now_ms())
-            .execute(s.pool())
-            .await
-            .map(drop))
-        .map_err(StoreError::query("release"))
+        let args = [Arg::Text(id), Arg::Text(owner), Arg::Int(now_ms())];
+        self.execute("release", |sql| &sql.release, &args).await?;
+        Ok(())
     }
 
     /// Reads every recorded step of one generation, in sequence order.
     pub async fn load_journal(&self, id: &str, generation: i64) -> Result<Vec<StepRow>> {
-        dispatch!(Store, self, |s, sql| {
-            let rows = sqlx::query(&sql.load_journal)
-                .bind(id)
-                .bind(generation)
-                .fetch_all(s.pool())
-                .await
-                .map_err(StoreError::query("load_journal"))?;
-            rows.iter().map(rows::step).collect()
-        })
+        let args = [Arg::Text(id), Arg::Int(generation)];
+        self.fetch_all("load_journal", |sql| &sql.load_journal, &args, None)
+            .await
     }
 
     /// Records step results in one transaction. A step id that is already
@@ -141,29 +118,22 @@ impl Store {
         wake_at: Option<i64>,
         awaiting: Option<i64>,
     ) -> Result<bool> {
-        let done = dispatch!(Store, self, |s, sql| sqlx::query(&sql.suspend)
-            .bind(id)
-            .bind(generation)
-            .bind(owner)
-            .bind(wake_at)
-            .bind(now_ms())
-            .bind(awaiting)
-            .execute(s.pool())
-            .await
-            .map(|done| done.rows_affected()));
-        Ok(done.map_err(StoreError::query("suspend"))? == 1)
+        let args = [
+            Arg::Text(id),
+            Arg::Int(generation),
+            Arg::Text(owner),
+            Arg::MaybeInt(wake_at),
+            Arg::Int(now_ms()),
+            Arg::MaybeInt(awaiting),
+        ];
+        Ok(self.execute("suspend", |sql| &sql.suspend, &args).await? == 1)
     }
 
     /// Reads one recorded step.
     pub async fn get_step(&self, id: &str, generation: i64, seq: i64) -> Result<Option<StepRow>> {
-        dispatch!(Store, self, |s| get_step_on(
-            (&mut *s.acquire("get_step").await?).into(),
-            "get_step",
-            id,
-            generation,
-            seq
-        )
-        .await)
+        let args = [Arg::Text(id), Arg::Int(generation), Arg::Int(seq)];
+        self.fetch_optional("get_step", |sql| &sql.get_step, &args)
+            .await
     }
 
     /// Records the resolution `row` of an awaitable created at step `created`
@@ -252,13 +222,9 @@ impl Store {
 
     /// How many awakeables of unfinished instances have no answer yet.
     pub async fn count_pending_awakeables(&self) -> Result<u64> {
-        let n: i64 = dispatch!(Store, self, |s, sql| sqlx::query_scalar(
-            &sql.count_pending_awakeables
-        )
-        .fetch_one(s.pool())
-        .await)
-        .map_err(StoreError::query("count_pending_awakeables"))?;
-        Ok(n.max(0) as u64)
+        let op = "count_pending_awakeables";
+        self.count(op, |sql| &sql.count_pending_awakeables, &[])
+            .await
     }
 
     /// Ends generation `generation` of an instance `owner` holds and starts the
@@ -270,28 +236,27 @@ impl Store {
         owner: &str,
         input: &str,
     ) -> Result<bool> {
-        let done = dispatch!(Store, self, |s, sql| sqlx::query(&sql.continue_as_new)
-            .bind(id)
-            .bind(generation)
-            .bind(owner)
-            .bind(input)
-            .bind(now_ms())
-            .execute(s.pool())
-            .await
-            .map(|done| done.rows_affected()));
-        Ok(done.map_err(StoreError::query("continue_as_new"))? == 1)
+        let args = [
+            Arg::Text(id),
+            Arg::Int(generation),
+            Arg::Text(owner),
+            Arg::Text(input),
+            Arg::Int(now_ms()),
+        ];
+        Ok(self
+            .execute("continue_as_new", |sql| &sql.continue_as_new, &args)
+            .await?
+            == 1)
     }
 
     /// Puts an instance set aside for non-determinism back to `pending`, keeping
     /// its journal, so the fixed code can resume it. Returns whether it applied.
     pub async fn requeue_set_aside(&self, id: &str) -> Result<bool> {
-        let done = dispatch!(Store, self, |s, sql| sqlx::query(&sql.requeue_set_aside)
-            .bind(id)
-            .bind(now_ms())
-            .execute(s.pool())
-            .await
-            .map(|done| done.rows_affected()));
-        Ok(done.map_err(StoreError::query("requeue_set_aside"))? == 1)
+        let args = [Arg::Text(id), Arg::Int(now_ms())];
+        Ok(self
+            .execute("requeue_set_aside", |sql| &sql.requeue_set_aside, &args)
+            .await?
+            == 1)
     }
 }
 
@@ -311,7 +276,7 @@ pub(crate) async fn get_step_on(
             .fetch_optional(c)
             .await
             .map_err(StoreError::query(op))?;
-        row.as_ref().map(rows::step).transpose()
+        row.as_ref().map(StepRow::from_row).transpose()
     })
 }
 

@@ -41,7 +41,7 @@ macro_rules! dispatch {
 }
 
 #[macro_use]
-mod sql;
+mod query;
 mod error;
 mod journal;
 mod model;
@@ -51,6 +51,7 @@ mod outcome;
 mod postgres;
 mod resume;
 mod rows;
+mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod timers;

@@ -8,6 +8,8 @@
 use sqlx::Row;
 
 use crate::journal::report_to_parent;
+use crate::query::{Arg, Statement};
+use crate::rows::StoreRow;
 use crate::{
     now_ms, rows, Blocked, Crash, ExecutorRow, InstanceRow, InstanceStatus, Lease, Registered,
     Result, Store, StoreError,
@@ -17,15 +19,9 @@ impl Store {
     /// Unfinished instances that are due now (pending, crashed with a lapsed
     /// lease, or suspended past their wake time), earliest first.
     pub async fn find_due(&self, limit: i64) -> Result<Vec<InstanceRow>> {
-        dispatch!(Store, self, |s, sql| {
-            let rows = sqlx::query(&sql.find_due)
-                .bind(now_ms())
-                .bind(limit)
-                .fetch_all(s.pool())
-                .await
-                .map_err(StoreError::query("find_due"))?;
-            rows.iter().map(rows::instance).collect()
-        })
+        let args = [Arg::Int(now_ms()), Arg::Int(limit)];
+        self.fetch_all("find_due", |sql| &sql.find_due, &args, None)
+            .await
     }
 
     /// Claims up to `limit` due instances of the `workflows` for
@@ -39,7 +35,16 @@ impl Store {
         workflows: &[Registered<'_>],
         limit: i64,
     ) -> Result<Vec<InstanceRow>> {
-        dispatch!(Store, self, |s| s.claim_due(lease, workflows, limit).await)
+        let now = now_ms();
+        let args = [
+            Arg::Text(lease.owner),
+            Arg::Int(now + lease.ttl_ms),
+            Arg::Int(now),
+            Arg::Int(limit),
+        ];
+        let registered = Some(workflows);
+        self.fetch_all("claim_due", |sql| &sql.claim_due, &args, registered)
+            .await
     }
 
     /// Due instances `owner` cannot claim: of names not in `workflows`, of a
@@ -51,21 +56,18 @@ impl Store {
         workflows: &[Registered<'_>],
         limit: i64,
     ) -> Result<Vec<Blocked>> {
-        dispatch!(Store, self, |s| s
-            .find_blocked(owner, workflows, limit)
-            .await)
+        let args = [Arg::Text(owner), Arg::Int(now_ms()), Arg::Int(limit)];
+        let registered = Some(workflows);
+        self.fetch_all("find_blocked", |sql| &sql.find_blocked, &args, registered)
+            .await
     }
 
     /// Makes every unfinished instance leased by `owner` due now, so a process
     /// restarting under a dead predecessor's identity resumes its work at once.
     pub async fn reclaim_own(&self, owner: &str) -> Result<u64> {
-        dispatch!(Store, self, |s, sql| sqlx::query(&sql.reclaim_own)
-            .bind(owner)
-            .bind(now_ms())
-            .execute(s.pool())
+        let args = [Arg::Text(owner), Arg::Int(now_ms())];
+        self.execute("reclaim_own", |sql| &sql.reclaim_own, &args)
             .await
-            .map(|done| done.rows_affected()))
-        .map_err(StoreError::query("reclaim_own"))
     }
 
     /// Counts a crash against an instance `crash.owner` holds and releases it:
@@ -90,8 +92,8 @@ impl Store {
                 None => None,
                 Some(row) => {
                     let what = || format!("workflow instance `{}`", crash.id);
-                    let status: String = rows::StoreRow::read(&row, what, "status")?;
-                    let attempts: i64 = rows::StoreRow::read(&row, what, "attempts")?;
+                    let status = row.text(what, "status")?;
+                    let attempts = row.int(what, "attempts")?;
                     Some((rows::instance_status(crash.id, &status)?, attempts))
                 }
             };
@@ -105,14 +107,8 @@ impl Store {
 
     /// Reads an executor identity's registration.
     pub async fn get_executor(&self, id: &str) -> Result<Option<ExecutorRow>> {
-        dispatch!(Store, self, |s, sql| {
-            let row = sqlx::query(&sql.get_executor)
-                .bind(id)
-                .fetch_optional(s.pool())
-                .await
-                .map_err(StoreError::query("get_executor"))?;
-            row.as_ref().map(rows::executor).transpose()
-        })
+        self.fetch_optional("get_executor", |sql| &sql.get_executor, &[Arg::Text(id)])
+            .await
     }
 
     /// Reads identity `base` and its numbered siblings `base#2`, `base#3`, …
@@ -120,15 +116,9 @@ impl Store {
     /// host), ordered by id.
     pub async fn list_executors(&self, base: &str) -> Result<Vec<ExecutorRow>> {
         let siblings = format!("{base}#");
-        dispatch!(Store, self, |s, sql| {
-            let rows = sqlx::query(&sql.list_executors)
-                .bind(base)
-                .bind(&siblings)
-                .fetch_all(s.pool())
-                .await
-                .map_err(StoreError::query("list_executors"))?;
-            rows.iter().map(rows::executor).collect()
-        })
+        let args = [Arg::Text(base), Arg::Text(&siblings)];
+        self.fetch_all("list_executors", |sql| &sql.list_executors, &args, None)
+            .await
     }
 
     /// Registers an identity: inserts it when `replacing` is `None`, else takes
@@ -139,38 +129,30 @@ impl Store {
         executor: &ExecutorRow,
         replacing: Option<&str>,
     ) -> Result<bool> {
-        let done = dispatch!(Store, self, |s, sql| {
-            let statement = match replacing {
-                None => &sql.insert_executor,
-                Some(_) => &sql.replace_executor,
-            };
-            let query = sqlx::query(statement)
-                .bind(&executor.id)
-                .bind(&executor.token)
-                .bind(&executor.host)
-                .bind(executor.pid)
-                .bind(executor.heartbeat_at);
-            match replacing {
-                None => query,
-                Some(old) => query.bind(old),
+        let mut args = vec![
+            Arg::Text(&executor.id),
+            Arg::Text(&executor.token),
+            Arg::Text(&executor.host),
+            Arg::Int(executor.pid),
+            Arg::Int(executor.heartbeat_at),
+        ];
+        let statement: Statement = match replacing {
+            None => |sql| &sql.insert_executor,
+            Some(old) => {
+                args.push(Arg::Text(old));
+                |sql| &sql.replace_executor
             }
-            .execute(s.pool())
-            .await
-            .map(|done| done.rows_affected())
-        });
-        Ok(done.map_err(StoreError::query("put_executor"))? == 1)
+        };
+        Ok(self.execute("put_executor", statement, &args).await? == 1)
     }
 
     /// Refreshes a held identity's heartbeat; `false` when it was taken over.
     pub async fn heartbeat_executor(&self, id: &str, token: &str) -> Result<bool> {
-        let done = dispatch!(Store, self, |s, sql| sqlx::query(&sql.heartbeat_executor)
-            .bind(id)
-            .bind(token)
-            .bind(now_ms())
-            .execute(s.pool())
-            .await
-            .map(|done| done.rows_affected()));
-        Ok(done.map_err(StoreError::query("heartbeat_executor"))? == 1)
+        let args = [Arg::Text(id), Arg::Text(token), Arg::Int(now_ms())];
+        Ok(self
+            .execute("heartbeat_executor", |sql| &sql.heartbeat_executor, &args)
+            .await?
+            == 1)
     }
 
     /// Gives up identity `id` held under `token` and, in the same

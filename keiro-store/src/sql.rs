@@ -37,40 +37,17 @@ pub(crate) struct Dialect {
     /// The 1-based position of a substring, 0 when absent (`instr(haystack,
     /// needle)`, `strpos(haystack, needle)`).
     pub(crate) find_text: &'static str,
+    /// Builds the claim of due instances of registered workflows: `$1` owner,
+    /// `$2` lease expiry, `$3` now, `$4` limit, then the registered workflows
+    /// as the backend binds them.
+    pub(crate) claim_due: fn() -> String,
+    /// Builds the read of due instances a worker cannot claim (`id`, `name`,
+    /// `signature`, `registered`): `$1` owner, `$2` now, `$3` limit, then the
+    /// registered workflows.
+    pub(crate) find_blocked: fn() -> String,
     /// The channel a new or moved timer notifies in the statement that writes
     /// it (PostgreSQL); `None` where workers share the process.
     pub(crate) timer_channel: Option<&'static str>,
-}
-
-/// A statement parameter, so one body binds a list of them on both backends
-/// (see [`bind_all!`]).
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Arg<'a> {
-    /// Text.
-    Text(&'a str),
-    /// Text or NULL.
-    MaybeText(Option<&'a str>),
-    /// An integer.
-    Int(i64),
-    /// An integer or NULL.
-    MaybeInt(Option<i64>),
-}
-
-/// Binds every [`Arg`] of `$args` to `$query` (a `sqlx::query` or
-/// `sqlx::query_scalar`), in order.
-macro_rules! bind_all {
-    ($query:expr, $args:expr) => {{
-        let mut query = $query;
-        for arg in $args {
-            query = match *arg {
-                $crate::sql::Arg::Text(value) => query.bind(value),
-                $crate::sql::Arg::MaybeText(value) => query.bind(value),
-                $crate::sql::Arg::Int(value) => query.bind(value),
-                $crate::sql::Arg::MaybeInt(value) => query.bind(value),
-            };
-        }
-        query
-    }};
 }
 
 /// The columns of an [`crate::InstanceRow`], in `SELECT` and `RETURNING` lists.
@@ -119,6 +96,8 @@ pub(crate) struct Statements {
     pub(crate) requeue_set_aside: String,
     // Resume worker and executors.
     pub(crate) find_due: String,
+    pub(crate) claim_due: String,
+    pub(crate) find_blocked: String,
     pub(crate) reclaim_own: String,
     pub(crate) record_crash: String,
     pub(crate) get_executor: String,
@@ -292,6 +271,8 @@ impl Statements {
                 "SELECT {INSTANCE_COLUMNS} FROM {w} WHERE {UNFINISHED} AND wake_at <= $1 \
                  ORDER BY wake_at LIMIT $2"
             ),
+            claim_due: (d.claim_due)(),
+            find_blocked: (d.find_blocked)(),
             reclaim_own: format!(
                 "UPDATE {w} SET wake_at = $2 WHERE lease_owner = $1 AND {UNFINISHED}"
             ),

@@ -30,7 +30,9 @@
 use sqlx::QueryBuilder;
 
 use crate::model::ResumeEnd;
-use crate::sql::{Arg, Statements, TIMER_COLUMNS};
+use crate::query::{Arg, Statement};
+use crate::rows::FromRow;
+use crate::sql::TIMER_COLUMNS;
 use crate::{
     now_ms, rows, Conn, NewTimer, ReasonMatch, Result, ResumeClaimOutcome, ResumeUpdate,
     ScheduleOutcome, Store, StoreError, TimerListKind, TimerQuery, TimerRow, TimerStatus,
@@ -124,9 +126,6 @@ where
     .await
 }
 
-/// Picks one statement out of a backend's [`Statements`].
-type Statement = fn(&Statements) -> &String;
-
 impl Store {
     /// Schedules a timer. A new id is recorded ([`ScheduleOutcome::Created`]);
     /// a `scheduled` timer with this id is re-armed with the new fire time,
@@ -150,15 +149,9 @@ impl Store {
     /// becomes `now`. Concurrent claimers never get the same timer
     /// (`FOR UPDATE SKIP LOCKED` on PostgreSQL, the single writer on SQLite).
     pub async fn claim_due_timer(&self, now: i64) -> Result<Option<TimerRow>> {
-        dispatch!(Store, self, |s, sql| {
-            let row = sqlx::query(&sql.claim_due_timer)
-                .bind(now)
-                .bind(now_ms())
-                .fetch_optional(s.pool())
-                .await
-                .map_err(StoreError::query("claim_due_timer"))?;
-            row.as_ref().map(rows::timer).transpose()
-        })
+        let args = [Arg::Int(now), Arg::Int(now_ms())];
+        self.fetch_optional("claim_due_timer", |sql| &sql.claim_due_timer, &args)
+            .await
     }
 
     /// The earliest fire time of any `scheduled` timer, due or not: how long
@@ -174,14 +167,8 @@ impl Store {
 
     /// Reads one timer.
     pub async fn get_timer(&self, id: &str) -> Result<Option<TimerRow>> {
-        dispatch!(Store, self, |s, sql| {
-            let row = sqlx::query(&sql.get_timer)
-                .bind(id)
-                .fetch_optional(s.pool())
-                .await
-                .map_err(StoreError::query("get_timer"))?;
-            row.as_ref().map(rows::timer).transpose()
-        })
+        self.fetch_optional("get_timer", |sql| &sql.get_timer, &[Arg::Text(id)])
+            .await
     }
 
     /// Marks a `firing` timer fired with the id of the event its firing produced.
@@ -214,12 +201,9 @@ impl Store {
     /// `scheduled` (fire time and attempts kept). Returns how many.
     pub async fn requeue_stuck_timers(&self, claimed_by: i64) -> Result<u64> {
         let args = [Arg::Int(claimed_by), Arg::Int(now_ms())];
-        self.execute(
-            "requeue_stuck_timers",
-            |sql| &sql.requeue_stuck_timers,
-            &args,
-        )
-        .await
+        let op = "requeue_stuck_timers";
+        self.execute(op, |sql| &sql.requeue_stuck_timers, &args)
+            .await
     }
 
     /// Puts one timer back in line: a `firing` one keeps its attempts (the
@@ -314,7 +298,7 @@ impl Store {
                 .fetch_all(s.pool())
                 .await
                 .map_err(StoreError::query("find_timers"))?;
-            rows.iter().map(rows::timer).collect()
+            rows.iter().map(TimerRow::from_row).collect()
         })
     }
 
@@ -403,12 +387,9 @@ impl Store {
     /// to `dead`, keeping its reason and attempts. Returns how many.
     pub async fn recover_expired_timer_resumes(&self, now: i64) -> Result<u64> {
         let args = [Arg::Int(now), Arg::Int(now_ms())];
-        self.execute(
-            "recover_expired_timer_resumes",
-            |sql| &sql.recover_expired_timer_resumes,
-            &args,
-        )
-        .await
+        let op = "recover_expired_timer_resumes";
+        self.execute(op, |sql| &sql.recover_expired_timer_resumes, &args)
+            .await
     }
 
     /// Runs a token-guarded `UPDATE .. RETURNING` of a `resuming` timer.
@@ -472,35 +453,6 @@ impl Store {
             let mut conn = s.acquire(op).await?;
             returning_on((&mut *conn).into(), op, id, statement, args).await
         })
-    }
-
-    /// Runs a `SELECT COUNT(*)`.
-    async fn count(&self, op: &'static str, statement: Statement, args: &[Arg<'_>]) -> Result<u64> {
-        let n: i64 = dispatch!(Store, self, |s, sql| bind_all!(
-            sqlx::query_scalar(statement(sql)),
-            args
-        )
-        .fetch_one(s.pool())
-        .await)
-        .map_err(StoreError::query(op))?;
-        Ok(n.max(0) as u64)
-    }
-
-    /// Runs a statement and returns how many rows it changed.
-    async fn execute(
-        &self,
-        op: &'static str,
-        statement: Statement,
-        args: &[Arg<'_>],
-    ) -> Result<u64> {
-        dispatch!(Store, self, |s, sql| bind_all!(
-            sqlx::query(statement(sql)),
-            args
-        )
-        .execute(s.pool())
-        .await
-        .map(|done| done.rows_affected()))
-        .map_err(StoreError::query(op))
     }
 }
 
@@ -580,7 +532,7 @@ async fn returning_on(
             .await
             .map_err(StoreError::query(op))?;
         if let Some(row) = row {
-            return Ok((Some(rows::timer(&row)?), None));
+            return Ok((Some(TimerRow::from_row(&row)?), None));
         }
         let found: Option<(String, Option<i64>)> = sqlx::query_as(&sql.timer_status_and_lease)
             .bind(id)

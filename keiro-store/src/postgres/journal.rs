@@ -9,6 +9,7 @@ use sqlx::postgres::PgConnection;
 
 use super::{PostgresStore, SQL};
 use crate::journal::{new_instance_args, unreadable_step};
+use crate::rows::{FromRow, StoreRow};
 use crate::sql::{INSTANCE_COLUMNS, STEP_COLUMNS};
 use crate::{now_ms, rows, AppendOutcome, InstanceRow, NewInstance, Result, StepRow, StoreError};
 
@@ -142,7 +143,7 @@ impl PostgresStore {
                 .await
                 .map_err(StoreError::query("append_steps"))?;
             for row in &existing {
-                let step = rows::step(row)?;
+                let step = StepRow::from_row(row)?;
                 let i = batch_index(&first_of, key(&step))?;
                 resolved.insert(key(&rows[i]), AppendOutcome::Existing(step));
             }
@@ -208,15 +209,15 @@ async fn create_on(
         .map_err(StoreError::query(OP))?;
     if let Some(row) = row {
         let what = || format!("workflow instance `{}`", new.id);
-        let created: bool = rows::StoreRow::read(&row, what, "created")?;
-        return Ok((rows::instance(&row)?, created));
+        let created = row.flag(what, "created")?;
+        return Ok((InstanceRow::from_row(&row)?, created));
     }
     let existing = sqlx::query(&SQL.get_instance)
         .bind(new.id)
         .fetch_optional(&mut *conn)
         .await
         .map_err(StoreError::query(OP))?;
-    match existing.as_ref().map(rows::instance).transpose()? {
+    match existing.as_ref().map(InstanceRow::from_row).transpose()? {
         Some(existing) => Ok((existing, false)),
         None => Err(StoreError::Corrupt {
             what: format!(

@@ -44,6 +44,8 @@ const DIALECT: Dialect = Dialect {
     json_as_text: "::text",
     find_text: "strpos",
     timer_channel: Some(notify::TIMER_CHANNEL),
+    claim_due: resume::claim_due_sql,
+    find_blocked: resume::find_blocked_sql,
 };
 
 /// PostgreSQL's text of the shared statements, built on first use.

@@ -9,6 +9,7 @@ use sqlx::SqliteConnection;
 
 use super::{SqliteStore, SQL};
 use crate::journal::{get_step_on, new_instance_args, unreadable_step};
+use crate::rows::FromRow;
 use crate::sql::STEP_COLUMNS;
 use crate::{now_ms, rows, AppendOutcome, InstanceRow, NewInstance, Result, StepRow, StoreError};
 
@@ -134,5 +135,5 @@ async fn create_on(
         .fetch_one(&mut *conn)
         .await
         .map_err(StoreError::query(OP))?;
-    Ok((rows::instance(&row)?, inserted))
+    Ok((InstanceRow::from_row(&row)?, inserted))
 }

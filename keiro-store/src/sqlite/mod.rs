@@ -40,6 +40,8 @@ const DIALECT: Dialect = Dialect {
     json_as_text: "",
     find_text: "instr",
     timer_channel: None,
+    claim_due: resume::claim_due_sql,
+    find_blocked: resume::find_blocked_sql,
 };
 
 /// SQLite's text of the shared statements, built on first use.
