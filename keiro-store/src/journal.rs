@@ -26,7 +26,21 @@ impl Store {
         &self,
         news: &[NewInstance<'_>],
     ) -> Result<Vec<(InstanceRow, bool)>> {
-        dispatch!(Store, self, |s| s.create_instances(news).await)
+        const OP: &str = "create_instance";
+        let now = now_ms();
+        dispatch!(Store, self, |s, sql| {
+            if let ([one], true) = (news, sql.create_is_one_statement) {
+                let mut conn = s.acquire(OP).await?;
+                return Ok(vec![s.create_on(&mut conn, one, now).await?]);
+            }
+            let mut tx = s.begin(OP).await?;
+            let mut created = Vec::with_capacity(news.len());
+            for new in news {
+                created.push(s.create_on(&mut tx, new, now).await?);
+            }
+            tx.commit().await.map_err(StoreError::query(OP))?;
+            Ok(created)
+        })
     }
 
     /// Reads one instance.
@@ -283,17 +297,13 @@ pub(crate) async fn get_step_on(
 /// Records one step on `conn` unless its step id is recorded; returns whether
 /// it was.
 async fn insert_step_on(conn: Conn<'_>, op: &'static str, row: &StepRow, now: i64) -> Result<bool> {
-    let inserted = dispatch!(Conn, conn, |c, sql| sqlx::query(&sql.insert_step)
-        .bind(&row.workflow_id)
-        .bind(row.generation)
-        .bind(row.seq)
-        .bind(&row.name)
-        .bind(&row.kind)
-        .bind(&row.result)
-        .bind(now)
-        .execute(c)
-        .await
-        .map(|done| done.rows_affected()));
+    let inserted = dispatch!(Conn, conn, |c, sql| bind_all!(
+        sqlx::query(&sql.insert_step),
+        &step_args(row, now)
+    )
+    .execute(c)
+    .await
+    .map(|done| done.rows_affected()));
     Ok(inserted.map_err(StoreError::query(op))? == 1)
 }
 
@@ -370,5 +380,19 @@ pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>
         Arg::Int(now),
         Arg::MaybeInt(new.parent.map(|p| p.generation)),
         Arg::MaybeText(new.signature),
+    ]
+}
+
+/// The parameters recording `row` at `now`: its step id, name, kind, result
+/// and creation time.
+pub(crate) fn step_args(row: &StepRow, now: i64) -> [Arg<'_>; 7] {
+    [
+        Arg::Text(&row.workflow_id),
+        Arg::Int(row.generation),
+        Arg::Int(row.seq),
+        Arg::Text(&row.name),
+        Arg::Text(&row.kind),
+        Arg::Text(&row.result),
+        Arg::Int(now),
     ]
 }

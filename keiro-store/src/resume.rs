@@ -5,8 +5,6 @@
 //! and lookups that pass a worker's registered workflows (`json_each` on
 //! SQLite, arrays on PostgreSQL).
 
-use sqlx::Row;
-
 use crate::journal::report_to_parent;
 use crate::query::{Arg, Statement};
 use crate::rows::StoreRow;
@@ -78,13 +76,15 @@ impl Store {
         let now = now_ms();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
-            let row = sqlx::query(&sql.record_crash)
-                .bind(crash.id)
-                .bind(crash.owner)
-                .bind(crash.error)
-                .bind(crash.max_attempts)
-                .bind(crash.retry_at)
-                .bind(now)
+            let args = [
+                Arg::Text(crash.id),
+                Arg::Text(crash.owner),
+                Arg::Text(crash.error),
+                Arg::Int(crash.max_attempts),
+                Arg::Int(crash.retry_at),
+                Arg::Int(now),
+            ];
+            let row = bind_all!(sqlx::query(&sql.record_crash), &args)
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(StoreError::query(OP))?;
@@ -218,7 +218,9 @@ impl Store {
             .bind(alive_since)
             .fetch_one(s.pool())
             .await
-            .and_then(|row| row.try_get::<bool, _>("served")))
-        .map_err(StoreError::query("is_served"))
+            .map_err(StoreError::query("is_served"))
+            .and_then(
+                |row| row.flag(|| format!("workflow `{name}`"), "served")
+            ))
     }
 }

@@ -11,16 +11,8 @@ use crate::outcome::child_outcome_sql;
 /// What differs between the backends' spelling of a shared statement.
 #[derive(Debug)]
 pub(crate) struct Dialect {
-    /// The workflow instances table.
-    pub(crate) workflows: &'static str,
-    /// The journal's step table.
-    pub(crate) steps: &'static str,
-    /// The executor identities table.
-    pub(crate) executors: &'static str,
-    /// The table of workflow names each worker serves.
-    pub(crate) worker_workflows: &'static str,
-    /// The durable timers table.
-    pub(crate) timers: &'static str,
+    /// What each table name starts with (`keiro_`, `keiro.`).
+    pub(crate) tables: &'static str,
     /// Appended to a read that must lock its row until the transaction ends
     /// (PostgreSQL `FOR UPDATE`; SQLite's `BEGIN IMMEDIATE` already does).
     pub(crate) lock_row: &'static str,
@@ -45,9 +37,37 @@ pub(crate) struct Dialect {
     /// `signature`, `registered`): `$1` owner, `$2` now, `$3` limit, then the
     /// registered workflows.
     pub(crate) find_blocked: fn() -> String,
+    /// Whether an instance's insert-or-read is one statement, so creating
+    /// one alone needs no transaction.
+    pub(crate) create_is_one_statement: bool,
     /// The channel a new or moved timer notifies in the statement that writes
     /// it (PostgreSQL); `None` where workers share the process.
     pub(crate) timer_channel: Option<&'static str>,
+}
+
+impl Dialect {
+    /// A dialect whose tables start with `tables`, with no locking clauses,
+    /// casts or notifications: the SQLite one, and what PostgreSQL's
+    /// overrides.
+    pub(crate) const fn plain(
+        tables: &'static str,
+        claim_due: fn() -> String,
+        find_blocked: fn() -> String,
+    ) -> Dialect {
+        Dialect {
+            tables,
+            lock_row: "",
+            skip_locked: "",
+            json_param: "",
+            json_object: "json_object",
+            json_as_text: "",
+            find_text: "instr",
+            timer_channel: None,
+            claim_due,
+            find_blocked,
+            create_is_one_statement: false,
+        }
+    }
 }
 
 /// The columns of an [`crate::InstanceRow`], in `SELECT` and `RETURNING` lists.
@@ -110,7 +130,8 @@ pub(crate) struct Statements {
     pub(crate) release_leases_of: String,
     pub(crate) is_served: String,
     // Timers.
-    pub(crate) timers_table: &'static str,
+    pub(crate) timers_table: String,
+    pub(crate) create_is_one_statement: bool,
     pub(crate) find_text: &'static str,
     pub(crate) schedule_timer: String,
     pub(crate) rearm_timer: String,
@@ -138,14 +159,9 @@ pub(crate) struct Statements {
 impl Statements {
     /// Spells every shared statement in `d`'s dialect.
     pub(crate) fn new(d: &Dialect) -> Statements {
-        let Dialect {
-            workflows: w,
-            steps: s,
-            executors: e,
-            worker_workflows: ww,
-            timers: t,
-            ..
-        } = *d;
+        let table = |name: &str| format!("{}{name}", d.tables);
+        let (w, s, e) = (table("workflows"), table("steps"), table("executors"));
+        let (ww, t) = (table("worker_workflows"), table("timers"));
         let child_outcome = child_outcome_sql(d.json_object, d.json_as_text);
         let notify = |write: String| match d.timer_channel {
             // `SELECT` reports its row count, so `rows_affected` still says
@@ -310,7 +326,7 @@ impl Statements {
                 "SELECT EXISTS (SELECT 1 FROM {ww} w JOIN {e} e ON e.id = w.executor_id \
                  WHERE w.name = $1 AND e.heartbeat_at >= $2) AS served"
             ),
-            timers_table: t,
+            create_is_one_statement: d.create_is_one_statement,
             find_text: d.find_text,
             schedule_timer: notify(format!(
                 "INSERT INTO {t} (id, process_manager, correlation_id, fire_at, payload, status, \
@@ -396,6 +412,7 @@ impl Statements {
                 "UPDATE {t} SET status = 'dead', resume_token = NULL, resume_lease_until = NULL, \
                  updated_at = $2 WHERE status = 'resuming' AND resume_lease_until <= $1"
             ),
+            timers_table: t,
         }
     }
 }

@@ -23,9 +23,9 @@
 //! every id-only mutation answers [`TimerUpdate::Guarded`]. A claim whose lease
 //! lapses goes back to `dead` with its reason and attempts intact.
 //!
-//! Every operation is written once; `sqlite/timers.rs` and
-//! `postgres/timers.rs` hold how a schedule runs (in a transaction of its own
-//! on SQLite, with a notification on PostgreSQL).
+//! Every operation is written once, on both backends; they differ only in
+//! the statements' spelling (`sql`) and in how a schedule runs (in a
+//! transaction of its own on SQLite, notifying as it writes on PostgreSQL).
 
 use sqlx::QueryBuilder;
 
@@ -134,14 +134,31 @@ impl Store {
     /// On PostgreSQL a new or moved timer notifies sleeping workers
     /// ([`crate::PostgresStore::listen_timers`]).
     pub async fn schedule_timer(&self, timer: &NewTimer<'_>) -> Result<ScheduleOutcome> {
-        dispatch!(Store, self, |s| s.schedule_timer(timer, false).await)
+        self.schedule(timer, false).await
     }
 
     /// Schedules a timer unless one with its id exists, whatever its status:
     /// the first schedule wins. Returns whether it was created.
     pub async fn schedule_timer_once(&self, timer: &NewTimer<'_>) -> Result<bool> {
-        let outcome = dispatch!(Store, self, |s| s.schedule_timer(timer, true).await)?;
-        Ok(outcome == ScheduleOutcome::Created)
+        Ok(self.schedule(timer, true).await? == ScheduleOutcome::Created)
+    }
+
+    async fn schedule(&self, timer: &NewTimer<'_>, once: bool) -> Result<ScheduleOutcome> {
+        const OP: &str = "schedule_timer";
+        match self {
+            // One writer: the insert, the re-arm and the status read run in
+            // one `BEGIN IMMEDIATE` transaction and see one state.
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(s) => {
+                let mut tx = s.begin(OP).await?;
+                let outcome = schedule((&mut *tx).into(), timer, once).await?;
+                tx.commit().await.map_err(StoreError::query(OP))?;
+                Ok(outcome)
+            }
+            // Each statement re-checks the row and notifies as it writes.
+            #[cfg(feature = "postgres")]
+            Store::Postgres(s) => schedule((&mut *s.acquire(OP).await?).into(), timer, once).await,
+        }
     }
 
     /// Claims the earliest due timer (`scheduled`, `fire_at <= now`, ties by
@@ -457,14 +474,18 @@ impl Store {
 }
 
 /// Inserts or re-arms a timer on `conn` (a transaction of the caller's, or
-/// the backend's own; see `sqlite/timers.rs` and `postgres/timers.rs`).
-pub(crate) async fn schedule(
-    conn: Conn<'_>,
-    timer: &NewTimer<'_>,
-    once: bool,
-) -> Result<ScheduleOutcome> {
+/// the store's own).
+async fn schedule(conn: Conn<'_>, timer: &NewTimer<'_>, once: bool) -> Result<ScheduleOutcome> {
     const OP: &str = "schedule_timer";
     let now = now_ms();
+    let args = [
+        Arg::Text(timer.id),
+        Arg::Text(timer.process_manager),
+        Arg::Text(timer.correlation_id),
+        Arg::Int(timer.fire_at),
+        Arg::Text(timer.payload),
+        Arg::Int(now),
+    ];
     dispatch!(Conn, conn, |c, sql| {
         let writes = [
             (&sql.schedule_timer, ScheduleOutcome::Created),
@@ -472,13 +493,7 @@ pub(crate) async fn schedule(
         ];
         // Once-only: the first schedule wins, so no re-arming.
         for (statement, outcome) in &writes[..if once { 1 } else { 2 }] {
-            let written = sqlx::query(statement)
-                .bind(timer.id)
-                .bind(timer.process_manager)
-                .bind(timer.correlation_id)
-                .bind(timer.fire_at)
-                .bind(timer.payload)
-                .bind(now)
+            let written = bind_all!(sqlx::query(statement), &args)
                 .execute(&mut *c)
                 .await
                 .map_err(StoreError::query(OP))?

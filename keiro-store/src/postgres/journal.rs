@@ -53,25 +53,6 @@ static CREATE_INSTANCE: LazyLock<String> = LazyLock::new(|| {
 });
 
 impl PostgresStore {
-    pub(crate) async fn create_instances(
-        &self,
-        news: &[NewInstance<'_>],
-    ) -> Result<Vec<(InstanceRow, bool)>> {
-        const OP: &str = "create_instance";
-        let now = now_ms();
-        if let [one] = news {
-            let mut conn = self.acquire(OP).await?;
-            return Ok(vec![create_on(&mut conn, one, now).await?]);
-        }
-        let mut tx = self.begin(OP).await?;
-        let mut created = Vec::with_capacity(news.len());
-        for new in news {
-            created.push(create_on(&mut tx, new, now).await?);
-        }
-        tx.commit().await.map_err(StoreError::query(OP))?;
-        Ok(created)
-    }
-
     /// Records the whole batch with one multi-row `INSERT .. ON CONFLICT DO
     /// NOTHING` (a single statement, hence one transaction and one round
     /// trip), then reads back only the step ids that were already recorded.
@@ -100,15 +81,11 @@ impl PostgresStore {
             // overlap wait on each other in one direction and never deadlock.
             pending.sort_unstable_by_key(|&i| key(&rows[i]));
             let batch: Vec<&StepRow> = pending.iter().map(|&i| &rows[i]).collect();
+            let (ids, generations, seqs) = step_ids(&batch);
             let inserted = sqlx::query(INSERT_STEPS)
-                .bind(
-                    batch
-                        .iter()
-                        .map(|r| r.workflow_id.as_str())
-                        .collect::<Vec<_>>(),
-                )
-                .bind(batch.iter().map(|r| r.generation).collect::<Vec<_>>())
-                .bind(batch.iter().map(|r| r.seq).collect::<Vec<_>>())
+                .bind(ids)
+                .bind(generations)
+                .bind(seqs)
                 .bind(batch.iter().map(|r| r.name.as_str()).collect::<Vec<_>>())
                 .bind(batch.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>())
                 .bind(batch.iter().map(|r| r.result.as_str()).collect::<Vec<_>>())
@@ -130,15 +107,11 @@ impl PostgresStore {
                 break;
             }
 
+            let (ids, generations, seqs) = step_ids(&conflicting);
             let existing = sqlx::query(&READ_BACK)
-                .bind(
-                    conflicting
-                        .iter()
-                        .map(|r| r.workflow_id.as_str())
-                        .collect::<Vec<_>>(),
-                )
-                .bind(conflicting.iter().map(|r| r.generation).collect::<Vec<_>>())
-                .bind(conflicting.iter().map(|r| r.seq).collect::<Vec<_>>())
+                .bind(ids)
+                .bind(generations)
+                .bind(seqs)
                 .fetch_all(&self.pool)
                 .await
                 .map_err(StoreError::query("append_steps"))?;
@@ -177,6 +150,14 @@ impl PostgresStore {
     }
 }
 
+/// The step ids of `rows` as three parallel arrays, for `UNNEST`.
+fn step_ids<'a>(rows: &[&'a StepRow]) -> (Vec<&'a str>, Vec<i64>, Vec<i64>) {
+    let ids = rows.iter().map(|r| r.workflow_id.as_str()).collect();
+    let generations = rows.iter().map(|r| r.generation).collect();
+    let seqs = rows.iter().map(|r| r.seq).collect();
+    (ids, generations, seqs)
+}
+
 type StepKey<'a> = (&'a str, i64, i64);
 
 fn key(row: &StepRow) -> StepKey<'_> {
@@ -196,34 +177,37 @@ fn batch_index(first_of: &HashMap<StepKey<'_>, usize>, (w, g, s): StepKey<'_>) -
         })
 }
 
-/// Records a new instance, or reads the existing one with its id.
-async fn create_on(
-    conn: &mut PgConnection,
-    new: &NewInstance<'_>,
-    now: i64,
-) -> Result<(InstanceRow, bool)> {
-    const OP: &str = "create_instance";
-    let row = bind_all!(sqlx::query(&CREATE_INSTANCE), &new_instance_args(new, now))
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(StoreError::query(OP))?;
-    if let Some(row) = row {
-        let what = || format!("workflow instance `{}`", new.id);
-        let created = row.flag(what, "created")?;
-        return Ok((InstanceRow::from_row(&row)?, created));
-    }
-    let existing = sqlx::query(&SQL.get_instance)
-        .bind(new.id)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(StoreError::query(OP))?;
-    match existing.as_ref().map(InstanceRow::from_row).transpose()? {
-        Some(existing) => Ok((existing, false)),
-        None => Err(StoreError::Corrupt {
-            what: format!(
-                "workflow instance `{}` conflicted on insert but cannot be read",
-                new.id
-            ),
-        }),
+impl PostgresStore {
+    /// Records a new instance, or reads the existing one with its id.
+    pub(crate) async fn create_on(
+        &self,
+        conn: &mut PgConnection,
+        new: &NewInstance<'_>,
+        now: i64,
+    ) -> Result<(InstanceRow, bool)> {
+        const OP: &str = "create_instance";
+        let row = bind_all!(sqlx::query(&CREATE_INSTANCE), &new_instance_args(new, now))
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(StoreError::query(OP))?;
+        if let Some(row) = row {
+            let what = || format!("workflow instance `{}`", new.id);
+            let created = row.flag(what, "created")?;
+            return Ok((InstanceRow::from_row(&row)?, created));
+        }
+        let existing = sqlx::query(&SQL.get_instance)
+            .bind(new.id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(StoreError::query(OP))?;
+        match existing.as_ref().map(InstanceRow::from_row).transpose()? {
+            Some(existing) => Ok((existing, false)),
+            None => Err(StoreError::Corrupt {
+                what: format!(
+                    "workflow instance `{}` conflicted on insert but cannot be read",
+                    new.id
+                ),
+            }),
+        }
     }
 }

@@ -9,7 +9,6 @@
 mod journal;
 mod notify;
 mod resume;
-mod timers;
 
 use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
@@ -17,7 +16,7 @@ use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
-use sqlx::{Connection, Postgres, Transaction};
+use sqlx::{Connection, Executor, Postgres, Transaction};
 
 use crate::error::redact;
 use crate::sql::{Dialect, Statements};
@@ -32,11 +31,6 @@ pub static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migratio
 
 /// How PostgreSQL spells the shared statements.
 const DIALECT: Dialect = Dialect {
-    workflows: "keiro.workflows",
-    steps: "keiro.steps",
-    executors: "keiro.executors",
-    worker_workflows: "keiro.worker_workflows",
-    timers: "keiro.timers",
     lock_row: " FOR UPDATE",
     skip_locked: " FOR UPDATE SKIP LOCKED",
     json_param: "::json",
@@ -44,8 +38,8 @@ const DIALECT: Dialect = Dialect {
     json_as_text: "::text",
     find_text: "strpos",
     timer_channel: Some(notify::TIMER_CHANNEL),
-    claim_due: resume::claim_due_sql,
-    find_blocked: resume::find_blocked_sql,
+    create_is_one_statement: true,
+    ..Dialect::plain("keiro.", resume::claim_due_sql, resume::find_blocked_sql)
 };
 
 /// PostgreSQL's text of the shared statements, built on first use.
@@ -129,21 +123,17 @@ impl PostgresStore {
 /// bookkeeping table inside it.
 async fn migrate(conn: &mut PgConnection) -> Result<(), sqlx::migrate::MigrateError> {
     // `CREATE SCHEMA IF NOT EXISTS` is not safe against a concurrent creator
-    // (it can fail on the catalog's unique index), hence the lock.
-    sqlx::query("SELECT pg_advisory_lock($1)")
-        .bind(SCHEMA_LOCK)
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query("CREATE SCHEMA IF NOT EXISTS keiro")
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(SCHEMA_LOCK)
-        .execute(&mut *conn)
-        .await?;
-    // Only this short-lived session sees the changed search path.
-    sqlx::query("SET search_path TO keiro")
-        .execute(&mut *conn)
-        .await?;
+    // (it can fail on the catalog's unique index), hence the lock. Each
+    // statement commits on its own, so the schema exists before the lock is
+    // released. The changed search path is seen only by this short-lived
+    // session.
+    for statement in [
+        format!("SELECT pg_advisory_lock({SCHEMA_LOCK})"),
+        "CREATE SCHEMA IF NOT EXISTS keiro".to_owned(),
+        format!("SELECT pg_advisory_unlock({SCHEMA_LOCK})"),
+        "SET search_path TO keiro".to_owned(),
+    ] {
+        conn.execute(statement.as_str()).await?;
+    }
     POSTGRES_MIGRATOR.run_direct(conn).await
 }

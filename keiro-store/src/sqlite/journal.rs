@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use sqlx::SqliteConnection;
 
 use super::{SqliteStore, SQL};
-use crate::journal::{get_step_on, new_instance_args, unreadable_step};
+use crate::journal::{get_step_on, new_instance_args, step_args, unreadable_step};
 use crate::rows::FromRow;
 use crate::sql::STEP_COLUMNS;
 use crate::{now_ms, rows, AppendOutcome, InstanceRow, NewInstance, Result, StepRow, StoreError};
@@ -34,21 +34,6 @@ fn insert_steps(rows: usize) -> &'static str {
 }
 
 impl SqliteStore {
-    pub(crate) async fn create_instances(
-        &self,
-        news: &[NewInstance<'_>],
-    ) -> Result<Vec<(InstanceRow, bool)>> {
-        const OP: &str = "create_instance";
-        let now = now_ms();
-        let mut tx = self.begin(OP).await?;
-        let mut created = Vec::with_capacity(news.len());
-        for new in news {
-            created.push(create_on(&mut tx, new, now).await?);
-        }
-        tx.commit().await.map_err(StoreError::query(OP))?;
-        Ok(created)
-    }
-
     pub(crate) async fn append_steps(&self, rows: &[StepRow]) -> Result<Vec<AppendOutcome>> {
         const OP: &str = "append_steps";
         let now = now_ms();
@@ -59,14 +44,7 @@ impl SqliteStore {
         for chunk in rows.chunks(APPEND_CHUNK) {
             let mut query = sqlx::query(insert_steps(chunk.len()));
             for step in chunk {
-                query = query
-                    .bind(&step.workflow_id)
-                    .bind(step.generation)
-                    .bind(step.seq)
-                    .bind(&step.name)
-                    .bind(&step.kind)
-                    .bind(&step.result)
-                    .bind(now);
+                query = bind_all!(query, &step_args(step, now));
             }
             for row in query
                 .fetch_all(&mut *tx)
@@ -114,26 +92,29 @@ impl SqliteStore {
     }
 }
 
-/// Records a new instance, or reads the existing one with its id.
-async fn create_on(
-    conn: &mut SqliteConnection,
-    new: &NewInstance<'_>,
-    now: i64,
-) -> Result<(InstanceRow, bool)> {
-    const OP: &str = "create_instance";
-    let inserted = bind_all!(
-        sqlx::query(&SQL.insert_instance),
-        &new_instance_args(new, now)
-    )
-    .execute(&mut *conn)
-    .await
-    .map_err(StoreError::query(OP))?
-    .rows_affected()
-        == 1;
-    let row = sqlx::query(&SQL.get_instance)
-        .bind(new.id)
-        .fetch_one(&mut *conn)
+impl SqliteStore {
+    /// Records a new instance, or reads the existing one with its id.
+    pub(crate) async fn create_on(
+        &self,
+        conn: &mut SqliteConnection,
+        new: &NewInstance<'_>,
+        now: i64,
+    ) -> Result<(InstanceRow, bool)> {
+        const OP: &str = "create_instance";
+        let inserted = bind_all!(
+            sqlx::query(&SQL.insert_instance),
+            &new_instance_args(new, now)
+        )
+        .execute(&mut *conn)
         .await
-        .map_err(StoreError::query(OP))?;
-    Ok((InstanceRow::from_row(&row)?, inserted))
+        .map_err(StoreError::query(OP))?
+        .rows_affected()
+            == 1;
+        let row = sqlx::query(&SQL.get_instance)
+            .bind(new.id)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(StoreError::query(OP))?;
+        Ok((InstanceRow::from_row(&row)?, inserted))
+    }
 }

@@ -6,7 +6,6 @@
 
 mod journal;
 mod resume;
-mod timers;
 
 use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
@@ -27,22 +26,7 @@ use crate::{Result, SqliteSynchronous, StoreError, StoreOptions};
 pub static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
 /// How SQLite spells the shared statements.
-const DIALECT: Dialect = Dialect {
-    workflows: "keiro_workflows",
-    steps: "keiro_steps",
-    executors: "keiro_executors",
-    worker_workflows: "keiro_worker_workflows",
-    timers: "keiro_timers",
-    lock_row: "",
-    skip_locked: "",
-    json_param: "",
-    json_object: "json_object",
-    json_as_text: "",
-    find_text: "instr",
-    timer_channel: None,
-    claim_due: resume::claim_due_sql,
-    find_blocked: resume::find_blocked_sql,
-};
+const DIALECT: Dialect = Dialect::plain("keiro_", resume::claim_due_sql, resume::find_blocked_sql);
 
 /// SQLite's text of the shared statements, built on first use.
 pub(crate) static SQL: LazyLock<Statements> = LazyLock::new(|| Statements::new(&DIALECT));
