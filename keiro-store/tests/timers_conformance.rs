@@ -15,6 +15,24 @@ use keiro_store::{
 };
 use support::TestDb;
 
+/// Runs `$body` once, on the test store's own backend, with `$pool` its
+/// connection pool and `$begin` the statement its write transactions begin
+/// with (SQLite's `BEGIN IMMEDIATE` takes the write lock at once).
+macro_rules! on_pool {
+    ($db:expr, |$pool:ident, $begin:ident| $body:expr) => {
+        match &$db.store {
+            Store::Sqlite(s) => {
+                let ($pool, $begin) = (s.pool(), "BEGIN IMMEDIATE");
+                $body
+            }
+            Store::Postgres(p) => {
+                let ($pool, $begin) = (p.pool(), "BEGIN");
+                $body
+            }
+        }
+    };
+}
+
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
         mod sqlite {
@@ -246,46 +264,25 @@ async fn schedule_refuses_a_payload_that_is_not_json(db: &TestDb) {
 }
 
 async fn schedule_in_the_callers_transaction_follows_it(db: &TestDb) {
-    match &db.store {
-        Store::Sqlite(s) => {
-            let mut tx = s.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
-            let created = keiro_store::schedule_timer_tx(&mut tx, &timer("rolled-back", 1))
-                .await
-                .unwrap();
-            assert_eq!(created, ScheduleOutcome::Created);
-            tx.rollback().await.unwrap();
+    on_pool!(db, |pool, begin| {
+        let mut tx = pool.begin_with(begin).await.unwrap();
+        let created = keiro_store::schedule_timer_tx(&mut tx, &timer("rolled-back", 1))
+            .await
+            .unwrap();
+        assert_eq!(created, ScheduleOutcome::Created);
+        tx.rollback().await.unwrap();
 
-            let mut tx = s.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
-            keiro_store::schedule_timer_tx(&mut tx, &timer("committed", 1))
+        let mut tx = pool.begin_with(begin).await.unwrap();
+        keiro_store::schedule_timer_tx(&mut tx, &timer("committed", 1))
+            .await
+            .unwrap();
+        assert!(
+            !keiro_store::schedule_timer_once_tx(&mut tx, &timer("committed", 2))
                 .await
-                .unwrap();
-            assert!(
-                !keiro_store::schedule_timer_once_tx(&mut tx, &timer("committed", 2))
-                    .await
-                    .unwrap()
-            );
-            tx.commit().await.unwrap();
-        }
-        Store::Postgres(p) => {
-            let mut tx = p.pool().begin().await.unwrap();
-            let created = keiro_store::schedule_timer_tx(&mut tx, &timer("rolled-back", 1))
-                .await
-                .unwrap();
-            assert_eq!(created, ScheduleOutcome::Created);
-            tx.rollback().await.unwrap();
-
-            let mut tx = p.pool().begin().await.unwrap();
-            keiro_store::schedule_timer_tx(&mut tx, &timer("committed", 1))
-                .await
-                .unwrap();
-            assert!(
-                !keiro_store::schedule_timer_once_tx(&mut tx, &timer("committed", 2))
-                    .await
-                    .unwrap()
-            );
-            tx.commit().await.unwrap();
-        }
-    }
+                .unwrap()
+        );
+        tx.commit().await.unwrap();
+    });
     assert_eq!(db.store.get_timer("rolled-back").await.unwrap(), None);
     assert_eq!(get(db, "committed").await.fire_at, 1);
 }
@@ -293,28 +290,16 @@ async fn schedule_in_the_callers_transaction_follows_it(db: &TestDb) {
 async fn cancel_in_the_callers_transaction_follows_it(db: &TestDb) {
     schedule(db, "t-1", 1_000).await;
     for commit in [false, true] {
-        let update = match &db.store {
-            Store::Sqlite(s) => {
-                let mut tx = s.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
-                let update = keiro_store::cancel_timer_tx(&mut tx, "t-1").await.unwrap();
-                if commit {
-                    tx.commit().await.unwrap()
-                } else {
-                    tx.rollback().await.unwrap()
-                }
-                update
+        let update = on_pool!(db, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await.unwrap();
+            let update = keiro_store::cancel_timer_tx(&mut tx, "t-1").await.unwrap();
+            if commit {
+                tx.commit().await.unwrap()
+            } else {
+                tx.rollback().await.unwrap()
             }
-            Store::Postgres(p) => {
-                let mut tx = p.pool().begin().await.unwrap();
-                let update = keiro_store::cancel_timer_tx(&mut tx, "t-1").await.unwrap();
-                if commit {
-                    tx.commit().await.unwrap()
-                } else {
-                    tx.rollback().await.unwrap()
-                }
-                update
-            }
-        };
+            update
+        });
         assert_eq!(applied(update).status, TimerStatus::Cancelled);
         let expected = if commit {
             TimerStatus::Cancelled
