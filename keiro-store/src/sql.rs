@@ -29,14 +29,12 @@ pub(crate) struct Dialect {
     /// The 1-based position of a substring, 0 when absent (`instr(haystack,
     /// needle)`, `strpos(haystack, needle)`).
     pub(crate) find_text: &'static str,
-    /// Builds the claim of due instances of registered workflows: `$1` owner,
-    /// `$2` lease expiry, `$3` now, `$4` limit, then the registered workflows
-    /// as the backend binds them.
-    pub(crate) claim_due: fn() -> String,
-    /// Builds the read of due instances a worker cannot claim (`id`, `name`,
-    /// `signature`, `registered`): `$1` owner, `$2` now, `$3` limit, then the
-    /// registered workflows.
-    pub(crate) find_blocked: fn() -> String,
+    /// The condition a claimable instance's `name` and `signature` meet,
+    /// given the worker's registered workflows bound from `$5` on.
+    pub(crate) registered_match: &'static str,
+    /// The worker's registered workflows bound from `$4` on, as a table
+    /// `r(name, signature)` to join.
+    pub(crate) registered_rows: &'static str,
     /// Whether an instance's insert-or-read is one statement, so creating
     /// one alone needs no transaction.
     pub(crate) create_is_one_statement: bool,
@@ -51,8 +49,8 @@ impl Dialect {
     /// overrides.
     pub(crate) const fn plain(
         tables: &'static str,
-        claim_due: fn() -> String,
-        find_blocked: fn() -> String,
+        registered_match: &'static str,
+        registered_rows: &'static str,
     ) -> Dialect {
         Dialect {
             tables,
@@ -63,8 +61,8 @@ impl Dialect {
             json_as_text: "",
             find_text: "instr",
             timer_channel: None,
-            claim_due,
-            find_blocked,
+            registered_match,
+            registered_rows,
             create_is_one_statement: false,
         }
     }
@@ -287,8 +285,29 @@ impl Statements {
                 "SELECT {INSTANCE_COLUMNS} FROM {w} WHERE {UNFINISHED} AND wake_at <= $1 \
                  ORDER BY wake_at LIMIT $2"
             ),
-            claim_due: (d.claim_due)(),
-            find_blocked: (d.find_blocked)(),
+            // Registered workflows whose signature matches (or was never
+            // recorded). On SQLite the statement takes the write lock before
+            // it reads; on PostgreSQL `SKIP LOCKED` gives workers claiming at
+            // once disjoint batches.
+            claim_due: format!(
+                "UPDATE {w} SET lease_owner = $1, lease_expires_at = $2, wake_at = $2, \
+                 status = 'running', updated_at = $3 \
+                 WHERE id IN (SELECT id FROM {w} WHERE {UNFINISHED} AND wake_at <= $3 \
+                     AND (lease_owner IS NULL OR lease_owner = $1 OR lease_expires_at < $3) \
+                     AND {} ORDER BY wake_at LIMIT $4{}) \
+                 RETURNING {INSTANCE_COLUMNS}",
+                d.registered_match, d.skip_locked
+            ),
+            find_blocked: format!(
+                "SELECT w.id, w.name, w.signature, r.signature AS registered \
+                 FROM {w} w LEFT JOIN {} ON r.name = w.name \
+                 WHERE w.{UNFINISHED} AND w.wake_at <= $2 \
+                 AND (r.name IS NULL OR w.signature <> r.signature \
+                      OR (w.lease_owner IS NOT NULL AND w.lease_owner <> $1 \
+                          AND w.lease_expires_at >= $2)) \
+                 ORDER BY w.wake_at LIMIT $3",
+                d.registered_rows
+            ),
             reclaim_own: format!(
                 "UPDATE {w} SET wake_at = $2 WHERE lease_owner = $1 AND {UNFINISHED}"
             ),

@@ -39,7 +39,7 @@ const DIALECT: Dialect = Dialect {
     find_text: "strpos",
     timer_channel: Some(notify::TIMER_CHANNEL),
     create_is_one_statement: true,
-    ..Dialect::plain("keiro.", resume::claim_due_sql, resume::find_blocked_sql)
+    ..Dialect::plain("keiro.", resume::REGISTERED_MATCH, resume::REGISTERED_ROWS)
 };
 
 /// PostgreSQL's text of the shared statements, built on first use.

@@ -26,7 +26,8 @@ use crate::{Result, SqliteSynchronous, StoreError, StoreOptions};
 pub static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
 /// How SQLite spells the shared statements.
-const DIALECT: Dialect = Dialect::plain("keiro_", resume::claim_due_sql, resume::find_blocked_sql);
+const DIALECT: Dialect =
+    Dialect::plain("keiro_", resume::REGISTERED_MATCH, resume::REGISTERED_ROWS);
 
 /// SQLite's text of the shared statements, built on first use.
 pub(crate) static SQL: LazyLock<Statements> = LazyLock::new(|| Statements::new(&DIALECT));
