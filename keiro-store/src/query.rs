@@ -9,6 +9,9 @@ use crate::{Registered, Result, Store, StoreError};
 /// Picks one statement out of a backend's [`Statements`].
 pub(crate) type Statement = fn(&Statements) -> &String;
 
+/// The name of a store operation, as its errors report it.
+pub(crate) type Op = &'static str;
+
 /// A statement parameter, so one body binds a list of them on both backends
 /// (see [`bind_all!`]).
 #[derive(Debug, Clone, Copy)]
@@ -44,12 +47,12 @@ impl Store {
     /// Reads at most one row.
     pub(crate) async fn fetch_optional<T: FromRow>(
         &self,
-        op: &'static str,
-        statement: Statement,
+        op: Op,
+        pick: Statement,
         args: &[Arg<'_>],
     ) -> Result<Option<T>> {
         dispatch!(Store, self, |s, sql| {
-            let row = bind_all!(sqlx::query(statement(sql)), args)
+            let row = bind_all!(sqlx::query(pick(sql)), args)
                 .fetch_optional(s.pool())
                 .await
                 .map_err(StoreError::query(op))?;
@@ -61,13 +64,13 @@ impl Store {
     /// after `args` (see `sqlite/resume.rs`, `postgres/resume.rs`).
     pub(crate) async fn fetch_all<T: FromRow>(
         &self,
-        op: &'static str,
-        statement: Statement,
+        op: Op,
+        pick: Statement,
         args: &[Arg<'_>],
         registered: Option<&[Registered<'_>]>,
     ) -> Result<Vec<T>> {
         dispatch!(Store, self, |s, sql| {
-            let mut query = bind_all!(sqlx::query(statement(sql)), args);
+            let mut query = bind_all!(sqlx::query(pick(sql)), args);
             if let Some(workflows) = registered {
                 query = s.bind_registered(query, workflows);
             }
@@ -80,14 +83,9 @@ impl Store {
     }
 
     /// Runs a statement; returns how many rows it changed.
-    pub(crate) async fn execute(
-        &self,
-        op: &'static str,
-        statement: Statement,
-        args: &[Arg<'_>],
-    ) -> Result<u64> {
+    pub(crate) async fn execute(&self, op: Op, pick: Statement, args: &[Arg<'_>]) -> Result<u64> {
         dispatch!(Store, self, |s, sql| bind_all!(
-            sqlx::query(statement(sql)),
+            sqlx::query(pick(sql)),
             args
         )
         .execute(s.pool())
@@ -97,14 +95,9 @@ impl Store {
     }
 
     /// Runs a `SELECT count(*)`.
-    pub(crate) async fn count(
-        &self,
-        op: &'static str,
-        statement: Statement,
-        args: &[Arg<'_>],
-    ) -> Result<u64> {
+    pub(crate) async fn count(&self, op: Op, pick: Statement, args: &[Arg<'_>]) -> Result<u64> {
         let n: i64 = dispatch!(Store, self, |s, sql| bind_all!(
-            sqlx::query_scalar(statement(sql)),
+            sqlx::query_scalar(pick(sql)),
             args
         )
         .fetch_one(s.pool())
