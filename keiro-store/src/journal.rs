@@ -1,8 +1,8 @@
 //! The journal: workflow instances, their leases and their recorded steps.
 //!
 //! Every operation is written once; `sqlite/journal.rs` and
-//! `postgres/journal.rs` hold the two that differ (creating instances and
-//! appending a batch of steps).
+//! `postgres/journal.rs` hold the two steps that differ: the insert-or-read
+//! of one instance and the append of a batch of steps.
 
 use crate::query::Arg;
 use crate::rows::FromRow;

@@ -878,6 +878,16 @@ async fn behind_an_open_insert(
     (db, theirs)
 }
 
+/// [`behind_an_open_insert`] of step `seq` of instance `wf`, with result
+/// `"theirs"`.
+async fn behind_their_step(seq: i64) -> (TestDb, sqlx::Transaction<'static, sqlx::Postgres>) {
+    let insert = format!(
+        "INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, result, created_at) \
+         VALUES ('wf', 0, {seq}, 'step_{seq}', 'step', '\"theirs\"', 1)"
+    );
+    behind_an_open_insert(true, &insert).await
+}
+
 /// Waits until some session on the test database is blocked on a lock.
 async fn wait_until_blocked(db: &TestDb) {
     let Store::Postgres(pg) = &db.store else {
@@ -931,12 +941,7 @@ async fn postgres_create_instance_behind_a_concurrent_insert_returns_that_row() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_append_steps_behind_a_concurrent_insert_returns_that_row() {
-    let (db, theirs) = behind_an_open_insert(
-        true,
-        "INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, result, created_at) \
-         VALUES ('wf', 0, 1, 'step_1', 'step', '\"theirs\"', 1)",
-    )
-    .await;
+    let (db, theirs) = behind_their_step(1).await;
     let store = db.store.clone();
     let mine = tokio::spawn(async move {
         store
@@ -967,12 +972,7 @@ async fn postgres_append_steps_behind_a_concurrent_insert_returns_that_row() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_append_steps_lets_an_aborted_insert_go() {
-    let (db, theirs) = behind_an_open_insert(
-        true,
-        "INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, result, created_at) \
-         VALUES ('wf', 0, 0, 'step_0', 'step', '\"theirs\"', 1)",
-    )
-    .await;
+    let (db, theirs) = behind_their_step(0).await;
     let store = db.store.clone();
     let mine =
         tokio::spawn(async move { store.append_steps(&[step("wf", 0, 0, "\"mine\"")]).await });

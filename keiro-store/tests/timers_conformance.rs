@@ -740,11 +740,12 @@ async fn resume_claim_holds_a_dead_timer_against_everyone_else(db: &TestDb) {
     assert_eq!(db.store.requeue_stuck_timers(i64::MAX).await.unwrap(), 0);
     assert_eq!(db.store.claim_due_timer(i64::MAX).await.unwrap(), None);
 
+    let update = db
+        .store
+        .renew_timer_resume("t-1", "tok-b", 5_000, 1_500)
+        .await;
     assert_eq!(
-        db.store
-            .renew_timer_resume("t-1", "tok-b", 5_000, 1_500)
-            .await
-            .unwrap(),
+        update.unwrap(),
         ResumeUpdate::Lost(Some(TimerStatus::Resuming)),
         "a wrong token is refused"
     );
@@ -760,20 +761,19 @@ async fn resume_claim_holds_a_dead_timer_against_everyone_else(db: &TestDb) {
         TimerUpdate::Guarded { lease_until: 5_000 }
     );
     // Past the renewed lease the claim is lost even before recovery runs.
+    let update = db
+        .store
+        .complete_timer_resume("t-1", "tok-a", "ev", 5_000)
+        .await;
     assert_eq!(
-        db.store
-            .complete_timer_resume("t-1", "tok-a", "ev", 5_000)
-            .await
-            .unwrap(),
+        update.unwrap(),
         ResumeUpdate::Lost(Some(TimerStatus::Resuming))
     );
-    assert_eq!(
-        db.store
-            .renew_timer_resume("missing", "tok-a", 5_000, 1_500)
-            .await
-            .unwrap(),
-        ResumeUpdate::Lost(None)
-    );
+    let update = db
+        .store
+        .renew_timer_resume("missing", "tok-a", 5_000, 1_500)
+        .await;
+    assert_eq!(update.unwrap(), ResumeUpdate::Lost(None));
 }
 
 async fn resume_complete_park_and_cancel_end_the_claim(db: &TestDb) {
@@ -826,20 +826,19 @@ async fn resume_complete_park_and_cancel_end_the_claim(db: &TestDb) {
     assert_eq!(row.status, TimerStatus::Cancelled);
 
     // The token is spent: nothing it does applies any more.
+    let update = db
+        .store
+        .cancel_timer_resume("complete", "tok-complete", 2_000)
+        .await;
     assert_eq!(
-        db.store
-            .cancel_timer_resume("complete", "tok-complete", 2_000)
-            .await
-            .unwrap(),
+        update.unwrap(),
         ResumeUpdate::Lost(Some(TimerStatus::Fired))
     );
-    assert_eq!(
-        db.store
-            .renew_timer_resume("park", "tok-park", 20_000, 2_000)
-            .await
-            .unwrap(),
-        ResumeUpdate::Lost(Some(TimerStatus::Dead))
-    );
+    let update = db
+        .store
+        .renew_timer_resume("park", "tok-park", 20_000, 2_000)
+        .await;
+    assert_eq!(update.unwrap(), ResumeUpdate::Lost(Some(TimerStatus::Dead)));
     // A parked timer is dead again: it can be claimed anew.
     assert!(matches!(
         db.store
@@ -876,11 +875,12 @@ async fn expired_resume_claims_recover_to_dead(db: &TestDb) {
     assert_eq!(row.attempts, before.attempts, "the attempts are kept");
     assert_eq!(row.resume_lease_until, None);
     assert_eq!(get(db, "t-2").await.status, TimerStatus::Resuming);
+    let update = db
+        .store
+        .complete_timer_resume("t-1", "tok-1", "ev", 1_500)
+        .await;
     assert_eq!(
-        db.store
-            .complete_timer_resume("t-1", "tok-1", "ev", 1_500)
-            .await
-            .unwrap(),
+        update.unwrap(),
         ResumeUpdate::Lost(Some(TimerStatus::Dead)),
         "a recovered claim's token no longer applies"
     );
@@ -895,11 +895,12 @@ async fn expired_resume_claims_recover_to_dead(db: &TestDb) {
         panic!("a lapsed claim can be taken over")
     };
     assert_eq!(row.resume_lease_until, Some(20_000));
+    let update = db
+        .store
+        .renew_timer_resume("t-2", "tok-2", 30_000, 9_000)
+        .await;
     assert_eq!(
-        db.store
-            .renew_timer_resume("t-2", "tok-2", 30_000, 9_000)
-            .await
-            .unwrap(),
+        update.unwrap(),
         ResumeUpdate::Lost(Some(TimerStatus::Resuming))
     );
 }
