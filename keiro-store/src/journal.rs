@@ -45,7 +45,7 @@ impl Store {
 
     /// Reads one instance.
     pub async fn get_instance(&self, id: &str) -> Result<Option<InstanceRow>> {
-        self.fetch_optional("get_instance", |sql| &sql.get_instance, &[Arg::Text(id)])
+        self.fetch_optional("get_instance", |sql| &sql.get_instance, &args![id])
             .await
     }
 
@@ -54,19 +54,14 @@ impl Store {
     /// claimed row, or `None` when it is finished, missing or leased elsewhere.
     pub async fn claim(&self, id: &str, lease: Lease<'_>) -> Result<Option<InstanceRow>> {
         let now = now_ms();
-        let args = [
-            Arg::Text(id),
-            Arg::Text(lease.owner),
-            Arg::Int(now + lease.ttl_ms),
-            Arg::Int(now),
-        ];
+        let args = args![id, lease.owner, now + lease.ttl_ms, now];
         self.fetch_optional("claim", |sql| &sql.claim, &args).await
     }
 
     /// Extends a lease `lease.owner` holds. `false` when it no longer holds it.
     pub async fn renew_lease(&self, id: &str, lease: Lease<'_>) -> Result<bool> {
         let expires = now_ms() + lease.ttl_ms;
-        let args = [Arg::Text(id), Arg::Text(lease.owner), Arg::Int(expires)];
+        let args = args![id, lease.owner, expires];
         Ok(self
             .execute("renew_lease", |sql| &sql.renew_lease, &args)
             .await?
@@ -75,14 +70,14 @@ impl Store {
 
     /// Drops `owner`'s lease on an instance, leaving its status as it is.
     pub async fn release(&self, id: &str, owner: &str) -> Result<()> {
-        let args = [Arg::Text(id), Arg::Text(owner), Arg::Int(now_ms())];
+        let args = args![id, owner, now_ms()];
         self.execute("release", |sql| &sql.release, &args).await?;
         Ok(())
     }
 
     /// Reads every recorded step of one generation, in sequence order.
     pub async fn load_journal(&self, id: &str, generation: i64) -> Result<Vec<StepRow>> {
-        let args = [Arg::Text(id), Arg::Int(generation)];
+        let args = args![id, generation];
         self.fetch_all("load_journal", |sql| &sql.load_journal, &args, None)
             .await
     }
@@ -132,20 +127,13 @@ impl Store {
         wake_at: Option<i64>,
         awaiting: Option<i64>,
     ) -> Result<bool> {
-        let args = [
-            Arg::Text(id),
-            Arg::Int(generation),
-            Arg::Text(owner),
-            Arg::MaybeInt(wake_at),
-            Arg::Int(now_ms()),
-            Arg::MaybeInt(awaiting),
-        ];
+        let args = args![id, generation, owner, wake_at, now_ms(), awaiting];
         Ok(self.execute("suspend", |sql| &sql.suspend, &args).await? == 1)
     }
 
     /// Reads one recorded step.
     pub async fn get_step(&self, id: &str, generation: i64, seq: i64) -> Result<Option<StepRow>> {
-        let args = [Arg::Text(id), Arg::Int(generation), Arg::Int(seq)];
+        let args = args![id, generation, seq];
         self.fetch_optional("get_step", |sql| &sql.get_step, &args)
             .await
     }
@@ -250,13 +238,7 @@ impl Store {
         owner: &str,
         input: &str,
     ) -> Result<bool> {
-        let args = [
-            Arg::Text(id),
-            Arg::Int(generation),
-            Arg::Text(owner),
-            Arg::Text(input),
-            Arg::Int(now_ms()),
-        ];
+        let args = args![id, generation, owner, input, now_ms()];
         Ok(self
             .execute("continue_as_new", |sql| &sql.continue_as_new, &args)
             .await?
@@ -266,7 +248,7 @@ impl Store {
     /// Puts an instance set aside for non-determinism back to `pending`, keeping
     /// its journal, so the fixed code can resume it. Returns whether it applied.
     pub async fn requeue_set_aside(&self, id: &str) -> Result<bool> {
-        let args = [Arg::Text(id), Arg::Int(now_ms())];
+        let args = args![id, now_ms()];
         Ok(self
             .execute("requeue_set_aside", |sql| &sql.requeue_set_aside, &args)
             .await?
@@ -368,31 +350,31 @@ pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>
         ),
         None => (InstanceStatus::Pending, None, None),
     };
-    [
-        Arg::Text(new.id),
-        Arg::Text(new.name),
-        Arg::Text(status.as_str()),
-        Arg::Text(new.input),
-        Arg::MaybeText(owner),
-        Arg::MaybeInt(expires),
-        Arg::MaybeText(new.parent.map(|p| p.id)),
-        Arg::MaybeInt(new.parent.map(|p| p.seq)),
-        Arg::Int(now),
-        Arg::MaybeInt(new.parent.map(|p| p.generation)),
-        Arg::MaybeText(new.signature),
+    args![
+        new.id,
+        new.name,
+        status.as_str(),
+        new.input,
+        owner,
+        expires,
+        new.parent.map(|p| p.id),
+        new.parent.map(|p| p.seq),
+        now,
+        new.parent.map(|p| p.generation),
+        new.signature,
     ]
 }
 
 /// The parameters recording `row` at `now`: its step id, name, kind, result
 /// and creation time.
 pub(crate) fn step_args(row: &StepRow, now: i64) -> [Arg<'_>; 7] {
-    [
-        Arg::Text(&row.workflow_id),
-        Arg::Int(row.generation),
-        Arg::Int(row.seq),
-        Arg::Text(&row.name),
-        Arg::Text(&row.kind),
-        Arg::Text(&row.result),
-        Arg::Int(now),
+    args![
+        &row.workflow_id,
+        row.generation,
+        row.seq,
+        &row.name,
+        &row.kind,
+        &row.result,
+        now,
     ]
 }

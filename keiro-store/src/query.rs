@@ -26,6 +26,44 @@ pub(crate) enum Arg<'a> {
     MaybeInt(Option<i64>),
 }
 
+impl<'a> From<&'a str> for Arg<'a> {
+    fn from(value: &'a str) -> Self {
+        Arg::Text(value)
+    }
+}
+
+impl<'a> From<&'a String> for Arg<'a> {
+    fn from(value: &'a String) -> Self {
+        Arg::Text(value)
+    }
+}
+
+impl<'a> From<Option<&'a str>> for Arg<'a> {
+    fn from(value: Option<&'a str>) -> Self {
+        Arg::MaybeText(value)
+    }
+}
+
+impl From<i64> for Arg<'_> {
+    fn from(value: i64) -> Self {
+        Arg::Int(value)
+    }
+}
+
+impl From<Option<i64>> for Arg<'_> {
+    fn from(value: Option<i64>) -> Self {
+        Arg::MaybeInt(value)
+    }
+}
+
+/// An array of [`Arg`]s, one per value (`&str`, `&String`, `i64`, or an
+/// `Option` of text or integer), in placeholder order.
+macro_rules! args {
+    ($($value:expr),* $(,)?) => {
+        [$($crate::query::Arg::from($value)),*]
+    };
+}
+
 /// Binds every [`Arg`] of `$args` to `$query` (a `sqlx::query` or
 /// `sqlx::query_scalar`), in order.
 macro_rules! bind_all {

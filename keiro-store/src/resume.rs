@@ -6,7 +6,7 @@
 //! SQLite, arrays on PostgreSQL).
 
 use crate::journal::report_to_parent;
-use crate::query::{Arg, Statement};
+use crate::query::Statement;
 use crate::rows::StoreRow;
 use crate::{
     now_ms, rows, Blocked, Crash, ExecutorRow, InstanceRow, InstanceStatus, Lease, Registered,
@@ -17,7 +17,7 @@ impl Store {
     /// Unfinished instances that are due now (pending, crashed with a lapsed
     /// lease, or suspended past their wake time), earliest first.
     pub async fn find_due(&self, limit: i64) -> Result<Vec<InstanceRow>> {
-        let args = [Arg::Int(now_ms()), Arg::Int(limit)];
+        let args = args![now_ms(), limit];
         self.fetch_all("find_due", |sql| &sql.find_due, &args, None)
             .await
     }
@@ -34,12 +34,7 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<InstanceRow>> {
         let now = now_ms();
-        let args = [
-            Arg::Text(lease.owner),
-            Arg::Int(now + lease.ttl_ms),
-            Arg::Int(now),
-            Arg::Int(limit),
-        ];
+        let args = args![lease.owner, now + lease.ttl_ms, now, limit];
         let registered = Some(workflows);
         self.fetch_all("claim_due", |sql| &sql.claim_due, &args, registered)
             .await
@@ -54,7 +49,7 @@ impl Store {
         workflows: &[Registered<'_>],
         limit: i64,
     ) -> Result<Vec<Blocked>> {
-        let args = [Arg::Text(owner), Arg::Int(now_ms()), Arg::Int(limit)];
+        let args = args![owner, now_ms(), limit];
         let registered = Some(workflows);
         self.fetch_all("find_blocked", |sql| &sql.find_blocked, &args, registered)
             .await
@@ -63,7 +58,7 @@ impl Store {
     /// Makes every unfinished instance leased by `owner` due now, so a process
     /// restarting under a dead predecessor's identity resumes its work at once.
     pub async fn reclaim_own(&self, owner: &str) -> Result<u64> {
-        let args = [Arg::Text(owner), Arg::Int(now_ms())];
+        let args = args![owner, now_ms()];
         self.execute("reclaim_own", |sql| &sql.reclaim_own, &args)
             .await
     }
@@ -76,13 +71,13 @@ impl Store {
         let now = now_ms();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
-            let args = [
-                Arg::Text(crash.id),
-                Arg::Text(crash.owner),
-                Arg::Text(crash.error),
-                Arg::Int(crash.max_attempts),
-                Arg::Int(crash.retry_at),
-                Arg::Int(now),
+            let args = args![
+                crash.id,
+                crash.owner,
+                crash.error,
+                crash.max_attempts,
+                crash.retry_at,
+                now,
             ];
             let row = bind_all!(sqlx::query(&sql.record_crash), &args)
                 .fetch_optional(&mut *tx)
@@ -107,7 +102,7 @@ impl Store {
 
     /// Reads an executor identity's registration.
     pub async fn get_executor(&self, id: &str) -> Result<Option<ExecutorRow>> {
-        self.fetch_optional("get_executor", |sql| &sql.get_executor, &[Arg::Text(id)])
+        self.fetch_optional("get_executor", |sql| &sql.get_executor, &args![id])
             .await
     }
 
@@ -116,7 +111,7 @@ impl Store {
     /// host), ordered by id.
     pub async fn list_executors(&self, base: &str) -> Result<Vec<ExecutorRow>> {
         let siblings = format!("{base}#");
-        let args = [Arg::Text(base), Arg::Text(&siblings)];
+        let args = args![base, &siblings];
         self.fetch_all("list_executors", |sql| &sql.list_executors, &args, None)
             .await
     }
@@ -129,17 +124,17 @@ impl Store {
         executor: &ExecutorRow,
         replacing: Option<&str>,
     ) -> Result<bool> {
-        let mut args = vec![
-            Arg::Text(&executor.id),
-            Arg::Text(&executor.token),
-            Arg::Text(&executor.host),
-            Arg::Int(executor.pid),
-            Arg::Int(executor.heartbeat_at),
-        ];
+        let mut args = Vec::from(args![
+            &executor.id,
+            &executor.token,
+            &executor.host,
+            executor.pid,
+            executor.heartbeat_at,
+        ]);
         let statement: Statement = match replacing {
             None => |sql| &sql.insert_executor,
             Some(old) => {
-                args.push(Arg::Text(old));
+                args.push(old.into());
                 |sql| &sql.replace_executor
             }
         };
@@ -148,7 +143,7 @@ impl Store {
 
     /// Refreshes a held identity's heartbeat; `false` when it was taken over.
     pub async fn heartbeat_executor(&self, id: &str, token: &str) -> Result<bool> {
-        let args = [Arg::Text(id), Arg::Text(token), Arg::Int(now_ms())];
+        let args = args![id, token, now_ms()];
         Ok(self
             .execute("heartbeat_executor", |sql| &sql.heartbeat_executor, &args)
             .await?

@@ -115,7 +115,7 @@ pub async fn cancel_timer_tx<'t, 'c>(
 where
     'c: 't,
 {
-    let args = [Arg::Text(id), Arg::Int(now_ms())];
+    let args = args![id, now_ms()];
     update(
         tx.into().into(),
         "cancel_timer",
@@ -166,7 +166,7 @@ impl Store {
     /// becomes `now`. Concurrent claimers never get the same timer
     /// (`FOR UPDATE SKIP LOCKED` on PostgreSQL, the single writer on SQLite).
     pub async fn claim_due_timer(&self, now: i64) -> Result<Option<TimerRow>> {
-        let args = [Arg::Int(now), Arg::Int(now_ms())];
+        let args = args![now, now_ms()];
         self.fetch_optional("claim_due_timer", |sql| &sql.claim_due_timer, &args)
             .await
     }
@@ -184,20 +184,20 @@ impl Store {
 
     /// Reads one timer.
     pub async fn get_timer(&self, id: &str) -> Result<Option<TimerRow>> {
-        self.fetch_optional("get_timer", |sql| &sql.get_timer, &[Arg::Text(id)])
+        self.fetch_optional("get_timer", |sql| &sql.get_timer, &args![id])
             .await
     }
 
     /// Marks a `firing` timer fired with the id of the event its firing produced.
     pub async fn mark_timer_fired(&self, id: &str, event_id: &str) -> Result<TimerUpdate> {
-        let args = [Arg::Text(id), Arg::Text(event_id), Arg::Int(now_ms())];
+        let args = args![id, event_id, now_ms()];
         self.update_timer("mark_timer_fired", id, |sql| &sql.mark_timer_fired, &args)
             .await
     }
 
     /// How many timers are due at `now` and not yet claimed.
     pub async fn count_due_timers(&self, now: i64) -> Result<u64> {
-        let args = [Arg::Int(now)];
+        let args = args![now];
         self.count("count_due_timers", |sql| &sql.count_due_timers, &args)
             .await
     }
@@ -209,7 +209,7 @@ impl Store {
         claimed_by: i64,
         process_manager: Option<&str>,
     ) -> Result<u64> {
-        let args = [Arg::Int(claimed_by), Arg::MaybeText(process_manager)];
+        let args = args![claimed_by, process_manager];
         self.count("count_stuck_timers", |sql| &sql.count_stuck_timers, &args)
             .await
     }
@@ -217,7 +217,7 @@ impl Store {
     /// Moves every `firing` timer claimed at or before `claimed_by` back to
     /// `scheduled` (fire time and attempts kept). Returns how many.
     pub async fn requeue_stuck_timers(&self, claimed_by: i64) -> Result<u64> {
-        let args = [Arg::Int(claimed_by), Arg::Int(now_ms())];
+        let args = args![claimed_by, now_ms()];
         let op = "requeue_stuck_timers";
         self.execute(op, |sql| &sql.requeue_stuck_timers, &args)
             .await
@@ -227,7 +227,7 @@ impl Store {
     /// ceiling counts every claim); a `dead` one starts over with zero
     /// attempts, its reason kept for the record. Its fire time is unchanged.
     pub async fn requeue_timer(&self, id: &str) -> Result<TimerUpdate> {
-        let args = [Arg::Text(id), Arg::Int(now_ms())];
+        let args = args![id, now_ms()];
         self.update_timer("requeue_timer", id, |sql| &sql.requeue_timer, &args)
             .await
     }
@@ -241,19 +241,14 @@ impl Store {
         fire_at: i64,
         note: Option<&str>,
     ) -> Result<TimerUpdate> {
-        let args = [
-            Arg::Text(id),
-            Arg::Int(fire_at),
-            Arg::MaybeText(note),
-            Arg::Int(now_ms()),
-        ];
+        let args = args![id, fire_at, note, now_ms()];
         self.update_timer("reschedule_timer", id, |sql| &sql.reschedule_timer, &args)
             .await
     }
 
     /// Cancels a `scheduled`, `firing` or `dead` timer.
     pub async fn cancel_timer(&self, id: &str) -> Result<TimerUpdate> {
-        let args = [Arg::Text(id), Arg::Int(now_ms())];
+        let args = args![id, now_ms()];
         self.update_timer("cancel_timer", id, |sql| &sql.cancel_timer, &args)
             .await
     }
@@ -261,7 +256,7 @@ impl Store {
     /// Dead-letters a `scheduled` or `firing` timer with `reason`, keeping its
     /// attempts.
     pub async fn dead_letter_timer(&self, id: &str, reason: &str) -> Result<TimerUpdate> {
-        let args = [Arg::Text(id), Arg::Text(reason), Arg::Int(now_ms())];
+        let args = args![id, reason, now_ms()];
         self.update_timer("dead_letter_timer", id, |sql| &sql.dead_letter_timer, &args)
             .await
     }
@@ -330,13 +325,7 @@ impl Store {
         now: i64,
     ) -> Result<ResumeClaimOutcome> {
         const OP: &str = "claim_dead_timer";
-        let args = [
-            Arg::Text(id),
-            Arg::Text(token),
-            Arg::Int(lease_until),
-            Arg::Int(now),
-            Arg::Int(now_ms()),
-        ];
+        let args = args![id, token, lease_until, now, now_ms()];
         let (row, found) = self
             .returning(OP, id, |sql| &sql.claim_dead_timer, &args)
             .await?;
@@ -403,7 +392,7 @@ impl Store {
     /// Moves every `resuming` timer whose claim lapsed at or before `now` back
     /// to `dead`, keeping its reason and attempts. Returns how many.
     pub async fn recover_expired_timer_resumes(&self, now: i64) -> Result<u64> {
-        let args = [Arg::Int(now), Arg::Int(now_ms())];
+        let args = args![now, now_ms()];
         let op = "recover_expired_timer_resumes";
         self.execute(op, |sql| &sql.recover_expired_timer_resumes, &args)
             .await
@@ -418,22 +407,12 @@ impl Store {
         end: ResumeEnd<'_>,
     ) -> Result<ResumeUpdate> {
         let (statement, value): (Statement, Arg<'_>) = match end {
-            ResumeEnd::Renew { lease_until } => {
-                (|sql| &sql.renew_timer_resume, Arg::Int(lease_until))
-            }
-            ResumeEnd::Complete { event_id } => {
-                (|sql| &sql.complete_timer_resume, Arg::Text(event_id))
-            }
-            ResumeEnd::Park { reason } => (|sql| &sql.park_timer_resume, Arg::MaybeText(reason)),
-            ResumeEnd::Cancel => (|sql| &sql.cancel_timer_resume, Arg::MaybeText(None)),
+            ResumeEnd::Renew { lease_until } => (|sql| &sql.renew_timer_resume, lease_until.into()),
+            ResumeEnd::Complete { event_id } => (|sql| &sql.complete_timer_resume, event_id.into()),
+            ResumeEnd::Park { reason } => (|sql| &sql.park_timer_resume, reason.into()),
+            ResumeEnd::Cancel => (|sql| &sql.cancel_timer_resume, None::<&str>.into()),
         };
-        let args = [
-            Arg::Text(id),
-            Arg::Text(token),
-            Arg::Int(now),
-            value,
-            Arg::Int(now_ms()),
-        ];
+        let args = args![id, token, now, value, now_ms()];
         let (row, found) = self.returning("timer_resume", id, statement, &args).await?;
         Ok(match row {
             Some(row) => ResumeUpdate::Applied(row),
@@ -478,13 +457,13 @@ impl Store {
 async fn schedule(conn: Conn<'_>, timer: &NewTimer<'_>, once: bool) -> Result<ScheduleOutcome> {
     const OP: &str = "schedule_timer";
     let now = now_ms();
-    let args = [
-        Arg::Text(timer.id),
-        Arg::Text(timer.process_manager),
-        Arg::Text(timer.correlation_id),
-        Arg::Int(timer.fire_at),
-        Arg::Text(timer.payload),
-        Arg::Int(now),
+    let args = args![
+        timer.id,
+        timer.process_manager,
+        timer.correlation_id,
+        timer.fire_at,
+        timer.payload,
+        now,
     ];
     dispatch!(Conn, conn, |c, sql| {
         let writes = [
