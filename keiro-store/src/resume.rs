@@ -191,6 +191,15 @@ impl Store {
     /// workflow names (replacing what it recorded before).
     pub async fn register_workflows(&self, executor_id: &str, names: &[&str]) -> Result<()> {
         const OP: &str = "register_workflows";
+        // Passed as registered workflows (without signatures), in the form
+        // each backend binds those.
+        let registered: Vec<Registered<'_>> = names
+            .iter()
+            .map(|&name| Registered {
+                name,
+                signature: "",
+            })
+            .collect();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             sqlx::query(&sql.delete_worker_workflows)
@@ -198,7 +207,9 @@ impl Store {
                 .execute(&mut *tx)
                 .await
                 .map_err(StoreError::query(OP))?;
-            s.insert_worker_workflows(&mut tx, executor_id, names)
+            let insert = sqlx::query(&sql.insert_worker_workflows).bind(executor_id);
+            s.bind_registered(insert, &registered)
+                .execute(&mut *tx)
                 .await
                 .map_err(StoreError::query(OP))?;
             tx.commit().await.map_err(StoreError::query(OP))

@@ -32,9 +32,9 @@ pub(crate) struct Dialect {
     /// The condition a claimable instance's `name` and `signature` meet,
     /// given the worker's registered workflows bound from `$5` on.
     pub(crate) registered_match: &'static str,
-    /// The worker's registered workflows bound from `$4` on, as a table
-    /// `r(name, signature)` to join.
-    pub(crate) registered_rows: &'static str,
+    /// The worker's registered workflows bound from placeholder `$n` on, as
+    /// a table `r(name, signature)`.
+    pub(crate) registered_rows: fn(n: usize) -> String,
     /// Whether an instance's insert-or-read is one statement, so creating
     /// one alone needs no transaction.
     pub(crate) create_is_one_statement: bool,
@@ -50,7 +50,7 @@ impl Dialect {
     pub(crate) const fn plain(
         tables: &'static str,
         registered_match: &'static str,
-        registered_rows: &'static str,
+        registered_rows: fn(usize) -> String,
     ) -> Dialect {
         Dialect {
             tables,
@@ -125,6 +125,7 @@ pub(crate) struct Statements {
     pub(crate) heartbeat_executor: String,
     pub(crate) delete_executor: String,
     pub(crate) delete_worker_workflows: String,
+    pub(crate) insert_worker_workflows: String,
     pub(crate) release_leases_of: String,
     pub(crate) is_served: String,
     // Timers.
@@ -306,7 +307,11 @@ impl Statements {
                       OR (w.lease_owner IS NOT NULL AND w.lease_owner <> $1 \
                           AND w.lease_expires_at >= $2)) \
                  ORDER BY w.wake_at LIMIT $3",
-                d.registered_rows
+                (d.registered_rows)(4)
+            ),
+            insert_worker_workflows: format!(
+                "INSERT INTO {ww} (executor_id, name) SELECT $1, r.name FROM {}",
+                (d.registered_rows)(2)
             ),
             reclaim_own: format!(
                 "UPDATE {w} SET wake_at = $2 WHERE lease_owner = $1 AND {UNFINISHED}"

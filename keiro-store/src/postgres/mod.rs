@@ -39,7 +39,7 @@ const DIALECT: Dialect = Dialect {
     find_text: "strpos",
     timer_channel: Some(notify::TIMER_CHANNEL),
     create_is_one_statement: true,
-    ..Dialect::plain("keiro.", resume::REGISTERED_MATCH, resume::REGISTERED_ROWS)
+    ..Dialect::plain("keiro.", resume::REGISTERED_MATCH, resume::registered_rows)
 };
 
 /// PostgreSQL's text of the shared statements, built on first use.

@@ -4,10 +4,10 @@
 
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
-use sqlx::{Postgres, Transaction};
+use sqlx::Postgres;
 
 use super::PostgresStore;
-use crate::{Registered, Result};
+use crate::Registered;
 
 /// A claimable instance's name is one of the registered names (`$5`), a
 /// plain filter; its signature, unless unrecorded, is a hashed lookup of the
@@ -15,11 +15,13 @@ use crate::{Registered, Result};
 pub(super) const REGISTERED_MATCH: &str = "name = ANY($5) AND (signature IS NULL \
      OR (name, signature) IN (SELECT * FROM UNNEST($5::text[], $6::text[])))";
 
-/// The registered names and signatures (`$4`, `$5`) as a table.
-pub(super) const REGISTERED_ROWS: &str = "UNNEST($4::text[], $5::text[]) AS r(name, signature)";
-
-const INSERT_WORKER_WORKFLOWS: &str =
-    "INSERT INTO keiro.worker_workflows (executor_id, name) SELECT $1, unnest($2::text[])";
+/// The registered names and signatures (at `$n`, `$n+1`) as a table.
+pub(super) fn registered_rows(n: usize) -> String {
+    format!(
+        "UNNEST(${n}::text[], ${}::text[]) AS r(name, signature)",
+        n + 1
+    )
+}
 
 impl PostgresStore {
     /// Binds a worker's registered workflows: their names and their
@@ -32,19 +34,5 @@ impl PostgresStore {
         let (names, signatures): (Vec<&str>, Vec<&str>) =
             workflows.iter().map(|w| (w.name, w.signature)).unzip();
         query.bind(names).bind(signatures)
-    }
-
-    pub(crate) async fn insert_worker_workflows(
-        &self,
-        tx: &mut Transaction<'static, Postgres>,
-        executor_id: &str,
-        names: &[&str],
-    ) -> Result<(), sqlx::Error> {
-        sqlx::query(INSERT_WORKER_WORKFLOWS)
-            .bind(executor_id)
-            .bind(names)
-            .execute(&mut **tx)
-            .await
-            .map(drop)
     }
 }

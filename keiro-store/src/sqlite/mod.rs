@@ -27,7 +27,7 @@ pub static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations
 
 /// How SQLite spells the shared statements.
 const DIALECT: Dialect =
-    Dialect::plain("keiro_", resume::REGISTERED_MATCH, resume::REGISTERED_ROWS);
+    Dialect::plain("keiro_", resume::REGISTERED_MATCH, resume::registered_rows);
 
 /// SQLite's text of the shared statements, built on first use.
 pub(crate) static SQL: LazyLock<Statements> = LazyLock::new(|| Statements::new(&DIALECT));
