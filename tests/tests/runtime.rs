@@ -209,6 +209,10 @@ async fn non_determinism_sets_aside_and_resumes_after_a_fix(backend: Backend) {
     assert_eq!(runs(&key), ["alpha", "gate"]);
     let err = keiro.resume(&key).await.unwrap_err();
     assert!(err.to_string().contains("completed"), "{err}");
+    assert!(
+        matches!(&err, Error::NotSetAside { id, status, .. } if *id == key && status == "completed"),
+        "{err:?}"
+    );
 }
 
 #[workflow]

@@ -97,7 +97,7 @@ fn pool(timers: &Timers) -> Pool<'_> {
 
 /// Schedules every request in one transaction of the store's own pool.
 async fn schedule_all(timers: &Timers, requests: &[TimerRequest]) {
-    match pool(&timers) {
+    match pool(timers) {
         Pool::Sqlite(s) => {
             let mut tx = s.begin_with("BEGIN IMMEDIATE").await.unwrap();
             for request in requests {
