@@ -74,11 +74,8 @@ where
 {
     if call.parent.is_none() {
         return Err(Error::NotInWorkflow {
-            op: format!(
-                "keiro::spawn({}), which starts a child of the calling workflow,",
-                call.name
-            ),
-            instead: "outside one use `.start()`",
+            op: format!("keiro::spawn({})", call.name),
+            instead: "it starts a child of the calling workflow, so outside one use `.start()`",
         });
     }
     start_child(call).await
