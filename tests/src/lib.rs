@@ -7,6 +7,7 @@ use std::sync::{Mutex, OnceLock};
 pub mod executors;
 pub mod process;
 pub mod shared_name;
+pub mod timers;
 pub mod workflows;
 
 use keiro::Keiro;
