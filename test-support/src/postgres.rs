@@ -97,17 +97,15 @@ impl PostgresServer {
     /// name and URL.
     pub async fn create_database(&self, prefix: &str) -> Result<PostgresDatabase, PostgresError> {
         let name = format!("{prefix}{}", uuid::Uuid::new_v4().simple());
-        let mut admin = self.admin().await?;
-        let created = sqlx::query(&format!("CREATE DATABASE \"{name}\""))
-            .execute(&mut admin)
-            .await;
-        let _ = admin.close().await;
-        created.map_err(|source| PostgresError::Create {
-            name: name.clone(),
-            var: self.var,
-            url: self.redacted_url(),
-            source,
-        })?;
+        self.admin_statement(&format!("CREATE DATABASE \"{name}\""), |source| {
+            PostgresError::Create {
+                name: name.clone(),
+                var: self.var,
+                url: self.redacted_url(),
+                source,
+            }
+        })
+        .await?;
         let url = with_database(&self.url, &name);
         Ok(PostgresDatabase { name, url })
     }
@@ -115,18 +113,29 @@ impl PostgresServer {
     /// Drops database `name` if it exists, disconnecting any session still on
     /// it (`WITH (FORCE)`).
     pub async fn drop_database(&self, name: &str) -> Result<(), PostgresError> {
+        self.admin_statement(
+            &format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"),
+            |source| PostgresError::Drop {
+                name: name.to_owned(),
+                var: self.var,
+                url: self.redacted_url(),
+                source,
+            },
+        )
+        .await
+    }
+
+    /// Runs `statement` on a connection of its own to the server, closed
+    /// afterwards, reporting its failure through `failed`.
+    async fn admin_statement(
+        &self,
+        statement: &str,
+        failed: impl FnOnce(sqlx::Error) -> PostgresError,
+    ) -> Result<(), PostgresError> {
         let mut admin = self.admin().await?;
-        let dropped = sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
-            .execute(&mut admin)
-            .await;
+        let done = sqlx::query(statement).execute(&mut admin).await;
         let _ = admin.close().await;
-        dropped.map_err(|source| PostgresError::Drop {
-            name: name.to_owned(),
-            var: self.var,
-            url: self.redacted_url(),
-            source,
-        })?;
-        Ok(())
+        done.map(drop).map_err(failed)
     }
 
     async fn admin(&self) -> Result<PgConnection, PostgresError> {

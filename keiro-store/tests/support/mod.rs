@@ -11,7 +11,7 @@
 #![allow(dead_code)]
 
 use keiro_store::{Store, StoreOptions};
-use keiro_test_support::{PostgresServer, TEST_DATABASE_PREFIX, TEST_POSTGRES_URL_VAR};
+use keiro_test_support::{redact_url, PostgresServer, TEST_DATABASE_PREFIX, TEST_POSTGRES_URL_VAR};
 use tempfile::TempDir;
 
 /// The server the tests create their databases on.
@@ -71,30 +71,32 @@ impl TestDb {
     pub(crate) async fn sqlite() -> TestDb {
         let dir = tempfile::tempdir().expect("create a temporary directory");
         let url = format!("sqlite://{}", dir.path().join("keiro.db").display());
-        let store = Store::connect(&url, &test_options())
-            .await
-            .unwrap_or_else(|e| panic!("connect to `{url}`: {e}"));
-        TestDb {
-            backend: Backend::Sqlite,
-            url,
-            store,
-            postgres_database: None,
-            _dir: Some(dir),
-        }
+        TestDb::connect(Backend::Sqlite, url, None, Some(dir)).await
     }
 
     /// A store on a fresh PostgreSQL database.
     pub(crate) async fn postgres() -> TestDb {
         let (name, url) = create_postgres_database().await;
+        TestDb::connect(Backend::Postgres, url, Some(name), None).await
+    }
+
+    async fn connect(
+        backend: Backend,
+        url: String,
+        postgres_database: Option<String>,
+        dir: Option<TempDir>,
+    ) -> TestDb {
         let store = Store::connect(&url, &test_options())
             .await
-            .unwrap_or_else(|e| panic!("connect to fresh test database `{name}`: {e}"));
+            .unwrap_or_else(|e| {
+                panic!("connect to fresh test database `{}`: {e}", redact_url(&url))
+            });
         TestDb {
-            backend: Backend::Postgres,
+            backend,
             url,
             store,
-            postgres_database: Some(name),
-            _dir: None,
+            postgres_database,
+            _dir: dir,
         }
     }
 
@@ -103,7 +105,9 @@ impl TestDb {
     pub(crate) async fn second_store(&self) -> Store {
         Store::connect(&self.url, &test_options())
             .await
-            .unwrap_or_else(|e| panic!("connect a second store to `{}`: {e}", self.url))
+            .unwrap_or_else(|e| {
+                panic!("connect a second store to `{}`: {e}", redact_url(&self.url))
+            })
     }
 
     /// Runs one statement written for SQLite's `keiro_workflows` /
