@@ -5,6 +5,7 @@
 //! fresh PostgreSQL database. Times are explicit (milliseconds), so nothing
 //! here sleeps.
 
+#[macro_use]
 mod support;
 
 use std::collections::{BTreeSet, HashMap};
@@ -14,32 +15,6 @@ use keiro_store::{
     TimerQuery, TimerRecord, TimerStatus, TimerUpdate,
 };
 use support::TestDb;
-
-macro_rules! conformance {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    let db = crate::support::TestDb::sqlite().await;
-                    crate::$case(&db).await;
-                    db.finish().await;
-                }
-            )*
-        }
-
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    let db = crate::support::TestDb::postgres().await;
-                    crate::$case(&db).await;
-                    db.finish().await;
-                }
-            )*
-        }
-    };
-}
 
 conformance!(
     schedule_creates_a_scheduled_timer,
