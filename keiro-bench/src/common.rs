@@ -8,9 +8,10 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use keiro::{Keiro, KeiroBuilder, SqliteSynchronous, Store};
+use keiro::{Keiro, KeiroBuilder, SqliteSynchronous};
+use keiro_store::Store;
 use keiro_store::StoreOptions;
-use sqlx::Connection;
+use keiro_test_support::PostgresServer;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{ChildStdin, ChildStdout, Command};
 
@@ -19,10 +20,11 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// A workload's result.
 pub(crate) type BenchResult<T = ()> = Result<T, BoxError>;
 
-/// The PostgreSQL server the benchmark creates its databases on.
+/// The PostgreSQL server the benchmark creates its databases on (unset or
+/// empty: `postgres:///keiro_test`, the local server over its Unix socket).
 pub(crate) const POSTGRES_URL_ENV: &str = "KEIRO_BENCH_POSTGRES_URL";
-/// Used when [`POSTGRES_URL_ENV`] is unset: the local server over its Unix socket.
-pub(crate) const DEFAULT_POSTGRES_URL: &str = "postgres:///keiro_test";
+/// The prefix of the benchmark's databases.
+const DATABASE_PREFIX: &str = "keiro_b_";
 
 /// Builds an error from a message.
 pub(crate) fn fail(message: impl Into<String>) -> BoxError {
@@ -183,8 +185,8 @@ pub(crate) struct BenchDb {
     /// The temporary directory of a SQLite database (also a scratch space for
     /// side-effect files on either backend).
     pub(crate) dir: tempfile::TempDir,
-    /// The PostgreSQL database name and the admin URL it was created from.
-    postgres: Option<(String, String)>,
+    /// The PostgreSQL database's name and the server it was created on.
+    postgres: Option<(String, PostgresServer)>,
 }
 
 impl BenchDb {
@@ -199,21 +201,12 @@ impl BenchDb {
                 postgres: None,
             }),
             Backend::Postgres => {
-                let base = postgres_base_url();
-                let mut admin = sqlx::PgConnection::connect(&base).await.map_err(|e| {
-                    fail(format!(
-                        "cannot reach PostgreSQL at {base} ({e}); set {POSTGRES_URL_ENV}"
-                    ))
-                })?;
-                let name = format!("keiro_b_{}", uuid::Uuid::new_v4().simple());
-                sqlx::query(&format!("CREATE DATABASE {name}"))
-                    .execute(&mut admin)
-                    .await?;
-                let _ = admin.close().await;
+                let server = PostgresServer::from_env(POSTGRES_URL_ENV);
+                let fresh = server.create_database(DATABASE_PREFIX).await?;
                 Ok(BenchDb {
-                    url: with_database(&base, &name),
+                    url: fresh.url,
                     dir,
-                    postgres: Some((name, base)),
+                    postgres: Some((fresh.name, server)),
                 })
             }
         }
@@ -222,19 +215,9 @@ impl BenchDb {
     /// Drops the PostgreSQL database (`WITH (FORCE)`) or removes the SQLite
     /// directory.
     pub(crate) async fn drop_db(self) {
-        if let Some((name, base)) = &self.postgres {
-            match sqlx::PgConnection::connect(base).await {
-                Ok(mut admin) => {
-                    if let Err(e) =
-                        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                            .execute(&mut admin)
-                            .await
-                    {
-                        eprintln!("keiro-bench: could not drop database {name}: {e}");
-                    }
-                    let _ = admin.close().await;
-                }
-                Err(e) => eprintln!("keiro-bench: could not drop database {name}: {e}"),
+        if let Some((name, server)) = &self.postgres {
+            if let Err(e) = server.drop_database(name).await {
+                eprintln!("keiro-bench: {e}");
             }
         }
     }
@@ -264,31 +247,6 @@ where
     let result = body(info).await;
     db.drop_db().await;
     result
-}
-
-/// The admin URL of the benchmark's PostgreSQL server.
-pub(crate) fn postgres_base_url() -> String {
-    std::env::var(POSTGRES_URL_ENV)
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| DEFAULT_POSTGRES_URL.to_owned())
-}
-
-/// `url` with its database replaced by `database`.
-fn with_database(url: &str, database: &str) -> String {
-    let (head, query) = match url.split_once('?') {
-        Some((h, q)) => (h, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = head.find("://").map(|i| i + 3).unwrap_or(0);
-    let base = match head[scheme_end..].find('/') {
-        Some(slash) => &head[..scheme_end + slash],
-        None => head,
-    };
-    match query {
-        Some(q) => format!("{base}/{database}?{q}"),
-        None => format!("{base}/{database}"),
-    }
 }
 
 /// A store connected with keiro's own pool settings, for plain-SQL work

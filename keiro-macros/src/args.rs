@@ -10,7 +10,7 @@ use syn::meta::ParseNestedMeta;
 use syn::parse::Parser;
 use syn::{Expr, ExprLit, ExprUnary, Ident, Lit, LitInt, LitStr, Token, UnOp};
 
-use crate::check::Errors;
+use crate::diag::{error, path_text, Errors};
 use crate::model::Macro;
 
 /// `name = "..."`: the registered (workflow) or journaled (step) name.
@@ -102,13 +102,13 @@ impl StepArgs {
         let errors = &mut state.errors;
         if let Some(max) = &self.max_attempts {
             if max.value == 0 {
-                errors.push(syn::Error::new_spanned(
+                errors.spanned(
                     max.tokens(),
                     format!(
                         "`{MAX_ATTEMPTS}` must be at least 1 (1 runs the step once, without retries); \
                          use e.g. `{MAX_ATTEMPTS} = 3`"
                     ),
-                ));
+                );
                 return;
             }
         }
@@ -118,13 +118,13 @@ impl StepArgs {
             self.max_attempts.is_none() && state.seen.contains(&MAX_ATTEMPTS);
         if let Some(backoff) = &self.backoff_ms {
             if self.max_attempts() <= 1 && !max_attempts_invalid {
-                errors.push(syn::Error::new_spanned(
+                errors.spanned(
                     backoff.tokens(),
                     format!(
                         "`{BACKOFF_MS}` only applies to retries, and this step runs once; \
                          add `{MAX_ATTEMPTS} = 3` (or more) or remove `{BACKOFF_MS}`"
                     ),
-                ));
+                );
             }
         }
     }
@@ -185,10 +185,10 @@ impl State {
             return Ok(None);
         };
         if self.seen.contains(&key) {
-            self.errors.push(syn::Error::new_spanned(
+            self.errors.spanned(
                 &meta.path,
                 format!("`{key}` set multiple times; remove the duplicate"),
-            ));
+            );
             skip_value(meta)?;
             return Ok(None);
         }
@@ -198,7 +198,7 @@ impl State {
 
     fn unknown_key(&self, meta: &ParseNestedMeta<'_>) -> syn::Error {
         let attr = self.mac.attr();
-        let path = path_to_string(&meta.path);
+        let path = path_text(&meta.path);
         let message = match self.keys() {
             [only] => format!(
                 "unknown `{attr}` argument `{path}`; the only supported argument is `{only}`"
@@ -220,7 +220,7 @@ impl State {
         } else {
             message
         };
-        syn::Error::new_spanned(&meta.path, message)
+        error(&meta.path, message)
     }
 
     /// `name = "..."`: a non-empty string literal.
@@ -235,13 +235,13 @@ impl State {
                 lit: Lit::Str(lit), ..
             })) => {
                 if lit.value().trim().is_empty() {
-                    self.errors.push(syn::Error::new_spanned(
+                    self.errors.spanned(
                         &lit,
                         format!(
                             "the `{attr}` name must not be empty; write e.g. `{NAME} = \"{example}\"`, \
                              or remove `{NAME}` to use the function's name"
                         ),
-                    ));
+                    );
                     return Ok(None);
                 }
                 Ok(Some(lit))
@@ -250,8 +250,8 @@ impl State {
                 let message =
                     format!("`{NAME}` expects a string literal, e.g. `{NAME} = \"{example}\"`");
                 self.errors.push(match value {
-                    Some(expr) => syn::Error::new_spanned(expr, message),
-                    None => syn::Error::new_spanned(&meta.path, message),
+                    Some(expr) => error(expr, message),
+                    None => error(&meta.path, message),
                 });
                 Ok(None)
             }
@@ -270,7 +270,7 @@ impl State {
         T: std::str::FromStr,
         T::Err: std::fmt::Display,
     {
-        let key = path_to_string(&meta.path);
+        let key = path_text(&meta.path);
         let expected = format!("`{key}` expects an integer, e.g. `{key} = {example}`");
         let lit = match value(meta)? {
             Some(Expr::Lit(ExprLit {
@@ -281,28 +281,27 @@ impl State {
                     op: UnOp::Neg(_), ..
                 }),
             ) => {
-                self.errors.push(syn::Error::new_spanned(
+                self.errors.spanned(
                     expr,
                     format!("`{key}` cannot be negative; e.g. `{key} = {example}`"),
-                ));
+                );
                 return Ok(None);
             }
             Some(expr) => {
-                self.errors.push(syn::Error::new_spanned(expr, expected));
+                self.errors.spanned(expr, expected);
                 return Ok(None);
             }
             None => {
-                self.errors
-                    .push(syn::Error::new_spanned(&meta.path, expected));
+                self.errors.spanned(&meta.path, expected);
                 return Ok(None);
             }
         };
         let suffix = lit.suffix();
         if !suffix.is_empty() && suffix != ty {
-            self.errors.push(syn::Error::new_spanned(
+            self.errors.spanned(
                 &lit,
                 format!("`{key}` is a `{ty}`; remove the `{suffix}` suffix"),
-            ));
+            );
             return Ok(None);
         }
         match lit.base10_parse::<T>() {
@@ -316,10 +315,10 @@ impl State {
                 lit,
             })),
             Err(_) => {
-                self.errors.push(syn::Error::new_spanned(
+                self.errors.spanned(
                     &lit,
                     format!("`{key}` must fit in a `{ty}`; use a smaller number"),
-                ));
+                );
                 Ok(None)
             }
         }
@@ -351,21 +350,6 @@ fn skip_value(meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
         meta.input.parse::<TokenTree>()?;
     }
     Ok(())
-}
-
-/// `a::b` for a path, without the spaces `to_token_stream().to_string()` puts in.
-fn path_to_string(path: &syn::Path) -> String {
-    let segments = path
-        .segments
-        .iter()
-        .map(|segment| segment.ident.to_string())
-        .collect::<Vec<_>>()
-        .join("::");
-    if path.leading_colon.is_some() {
-        format!("::{segments}")
-    } else {
-        segments
-    }
 }
 
 #[cfg(test)]

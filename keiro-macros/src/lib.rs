@@ -7,13 +7,14 @@
 
 // Layout: `args` parses the attribute arguments, `model` and `check` turn the
 // item into a validated `WorkflowFn` / `StepFn` (every rule runs, all errors are
-// reported together), `expand` generates the code. On any error the original
-// item is emitted unchanged next to the errors.
+// reported together; `check::spawn` refuses task spawns in a workflow body),
+// `expand` generates the code. `diag` builds and collects the errors; on any
+// error the original item is emitted unchanged next to them.
 mod args;
 mod check;
+mod diag;
 mod expand;
 mod model;
-mod spawn;
 
 use proc_macro::TokenStream;
 

@@ -10,7 +10,7 @@ use syn::ext::IdentExt;
 use syn::{GenericArgument, Ident, ItemFn, PathArguments, Type};
 
 use crate::args::{StepArgs, WorkflowArgs, MAX_ATTEMPTS};
-use crate::check;
+use crate::{check, diag};
 
 /// Which attribute is being expanded; used to word error messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,14 +101,11 @@ impl WorkflowFn {
         let args = WorkflowArgs::parse(args);
         let func = check::item_fn(Macro::Workflow, item).and_then(|func| {
             let signature = check::signature(Macro::Workflow, &func.sig);
-            let mut spawns = check::Errors::default();
-            for call in crate::spawn::spawn_calls(&func.block) {
-                spawns.push(call.error());
-            }
-            let ((inputs, output), ()) = check::join(signature, spawns.finish())?;
+            let spawns = check::no_spawns(&func.block);
+            let ((inputs, output), ()) = diag::join(signature, spawns)?;
             Ok((func, inputs, output))
         });
-        let (args, (func, inputs, output)) = check::join(args, func)?;
+        let (args, (func, inputs, output)) = diag::join(args, func)?;
         let name = match args.name {
             Some(lit) => lit.value(),
             None => func.sig.ident.unraw().to_string(),
@@ -143,12 +140,12 @@ impl StepFn {
             let (inputs, output) = check::signature(Macro::Step, &func.sig)?;
             Ok((func, inputs, output))
         });
-        let (args, (func, inputs, output)) = check::join(args, func)?;
+        let (args, (func, inputs, output)) = diag::join(args, func)?;
         let max_attempts = args.max_attempts();
         // A declared return type is checked to be a `Result` by the generated
         // code (`RetryOutcome`), which sees through aliases; none at all is `()`.
         if max_attempts > 1 && output.ty.is_none() {
-            return Err(syn::Error::new_spanned(
+            return Err(diag::error(
                 args.max_attempts_tokens()
                     .unwrap_or_else(|| func.sig.to_token_stream()),
                 format!(

@@ -5,6 +5,7 @@
 //! fresh PostgreSQL database. Times are explicit (milliseconds), so nothing
 //! here sleeps.
 
+#[macro_use]
 mod support;
 
 use std::collections::{BTreeSet, HashMap};
@@ -29,32 +30,6 @@ macro_rules! on_pool {
                 let ($pool, $begin) = (p.pool(), "BEGIN");
                 $body
             }
-        }
-    };
-}
-
-macro_rules! conformance {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    let db = crate::support::TestDb::sqlite().await;
-                    crate::$case(&db).await;
-                    db.finish().await;
-                }
-            )*
-        }
-
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $case() {
-                    let db = crate::support::TestDb::postgres().await;
-                    crate::$case(&db).await;
-                    db.finish().await;
-                }
-            )*
         }
     };
 }

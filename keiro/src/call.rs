@@ -138,10 +138,9 @@ where
             (None, None) => uuid::Uuid::new_v4().to_string(),
         };
         if id.is_empty() {
-            return Err(Error::Config(format!(
-                "workflow `{}` was given an empty id",
-                self.name
-            )));
+            return Err(Error::EmptyId {
+                name: self.name.to_owned(),
+            });
         }
         Ok(Launch {
             name: self.name,

@@ -48,6 +48,7 @@ mod child;
 mod context;
 mod error;
 mod executor;
+pub mod inspect;
 mod lifecycle;
 mod registry;
 mod run;
@@ -56,6 +57,7 @@ mod shutdown;
 mod signature;
 pub mod telemetry;
 pub mod timers;
+pub mod unstable;
 mod waiters;
 mod worker;
 
@@ -71,7 +73,7 @@ pub use context::{
     awakeable, now, reject_awakeable, resolve_awakeable, sleep, sleep_until, uuid, Awakeable,
 };
 pub use error::{Error, Result, StoreError};
-pub use keiro_store::{SqliteSynchronous, Store};
+pub use keiro_store::SqliteSynchronous;
 pub use lifecycle::{cancel, continue_as_new, CancelOutcome};
 pub use runtime::{
     global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL, EXECUTOR_ID_ENV,

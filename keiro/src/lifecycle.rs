@@ -93,17 +93,17 @@ where
     R: serde::Serialize + serde::de::DeserializeOwned + Send + 'static,
 {
     let Some(cx) = current() else {
-        return Err(Error::Config(format!(
-            "keiro::continue_as_new({}) works only inside a #[workflow]",
-            call.name
-        )));
+        return Err(Error::NotInWorkflow {
+            op: format!("keiro::continue_as_new({})", call.name),
+            instead: "outside one, call the workflow to start it",
+        });
     };
     if call.name != cx.name {
-        return Err(Error::Config(format!(
-            "workflow `{}` (id {}) cannot continue as `{}`; continue_as_new takes a call of \
-             the same workflow",
-            cx.name, cx.id, call.name
-        )));
+        return Err(Error::ContinueAsOther {
+            name: cx.name.clone(),
+            id: cx.id.clone(),
+            requested: call.name.to_owned(),
+        });
     }
     let input = call.encoded_input()?;
     halt(&cx, Halt::ContinueAsNew { input }).await

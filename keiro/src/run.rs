@@ -435,7 +435,9 @@ pub(crate) async fn execute(
                     Ok(Halt::Suspend { wake_at, awaiting }) => Ended::Suspended(wake_at, awaiting),
                     Ok(Halt::Cancelled) => Ended::Cancelled,
                     Ok(Halt::ContinueAsNew { input }) => Ended::ContinueAsNew(input),
-                    Err(_) => Ended::Errored(Error::Config("workflow context dropped".into())),
+                    Err(_) => Ended::Errored(Error::Internal(
+                        "a workflow's context was dropped before the run ended".into(),
+                    )),
                 };
             }
             out = &mut body => {

@@ -7,15 +7,11 @@ use std::sync::{Mutex, OnceLock};
 pub mod executors;
 pub mod process;
 pub mod shared_name;
+pub mod timers;
 pub mod workflows;
 
 use keiro::Keiro;
-
-/// The PostgreSQL server the tests use; each test gets a fresh database on it.
-pub const POSTGRES_URL_ENV: &str = "KEIRO_TEST_POSTGRES_URL";
-/// Used when [`POSTGRES_URL_ENV`] is unset: the local server over its Unix
-/// socket, as the current OS user.
-pub const DEFAULT_POSTGRES_URL: &str = "postgres:///keiro_test";
+use keiro_test_support::{redact_url, PostgresServer, TEST_DATABASE_PREFIX, TEST_POSTGRES_URL_VAR};
 
 /// A backend under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,8 +31,10 @@ pub struct TestDb {
 }
 
 impl TestDb {
-    /// Creates a fresh database on `backend`. Panics with a message naming
-    /// [`POSTGRES_URL_ENV`] when the PostgreSQL server cannot be reached.
+    /// Creates a fresh database on `backend`: a `keiro_t_<uuid>` database on the
+    /// server `KEIRO_TEST_POSTGRES_URL` names, left for `.ci/run` to drop.
+    /// Panics with a message naming that variable when the PostgreSQL server
+    /// cannot be reached.
     pub async fn new(backend: Backend) -> TestDb {
         match backend {
             Backend::Sqlite => {
@@ -48,64 +46,28 @@ impl TestDb {
                 }
             }
             Backend::Postgres => TestDb {
-                url: fresh_postgres_database().await,
+                url: PostgresServer::from_env(TEST_POSTGRES_URL_VAR)
+                    .create_database(TEST_DATABASE_PREFIX)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"))
+                    .url,
                 _dir: None,
             },
         }
     }
 
+    /// A builder for a runtime on this database under a fresh test executor
+    /// identity, for tests that set the instance policy.
+    pub fn builder(&self) -> keiro::KeiroBuilder {
+        Keiro::builder(&self.url).executor_id(format!("test-{}", uuid::Uuid::new_v4().simple()))
+    }
+
     /// A runtime connected to this database with its own executor id.
     pub async fn keiro(&self) -> Keiro {
-        Keiro::builder(&self.url)
-            .executor_id(format!("test-{}", uuid::Uuid::new_v4().simple()))
+        self.builder()
             .connect()
             .await
-            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.url))
-    }
-}
-
-/// The base URL of the test PostgreSQL server.
-pub fn postgres_base_url() -> String {
-    std::env::var(POSTGRES_URL_ENV)
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| DEFAULT_POSTGRES_URL.to_owned())
-}
-
-async fn fresh_postgres_database() -> String {
-    use sqlx::Connection;
-    let base = postgres_base_url();
-    let mut admin = sqlx::PgConnection::connect(&base)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot reach the test PostgreSQL server at {base} ({e}); start it (`.ci/run` \
-             does) or point {POSTGRES_URL_ENV} at one"
-            )
-        });
-    let name = format!("keiro_t_{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut admin)
-        .await
-        .unwrap_or_else(|e| panic!("create database {name} on {base}: {e}"));
-    let _ = admin.close().await;
-    with_database(&base, &name)
-}
-
-/// `url` with its database replaced by `database`.
-pub fn with_database(url: &str, database: &str) -> String {
-    let (head, query) = match url.split_once('?') {
-        Some((h, q)) => (h, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = head.find("://").map(|i| i + 3).unwrap_or(0);
-    let base = match head[scheme_end..].find('/') {
-        Some(slash) => &head[..scheme_end + slash],
-        None => head,
-    };
-    match query {
-        Some(q) => format!("{base}/{database}?{q}"),
-        None => format!("{base}/{database}"),
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", redact_url(&self.url)))
     }
 }
 
@@ -156,22 +118,4 @@ macro_rules! on_both_backends {
             )*
         }
     };
-}
-
-#[cfg(test)]
-mod tests {
-    use super::with_database;
-
-    #[test]
-    fn replaces_the_database_of_a_url() {
-        assert_eq!(
-            with_database("postgres:///keiro_test", "x"),
-            "postgres:///x"
-        );
-        assert_eq!(
-            with_database("postgres://u:p@h:5432/db?sslmode=disable", "x"),
-            "postgres://u:p@h:5432/x?sslmode=disable"
-        );
-        assert_eq!(with_database("postgres://h", "x"), "postgres://h/x");
-    }
 }

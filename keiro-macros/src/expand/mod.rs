@@ -6,16 +6,17 @@ mod step;
 mod workflow;
 
 use proc_macro2::{Span, TokenStream, TokenTree};
-use quote::{quote, ToTokens};
+use quote::ToTokens;
 use syn::Attribute;
 
+use crate::diag;
 use crate::model::{Arg, StepFn, WorkflowFn};
 
 /// `#[workflow]`: the expansion, or the original item plus the errors.
 pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
     match WorkflowFn::parse(args, item.clone()) {
         Ok(func) => workflow::expand(&func),
-        Err(err) => with_error(item, err),
+        Err(err) => diag::with_item(item, err),
     }
 }
 
@@ -23,15 +24,8 @@ pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 pub(crate) fn step(args: TokenStream, item: TokenStream) -> TokenStream {
     match StepFn::parse(args, item.clone()) {
         Ok(func) => step::expand(&func),
-        Err(err) => with_error(item, err),
+        Err(err) => diag::with_item(item, err),
     }
-}
-
-/// The user's item unchanged plus the errors, so the item still exists (no
-/// follow-on "cannot find function" errors, and IDEs keep working).
-fn with_error(item: TokenStream, err: syn::Error) -> TokenStream {
-    let errors = err.into_compile_error();
-    quote!(#item #errors)
 }
 
 /// The spans of the first and last token of `tokens`: rustc reports an
@@ -133,6 +127,7 @@ impl SplitAttrs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use quote::quote;
     use syn::parse_quote;
 
     #[test]

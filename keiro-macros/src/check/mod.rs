@@ -1,50 +1,30 @@
-//! Rules shared by `#[workflow]` and `#[step]`: what an annotated item must look like.
+//! Rules shared by `#[workflow]` and `#[step]`: what an annotated item must
+//! look like, and (in [`spawn`]) what a workflow body must not call.
 //!
 //! Every rule reports a spanned error that names the attribute and says how to
 //! fix the code, and every rule runs, so one compile lists all problems.
+
+mod spawn;
 
 use proc_macro2::TokenStream;
 use quote::{quote, ToTokens};
 use syn::visit::Visit;
 use syn::{
-    FnArg, GenericParam, Item, ItemFn, Lifetime, Pat, PatIdent, ReturnType, Signature, Type,
+    Block, FnArg, GenericParam, Item, ItemFn, Lifetime, Pat, PatIdent, ReturnType, Signature, Type,
     TypeImplTrait, TypeReference,
 };
 
+use crate::diag::{error, Errors};
 use crate::model::{Arg, Macro, Output};
 
-/// Collects errors so one expansion reports all of them (serde_derive's `Ctxt`).
-#[derive(Default)]
-pub(crate) struct Errors {
-    error: Option<syn::Error>,
-}
-
-impl Errors {
-    pub(crate) fn push(&mut self, error: syn::Error) {
-        match &mut self.error {
-            Some(existing) => existing.combine(error),
-            None => self.error = Some(error),
-        }
+/// Refuses every task spawn in a workflow body (see [`spawn`]): one error
+/// per call.
+pub(crate) fn no_spawns(body: &Block) -> syn::Result<()> {
+    let mut errors = Errors::default();
+    for call in spawn::spawn_calls(body) {
+        errors.push(call.error());
     }
-
-    pub(crate) fn finish(self) -> syn::Result<()> {
-        match self.error {
-            Some(error) => Err(error),
-            None => Ok(()),
-        }
-    }
-}
-
-/// Both values, or every error of either.
-pub(crate) fn join<A, B>(a: syn::Result<A>, b: syn::Result<B>) -> syn::Result<(A, B)> {
-    match (a, b) {
-        (Ok(a), Ok(b)) => Ok((a, b)),
-        (Err(mut a), Err(b)) => {
-            a.combine(b);
-            Err(a)
-        }
-        (Err(e), Ok(_)) | (Ok(_), Err(e)) => Err(e),
-    }
+    errors.finish()
 }
 
 /// The annotated item, which must be a function with a body.
@@ -54,7 +34,7 @@ pub(crate) fn item_fn(mac: Macro, item: TokenStream) -> syn::Result<ItemFn> {
         Ok(Item::Fn(func)) => return Ok(func),
         Ok(item) => item,
         Err(_) => {
-            return Err(syn::Error::new_spanned(
+            return Err(error(
                 item,
                 format!("`{attr}` can only be applied to an `async fn` with a body"),
             ))
@@ -77,7 +57,7 @@ pub(crate) fn item_fn(mac: Macro, item: TokenStream) -> syn::Result<ItemFn> {
         Item::Macro(i) => ("a macro invocation", i.mac.path.to_token_stream()),
         other => ("this item", other.to_token_stream()),
     };
-    Err(syn::Error::new_spanned(
+    Err(error(
         head,
         format!("`{attr}` can only be applied to an `async fn`, not to {what}; move it onto an `async fn`"),
     ))
@@ -94,25 +74,22 @@ fn head(keyword: &dyn ToTokens, name: &dyn ToTokens) -> TokenStream {
 pub(crate) fn signature(mac: Macro, sig: &Signature) -> syn::Result<(Vec<Arg>, Output)> {
     let attr = mac.attr();
     let mut errors = Errors::default();
-    let mut error = |tokens: &dyn ToTokens, message: String| {
-        errors.push(syn::Error::new_spanned(tokens, message));
-    };
 
     if let Some(token) = &sig.constness {
-        error(
+        errors.spanned(
             token,
             format!("`{attr}` functions cannot be `const`; remove `const`"),
         );
     }
     if sig.asyncness.is_none() {
         let (fn_token, ident) = (&sig.fn_token, &sig.ident);
-        error(
+        errors.spanned(
             &quote!(#fn_token #ident),
             format!("`{attr}` functions must be async; add `async` before `fn`"),
         );
     }
     if let Some(token) = &sig.unsafety {
-        error(
+        errors.spanned(
             token,
             format!(
                 "`{attr}` functions cannot be `unsafe`; remove `unsafe` \
@@ -121,7 +98,7 @@ pub(crate) fn signature(mac: Macro, sig: &Signature) -> syn::Result<(Vec<Arg>, O
         );
     }
     if let Some(abi) = &sig.abi {
-        error(
+        errors.spanned(
             abi,
             format!("`{attr}` functions cannot be `extern`; remove the ABI"),
         );
@@ -144,10 +121,10 @@ pub(crate) fn signature(mac: Macro, sig: &Signature) -> syn::Result<(Vec<Arg>, O
                 def.ident
             ),
         };
-        error(param, message);
+        errors.spanned(param, message);
     }
     if let Some(where_clause) = &sig.generics.where_clause {
-        error(
+        errors.spanned(
             where_clause,
             format!(
                 "`{attr}` functions cannot have a `where` clause; remove it and use concrete types"
@@ -155,7 +132,7 @@ pub(crate) fn signature(mac: Macro, sig: &Signature) -> syn::Result<(Vec<Arg>, O
         );
     }
     if let Some(variadic) = &sig.variadic {
-        error(
+        errors.spanned(
             variadic,
             format!("`{attr}` functions cannot be variadic; remove `...`"),
         );
@@ -164,7 +141,7 @@ pub(crate) fn signature(mac: Macro, sig: &Signature) -> syn::Result<(Vec<Arg>, O
     let mut args = Vec::new();
     for input in &sig.inputs {
         match input {
-            FnArg::Receiver(receiver) => error(
+            FnArg::Receiver(receiver) => errors.spanned(
                 receiver,
                 format!(
                     "`{attr}` functions cannot take `self`; remove the receiver \
@@ -174,7 +151,7 @@ pub(crate) fn signature(mac: Macro, sig: &Signature) -> syn::Result<(Vec<Arg>, O
             FnArg::Typed(pat_type) => {
                 let type_ok = match borrowed_or_opaque(&pat_type.ty) {
                     Some(problem) => {
-                        error(&problem.tokens(), problem.argument_message(mac));
+                        errors.spanned(problem.tokens(), problem.argument_message(mac));
                         false
                     }
                     None => true,
@@ -193,7 +170,7 @@ pub(crate) fn signature(mac: Macro, sig: &Signature) -> syn::Result<(Vec<Arg>, O
                             });
                         }
                     }
-                    pat => error(
+                    pat => errors.spanned(
                         pat,
                         format!(
                             "`{attr}` arguments must be plain names such as `order: Order`; \
@@ -209,7 +186,7 @@ pub(crate) fn signature(mac: Macro, sig: &Signature) -> syn::Result<(Vec<Arg>, O
         ReturnType::Default => Output { ty: None },
         ReturnType::Type(_, ty) => {
             if let Some(problem) = borrowed_or_opaque(ty) {
-                error(&problem.tokens(), problem.return_message(mac));
+                errors.spanned(problem.tokens(), problem.return_message(mac));
             }
             Output {
                 ty: Some(ty.clone()),

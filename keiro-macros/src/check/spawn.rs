@@ -13,6 +13,8 @@ use syn::punctuated::Punctuated;
 use syn::visit::Visit;
 use syn::{Block, Expr, ExprCall, ExprMethodCall, Macro, Path, Token};
 
+use crate::diag::{error, path_text};
+
 /// The paths (without the final `spawn*` segment) whose spawns leave the
 /// workflow: `tokio::spawn`, `tokio::task::spawn_blocking`, `task::spawn_local`
 /// after `use tokio::task`, `std::thread::spawn`, `thread::spawn`.
@@ -38,7 +40,7 @@ pub(crate) struct SpawnCall {
 impl SpawnCall {
     pub(crate) fn error(&self) -> syn::Error {
         let what = &self.what;
-        syn::Error::new_spanned(
+        error(
             &self.tokens,
             format!(
                 "{what} inside a `#[workflow]` runs its task outside the workflow, so steps called \
@@ -113,16 +115,6 @@ fn is_spawn_path(path: &Path) -> bool {
         && SPAWNING_MODULES
             .iter()
             .any(|candidate| candidate.iter().eq(module.iter()))
-}
-
-fn path_text(path: &Path) -> String {
-    let mut text = String::new();
-    if path.leading_colon.is_some() {
-        text.push_str("::");
-    }
-    let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
-    text.push_str(&segments.join("::"));
-    text
 }
 
 #[cfg(test)]
