@@ -859,8 +859,41 @@ async fn postgres_migrations_are_idempotent_and_leave_public_alone() {
 // the same key must still report the row that transaction committed, although
 // that row is newer than the waiting statement's snapshot.
 
+/// A fresh PostgreSQL test database, with an instance `wf` when
+/// `with_instance`, where another session's transaction holds `insert`
+/// uncommitted.
+async fn behind_an_open_insert(
+    with_instance: bool,
+    insert: &str,
+) -> (TestDb, sqlx::Transaction<'static, sqlx::Postgres>) {
+    let db = TestDb::postgres().await;
+    let Store::Postgres(pg) = &db.store else {
+        panic!("expected the PostgreSQL backend");
+    };
+    if with_instance {
+        create(&db, "wf", None).await;
+    }
+    let mut theirs = pg.pool().begin().await.unwrap();
+    sqlx::query(insert).execute(&mut *theirs).await.unwrap();
+    (db, theirs)
+}
+
+/// [`behind_an_open_insert`] of step `seq` of instance `wf`, with result
+/// `"theirs"`.
+async fn behind_their_step(seq: i64) -> (TestDb, sqlx::Transaction<'static, sqlx::Postgres>) {
+    let insert = format!(
+        "INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, result, created_at) \
+         VALUES ('wf', 0, {seq}, 'step_{seq}', 'step', '\"theirs\"', 1)"
+    );
+    behind_an_open_insert(true, &insert).await
+}
+
 /// Waits until some session on the test database is blocked on a lock.
-async fn wait_until_blocked(pool: &sqlx::PgPool) {
+async fn wait_until_blocked(db: &TestDb) {
+    let Store::Postgres(pg) = &db.store else {
+        panic!("expected the PostgreSQL backend");
+    };
+    let pool = pg.pool();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let waiting: i64 = sqlx::query_scalar(
@@ -883,25 +916,19 @@ async fn wait_until_blocked(pool: &sqlx::PgPool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_create_instance_behind_a_concurrent_insert_returns_that_row() {
-    let db = TestDb::postgres().await;
-    let Store::Postgres(pg) = &db.store else {
-        panic!("expected the PostgreSQL backend");
-    };
-    let mut theirs = pg.pool().begin().await.unwrap();
-    sqlx::query(
+    let (db, theirs) = behind_an_open_insert(
+        false,
         "INSERT INTO keiro.workflows (id, name, status, input, created_at, updated_at) \
          VALUES ('wf', 'theirs', 'pending', '\"theirs\"', 1, 1)",
     )
-    .execute(&mut *theirs)
-    .await
-    .unwrap();
+    .await;
     let store = db.store.clone();
     let mine = tokio::spawn(async move {
         store
             .create_instance(&new_instance("wf", "\"mine\"", None))
             .await
     });
-    wait_until_blocked(pg.pool()).await;
+    wait_until_blocked(&db).await;
     theirs.commit().await.unwrap();
     let (row, created) = mine.await.unwrap().unwrap();
     assert!(!created);
@@ -914,19 +941,7 @@ async fn postgres_create_instance_behind_a_concurrent_insert_returns_that_row() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_append_steps_behind_a_concurrent_insert_returns_that_row() {
-    let db = TestDb::postgres().await;
-    let Store::Postgres(pg) = &db.store else {
-        panic!("expected the PostgreSQL backend");
-    };
-    create(&db, "wf", None).await;
-    let mut theirs = pg.pool().begin().await.unwrap();
-    sqlx::query(
-        "INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, result, created_at) \
-         VALUES ('wf', 0, 1, 'step_1', 'step', '\"theirs\"', 1)",
-    )
-    .execute(&mut *theirs)
-    .await
-    .unwrap();
+    let (db, theirs) = behind_their_step(1).await;
     let store = db.store.clone();
     let mine = tokio::spawn(async move {
         store
@@ -937,7 +952,7 @@ async fn postgres_append_steps_behind_a_concurrent_insert_returns_that_row() {
             ])
             .await
     });
-    wait_until_blocked(pg.pool()).await;
+    wait_until_blocked(&db).await;
     theirs.commit().await.unwrap();
     let theirs_row = step("wf", 0, 1, "\"theirs\"");
     assert_eq!(
@@ -957,23 +972,11 @@ async fn postgres_append_steps_behind_a_concurrent_insert_returns_that_row() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_append_steps_lets_an_aborted_insert_go() {
-    let db = TestDb::postgres().await;
-    let Store::Postgres(pg) = &db.store else {
-        panic!("expected the PostgreSQL backend");
-    };
-    create(&db, "wf", None).await;
-    let mut theirs = pg.pool().begin().await.unwrap();
-    sqlx::query(
-        "INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, result, created_at) \
-         VALUES ('wf', 0, 0, 'step_0', 'step', '\"theirs\"', 1)",
-    )
-    .execute(&mut *theirs)
-    .await
-    .unwrap();
+    let (db, theirs) = behind_their_step(0).await;
     let store = db.store.clone();
     let mine =
         tokio::spawn(async move { store.append_steps(&[step("wf", 0, 0, "\"mine\"")]).await });
-    wait_until_blocked(pg.pool()).await;
+    wait_until_blocked(&db).await;
     theirs.rollback().await.unwrap();
     assert_eq!(mine.await.unwrap().unwrap(), vec![AppendOutcome::Inserted]);
     assert_eq!(

@@ -12,9 +12,27 @@ use std::collections::{BTreeSet, HashMap};
 
 use keiro_store::{
     NewTimer, ReasonMatch, ResumeClaimOutcome, ResumeUpdate, ScheduleOutcome, Store, TimerListKind,
-    TimerQuery, TimerRecord, TimerStatus, TimerUpdate,
+    TimerQuery, TimerRow, TimerStatus, TimerUpdate,
 };
 use support::TestDb;
+
+/// Runs `$body` once, on the test store's own backend, with `$pool` its
+/// connection pool and `$begin` the statement its write transactions begin
+/// with (SQLite's `BEGIN IMMEDIATE` takes the write lock at once).
+macro_rules! on_pool {
+    ($db:expr, |$pool:ident, $begin:ident| $body:expr) => {
+        match &$db.store {
+            Store::Sqlite(s) => {
+                let ($pool, $begin) = (s.pool(), "BEGIN IMMEDIATE");
+                $body
+            }
+            Store::Postgres(p) => {
+                let ($pool, $begin) = (p.pool(), "BEGIN");
+                $body
+            }
+        }
+    };
+}
 
 conformance!(
     schedule_creates_a_scheduled_timer,
@@ -60,7 +78,7 @@ async fn schedule(db: &TestDb, id: &str, fire_at: i64) {
     assert_eq!(outcome, ScheduleOutcome::Created, "`{id}` should be new");
 }
 
-async fn get(db: &TestDb, id: &str) -> TimerRecord {
+async fn get(db: &TestDb, id: &str) -> TimerRow {
     db.store
         .get_timer(id)
         .await
@@ -68,21 +86,21 @@ async fn get(db: &TestDb, id: &str) -> TimerRecord {
         .unwrap_or_else(|| panic!("timer `{id}` should exist"))
 }
 
-fn applied(update: TimerUpdate) -> TimerRecord {
+fn applied(update: TimerUpdate) -> TimerRow {
     match update {
         TimerUpdate::Applied(row) => row,
         other => panic!("expected the update to apply, got {other:?}"),
     }
 }
 
-fn resumed(update: ResumeUpdate) -> TimerRecord {
+fn resumed(update: ResumeUpdate) -> TimerRow {
     match update {
         ResumeUpdate::Applied(row) => row,
         other => panic!("expected the resume operation to apply, got {other:?}"),
     }
 }
 
-async fn claim(db: &TestDb, now: i64) -> TimerRecord {
+async fn claim(db: &TestDb, now: i64) -> TimerRow {
     db.store
         .claim_due_timer(now)
         .await
@@ -91,7 +109,7 @@ async fn claim(db: &TestDb, now: i64) -> TimerRecord {
 }
 
 /// Schedules `id` due at 0, claims it at `now` and dead-letters it.
-async fn dead(db: &TestDb, id: &str, now: i64, reason: &str) -> TimerRecord {
+async fn dead(db: &TestDb, id: &str, now: i64, reason: &str) -> TimerRow {
     schedule(db, id, 0).await;
     let claimed = claim(db, now).await;
     assert_eq!(claimed.id, id);
@@ -221,46 +239,25 @@ async fn schedule_refuses_a_payload_that_is_not_json(db: &TestDb) {
 }
 
 async fn schedule_in_the_callers_transaction_follows_it(db: &TestDb) {
-    match &db.store {
-        Store::Sqlite(s) => {
-            let mut tx = s.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
-            let created = keiro_store::schedule_timer_tx(&mut tx, &timer("rolled-back", 1))
-                .await
-                .unwrap();
-            assert_eq!(created, ScheduleOutcome::Created);
-            tx.rollback().await.unwrap();
+    on_pool!(db, |pool, begin| {
+        let mut tx = pool.begin_with(begin).await.unwrap();
+        let created = keiro_store::schedule_timer_tx(&mut tx, &timer("rolled-back", 1))
+            .await
+            .unwrap();
+        assert_eq!(created, ScheduleOutcome::Created);
+        tx.rollback().await.unwrap();
 
-            let mut tx = s.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
-            keiro_store::schedule_timer_tx(&mut tx, &timer("committed", 1))
+        let mut tx = pool.begin_with(begin).await.unwrap();
+        keiro_store::schedule_timer_tx(&mut tx, &timer("committed", 1))
+            .await
+            .unwrap();
+        assert!(
+            !keiro_store::schedule_timer_once_tx(&mut tx, &timer("committed", 2))
                 .await
-                .unwrap();
-            assert!(
-                !keiro_store::schedule_timer_once_tx(&mut tx, &timer("committed", 2))
-                    .await
-                    .unwrap()
-            );
-            tx.commit().await.unwrap();
-        }
-        Store::Postgres(p) => {
-            let mut tx = p.pool().begin().await.unwrap();
-            let created = keiro_store::schedule_timer_tx(&mut tx, &timer("rolled-back", 1))
-                .await
-                .unwrap();
-            assert_eq!(created, ScheduleOutcome::Created);
-            tx.rollback().await.unwrap();
-
-            let mut tx = p.pool().begin().await.unwrap();
-            keiro_store::schedule_timer_tx(&mut tx, &timer("committed", 1))
-                .await
-                .unwrap();
-            assert!(
-                !keiro_store::schedule_timer_once_tx(&mut tx, &timer("committed", 2))
-                    .await
-                    .unwrap()
-            );
-            tx.commit().await.unwrap();
-        }
-    }
+                .unwrap()
+        );
+        tx.commit().await.unwrap();
+    });
     assert_eq!(db.store.get_timer("rolled-back").await.unwrap(), None);
     assert_eq!(get(db, "committed").await.fire_at, 1);
 }
@@ -268,28 +265,16 @@ async fn schedule_in_the_callers_transaction_follows_it(db: &TestDb) {
 async fn cancel_in_the_callers_transaction_follows_it(db: &TestDb) {
     schedule(db, "t-1", 1_000).await;
     for commit in [false, true] {
-        let update = match &db.store {
-            Store::Sqlite(s) => {
-                let mut tx = s.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
-                let update = keiro_store::cancel_timer_tx(&mut tx, "t-1").await.unwrap();
-                if commit {
-                    tx.commit().await.unwrap()
-                } else {
-                    tx.rollback().await.unwrap()
-                }
-                update
+        let update = on_pool!(db, |pool, begin| {
+            let mut tx = pool.begin_with(begin).await.unwrap();
+            let update = keiro_store::cancel_timer_tx(&mut tx, "t-1").await.unwrap();
+            if commit {
+                tx.commit().await.unwrap()
+            } else {
+                tx.rollback().await.unwrap()
             }
-            Store::Postgres(p) => {
-                let mut tx = p.pool().begin().await.unwrap();
-                let update = keiro_store::cancel_timer_tx(&mut tx, "t-1").await.unwrap();
-                if commit {
-                    tx.commit().await.unwrap()
-                } else {
-                    tx.rollback().await.unwrap()
-                }
-                update
-            }
-        };
+            update
+        });
         assert_eq!(applied(update).status, TimerStatus::Cancelled);
         let expected = if commit {
             TimerStatus::Cancelled
@@ -730,11 +715,12 @@ async fn resume_claim_holds_a_dead_timer_against_everyone_else(db: &TestDb) {
     assert_eq!(db.store.requeue_stuck_timers(i64::MAX).await.unwrap(), 0);
     assert_eq!(db.store.claim_due_timer(i64::MAX).await.unwrap(), None);
 
+    let update = db
+        .store
+        .renew_timer_resume("t-1", "tok-b", 5_000, 1_500)
+        .await;
     assert_eq!(
-        db.store
-            .renew_timer_resume("t-1", "tok-b", 5_000, 1_500)
-            .await
-            .unwrap(),
+        update.unwrap(),
         ResumeUpdate::Lost(Some(TimerStatus::Resuming)),
         "a wrong token is refused"
     );
@@ -750,20 +736,19 @@ async fn resume_claim_holds_a_dead_timer_against_everyone_else(db: &TestDb) {
         TimerUpdate::Guarded { lease_until: 5_000 }
     );
     // Past the renewed lease the claim is lost even before recovery runs.
+    let update = db
+        .store
+        .complete_timer_resume("t-1", "tok-a", "ev", 5_000)
+        .await;
     assert_eq!(
-        db.store
-            .complete_timer_resume("t-1", "tok-a", "ev", 5_000)
-            .await
-            .unwrap(),
+        update.unwrap(),
         ResumeUpdate::Lost(Some(TimerStatus::Resuming))
     );
-    assert_eq!(
-        db.store
-            .renew_timer_resume("missing", "tok-a", 5_000, 1_500)
-            .await
-            .unwrap(),
-        ResumeUpdate::Lost(None)
-    );
+    let update = db
+        .store
+        .renew_timer_resume("missing", "tok-a", 5_000, 1_500)
+        .await;
+    assert_eq!(update.unwrap(), ResumeUpdate::Lost(None));
 }
 
 async fn resume_complete_park_and_cancel_end_the_claim(db: &TestDb) {
@@ -816,20 +801,19 @@ async fn resume_complete_park_and_cancel_end_the_claim(db: &TestDb) {
     assert_eq!(row.status, TimerStatus::Cancelled);
 
     // The token is spent: nothing it does applies any more.
+    let update = db
+        .store
+        .cancel_timer_resume("complete", "tok-complete", 2_000)
+        .await;
     assert_eq!(
-        db.store
-            .cancel_timer_resume("complete", "tok-complete", 2_000)
-            .await
-            .unwrap(),
+        update.unwrap(),
         ResumeUpdate::Lost(Some(TimerStatus::Fired))
     );
-    assert_eq!(
-        db.store
-            .renew_timer_resume("park", "tok-park", 20_000, 2_000)
-            .await
-            .unwrap(),
-        ResumeUpdate::Lost(Some(TimerStatus::Dead))
-    );
+    let update = db
+        .store
+        .renew_timer_resume("park", "tok-park", 20_000, 2_000)
+        .await;
+    assert_eq!(update.unwrap(), ResumeUpdate::Lost(Some(TimerStatus::Dead)));
     // A parked timer is dead again: it can be claimed anew.
     assert!(matches!(
         db.store
@@ -866,11 +850,12 @@ async fn expired_resume_claims_recover_to_dead(db: &TestDb) {
     assert_eq!(row.attempts, before.attempts, "the attempts are kept");
     assert_eq!(row.resume_lease_until, None);
     assert_eq!(get(db, "t-2").await.status, TimerStatus::Resuming);
+    let update = db
+        .store
+        .complete_timer_resume("t-1", "tok-1", "ev", 1_500)
+        .await;
     assert_eq!(
-        db.store
-            .complete_timer_resume("t-1", "tok-1", "ev", 1_500)
-            .await
-            .unwrap(),
+        update.unwrap(),
         ResumeUpdate::Lost(Some(TimerStatus::Dead)),
         "a recovered claim's token no longer applies"
     );
@@ -885,11 +870,12 @@ async fn expired_resume_claims_recover_to_dead(db: &TestDb) {
         panic!("a lapsed claim can be taken over")
     };
     assert_eq!(row.resume_lease_until, Some(20_000));
+    let update = db
+        .store
+        .renew_timer_resume("t-2", "tok-2", 30_000, 9_000)
+        .await;
     assert_eq!(
-        db.store
-            .renew_timer_resume("t-2", "tok-2", 30_000, 9_000)
-            .await
-            .unwrap(),
+        update.unwrap(),
         ResumeUpdate::Lost(Some(TimerStatus::Resuming))
     );
 }

@@ -56,6 +56,19 @@ fn row(id: &str, generation: i64, seq: i64, kind: &str, result: &str) -> StepRow
     }
 }
 
+/// Suspends generation 0 of instance `wf` held by `owner`; whether it applied.
+async fn suspend_wf(db: &TestDb, owner: &str, wake_at: Option<i64>, awaiting: Option<i64>) -> bool {
+    db.store
+        .suspend("wf", 0, owner, wake_at, awaiting)
+        .await
+        .unwrap()
+}
+
+/// Records one step.
+async fn append(db: &TestDb, row: StepRow) {
+    db.store.append_steps(&[row]).await.unwrap();
+}
+
 async fn due_ids(db: &TestDb) -> Vec<String> {
     let mut ids: Vec<_> = db
         .store
@@ -72,16 +85,8 @@ async fn due_ids(db: &TestDb) -> Vec<String> {
 async fn suspend_keeps_the_wake_time_and_drops_the_lease(db: &TestDb) {
     running(db, "wf", None).await;
     let later = now_ms() + 60_000;
-    assert!(!db
-        .store
-        .suspend("wf", 0, "intruder", Some(later), None)
-        .await
-        .unwrap());
-    assert!(db
-        .store
-        .suspend("wf", 0, OWNER, Some(later), None)
-        .await
-        .unwrap());
+    assert!(!suspend_wf(db, "intruder", Some(later), None).await);
+    assert!(suspend_wf(db, OWNER, Some(later), None).await);
     let got = db.store.get_instance("wf").await.unwrap().unwrap();
     assert_eq!(got.status, InstanceStatus::Suspended);
     assert_eq!(
@@ -93,18 +98,10 @@ async fn suspend_keeps_the_wake_time_and_drops_the_lease(db: &TestDb) {
         "a future wake time is not due"
     );
     // Suspending again needs the lease (claim first).
-    assert!(!db
-        .store
-        .suspend("wf", 0, OWNER, Some(later), None)
-        .await
-        .unwrap());
+    assert!(!suspend_wf(db, OWNER, Some(later), None).await);
     // Without a wake time it is never due by time.
     assert!(db.store.claim("wf", lease()).await.unwrap().is_some());
-    assert!(db
-        .store
-        .suspend("wf", 0, OWNER, None, Some(5))
-        .await
-        .unwrap());
+    assert!(suspend_wf(db, OWNER, None, Some(5)).await);
     let got = db.store.get_instance("wf").await.unwrap().unwrap();
     assert_eq!(got.wake_at, None);
     assert!(due_ids(db).await.is_empty());
@@ -113,29 +110,15 @@ async fn suspend_keeps_the_wake_time_and_drops_the_lease(db: &TestDb) {
 async fn suspend_awaiting_a_recorded_step_is_due_at_once(db: &TestDb) {
     running(db, "wf", None).await;
     // The awaited step was recorded while the run was deciding to suspend.
-    db.store
-        .append_steps(&[row("wf", 0, 3, "resolution", "1")])
-        .await
-        .unwrap();
-    assert!(db
-        .store
-        .suspend("wf", 0, OWNER, None, Some(3))
-        .await
-        .unwrap());
+    append(db, row("wf", 0, 3, "resolution", "1")).await;
+    assert!(suspend_wf(db, OWNER, None, Some(3)).await);
     assert_eq!(due_ids(db).await, ["wf"]);
 }
 
 async fn resolve_records_once_and_wakes_a_suspended_waiter(db: &TestDb) {
     running(db, "wf", None).await;
-    db.store
-        .append_steps(&[row("wf", 0, 0, "awakeable", "\"bool\"")])
-        .await
-        .unwrap();
-    assert!(db
-        .store
-        .suspend("wf", 0, OWNER, None, Some(1))
-        .await
-        .unwrap());
+    append(db, row("wf", 0, 0, "awakeable", "\"bool\"")).await;
+    assert!(suspend_wf(db, OWNER, None, Some(1)).await);
     assert!(due_ids(db).await.is_empty());
     let first = row("wf", 0, 1, "resolution", r#"{"Ok":true}"#);
     assert_eq!(
@@ -159,10 +142,7 @@ async fn resolve_of_an_unknown_awaitable_is_refused(db: &TestDb) {
         Resolution::Unknown
     );
     // A step of another kind at that seq is not an awakeable either.
-    db.store
-        .append_steps(&[row("wf", 0, 0, "step", "1")])
-        .await
-        .unwrap();
+    append(db, row("wf", 0, 0, "step", "1")).await;
     assert_eq!(
         db.store.resolve(0, "awakeable", &answer).await.unwrap(),
         Resolution::Unknown
@@ -330,10 +310,7 @@ async fn cancel_of_a_finished_or_missing_instance_changes_nothing(db: &TestDb) {
 
 async fn continue_as_new_starts_the_next_generation_and_keeps_the_old_journal(db: &TestDb) {
     running(db, "wf", None).await;
-    db.store
-        .append_steps(&[row("wf", 0, 0, "step", "1")])
-        .await
-        .unwrap();
+    append(db, row("wf", 0, 0, "step", "1")).await;
     assert!(!db
         .store
         .continue_as_new("wf", 0, "intruder", "[2]")

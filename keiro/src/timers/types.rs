@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use keiro_store::{TimerRecord, TimerStatus};
+use keiro_store::TimerStatus;
 use serde::de::DeserializeOwned;
 
 use super::TimerError;
@@ -186,7 +186,7 @@ impl TimerRow {
         })
     }
 
-    pub(crate) fn from_record(record: TimerRecord) -> Result<TimerRow, TimerError> {
+    pub(crate) fn from_record(record: keiro_store::TimerRow) -> Result<TimerRow, TimerError> {
         let payload = serde_json::from_str(&record.payload).map_err(|e| TimerError::Payload {
             id: record.id.clone(),
             source: std::sync::Arc::new(e),

@@ -1,6 +1,5 @@
-//! Rows and requests exchanged with the store.
-
-use crate::StoreError;
+//! What the store reads and writes: rows, requests and outcomes of the journal,
+//! the resume worker and durable timers.
 
 /// Where a workflow instance stands, as stored in its row's `status` column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -310,8 +309,243 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-pub(crate) fn parse_status(id: &str, text: &str) -> Result<InstanceStatus, StoreError> {
-    InstanceStatus::parse(text).ok_or_else(|| StoreError::Corrupt {
-        what: format!("workflow instance `{id}` has unknown status `{text}`"),
-    })
+// ---------------------------------------------------------------------------
+// Timers
+
+/// Where a timer stands, as stored in its row's `status` column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TimerStatus {
+    /// Waiting for its fire time; a worker claims it once due.
+    Scheduled,
+    /// Claimed by a worker whose fire action is running (or crashed while
+    /// running: a stale claim is requeued after the worker's timeout).
+    Firing,
+    /// Fired: the action completed and recorded the event it produced.
+    Fired,
+    /// Dead-lettered: it failed permanently or hit the attempt ceiling.
+    /// It stays here, with its reason, until an operator requeues, resumes or
+    /// cancels it.
+    Dead,
+    /// Cancelled before it fired.
+    Cancelled,
+    /// A dead timer held by a guarded foreground resume claim.
+    Resuming,
+}
+
+impl TimerStatus {
+    /// Every status, in lifecycle order.
+    pub const ALL: [TimerStatus; 6] = [
+        TimerStatus::Scheduled,
+        TimerStatus::Firing,
+        TimerStatus::Fired,
+        TimerStatus::Dead,
+        TimerStatus::Cancelled,
+        TimerStatus::Resuming,
+    ];
+
+    /// The text stored in the `status` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimerStatus::Scheduled => "scheduled",
+            TimerStatus::Firing => "firing",
+            TimerStatus::Fired => "fired",
+            TimerStatus::Dead => "dead",
+            TimerStatus::Cancelled => "cancelled",
+            TimerStatus::Resuming => "resuming",
+        }
+    }
+
+    /// Parses the `status` column.
+    pub fn parse(text: &str) -> Option<TimerStatus> {
+        TimerStatus::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
+    /// Whether the timer is done for good (fired or cancelled).
+    pub fn is_final(self) -> bool {
+        matches!(self, TimerStatus::Fired | TimerStatus::Cancelled)
+    }
+}
+
+impl std::fmt::Display for TimerStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A timer to schedule.
+#[derive(Debug, Clone, Copy)]
+pub struct NewTimer<'a> {
+    /// The timer's id, chosen by the caller; scheduling is idempotent on it.
+    pub id: &'a str,
+    /// The process manager (or other owner) the timer belongs to. Workers
+    /// route on it, and it labels metrics, so keep the set of names bounded.
+    pub process_manager: &'a str,
+    /// What the timer is about (a saga, an order, a session): free text.
+    pub correlation_id: &'a str,
+    /// When it is due (ms since the Unix epoch).
+    pub fire_at: i64,
+    /// JSON text handed to the fire action. The store refuses text that is not JSON.
+    pub payload: &'a str,
+}
+
+/// A stored timer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimerRow {
+    /// The timer's id.
+    pub id: String,
+    /// The process manager it belongs to.
+    pub process_manager: String,
+    /// What it is about.
+    pub correlation_id: String,
+    /// When it is due (ms since the Unix epoch).
+    pub fire_at: i64,
+    /// The JSON payload, as text.
+    pub payload: String,
+    /// Where it stands.
+    pub status: TimerStatus,
+    /// How many times a worker has claimed it.
+    pub attempts: i64,
+    /// The latest diagnostic: a retry note, a dead-letter reason.
+    pub last_error: Option<String>,
+    /// The event its firing produced, once fired.
+    pub event_id: Option<String>,
+    /// When the current (or last) worker claim was taken (ms since the Unix epoch).
+    pub claimed_at: Option<i64>,
+    /// While `resuming`: when the foreground claim lapses (ms since the Unix epoch).
+    pub resume_lease_until: Option<i64>,
+    /// When the row was created (ms since the Unix epoch).
+    pub created_at: i64,
+    /// When the row last changed (ms since the Unix epoch).
+    pub updated_at: i64,
+}
+
+/// What [`crate::Store::schedule_timer`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScheduleOutcome {
+    /// A new timer was recorded.
+    Created,
+    /// A scheduled timer with this id was re-armed with the new fire time and payload.
+    Updated,
+    /// A timer with this id exists and is past `scheduled` (firing, fired, dead,
+    /// cancelled, resuming); it was left as it is.
+    Unchanged(TimerStatus),
+}
+
+/// What an id-only timer mutation did.
+// Returned once per call, never stored in bulk: boxing the row buys nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimerUpdate {
+    /// It applied; the row as it is now.
+    Applied(TimerRow),
+    /// No timer has this id.
+    Missing,
+    /// The timer's status does not allow it; nothing changed.
+    NotApplicable(TimerStatus),
+    /// A guarded foreground resume claim holds the timer (until the given ms
+    /// since the Unix epoch); only its holder may move it. Nothing changed.
+    Guarded {
+        /// When the claim lapses unless renewed.
+        lease_until: i64,
+    },
+}
+
+impl TimerUpdate {
+    /// Whether the mutation applied.
+    pub fn is_applied(&self) -> bool {
+        matches!(self, TimerUpdate::Applied(_))
+    }
+}
+
+/// What [`crate::Store::claim_dead_timer`] did.
+// Returned once per call, never stored in bulk: boxing the row buys nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResumeClaimOutcome {
+    /// The timer is now `resuming`, held by the given token.
+    Claimed(TimerRow),
+    /// No timer has this id.
+    Missing,
+    /// The timer is not dead; nothing changed.
+    NotDead(TimerStatus),
+    /// Another foreground claim holds it until the given ms since the Unix epoch.
+    Held {
+        /// When that claim lapses unless renewed.
+        lease_until: i64,
+    },
+}
+
+/// What a token-guarded resume operation did.
+// Returned once per call, never stored in bulk: boxing the row buys nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResumeUpdate {
+    /// It applied; the row as it is now.
+    Applied(TimerRow),
+    /// The token no longer holds the timer: the lease lapsed, another claim took
+    /// it, or it was never this token's. Carries the timer's status now (`None`
+    /// when the timer is gone). Nothing changed.
+    Lost(Option<TimerStatus>),
+}
+
+/// Which timers [`crate::Store::find_timers`] lists, and in what order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimerListKind {
+    /// `scheduled` timers, by `(fire_at, id)`.
+    Pending {
+        /// Only timers due at or before this time, when set.
+        due_by: Option<i64>,
+    },
+    /// `firing` timers claimed at or before `claimed_by`, by `(claimed_at, id)`.
+    Stuck {
+        /// The newest claim time counted as stuck.
+        claimed_by: i64,
+    },
+    /// `dead` timers, by `(updated_at, id)`: the order they were dead-lettered.
+    Dead,
+}
+
+/// How a timer's `last_error` must match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReasonMatch<'a> {
+    /// Exactly this text.
+    Exact(&'a str),
+    /// Containing this text (case-sensitive).
+    Contains(&'a str),
+}
+
+/// One page of [`crate::Store::find_timers`]: a keyset page, stable under concurrent
+/// inserts (each row's position depends only on its own key).
+#[derive(Debug, Clone, Copy)]
+pub struct TimerQuery<'a> {
+    /// Which timers.
+    pub kind: TimerListKind,
+    /// Only this process manager's, when set.
+    pub process_manager: Option<&'a str>,
+    /// Only those whose `last_error` matches, when set.
+    pub reason: Option<ReasonMatch<'a>>,
+    /// Only rows after this `(sort key, id)`: the last row of the previous page.
+    pub after: Option<(i64, &'a str)>,
+    /// At most this many rows.
+    pub limit: i64,
+}
+
+/// The sort key of `record` in a listing of `kind`: the first half of the
+/// keyset `(key, id)`.
+pub fn timer_sort_key(kind: TimerListKind, record: &TimerRow) -> i64 {
+    match kind {
+        TimerListKind::Pending { .. } => record.fire_at,
+        TimerListKind::Stuck { .. } => record.claimed_at.unwrap_or(0),
+        TimerListKind::Dead => record.updated_at,
+    }
+}
+
+/// How a token-guarded resume operation moves a `resuming` timer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ResumeEnd<'a> {
+    Renew { lease_until: i64 },
+    Complete { event_id: &'a str },
+    Park { reason: Option<&'a str> },
+    Cancel,
 }

@@ -1,0 +1,380 @@
+//! The journal: workflow instances, their leases and their recorded steps.
+//!
+//! Every operation is written once; `sqlite/journal.rs` and
+//! `postgres/journal.rs` hold the two steps that differ: the insert-or-read
+//! of one instance and the append of a batch of steps.
+
+use crate::query::Arg;
+use crate::rows::FromRow;
+use crate::{
+    now_ms, rows, AppendOutcome, Cancellation, Conn, Finish, InstanceRow, InstanceStatus, Lease,
+    NewInstance, Resolution, Result, StepRow, Store, StoreError,
+};
+
+impl Store {
+    /// Records a new instance, or returns the existing one with that id.
+    /// The `bool` is `true` when this call created the row.
+    pub async fn create_instance(&self, new: &NewInstance<'_>) -> Result<(InstanceRow, bool)> {
+        Ok(self
+            .create_instances(std::slice::from_ref(new))
+            .await?
+            .remove(0))
+    }
+
+    /// Like [`Store::create_instance`] for several instances, in one transaction.
+    pub async fn create_instances(
+        &self,
+        news: &[NewInstance<'_>],
+    ) -> Result<Vec<(InstanceRow, bool)>> {
+        const OP: &str = "create_instance";
+        let now = now_ms();
+        dispatch!(Store, self, |s, sql| {
+            if let ([one], true) = (news, sql.create_is_one_statement) {
+                let mut conn = s.acquire(OP).await?;
+                return Ok(vec![s.create_on(&mut conn, one, now).await?]);
+            }
+            let mut tx = s.begin(OP).await?;
+            let mut created = Vec::with_capacity(news.len());
+            for new in news {
+                created.push(s.create_on(&mut tx, new, now).await?);
+            }
+            tx.commit().await.map_err(StoreError::query(OP))?;
+            Ok(created)
+        })
+    }
+
+    /// Reads one instance.
+    pub async fn get_instance(&self, id: &str) -> Result<Option<InstanceRow>> {
+        self.fetch_optional("get_instance", |sql| &sql.get_instance, &args![id])
+            .await
+    }
+
+    /// Claims an unfinished instance for `lease.owner` when nobody holds a live
+    /// lease on it (or the owner already does), marking it running. Returns the
+    /// claimed row, or `None` when it is finished, missing or leased elsewhere.
+    pub async fn claim(&self, id: &str, lease: Lease<'_>) -> Result<Option<InstanceRow>> {
+        let now = now_ms();
+        let args = args![id, lease.owner, now + lease.ttl_ms, now];
+        self.fetch_optional("claim", |sql| &sql.claim, &args).await
+    }
+
+    /// Extends a lease `lease.owner` holds. `false` when it no longer holds it.
+    pub async fn renew_lease(&self, id: &str, lease: Lease<'_>) -> Result<bool> {
+        let expires = now_ms() + lease.ttl_ms;
+        let args = args![id, lease.owner, expires];
+        Ok(self
+            .execute("renew_lease", |sql| &sql.renew_lease, &args)
+            .await?
+            == 1)
+    }
+
+    /// Drops `owner`'s lease on an instance, leaving its status as it is.
+    pub async fn release(&self, id: &str, owner: &str) -> Result<()> {
+        let args = args![id, owner, now_ms()];
+        self.execute("release", |sql| &sql.release, &args).await?;
+        Ok(())
+    }
+
+    /// Reads every recorded step of one generation, in sequence order.
+    pub async fn load_journal(&self, id: &str, generation: i64) -> Result<Vec<StepRow>> {
+        let args = args![id, generation];
+        self.fetch_all("load_journal", |sql| &sql.load_journal, &args, None)
+            .await
+    }
+
+    /// Records step results in one transaction. A step id that is already
+    /// recorded keeps its first result, which is returned as
+    /// [`AppendOutcome::Existing`].
+    pub async fn append_steps(&self, rows: &[StepRow]) -> Result<Vec<AppendOutcome>> {
+        dispatch!(Store, self, |s| s.append_steps(rows).await)
+    }
+
+    /// Moves an unfinished instance to a final status, releasing the lease.
+    /// Applies only while `finish.owner` holds the lease or nobody does;
+    /// returns whether it applied.
+    pub async fn finish(&self, finish: &Finish<'_>) -> Result<bool> {
+        Ok(self
+            .finish_many(std::slice::from_ref(finish))
+            .await?
+            .remove(0))
+    }
+
+    /// Like [`Store::finish`] for several instances, in one transaction.
+    pub async fn finish_many(&self, finishes: &[Finish<'_>]) -> Result<Vec<bool>> {
+        const OP: &str = "finish";
+        let now = now_ms();
+        dispatch!(Store, self, |s| {
+            let mut tx = s.begin(OP).await?;
+            let mut applied = Vec::with_capacity(finishes.len());
+            for finish in finishes {
+                applied.push(finish_on((&mut *tx).into(), finish, now).await?);
+            }
+            tx.commit().await.map_err(StoreError::query(OP))?;
+            Ok(applied)
+        })
+    }
+
+    /// Suspends a running instance `owner` holds, releasing the lease: it
+    /// costs only its row until due at `wake_at` (never by time when `None`).
+    /// When it awaits step `awaiting` (an awakeable or a child) and that step
+    /// was recorded meanwhile, it is due at once instead. Returns whether it
+    /// applied.
+    pub async fn suspend(
+        &self,
+        id: &str,
+        generation: i64,
+        owner: &str,
+        wake_at: Option<i64>,
+        awaiting: Option<i64>,
+    ) -> Result<bool> {
+        let args = args![id, generation, owner, wake_at, now_ms(), awaiting];
+        Ok(self.execute("suspend", |sql| &sql.suspend, &args).await? == 1)
+    }
+
+    /// Reads one recorded step.
+    pub async fn get_step(&self, id: &str, generation: i64, seq: i64) -> Result<Option<StepRow>> {
+        let args = args![id, generation, seq];
+        self.fetch_optional("get_step", |sql| &sql.get_step, &args)
+            .await
+    }
+
+    /// Records the resolution `row` of an awaitable created at step `created`
+    /// of the same instance and generation (a step of kind `kind`), and makes
+    /// a suspended waiter due, in one transaction. The first resolution wins.
+    pub async fn resolve(&self, created: i64, kind: &str, row: &StepRow) -> Result<Resolution> {
+        const OP: &str = "resolve";
+        let now = now_ms();
+        dispatch!(Store, self, |s, sql| {
+            let mut tx = s.begin(OP).await?;
+            let exists = sqlx::query(&sql.step_of_kind_exists)
+                .bind(&row.workflow_id)
+                .bind(row.generation)
+                .bind(created)
+                .bind(kind)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(StoreError::query(OP))?
+                .is_some();
+            if !exists {
+                return Ok(Resolution::Unknown);
+            }
+            if !insert_step_on((&mut *tx).into(), OP, row, now).await? {
+                let first = get_step_on(
+                    (&mut *tx).into(),
+                    OP,
+                    &row.workflow_id,
+                    row.generation,
+                    row.seq,
+                )
+                .await?
+                .ok_or_else(|| unreadable_step(row))?;
+                return Ok(Resolution::AlreadyResolved(first));
+            }
+            sqlx::query(&sql.wake_suspended)
+                .bind(&row.workflow_id)
+                .bind(row.generation)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::query(OP))?;
+            tx.commit().await.map_err(StoreError::query(OP))?;
+            Ok(Resolution::Recorded)
+        })
+    }
+
+    /// Cancels an unfinished instance and its unfinished descendants in one
+    /// transaction; each cancelled child reports to its parent.
+    pub async fn cancel(&self, id: &str) -> Result<Cancellation> {
+        const OP: &str = "cancel";
+        let now = now_ms();
+        dispatch!(Store, self, |s, sql| {
+            let mut tx = s.begin(OP).await?;
+            let status: Option<String> = sqlx::query_scalar(&sql.status_for_cancel)
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(StoreError::query(OP))?;
+            let Some(status) = status else {
+                return Ok(Cancellation::NotFound);
+            };
+            let status = rows::instance_status(id, &status)?;
+            if status.is_final() {
+                return Ok(Cancellation::AlreadyFinal(status));
+            }
+            let ids: Vec<String> = sqlx::query_scalar(&sql.unfinished_tree)
+                .bind(id)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(StoreError::query(OP))?;
+            for cancelled in &ids {
+                sqlx::query(&sql.cancel_one)
+                    .bind(cancelled)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::query(OP))?;
+                report_to_parent((&mut *tx).into(), cancelled, now).await?;
+            }
+            tx.commit().await.map_err(StoreError::query(OP))?;
+            let mut ordered = vec![id.to_owned()];
+            ordered.extend(ids.into_iter().filter(|c| c != id));
+            Ok(Cancellation::Cancelled(ordered))
+        })
+    }
+
+    /// How many awakeables of unfinished instances have no answer yet.
+    pub async fn count_pending_awakeables(&self) -> Result<u64> {
+        let op = "count_pending_awakeables";
+        self.count(op, |sql| &sql.count_pending_awakeables, &[])
+            .await
+    }
+
+    /// Ends generation `generation` of an instance `owner` holds and starts the
+    /// next with `input` and an empty journal, due now. Old steps are kept.
+    pub async fn continue_as_new(
+        &self,
+        id: &str,
+        generation: i64,
+        owner: &str,
+        input: &str,
+    ) -> Result<bool> {
+        let args = args![id, generation, owner, input, now_ms()];
+        Ok(self
+            .execute("continue_as_new", |sql| &sql.continue_as_new, &args)
+            .await?
+            == 1)
+    }
+
+    /// Puts an instance set aside for non-determinism back to `pending`, keeping
+    /// its journal, so the fixed code can resume it. Returns whether it applied.
+    pub async fn requeue_set_aside(&self, id: &str) -> Result<bool> {
+        let args = args![id, now_ms()];
+        Ok(self
+            .execute("requeue_set_aside", |sql| &sql.requeue_set_aside, &args)
+            .await?
+            == 1)
+    }
+}
+
+/// Reads one recorded step on `conn`.
+pub(crate) async fn get_step_on(
+    conn: Conn<'_>,
+    op: &'static str,
+    id: &str,
+    generation: i64,
+    seq: i64,
+) -> Result<Option<StepRow>> {
+    dispatch!(Conn, conn, |c, sql| {
+        let row = sqlx::query(&sql.get_step)
+            .bind(id)
+            .bind(generation)
+            .bind(seq)
+            .fetch_optional(c)
+            .await
+            .map_err(StoreError::query(op))?;
+        row.as_ref().map(StepRow::from_row).transpose()
+    })
+}
+
+/// Records one step on `conn` unless its step id is recorded; returns whether
+/// it was.
+async fn insert_step_on(conn: Conn<'_>, op: &'static str, row: &StepRow, now: i64) -> Result<bool> {
+    let inserted = dispatch!(Conn, conn, |c, sql| bind_all!(
+        sqlx::query(&sql.insert_step),
+        &step_args(row, now)
+    )
+    .execute(c)
+    .await
+    .map(|done| done.rows_affected()));
+    Ok(inserted.map_err(StoreError::query(op))? == 1)
+}
+
+/// The error for a step that conflicted on insert but cannot be read back.
+pub(crate) fn unreadable_step(row: &StepRow) -> StoreError {
+    StoreError::Corrupt {
+        what: format!(
+            "step {} of workflow instance `{}` (generation {}) keeps conflicting on insert but \
+             cannot be read back",
+            row.seq, row.workflow_id, row.generation
+        ),
+    }
+}
+
+/// Moves an unfinished instance to a final status and reports to its parent.
+async fn finish_on(conn: Conn<'_>, finish: &Finish<'_>, now: i64) -> Result<bool> {
+    dispatch!(Conn, conn, |c, sql| {
+        let updated: Option<bool> = sqlx::query_scalar(&sql.finish)
+            .bind(finish.id)
+            .bind(finish.generation)
+            .bind(finish.owner)
+            .bind(finish.status.as_str())
+            .bind(finish.output)
+            .bind(finish.error)
+            .bind(now)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(StoreError::query("finish"))?;
+        // Only a child reports to a parent; most instances have none.
+        if updated == Some(true) {
+            report_to_parent(c.into(), finish.id, now).await?;
+        }
+        Ok(updated.is_some())
+    })
+}
+
+/// Records a child's end in its parent's journal (the step the parent awaits,
+/// as an [`crate::Outcome`]) and makes a suspended parent due; nothing for an
+/// instance without a parent.
+pub(crate) async fn report_to_parent(conn: Conn<'_>, child: &str, now: i64) -> Result<()> {
+    dispatch!(Conn, conn, |c, sql| {
+        for statement in [&sql.report_child, &sql.wake_parent] {
+            sqlx::query(statement)
+                .bind(child)
+                .bind(now)
+                .execute(&mut *c)
+                .await
+                .map_err(StoreError::query("report_to_parent"))?;
+        }
+        Ok(())
+    })
+}
+
+/// The parameters of [`crate::sql::Statements::insert_instance`] for `new`:
+/// pending, or running under its lease when it has one.
+pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>; 11] {
+    let (status, owner, expires) = match new.lease {
+        Some(lease) => (
+            InstanceStatus::Running,
+            Some(lease.owner),
+            Some(now + lease.ttl_ms),
+        ),
+        None => (InstanceStatus::Pending, None, None),
+    };
+    args![
+        new.id,
+        new.name,
+        status.as_str(),
+        new.input,
+        owner,
+        expires,
+        new.parent.map(|p| p.id),
+        new.parent.map(|p| p.seq),
+        now,
+        new.parent.map(|p| p.generation),
+        new.signature,
+    ]
+}
+
+/// The parameters recording `row` at `now`: its step id, name, kind, result
+/// and creation time.
+pub(crate) fn step_args(row: &StepRow, now: i64) -> [Arg<'_>; 7] {
+    args![
+        &row.workflow_id,
+        row.generation,
+        row.seq,
+        &row.name,
+        &row.kind,
+        &row.result,
+        now,
+    ]
+}

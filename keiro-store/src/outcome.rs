@@ -1,0 +1,108 @@
+//! The result envelope journaled for anything that ends in success or failure
+//! (a child workflow, an awakeable's answer): `{"Ok":…}` or `{"Err":…}`.
+
+use serde_json::Value;
+
+/// A journaled success or failure, stored as `{"Ok":<value>}` or
+/// `{"Err":<value>}` (compact JSON, the value as given).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Success, with its JSON value.
+    Ok(Value),
+    /// Failure, with its JSON value (a reason, or an object describing it).
+    Err(Value),
+}
+
+impl Outcome {
+    /// The stored text: `{"Ok":…}` or `{"Err":…}`.
+    pub fn encode(&self) -> String {
+        let (tag, value) = match self {
+            Outcome::Ok(value) => ("Ok", value),
+            Outcome::Err(value) => ("Err", value),
+        };
+        format!("{{\"{tag}\":{value}}}")
+    }
+
+    /// Reads stored text back; `None` when it is not JSON or not an object
+    /// with exactly one key, `Ok` or `Err`.
+    pub fn decode(text: &str) -> Option<Outcome> {
+        let Value::Object(map) = serde_json::from_str(text).ok()? else {
+            return None;
+        };
+        let mut entries = map.into_iter();
+        let (tag, value) = entries.next()?;
+        if entries.next().is_some() {
+            return None;
+        }
+        match tag.as_str() {
+            "Ok" => Some(Outcome::Ok(value)),
+            "Err" => Some(Outcome::Err(value)),
+            _ => None,
+        }
+    }
+
+    /// The outcome as a `Result`.
+    pub fn into_result(self) -> Result<Value, Value> {
+        match self {
+            Outcome::Ok(value) => Ok(value),
+            Outcome::Err(value) => Err(value),
+        }
+    }
+}
+
+impl From<Result<Value, Value>> for Outcome {
+    fn from(result: Result<Value, Value>) -> Outcome {
+        match result {
+            Ok(value) => Outcome::Ok(value),
+            Err(value) => Outcome::Err(value),
+        }
+    }
+}
+
+/// The SQL expression building a finished child's [`Outcome`] from its
+/// `keiro_workflows` row: `{"Ok":<output>}` when it returned (completed, or
+/// failed with an error value it returned), else `{"Err":{"status":…,
+/// "message":…}}`. `json_object` is the backend's JSON object constructor
+/// (`json_object` on SQLite, `json_build_object` on PostgreSQL) and `as_text`
+/// what turns its result into text (empty, or `::text`).
+pub(crate) fn child_outcome_sql(json_object: &str, as_text: &str) -> String {
+    format!(
+        "CASE WHEN output IS NOT NULL AND status IN ('completed', 'failed') \
+             THEN '{{\"Ok\":' || output || '}}' \
+             ELSE {json_object}('Err', {json_object}('status', status, \
+                 'message', COALESCE(error, ''))){as_text} END"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Outcome;
+    use serde_json::json;
+
+    #[test]
+    fn encodes_like_the_stored_envelope() {
+        assert_eq!(
+            Outcome::Ok(json!({"a": [1, 2]})).encode(),
+            r#"{"Ok":{"a":[1,2]}}"#
+        );
+        assert_eq!(Outcome::Err(json!("no")).encode(), r#"{"Err":"no"}"#);
+        assert_eq!(
+            Outcome::Ok(json!(1)).encode(),
+            json!({ "Ok": 1 }).to_string(),
+            "the same text serde_json writes for the envelope"
+        );
+    }
+
+    #[test]
+    fn decodes_what_it_encodes_and_nothing_else() {
+        for outcome in [
+            Outcome::Ok(json!(null)),
+            Outcome::Err(json!({"status": "failed"})),
+        ] {
+            assert_eq!(Outcome::decode(&outcome.encode()), Some(outcome));
+        }
+        for text in ["", "1", r#"{"Maybe":1}"#, r#"{"Ok":1,"Err":2}"#, "{}"] {
+            assert_eq!(Outcome::decode(text), None, "{text}");
+        }
+    }
+}

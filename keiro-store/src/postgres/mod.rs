@@ -1,0 +1,139 @@
+//! The PostgreSQL backend: many processes, one `keiro` schema.
+//!
+//! Every statement is written so that concurrent processes sharing the
+//! database stay correct: conflicts are resolved by primary keys and
+//! `ON CONFLICT DO NOTHING`, and lease checks sit in the `WHERE` clause of the
+//! `UPDATE` that takes the lease, which PostgreSQL re-evaluates on the locked
+//! row when two claims race.
+
+mod journal;
+mod notify;
+mod resume;
+
+use std::str::FromStr;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::{Connection, Executor, Postgres, Transaction};
+
+use crate::error::redact;
+use crate::sql::{Dialect, Statements};
+use crate::{Result, StoreError, StoreOptions};
+
+/// The PostgreSQL migrations, embedded at build time.
+///
+/// [`PostgresStore::connect`] runs them with `search_path` set to `keiro`, so
+/// sqlx's bookkeeping table is `keiro._sqlx_migrations` and never collides
+/// with an application's own sqlx migrations in the same database.
+pub static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+
+/// How PostgreSQL spells the shared statements.
+const DIALECT: Dialect = Dialect {
+    lock_row: " FOR UPDATE",
+    skip_locked: " FOR UPDATE SKIP LOCKED",
+    json_param: "::json",
+    json_object: "json_build_object",
+    json_as_text: "::text",
+    find_text: "strpos",
+    timer_channel: Some(notify::TIMER_CHANNEL),
+    create_is_one_statement: true,
+    ..Dialect::plain("keiro.", resume::REGISTERED_MATCH, resume::registered_rows)
+};
+
+/// PostgreSQL's text of the shared statements, built on first use.
+pub(crate) static SQL: LazyLock<Statements> = LazyLock::new(|| Statements::new(&DIALECT));
+
+/// How long connecting (and acquiring a pooled connection) may take before
+/// the store reports the server as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The session advisory lock (`"keiro"` in ASCII) that serialises creating
+/// the `keiro` schema across processes starting at the same time.
+const SCHEMA_LOCK: i64 = 0x6b_6569_726f;
+
+/// The PostgreSQL journal store.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+impl PostgresStore {
+    /// Connects to the PostgreSQL database at `url` and migrates it.
+    ///
+    /// Concurrent processes may connect and migrate at the same time: the
+    /// migrations run under advisory locks.
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<PostgresStore> {
+        let connect = PgConnectOptions::from_str(url).map_err(|e| StoreError::InvalidUrl {
+            url: redact(url),
+            reason: e.to_string(),
+        })?;
+        let connect_error = |source: sqlx::Error| StoreError::Connect {
+            url: redact(url),
+            source: Arc::new(source),
+        };
+
+        // One direct connection first: the pool retries a refused connection
+        // until its timeout and then reports only `PoolTimedOut`, while this
+        // reports why the server cannot be reached, at once.
+        let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&connect))
+            .await
+            .map_err(|_| {
+                connect_error(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
+                )))
+            })?
+            .map_err(connect_error)?;
+        migrate(&mut conn).await.map_err(|e| StoreError::Migrate {
+            backend: "postgres",
+            source: Arc::new(e),
+        })?;
+        // The session (and its advisory locks) ends here; an error closing it
+        // changes nothing for the store.
+        let _ = conn.close().await;
+
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections.unwrap_or(8))
+            .acquire_timeout(CONNECT_TIMEOUT)
+            .connect_with(connect)
+            .await
+            .map_err(connect_error)?;
+        Ok(PostgresStore { pool })
+    }
+
+    /// The underlying pool, for tests and benchmarks.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Begins a transaction for operation `op`.
+    pub(crate) async fn begin(&self, op: &'static str) -> Result<Transaction<'static, Postgres>> {
+        self.pool.begin().await.map_err(StoreError::query(op))
+    }
+
+    /// A pooled connection for operation `op`.
+    pub(crate) async fn acquire(&self, op: &'static str) -> Result<PoolConnection<Postgres>> {
+        self.pool.acquire().await.map_err(StoreError::query(op))
+    }
+}
+
+/// Creates the `keiro` schema and runs [`POSTGRES_MIGRATOR`] with sqlx's
+/// bookkeeping table inside it.
+async fn migrate(conn: &mut PgConnection) -> Result<(), sqlx::migrate::MigrateError> {
+    // `CREATE SCHEMA IF NOT EXISTS` is not safe against a concurrent creator
+    // (it can fail on the catalog's unique index), hence the lock. Each
+    // statement commits on its own, so the schema exists before the lock is
+    // released. The changed search path is seen only by this short-lived
+    // session.
+    for statement in [
+        format!("SELECT pg_advisory_lock({SCHEMA_LOCK})"),
+        "CREATE SCHEMA IF NOT EXISTS keiro".to_owned(),
+        format!("SELECT pg_advisory_unlock({SCHEMA_LOCK})"),
+        "SET search_path TO keiro".to_owned(),
+    ] {
+        conn.execute(statement.as_str()).await?;
+    }
+    POSTGRES_MIGRATOR.run_direct(conn).await
+}

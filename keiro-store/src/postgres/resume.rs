@@ -1,0 +1,38 @@
+//! The resume worker's queries that pass its registered workflows, on
+//! PostgreSQL: as parallel arrays of names and signatures, read with `ANY`
+//! and `UNNEST`.
+
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+use sqlx::Postgres;
+
+use super::PostgresStore;
+use crate::Registered;
+
+/// A claimable instance's name is one of the registered names (`$5`), a
+/// plain filter; its signature, unless unrecorded, is a hashed lookup of the
+/// (name, signature) pairs (`$5`, `$6`).
+pub(super) const REGISTERED_MATCH: &str = "name = ANY($5) AND (signature IS NULL \
+     OR (name, signature) IN (SELECT * FROM UNNEST($5::text[], $6::text[])))";
+
+/// The registered names and signatures (at `$n`, `$n+1`) as a table.
+pub(super) fn registered_rows(n: usize) -> String {
+    format!(
+        "UNNEST(${n}::text[], ${}::text[]) AS r(name, signature)",
+        n + 1
+    )
+}
+
+impl PostgresStore {
+    /// Binds a worker's registered workflows: their names and their
+    /// signatures as two parallel arrays, for `ANY` and `UNNEST`.
+    pub(crate) fn bind_registered<'q>(
+        &self,
+        query: Query<'q, Postgres, PgArguments>,
+        workflows: &'q [Registered<'q>],
+    ) -> Query<'q, Postgres, PgArguments> {
+        let (names, signatures): (Vec<&str>, Vec<&str>) =
+            workflows.iter().map(|w| (w.name, w.signature)).unzip();
+        query.bind(names).bind(signatures)
+    }
+}

@@ -1,0 +1,146 @@
+//! Running one shared statement on either backend: its parameters as a list
+//! of [`Arg`]s, its rows decoded with [`FromRow`], its failure named after
+//! the operation.
+
+use crate::rows::FromRow;
+use crate::sql::Statements;
+use crate::{Registered, Result, Store, StoreError};
+
+/// Picks one statement out of a backend's [`Statements`].
+pub(crate) type Statement = fn(&Statements) -> &String;
+
+/// The name of a store operation, as its errors report it.
+pub(crate) type Op = &'static str;
+
+/// A statement parameter, so one body binds a list of them on both backends
+/// (see [`bind_all!`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Arg<'a> {
+    /// Text.
+    Text(&'a str),
+    /// Text or NULL.
+    MaybeText(Option<&'a str>),
+    /// An integer.
+    Int(i64),
+    /// An integer or NULL.
+    MaybeInt(Option<i64>),
+}
+
+impl<'a> From<&'a str> for Arg<'a> {
+    fn from(value: &'a str) -> Self {
+        Arg::Text(value)
+    }
+}
+
+impl<'a> From<&'a String> for Arg<'a> {
+    fn from(value: &'a String) -> Self {
+        Arg::Text(value)
+    }
+}
+
+impl<'a> From<Option<&'a str>> for Arg<'a> {
+    fn from(value: Option<&'a str>) -> Self {
+        Arg::MaybeText(value)
+    }
+}
+
+impl From<i64> for Arg<'_> {
+    fn from(value: i64) -> Self {
+        Arg::Int(value)
+    }
+}
+
+impl From<Option<i64>> for Arg<'_> {
+    fn from(value: Option<i64>) -> Self {
+        Arg::MaybeInt(value)
+    }
+}
+
+/// An array of [`Arg`]s, one per value (`&str`, `&String`, `i64`, or an
+/// `Option` of text or integer), in placeholder order.
+macro_rules! args {
+    ($($value:expr),* $(,)?) => {
+        [$($crate::query::Arg::from($value)),*]
+    };
+}
+
+/// Binds every [`Arg`] of `$args` to `$query` (a `sqlx::query` or
+/// `sqlx::query_scalar`), in order.
+macro_rules! bind_all {
+    ($query:expr, $args:expr) => {{
+        let mut query = $query;
+        for arg in $args {
+            query = match *arg {
+                $crate::query::Arg::Text(value) => query.bind(value),
+                $crate::query::Arg::MaybeText(value) => query.bind(value),
+                $crate::query::Arg::Int(value) => query.bind(value),
+                $crate::query::Arg::MaybeInt(value) => query.bind(value),
+            };
+        }
+        query
+    }};
+}
+
+impl Store {
+    /// Reads at most one row.
+    pub(crate) async fn fetch_optional<T: FromRow>(
+        &self,
+        op: Op,
+        pick: Statement,
+        args: &[Arg<'_>],
+    ) -> Result<Option<T>> {
+        dispatch!(Store, self, |s, sql| {
+            let row = bind_all!(sqlx::query(pick(sql)), args)
+                .fetch_optional(s.pool())
+                .await
+                .map_err(StoreError::query(op))?;
+            row.as_ref().map(|row| T::from_row(row)).transpose()
+        })
+    }
+
+    /// Reads every row; with `registered`, the backend binds those workflows
+    /// after `args` (see `sqlite/resume.rs`, `postgres/resume.rs`).
+    pub(crate) async fn fetch_all<T: FromRow>(
+        &self,
+        op: Op,
+        pick: Statement,
+        args: &[Arg<'_>],
+        registered: Option<&[Registered<'_>]>,
+    ) -> Result<Vec<T>> {
+        dispatch!(Store, self, |s, sql| {
+            let mut query = bind_all!(sqlx::query(pick(sql)), args);
+            if let Some(workflows) = registered {
+                query = s.bind_registered(query, workflows);
+            }
+            let rows = query
+                .fetch_all(s.pool())
+                .await
+                .map_err(StoreError::query(op))?;
+            rows.iter().map(|row| T::from_row(row)).collect()
+        })
+    }
+
+    /// Runs a statement; returns how many rows it changed.
+    pub(crate) async fn execute(&self, op: Op, pick: Statement, args: &[Arg<'_>]) -> Result<u64> {
+        dispatch!(Store, self, |s, sql| bind_all!(
+            sqlx::query(pick(sql)),
+            args
+        )
+        .execute(s.pool())
+        .await
+        .map(|done| done.rows_affected()))
+        .map_err(StoreError::query(op))
+    }
+
+    /// Runs a `SELECT count(*)`.
+    pub(crate) async fn count(&self, op: Op, pick: Statement, args: &[Arg<'_>]) -> Result<u64> {
+        let n: i64 = dispatch!(Store, self, |s, sql| bind_all!(
+            sqlx::query_scalar(pick(sql)),
+            args
+        )
+        .fetch_one(s.pool())
+        .await)
+        .map_err(StoreError::query(op))?;
+        Ok(n.max(0) as u64)
+    }
+}

@@ -1,0 +1,442 @@
+//! The statements both backends share, written once.
+//!
+//! sqlx-sqlite accepts PostgreSQL's `$N` placeholders, so a statement differs
+//! between the backends only in its table names (`keiro_workflows` on SQLite,
+//! `keiro.workflows` on PostgreSQL) and in the few spots a [`Dialect`] names.
+//! Each backend builds its [`Statements`] once, on first use, and every call
+//! after that borrows the text: nothing is formatted on the hot path.
+
+use crate::outcome::child_outcome_sql;
+
+/// What differs between the backends' spelling of a shared statement.
+#[derive(Debug)]
+pub(crate) struct Dialect {
+    /// What each table name starts with (`keiro_`, `keiro.`).
+    pub(crate) tables: &'static str,
+    /// Appended to a read that must lock its row until the transaction ends
+    /// (PostgreSQL `FOR UPDATE`; SQLite's `BEGIN IMMEDIATE` already does).
+    pub(crate) lock_row: &'static str,
+    /// Appended to a claim's candidate scan so concurrent claimers pass over
+    /// each other's rows (PostgreSQL `FOR UPDATE SKIP LOCKED`).
+    pub(crate) skip_locked: &'static str,
+    /// Appended to a timer payload parameter to store it as JSON
+    /// (PostgreSQL `::json`; SQLite's column checks `json_valid`).
+    pub(crate) json_param: &'static str,
+    /// The JSON object constructor (`json_object`, `json_build_object`).
+    pub(crate) json_object: &'static str,
+    /// Turns a JSON value into text (PostgreSQL `::text`).
+    pub(crate) json_as_text: &'static str,
+    /// The 1-based position of a substring, 0 when absent (`instr(haystack,
+    /// needle)`, `strpos(haystack, needle)`).
+    pub(crate) find_text: &'static str,
+    /// The condition a claimable instance's `name` and `signature` meet,
+    /// given the worker's registered workflows bound from `$5` on.
+    pub(crate) registered_match: &'static str,
+    /// The worker's registered workflows bound from placeholder `$n` on, as
+    /// a table `r(name, signature)`.
+    pub(crate) registered_rows: fn(n: usize) -> String,
+    /// Whether an instance's insert-or-read is one statement, so creating
+    /// one alone needs no transaction.
+    pub(crate) create_is_one_statement: bool,
+    /// The channel a new or moved timer notifies in the statement that writes
+    /// it (PostgreSQL); `None` where workers share the process.
+    pub(crate) timer_channel: Option<&'static str>,
+}
+
+impl Dialect {
+    /// A dialect whose tables start with `tables`, with no locking clauses,
+    /// casts or notifications: the SQLite one, and what PostgreSQL's
+    /// overrides.
+    pub(crate) const fn plain(
+        tables: &'static str,
+        registered_match: &'static str,
+        registered_rows: fn(usize) -> String,
+    ) -> Dialect {
+        Dialect {
+            tables,
+            lock_row: "",
+            skip_locked: "",
+            json_param: "",
+            json_object: "json_object",
+            json_as_text: "",
+            find_text: "instr",
+            timer_channel: None,
+            registered_match,
+            registered_rows,
+            create_is_one_statement: false,
+        }
+    }
+}
+
+/// The columns of an [`crate::InstanceRow`], in `SELECT` and `RETURNING` lists.
+pub(crate) const INSTANCE_COLUMNS: &str = "id, name, generation, status, input, first_input, \
+     signature, output, error, attempts, lease_owner, lease_expires_at, wake_at, parent_id, \
+     parent_seq, created_at, updated_at";
+
+/// The columns of a [`crate::StepRow`].
+pub(crate) const STEP_COLUMNS: &str = "workflow_id, generation, seq, name, kind, result";
+
+/// The columns of an [`crate::ExecutorRow`].
+const EXECUTOR_COLUMNS: &str = "id, token, host, pid, heartbeat_at";
+
+/// The columns of a [`crate::TimerRow`] (the payload as text on either backend).
+pub(crate) const TIMER_COLUMNS: &str = "id, process_manager, correlation_id, fire_at, \
+     CAST(payload AS TEXT) AS payload, status, attempts, last_error, event_id, claimed_at, \
+     resume_lease_until, created_at, updated_at";
+
+/// The statuses of an instance that may still run.
+const UNFINISHED: &str = "status IN ('pending', 'running', 'suspended')";
+
+/// One backend's text of every shared statement. Placeholders are documented
+/// by the operation that binds them.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    // Journal.
+    pub(crate) insert_instance: String,
+    pub(crate) get_instance: String,
+    pub(crate) claim: String,
+    pub(crate) renew_lease: String,
+    pub(crate) release: String,
+    pub(crate) load_journal: String,
+    pub(crate) get_step: String,
+    pub(crate) insert_step: String,
+    pub(crate) step_of_kind_exists: String,
+    pub(crate) wake_suspended: String,
+    pub(crate) finish: String,
+    pub(crate) report_child: String,
+    pub(crate) wake_parent: String,
+    pub(crate) suspend: String,
+    pub(crate) status_for_cancel: String,
+    pub(crate) unfinished_tree: String,
+    pub(crate) cancel_one: String,
+    pub(crate) count_pending_awakeables: String,
+    pub(crate) continue_as_new: String,
+    pub(crate) requeue_set_aside: String,
+    // Resume worker and executors.
+    pub(crate) find_due: String,
+    pub(crate) claim_due: String,
+    pub(crate) find_blocked: String,
+    pub(crate) reclaim_own: String,
+    pub(crate) record_crash: String,
+    pub(crate) get_executor: String,
+    pub(crate) list_executors: String,
+    pub(crate) insert_executor: String,
+    pub(crate) replace_executor: String,
+    pub(crate) heartbeat_executor: String,
+    pub(crate) delete_executor: String,
+    pub(crate) delete_worker_workflows: String,
+    pub(crate) insert_worker_workflows: String,
+    pub(crate) release_leases_of: String,
+    pub(crate) is_served: String,
+    // Timers.
+    pub(crate) timers_table: String,
+    pub(crate) create_is_one_statement: bool,
+    pub(crate) find_text: &'static str,
+    pub(crate) schedule_timer: String,
+    pub(crate) rearm_timer: String,
+    pub(crate) timer_status: String,
+    pub(crate) timer_status_and_lease: String,
+    pub(crate) cancel_timer: String,
+    pub(crate) claim_due_timer: String,
+    pub(crate) next_timer_fire_at: String,
+    pub(crate) get_timer: String,
+    pub(crate) mark_timer_fired: String,
+    pub(crate) count_due_timers: String,
+    pub(crate) count_stuck_timers: String,
+    pub(crate) requeue_stuck_timers: String,
+    pub(crate) requeue_timer: String,
+    pub(crate) reschedule_timer: String,
+    pub(crate) dead_letter_timer: String,
+    pub(crate) claim_dead_timer: String,
+    pub(crate) renew_timer_resume: String,
+    pub(crate) complete_timer_resume: String,
+    pub(crate) park_timer_resume: String,
+    pub(crate) cancel_timer_resume: String,
+    pub(crate) recover_expired_timer_resumes: String,
+}
+
+impl Statements {
+    /// Spells every shared statement in `d`'s dialect.
+    pub(crate) fn new(d: &Dialect) -> Statements {
+        let table = |name: &str| format!("{}{name}", d.tables);
+        let (w, s, e) = (table("workflows"), table("steps"), table("executors"));
+        let (ww, t) = (table("worker_workflows"), table("timers"));
+        let child_outcome = child_outcome_sql(d.json_object, d.json_as_text);
+        let notify = |write: String| match d.timer_channel {
+            // `SELECT` reports its row count, so `rows_affected` still says
+            // whether the write (and its notification) happened.
+            Some(channel) => format!(
+                "WITH written AS ({write} RETURNING id) \
+                 SELECT pg_notify('{channel}', '') FROM written"
+            ),
+            None => write,
+        };
+        let resume_end = |set: &str| {
+            format!(
+                "UPDATE {t} SET {set}, updated_at = $5 \
+                 WHERE id = $1 AND status = 'resuming' AND resume_token = $2 \
+                 AND resume_lease_until > $3 RETURNING {TIMER_COLUMNS}"
+            )
+        };
+        Statements {
+            insert_instance: format!(
+                "INSERT INTO {w} (id, name, generation, status, input, attempts, lease_owner, \
+                 lease_expires_at, wake_at, parent_id, parent_seq, parent_generation, \
+                 created_at, updated_at, signature) \
+                 VALUES ($1, $2, 0, $3, $4, 0, $5, $6, COALESCE($6, $9), $7, $8, $10, $9, $9, \
+                 $11) ON CONFLICT (id) DO NOTHING"
+            ),
+            get_instance: format!("SELECT {INSTANCE_COLUMNS} FROM {w} WHERE id = $1"),
+            // Two racing claims on PostgreSQL: the second blocks on the row
+            // lock, then re-checks the WHERE clause against the first claim's
+            // committed row and finds a live foreign lease.
+            claim: format!(
+                "UPDATE {w} SET lease_owner = $2, lease_expires_at = $3, wake_at = $3, \
+                 status = 'running', updated_at = $4 \
+                 WHERE id = $1 AND {UNFINISHED} \
+                 AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires_at < $4) \
+                 RETURNING {INSTANCE_COLUMNS}"
+            ),
+            renew_lease: format!(
+                "UPDATE {w} SET lease_expires_at = $3, wake_at = $3 \
+                 WHERE id = $1 AND lease_owner = $2 AND {UNFINISHED}"
+            ),
+            release: format!(
+                "UPDATE {w} SET lease_owner = NULL, lease_expires_at = NULL, \
+                 wake_at = CASE WHEN {UNFINISHED} THEN $3 ELSE NULL END, updated_at = $3 \
+                 WHERE id = $1 AND lease_owner = $2"
+            ),
+            load_journal: format!(
+                "SELECT {STEP_COLUMNS} FROM {s} WHERE workflow_id = $1 AND generation = $2 \
+                 ORDER BY seq"
+            ),
+            get_step: format!(
+                "SELECT {STEP_COLUMNS} FROM {s} \
+                 WHERE workflow_id = $1 AND generation = $2 AND seq = $3"
+            ),
+            insert_step: format!(
+                "INSERT INTO {s} ({STEP_COLUMNS}, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                 ON CONFLICT (workflow_id, generation, seq) DO NOTHING"
+            ),
+            step_of_kind_exists: format!(
+                "SELECT 1 FROM {s} WHERE workflow_id = $1 AND generation = $2 AND seq = $3 \
+                 AND kind = $4"
+            ),
+            wake_suspended: format!(
+                "UPDATE {w} SET wake_at = $3, updated_at = $3 \
+                 WHERE id = $1 AND generation = $2 AND status = 'suspended'"
+            ),
+            finish: format!(
+                "UPDATE {w} SET status = $4, output = $5, error = $6, lease_owner = NULL, \
+                 lease_expires_at = NULL, wake_at = NULL, updated_at = $7 \
+                 WHERE id = $1 AND generation = $2 AND {UNFINISHED} \
+                 AND (lease_owner IS NULL OR lease_owner = $3) \
+                 RETURNING parent_id IS NOT NULL AS has_parent"
+            ),
+            report_child: format!(
+                "INSERT INTO {s} ({STEP_COLUMNS}, created_at) \
+                 SELECT parent_id, parent_generation, parent_seq, name, 'child', \
+                     {child_outcome}, $2 \
+                 FROM {w} WHERE id = $1 AND parent_id IS NOT NULL \
+                 AND status <> 'nondeterministic' \
+                 ON CONFLICT (workflow_id, generation, seq) DO NOTHING"
+            ),
+            wake_parent: format!(
+                "UPDATE {w} SET wake_at = $2, updated_at = $2 WHERE status = 'suspended' \
+                 AND id = (SELECT parent_id FROM {w} WHERE id = $1)"
+            ),
+            suspend: format!(
+                "UPDATE {w} SET status = 'suspended', lease_owner = NULL, \
+                 lease_expires_at = NULL, updated_at = $5, \
+                 wake_at = CASE WHEN CAST($6 AS BIGINT) IS NOT NULL AND EXISTS (SELECT 1 FROM {s} \
+                     WHERE workflow_id = $1 AND generation = $2 AND seq = $6) THEN $5 ELSE $4 END \
+                 WHERE id = $1 AND generation = $2 AND lease_owner = $3 AND status = 'running'"
+            ),
+            status_for_cancel: format!("SELECT status FROM {w} WHERE id = $1{}", d.lock_row),
+            unfinished_tree: format!(
+                "WITH RECURSIVE tree(id) AS ( \
+                     SELECT CAST($1 AS TEXT) \
+                     UNION SELECT w.id FROM {w} w JOIN tree ON w.parent_id = tree.id \
+                 ) \
+                 SELECT w.id FROM {w} w JOIN tree ON w.id = tree.id WHERE w.{UNFINISHED}"
+            ),
+            cancel_one: format!(
+                "UPDATE {w} SET status = 'cancelled', error = 'cancelled', lease_owner = NULL, \
+                 lease_expires_at = NULL, wake_at = NULL, updated_at = $2 WHERE id = $1"
+            ),
+            count_pending_awakeables: format!(
+                "SELECT count(*) FROM {s} a JOIN {w} w \
+                 ON w.id = a.workflow_id AND w.generation = a.generation \
+                 WHERE a.kind = 'awakeable' AND w.{UNFINISHED} \
+                 AND NOT EXISTS (SELECT 1 FROM {s} r WHERE r.workflow_id = a.workflow_id \
+                     AND r.generation = a.generation AND r.seq = a.seq + 1)"
+            ),
+            continue_as_new: format!(
+                "UPDATE {w} SET generation = generation + 1, input = $4, \
+                 first_input = COALESCE(first_input, input), status = 'pending', attempts = 0, \
+                 error = NULL, output = NULL, lease_owner = NULL, lease_expires_at = NULL, \
+                 wake_at = $5, updated_at = $5 \
+                 WHERE id = $1 AND generation = $2 AND lease_owner = $3 AND status = 'running'"
+            ),
+            requeue_set_aside: format!(
+                "UPDATE {w} SET status = 'pending', error = NULL, wake_at = $2, updated_at = $2 \
+                 WHERE id = $1 AND status = 'nondeterministic'"
+            ),
+            find_due: format!(
+                "SELECT {INSTANCE_COLUMNS} FROM {w} WHERE {UNFINISHED} AND wake_at <= $1 \
+                 ORDER BY wake_at LIMIT $2"
+            ),
+            // Registered workflows whose signature matches (or was never
+            // recorded). On SQLite the statement takes the write lock before
+            // it reads; on PostgreSQL `SKIP LOCKED` gives workers claiming at
+            // once disjoint batches.
+            claim_due: format!(
+                "UPDATE {w} SET lease_owner = $1, lease_expires_at = $2, wake_at = $2, \
+                 status = 'running', updated_at = $3 \
+                 WHERE id IN (SELECT id FROM {w} WHERE {UNFINISHED} AND wake_at <= $3 \
+                     AND (lease_owner IS NULL OR lease_owner = $1 OR lease_expires_at < $3) \
+                     AND {} ORDER BY wake_at LIMIT $4{}) \
+                 RETURNING {INSTANCE_COLUMNS}",
+                d.registered_match, d.skip_locked
+            ),
+            find_blocked: format!(
+                "SELECT w.id, w.name, w.signature, r.signature AS registered \
+                 FROM {w} w LEFT JOIN {} ON r.name = w.name \
+                 WHERE w.{UNFINISHED} AND w.wake_at <= $2 \
+                 AND (r.name IS NULL OR w.signature <> r.signature \
+                      OR (w.lease_owner IS NOT NULL AND w.lease_owner <> $1 \
+                          AND w.lease_expires_at >= $2)) \
+                 ORDER BY w.wake_at LIMIT $3",
+                (d.registered_rows)(4)
+            ),
+            insert_worker_workflows: format!(
+                "INSERT INTO {ww} (executor_id, name) SELECT $1, r.name FROM {}",
+                (d.registered_rows)(2)
+            ),
+            reclaim_own: format!(
+                "UPDATE {w} SET wake_at = $2 WHERE lease_owner = $1 AND {UNFINISHED}"
+            ),
+            record_crash: format!(
+                "UPDATE {w} SET attempts = attempts + 1, error = $3, \
+                 status = CASE WHEN attempts + 1 >= $4 THEN 'failed' ELSE status END, \
+                 wake_at = CASE WHEN attempts + 1 >= $4 THEN NULL ELSE $5 END, \
+                 lease_owner = NULL, lease_expires_at = NULL, updated_at = $6 \
+                 WHERE id = $1 AND lease_owner = $2 AND {UNFINISHED} \
+                 RETURNING status, attempts"
+            ),
+            get_executor: format!("SELECT {EXECUTOR_COLUMNS} FROM {e} WHERE id = $1"),
+            list_executors: format!(
+                "SELECT {EXECUTOR_COLUMNS} FROM {e} \
+                 WHERE id = $1 OR substr(id, 1, length($2)) = $2 ORDER BY id"
+            ),
+            insert_executor: format!(
+                "INSERT INTO {e} ({EXECUTOR_COLUMNS}) VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (id) DO NOTHING"
+            ),
+            replace_executor: format!(
+                "UPDATE {e} SET token = $2, host = $3, pid = $4, heartbeat_at = $5 \
+                 WHERE id = $1 AND token = $6"
+            ),
+            heartbeat_executor: format!(
+                "UPDATE {e} SET heartbeat_at = $3 WHERE id = $1 AND token = $2"
+            ),
+            delete_executor: format!("DELETE FROM {e} WHERE id = $1 AND token = $2"),
+            delete_worker_workflows: format!("DELETE FROM {ww} WHERE executor_id = $1"),
+            release_leases_of: format!(
+                "UPDATE {w} SET lease_owner = NULL, lease_expires_at = NULL, wake_at = $2, \
+                 updated_at = $2 WHERE lease_owner = $1 AND {UNFINISHED}"
+            ),
+            is_served: format!(
+                "SELECT EXISTS (SELECT 1 FROM {ww} w JOIN {e} e ON e.id = w.executor_id \
+                 WHERE w.name = $1 AND e.heartbeat_at >= $2) AS served"
+            ),
+            create_is_one_statement: d.create_is_one_statement,
+            find_text: d.find_text,
+            schedule_timer: notify(format!(
+                "INSERT INTO {t} (id, process_manager, correlation_id, fire_at, payload, status, \
+                 attempts, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5{json}, 'scheduled', 0, $6, $6) \
+                 ON CONFLICT (id) DO NOTHING",
+                json = d.json_param
+            )),
+            rearm_timer: notify(format!(
+                "UPDATE {t} SET process_manager = $2, correlation_id = $3, fire_at = $4, \
+                 payload = $5{json}, updated_at = $6 WHERE id = $1 AND status = 'scheduled'",
+                json = d.json_param
+            )),
+            timer_status: format!("SELECT status FROM {t} WHERE id = $1"),
+            timer_status_and_lease: format!(
+                "SELECT status, resume_lease_until FROM {t} WHERE id = $1"
+            ),
+            cancel_timer: format!(
+                "UPDATE {t} SET status = 'cancelled', updated_at = $2 \
+                 WHERE id = $1 AND status IN ('scheduled', 'firing', 'dead') \
+                 RETURNING {TIMER_COLUMNS}"
+            ),
+            // On SQLite the statement takes the write lock before it reads;
+            // on PostgreSQL a row another claimer locked is skipped, and one
+            // it claimed meanwhile fails the re-checked `status`.
+            claim_due_timer: format!(
+                "UPDATE {t} SET status = 'firing', attempts = attempts + 1, claimed_at = $1, \
+                 updated_at = $2 \
+                 WHERE id = (SELECT id FROM {t} WHERE status = 'scheduled' AND fire_at <= $1 \
+                 ORDER BY fire_at, id LIMIT 1{}) RETURNING {TIMER_COLUMNS}",
+                d.skip_locked
+            ),
+            next_timer_fire_at: format!("SELECT MIN(fire_at) FROM {t} WHERE status = 'scheduled'"),
+            get_timer: format!("SELECT {TIMER_COLUMNS} FROM {t} WHERE id = $1"),
+            mark_timer_fired: format!(
+                "UPDATE {t} SET status = 'fired', event_id = $2, updated_at = $3 \
+                 WHERE id = $1 AND status = 'firing' RETURNING {TIMER_COLUMNS}"
+            ),
+            count_due_timers: format!(
+                "SELECT COUNT(*) FROM {t} WHERE status = 'scheduled' AND fire_at <= $1"
+            ),
+            count_stuck_timers: format!(
+                "SELECT COUNT(*) FROM {t} WHERE status = 'firing' AND claimed_at <= $1 \
+                 AND ($2 IS NULL OR process_manager = $2)"
+            ),
+            requeue_stuck_timers: format!(
+                "UPDATE {t} SET status = 'scheduled', updated_at = $2 \
+                 WHERE status = 'firing' AND claimed_at <= $1"
+            ),
+            requeue_timer: format!(
+                "UPDATE {t} SET status = 'scheduled', \
+                 attempts = CASE WHEN status = 'dead' THEN 0 ELSE attempts END, updated_at = $2 \
+                 WHERE id = $1 AND status IN ('firing', 'dead') RETURNING {TIMER_COLUMNS}"
+            ),
+            reschedule_timer: format!(
+                "UPDATE {t} SET status = 'scheduled', fire_at = $2, \
+                 last_error = COALESCE($3, last_error), updated_at = $4 \
+                 WHERE id = $1 AND status IN ('firing', 'scheduled') RETURNING {TIMER_COLUMNS}"
+            ),
+            dead_letter_timer: format!(
+                "UPDATE {t} SET status = 'dead', last_error = $2, updated_at = $3 \
+                 WHERE id = $1 AND status IN ('scheduled', 'firing') RETURNING {TIMER_COLUMNS}"
+            ),
+            claim_dead_timer: format!(
+                "UPDATE {t} SET status = 'resuming', resume_token = $2, \
+                 resume_lease_until = $3, updated_at = $5 \
+                 WHERE id = $1 AND (status = 'dead' \
+                 OR (status = 'resuming' AND resume_lease_until <= $4)) RETURNING {TIMER_COLUMNS}"
+            ),
+            renew_timer_resume: resume_end("resume_lease_until = $4"),
+            complete_timer_resume: resume_end(
+                "status = 'fired', event_id = $4, resume_token = NULL, resume_lease_until = NULL",
+            ),
+            park_timer_resume: resume_end(
+                "status = 'dead', last_error = COALESCE($4, last_error), resume_token = NULL, \
+                 resume_lease_until = NULL",
+            ),
+            cancel_timer_resume: resume_end(
+                "status = 'cancelled', resume_token = NULL, resume_lease_until = NULL, \
+                 last_error = COALESCE($4, last_error)",
+            ),
+            recover_expired_timer_resumes: format!(
+                "UPDATE {t} SET status = 'dead', resume_token = NULL, resume_lease_until = NULL, \
+                 updated_at = $2 WHERE status = 'resuming' AND resume_lease_until <= $1"
+            ),
+            timers_table: t,
+        }
+    }
+}
