@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::run::lock;
+use crate::workflow::drive::lock;
 use crate::{Keiro, Result};
 
 /// How long [`Keiro::shutdown`] waits for halted runs to hand back their

@@ -273,7 +273,7 @@ impl Unserved {
             return Ok(());
         }
         self.checked = Some(now);
-        let alive_since = now_wall - crate::executor::EXECUTOR_TTL.as_millis() as i64;
+        let alive_since = now_wall - crate::runtime::identity::EXECUTOR_TTL.as_millis() as i64;
         if keiro.inner.store.is_served(&row.name, alive_since).await? {
             self.since = None;
             return Ok(());

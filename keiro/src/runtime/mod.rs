@@ -1,6 +1,9 @@
 //! The runtime handle: a connected store, its journal writer, the registry and
 //! this process's executor identity.
 
+pub(crate) mod identity;
+pub(crate) mod inflight;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -54,7 +57,7 @@ pub(crate) struct Inner {
     pub(crate) serving: OnceCell<()>,
     /// The identity this runtime took, once it runs workflows; read through
     /// [`Keiro::owner`].
-    pub(crate) executor: OnceCell<crate::executor::Registration>,
+    pub(crate) executor: OnceCell<crate::runtime::identity::Registration>,
     /// Set by [`Keiro::shutdown`]: in-process runs, workers and the heartbeat
     /// stop.
     pub(crate) stop: watch::Sender<bool>,
@@ -62,7 +65,7 @@ pub(crate) struct Inner {
     /// notification arrived).
     pub(crate) wake: tokio::sync::Notify,
     /// Workflow runs of this process waiting in memory for a recorded step.
-    pub(crate) waiters: crate::waiters::WaiterMap,
+    pub(crate) waiters: crate::runtime::inflight::WaiterMap,
     /// Whether this runtime's PostgreSQL wake listener is started.
     pub(crate) listening: std::sync::atomic::AtomicBool,
     /// Live runs in this process, so a cancellation stops them at once.

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-use crate::run::lock;
+use crate::workflow::drive::lock;
 use crate::Keiro;
 
 /// Waiters per workflow instance id, with how many wait.

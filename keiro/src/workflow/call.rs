@@ -10,7 +10,9 @@ use serde::Serialize;
 
 use crate::context::claim_seq;
 use crate::registry::{BoxFuture, RunFn, SignatureFn};
-use crate::run::{self, check_attach, follow, launch, lock, outcome_of, wait, Launch, ParentSlot};
+use crate::workflow::drive::{
+    self, check_attach, follow, launch, lock, outcome_of, wait, Launch, ParentSlot,
+};
 use crate::{Error, Keiro, Result};
 
 /// A call of a `#[workflow]` fn, not yet running.
@@ -165,7 +167,7 @@ where
                 let row = wait(&keiro, &id, launch(&keiro, spec).await?, Some(self.run)).await?;
                 outcome_of(&row)
             }
-            Some(_) => crate::child::start_child(self).await?.await,
+            Some(_) => crate::workflow::child::start_child(self).await?.await,
         }
     }
 }
@@ -218,7 +220,7 @@ impl WorkflowStatus {
             InstanceStatus::Failed => WorkflowStatus::Failed,
             InstanceStatus::Cancelled => WorkflowStatus::Cancelled,
             InstanceStatus::NonDeterministic => {
-                let (_, expected, found) = run::nondeterminism_of(row);
+                let (_, expected, found) = drive::nondeterminism_of(row);
                 WorkflowStatus::NonDeterministic { expected, found }
             }
             _ => WorkflowStatus::Running,

@@ -9,8 +9,8 @@ use futures::StreamExt;
 use keiro_store::{BlockReason, InstanceRow, InstanceStatus, Lease};
 use tokio::sync::watch;
 
-use crate::run::{execute, publish, take_slot, Policy, Slot};
 use crate::shutdown::{Phase, Stop};
+use crate::workflow::drive::{execute, publish, take_slot, Policy, Slot};
 use crate::{Error, Keiro, Result};
 
 /// What the worker reports to its log hook.
@@ -459,7 +459,7 @@ impl Keiro {
 /// Gives up the in-process slot of a run that ended unfinished; waiters see
 /// the channel close and follow the instance through the store.
 fn release_slot(keiro: &Keiro, id: &str, sender: watch::Sender<crate::runtime::RunResult>) {
-    crate::run::lock(&keiro.inner.running).remove(id);
+    crate::workflow::drive::lock(&keiro.inner.running).remove(id);
     drop(sender);
 }
 

@@ -2,7 +2,7 @@
 //! ([`continue_as_new`]).
 
 use crate::context::{current, halt, Halt};
-use crate::run::lock;
+use crate::workflow::drive::lock;
 use crate::{Error, Keiro, Result, WorkflowCall, WorkflowStatus};
 
 /// What [`cancel`] did.

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::context::{halt, wait_for_step, Halt, StepKind, WorkflowContext};
 use crate::registry::BoxFuture;
-use crate::run::launch;
+use crate::workflow::drive::launch;
 use crate::{Error, Result, WorkflowCall};
 
 /// A child workflow started by [`spawn`]; await it to join it.

@@ -1,0 +1,12 @@
+//! Workflow instances: calling one ([`WorkflowCall`]), watching one
+//! ([`WorkflowHandle`]), driving one in this process, children, and ending one
+//! early (cancel, continue-as-new).
+
+mod call;
+pub(crate) mod child;
+pub(crate) mod drive;
+mod lifecycle;
+
+pub use call::{handle, WorkflowCall, WorkflowHandle, WorkflowStatus};
+pub use child::{spawn, ChildHandle};
+pub use lifecycle::{cancel, continue_as_new, CancelOutcome};
