@@ -5,8 +5,10 @@
 mod call;
 pub(crate) mod child;
 pub(crate) mod drive;
+mod handle;
 mod lifecycle;
 
-pub use call::{handle, WorkflowCall, WorkflowHandle, WorkflowStatus};
+pub use call::WorkflowCall;
 pub use child::{spawn, ChildHandle};
+pub use handle::{handle, WorkflowHandle, WorkflowStatus};
 pub use lifecycle::{cancel, continue_as_new, CancelOutcome};
