@@ -9,8 +9,9 @@ use futures::StreamExt;
 use keiro_store::{BlockReason, InstanceRow, InstanceStatus, Lease};
 use tokio::sync::watch;
 
+use crate::runtime::inflight::Slot;
 use crate::shutdown::{Phase, Stop};
-use crate::workflow::drive::{execute, publish, take_slot, Policy, Slot};
+use crate::workflow::drive::{execute, Policy};
 use crate::{Error, Keiro, Result};
 
 /// What the worker reports to its log hook.
@@ -254,9 +255,9 @@ impl Keiro {
         options.validate()?;
         self.ensure_executor().await?;
         self.serve_registered().await?;
-        let store = &self.inner.store;
+        let store = &self.store();
         let owner = self.owner();
-        let workflows = self.inner.registry.workflows();
+        let workflows = self.registry().workflows();
         let lease = Lease {
             owner,
             ttl_ms: options.lease_ttl.as_millis() as i64,
@@ -311,12 +312,10 @@ impl Keiro {
     /// logs them: a workflow missing from this list was never linked into
     /// the binary (see [`crate::link!`]).
     async fn serve_registered(&self) -> Result<()> {
-        self.inner
-            .serving
+        self.serving()
             .get_or_try_init(|| async {
-                let names = self.inner.registry.names();
-                self.inner
-                    .store
+                let names = self.registry().names();
+                self.store()
                     .register_workflows(self.owner(), &names)
                     .await?;
                 if names.is_empty() {
@@ -351,17 +350,17 @@ impl Keiro {
         if stop.is_halting() {
             // Claimed but not started when a shutdown halted the worker: hand
             // it back unstarted. (While draining, what a pass claimed runs.)
-            let _ = self.inner.store.release(&row.id, self.owner()).await;
+            let _ = self.store().release(&row.id, self.owner()).await;
             return summary;
         }
-        let Some(registration) = self.inner.registry.get(&row.name) else {
+        let Some(registration) = self.registry().get(&row.name) else {
             // Claimed by name, so registered; keep the guard all the same.
             summary.unknown_name = 1;
-            let _ = self.inner.store.release(&row.id, self.owner()).await;
+            let _ = self.store().release(&row.id, self.owner()).await;
             return summary;
         };
-        let sender = match take_slot(self, &row.id, registration.name) {
-            Slot::Mine(sender, _) => sender,
+        let driving = match self.inflight().take(&row.id, registration.name) {
+            Slot::Mine(driving) => driving,
             // This process runs it already (under the same lease owner).
             Slot::Attached(_) | Slot::Conflict(_) => {
                 summary.lease_skipped = 1;
@@ -407,8 +406,8 @@ impl Keiro {
             }),
         }
         match result {
-            Ok(Some(done)) => publish(self, &id, sender, Ok(done)),
-            _ => release_slot(self, &id, sender),
+            Ok(Some(done)) => self.inflight().publish(driving, Ok(done)),
+            _ => self.inflight().release(driving),
         }
         summary
     }
@@ -443,7 +442,7 @@ impl Keiro {
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(options.poll_interval) => {}
-                    _ = keiro.inner.wake.notified() => {}
+                    _ = keiro.resume_wake().notified() => {}
                     _ = stop.draining() => break,
                 }
             }
@@ -454,13 +453,6 @@ impl Keiro {
             keiro: self.clone(),
         })
     }
-}
-
-/// Gives up the in-process slot of a run that ended unfinished; waiters see
-/// the channel close and follow the instance through the store.
-fn release_slot(keiro: &Keiro, id: &str, sender: watch::Sender<crate::runtime::RunResult>) {
-    crate::workflow::drive::lock(&keiro.inner.running).remove(id);
-    drop(sender);
 }
 
 /// A running resume worker.

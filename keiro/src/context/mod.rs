@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use keiro_store::StepRow;
 use tokio::sync::oneshot;
 
+use crate::runtime::lock;
 use crate::{Error, Keiro};
 
 pub use awakeable::{awakeable, reject_awakeable, resolve_awakeable, Awakeable};
@@ -73,14 +74,8 @@ pub(crate) async fn wait_for_step(
     let waiter = cx.keiro.waiter(&cx.id);
     let deadline = tokio::time::Instant::now() + cx.suspend_after;
     loop {
-        let notified = waiter.notify.notified();
-        match cx
-            .keiro
-            .inner
-            .store
-            .get_step(&cx.id, cx.generation, seq)
-            .await
-        {
+        let notified = waiter.notified();
+        match cx.keiro.store().get_step(&cx.id, cx.generation, seq).await {
             Ok(Some(row)) => return checked(cx, seq, kind, name, row).await,
             Ok(None) => {}
             Err(e) => return halt(cx, Halt::Error(Error::Store(e))).await,
@@ -170,7 +165,7 @@ impl WorkflowContext {
         journal: Vec<StepRow>,
     ) -> (Arc<WorkflowContext>, oneshot::Receiver<Halt>) {
         let (abort, aborted) = oneshot::channel();
-        let suspend_after = keiro.inner.suspend_after;
+        let suspend_after = keiro.suspend_after();
         let cx = WorkflowContext {
             keiro,
             name,
@@ -244,8 +239,4 @@ pub(crate) fn describe(kind: &str, name: &str) -> String {
         "child" => format!("child workflow `{name}`"),
         other => format!("keiro::{other}() `{name}`"),
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

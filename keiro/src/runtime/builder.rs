@@ -1,12 +1,11 @@
 //! Building a [`Keiro`]: [`Keiro::connect`], [`Keiro::builder`] and the
 //! settings of [`KeiroBuilder`].
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use keiro_store::{JournalWriter, SqliteSynchronous, Store, StoreOptions};
-use tokio::sync::{watch, OnceCell};
+use tokio::sync::{watch, Notify, OnceCell};
 
 use super::global::EXECUTOR_ID_ENV;
 use super::identity::default_executor_id;
@@ -163,11 +162,9 @@ impl KeiroBuilder {
                 serving: OnceCell::new(),
                 executor: OnceCell::new(),
                 stop: watch::channel(false).0,
-                wake: tokio::sync::Notify::new(),
-                waiters: Mutex::new(HashMap::new()),
+                wake: Arc::new(Notify::new()),
+                inflight: Arc::default(),
                 listening: std::sync::atomic::AtomicBool::new(false),
-                live: Mutex::new(HashMap::new()),
-                running: Mutex::new(HashMap::new()),
             }),
         })
     }

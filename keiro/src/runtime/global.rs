@@ -12,7 +12,7 @@ pub const DATABASE_URL_ENV: &str = "KEIRO_DATABASE_URL";
 /// The environment variable naming this process's executor identity, held
 /// exclusively (default: `{host}/{program}`, numbered `#2`, `#3`, … when
 /// other live processes of the program on this host hold it; see
-/// [`KeiroBuilder::executor_id`]).
+/// [`crate::KeiroBuilder::executor_id`]).
 pub const EXECUTOR_ID_ENV: &str = "KEIRO_EXECUTOR_ID";
 /// The environment variable relaxing SQLite durability: `full` (default) or `normal`.
 pub const SQLITE_SYNCHRONOUS_ENV: &str = "KEIRO_SQLITE_SYNCHRONOUS";

@@ -5,68 +5,62 @@ mod builder;
 mod global;
 pub(crate) mod identity;
 pub(crate) mod inflight;
+mod listener;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use keiro_store::{JournalWriter, Store};
-use tokio::sync::{watch, OnceCell};
+use tokio::sync::{watch, Notify, OnceCell};
 
 use crate::registry::Registry;
-use crate::{Error, Result};
+use inflight::{InFlight, Waiter};
 
 pub use builder::KeiroBuilder;
 pub use global::{
     global, init, DATABASE_URL_ENV, DEFAULT_DATABASE_URL, EXECUTOR_ID_ENV, SQLITE_SYNCHRONOUS_ENV,
 };
 
-/// The outcome of one in-process run, shared with every caller waiting on it.
-pub(crate) type RunResult = Option<Result<keiro_store::InstanceRow>>;
-
 /// A connected keiro runtime. Cheap to clone; every clone shares one store,
 /// one journal writer and one registry.
 #[derive(Clone)]
 pub struct Keiro {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<Inner>,
 }
 
-pub(crate) struct Inner {
-    pub(crate) store: Store,
-    pub(crate) writer: JournalWriter,
-    pub(crate) registry: Registry,
+/// What every clone of one runtime shares. Private to the runtime: the rest
+/// of the crate goes through `Keiro`'s methods.
+struct Inner {
+    store: Store,
+    writer: JournalWriter,
+    registry: Registry,
     /// The identity asked for: explicit (exclusive) or the default base.
-    pub(crate) requested_id: String,
+    requested_id: String,
     /// Whether `requested_id` was set explicitly, so no other is taken.
-    pub(crate) exclusive: bool,
-    pub(crate) lease_ttl: Duration,
-    pub(crate) max_attempts: u32,
+    exclusive: bool,
+    lease_ttl: Duration,
+    max_attempts: u32,
     /// Waits longer than this suspend the workflow instead of holding memory.
-    pub(crate) suspend_after: Duration,
+    suspend_after: Duration,
     /// How long a caller waits on a due instance that no live worker serves
     /// before `result()` says so.
-    pub(crate) no_worker_timeout: Duration,
+    no_worker_timeout: Duration,
     /// Set once this process's resume worker has recorded the workflow names
     /// it serves.
-    pub(crate) serving: OnceCell<()>,
+    serving: OnceCell<()>,
     /// The identity this runtime took, once it runs workflows; read through
     /// [`Keiro::owner`].
-    pub(crate) executor: OnceCell<crate::runtime::identity::Registration>,
+    executor: OnceCell<identity::Registration>,
     /// Set by [`Keiro::shutdown`]: in-process runs, workers and the heartbeat
     /// stop.
-    pub(crate) stop: watch::Sender<bool>,
+    stop: watch::Sender<bool>,
     /// Wakes this process's resume worker (work was enqueued here, or a
     /// notification arrived).
-    pub(crate) wake: tokio::sync::Notify,
-    /// Workflow runs of this process waiting in memory for a recorded step.
-    pub(crate) waiters: crate::runtime::inflight::WaiterMap,
+    wake: Arc<Notify>,
+    /// The instances this process drives, their live runs and their waiters.
+    inflight: Arc<InFlight>,
     /// Whether this runtime's PostgreSQL wake listener is started.
-    pub(crate) listening: std::sync::atomic::AtomicBool,
-    /// Live runs in this process, so a cancellation stops them at once.
-    pub(crate) live: Mutex<HashMap<String, std::sync::Weak<crate::context::WorkflowContext>>>,
-    /// Instances this process is running now, so a second caller attaches to
-    /// the run in flight instead of starting another.
-    pub(crate) running: Mutex<HashMap<String, (&'static str, watch::Receiver<RunResult>)>>,
+    listening: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Keiro {
@@ -96,21 +90,88 @@ impl Keiro {
         self.inner.registry.names()
     }
 
-    /// Puts an instance that was set aside for non-determinism back in line,
-    /// journal intact, so the fixed code resumes it: the next call with its id
-    /// (or a resume worker) runs it. Errors when no such instance is set aside.
-    pub async fn resume(&self, id: &str) -> Result<()> {
-        if self.inner.store.requeue_set_aside(id).await? {
-            return Ok(());
-        }
-        match self.inner.store.get_instance(id).await? {
-            None => Err(Error::NotFound { id: id.to_owned() }),
-            Some(row) => Err(Error::Config(format!(
-                "workflow `{}` (id {id}) is {}, not set aside for non-determinism; \
-                 there is nothing to resume",
-                row.name,
-                row.status.as_str()
-            ))),
-        }
+    /// The group-commit writer every journal write of this runtime goes through.
+    pub(crate) fn writer(&self) -> &JournalWriter {
+        &self.inner.writer
     }
+
+    /// The workflows linked into this binary.
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// The instances this process drives, their live runs and their waiters.
+    pub(crate) fn inflight(&self) -> &InFlight {
+        &self.inner.inflight
+    }
+
+    /// Registers a waiter for steps recorded for (or the end of) instance
+    /// `id`, listening for recordings in other processes where the store can
+    /// tell.
+    pub(crate) fn waiter(&self, id: &str) -> Waiter {
+        self.ensure_listener();
+        self.inner.inflight.wait(id)
+    }
+
+    /// Tells this process's waiters on instance `id` that a step was recorded
+    /// for it.
+    pub(crate) fn step_recorded(&self, id: &str) {
+        self.inner.inflight.notify(id);
+    }
+
+    /// How long a claim on an instance run here lasts without renewal.
+    pub(crate) fn lease_ttl(&self) -> Duration {
+        self.inner.lease_ttl
+    }
+
+    /// How many crashes an instance run here may have before it is failed.
+    pub(crate) fn max_attempts(&self) -> u32 {
+        self.inner.max_attempts
+    }
+
+    /// Waits longer than this suspend a workflow instead of holding memory.
+    pub(crate) fn suspend_after(&self) -> Duration {
+        self.inner.suspend_after
+    }
+
+    /// How long a caller waits on an instance no live worker serves.
+    pub(crate) fn no_worker_timeout(&self) -> Duration {
+        self.inner.no_worker_timeout
+    }
+
+    /// Set once this process's resume worker recorded the names it serves.
+    pub(crate) fn serving(&self) -> &OnceCell<()> {
+        &self.inner.serving
+    }
+
+    /// Wakes this process's resume worker now.
+    pub(crate) fn wake_resume_worker(&self) {
+        self.inner.wake.notify_one();
+    }
+
+    /// What wakes this process's resume worker.
+    pub(crate) fn resume_wake(&self) -> &Notify {
+        &self.inner.wake
+    }
+
+    /// Follows this runtime's shutdown signal.
+    pub(crate) fn stop_signal(&self) -> watch::Receiver<bool> {
+        self.inner.stop.subscribe()
+    }
+
+    /// Raises the shutdown signal; `false` when it was raised already.
+    pub(crate) fn signal_stop(&self) -> bool {
+        !self.inner.stop.send_replace(true)
+    }
+
+    /// The identity this runtime took, if it took one.
+    pub(crate) fn registration(&self) -> Option<&identity::Registration> {
+        self.inner.executor.get()
+    }
+}
+
+/// Locks `m`, carrying on past a panic of an earlier holder: every state
+/// behind these locks stays consistent between statements.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

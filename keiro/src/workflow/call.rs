@@ -98,8 +98,7 @@ where
         let keiro = self.runtime().await?;
         let spec = self.launch_spec()?;
         let (row, created) = keiro
-            .inner
-            .writer
+            .writer()
             .create(CreateRequest {
                 id: spec.id.clone(),
                 name: spec.name.to_owned(),
@@ -111,8 +110,8 @@ where
             .await?;
         check_attach(&row, &spec)?;
         if created {
-            keiro.inner.wake.notify_one();
-            keiro.inner.store.wake_workers("").await?;
+            keiro.wake_resume_worker();
+            keiro.store().wake_workers("").await?;
         }
         Ok(WorkflowHandle::new(keiro, spec.id, None))
     }

@@ -14,7 +14,7 @@ use tracing::Instrument;
 
 use crate::context::{self, describe, Halt, WorkflowContext};
 use crate::registry::{RunFn, WorkflowInput};
-use crate::runtime::RunResult;
+use crate::runtime::inflight::{RunResult, Slot};
 use crate::shutdown::Stop;
 use crate::{Error, Keiro, Result};
 
@@ -42,15 +42,14 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
     keiro.ensure_executor().await?;
     let lease = Lease {
         owner: keiro.owner(),
-        ttl_ms: keiro.inner.lease_ttl.as_millis() as i64,
+        ttl_ms: keiro.lease_ttl().as_millis() as i64,
     };
     // Create-or-read first, even when this process drives the id already, so
     // every attach is checked against the stored call. Two launches racing
     // here run it once: only the one taking the slot below drives it, and a
     // claim by the same owner succeeds.
     let (row, fresh) = keiro
-        .inner
-        .writer
+        .writer()
         .create(CreateRequest {
             id: launch.id.clone(),
             name: launch.name.to_owned(),
@@ -61,8 +60,8 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
         })
         .await?;
     check_attach(&row, &launch)?;
-    let (sender, receiver) = match take_slot(keiro, &launch.id, launch.name) {
-        Slot::Mine(sender, receiver) => (sender, receiver),
+    let driving = match keiro.inflight().take(&launch.id, launch.name) {
+        Slot::Mine(driving) => driving,
         Slot::Attached(receiver) => return Ok(receiver),
         Slot::Conflict(existing) => {
             return Err(Error::IdConflict {
@@ -72,11 +71,12 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
             })
         }
     };
+    let receiver = driving.receiver();
     let keiro = keiro.clone();
     tokio::spawn(async move {
         let claimed = if fresh { Some(row) } else { None };
         let result = run_here(&keiro, launch.run, &launch.id, claimed).await;
-        publish(&keiro, &launch.id, sender, result);
+        keiro.inflight().publish(driving, result);
     });
     Ok(receiver)
 }
@@ -128,44 +128,6 @@ fn same_json(stored: &str, new: &str) -> bool {
         )
 }
 
-/// Whether this process already drives an instance.
-pub(crate) enum Slot {
-    /// Nobody here does: the caller now does, and publishes the end through
-    /// the sender.
-    Mine(watch::Sender<RunResult>, watch::Receiver<RunResult>),
-    /// A run in flight here; wait on it.
-    Attached(watch::Receiver<RunResult>),
-    /// The id is in flight here for another workflow name.
-    Conflict(&'static str),
-}
-
-/// Takes the in-process slot for `id`, so one process never runs an instance
-/// twice at once.
-pub(crate) fn take_slot(keiro: &Keiro, id: &str, name: &'static str) -> Slot {
-    let mut running = lock(&keiro.inner.running);
-    if let Some((existing, receiver)) = running.get(id) {
-        if *existing != name {
-            return Slot::Conflict(existing);
-        }
-        return Slot::Attached(receiver.clone());
-    }
-    let (sender, receiver) = watch::channel(None);
-    running.insert(id.to_owned(), (name, receiver.clone()));
-    Slot::Mine(sender, receiver)
-}
-
-/// Releases the slot for `id` and hands the end of its run to every waiter.
-pub(crate) fn publish(
-    keiro: &Keiro,
-    id: &str,
-    sender: watch::Sender<RunResult>,
-    result: Result<InstanceRow>,
-) {
-    lock(&keiro.inner.running).remove(id);
-    let _ = sender.send(Some(result));
-    keiro.step_recorded(id);
-}
-
 /// Waits for the end of an instance this process launched. A run that ended
 /// with an error reports it; one that suspended (or lost its lease, or was
 /// given up) is followed through the store, and driven here again when due.
@@ -193,10 +155,9 @@ pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Resul
     let waiter = keiro.waiter(id);
     let mut unserved = Unserved::default();
     loop {
-        let changed = waiter.notify.notified();
+        let changed = waiter.notified();
         let row = keiro
-            .inner
-            .store
+            .store()
             .get_instance(id)
             .await?
             .ok_or_else(|| Error::NotFound { id: id.to_owned() })?;
@@ -213,16 +174,15 @@ pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Resul
         if wait == 0 {
             if let Some(run) = run {
                 let name = keiro
-                    .inner
-                    .registry
+                    .registry()
                     .get(&row.name)
                     .map(|r| r.name)
                     .unwrap_or("");
-                match take_slot(keiro, id, name) {
-                    Slot::Mine(sender, _) => {
+                match keiro.inflight().take(id, name) {
+                    Slot::Mine(driving) => {
                         let result = run_here(keiro, run, id, None).await;
                         let error = result.as_ref().err().cloned();
-                        publish(keiro, id, sender, result);
+                        keiro.inflight().publish(driving, result);
                         if let Some(error) = error {
                             return Err(error);
                         }
@@ -274,13 +234,13 @@ impl Unserved {
         }
         self.checked = Some(now);
         let alive_since = now_wall - crate::runtime::identity::EXECUTOR_TTL.as_millis() as i64;
-        if keiro.inner.store.is_served(&row.name, alive_since).await? {
+        if keiro.store().is_served(&row.name, alive_since).await? {
             self.since = None;
             return Ok(());
         }
         let since = *self.since.get_or_insert(now);
         let waited = now - since;
-        if waited >= keiro.inner.no_worker_timeout {
+        if waited >= keiro.no_worker_timeout() {
             tracing::warn!(name = %row.name, id = %row.id, "keiro: no live worker serves this workflow");
             return Err(Error::NoWorker {
                 name: row.name.clone(),
@@ -311,7 +271,7 @@ async fn run_here(
                 owner: keiro.owner(),
                 ttl_ms: policy.ttl.as_millis() as i64,
             };
-            keiro.inner.store.claim(id, lease).await?
+            keiro.store().claim(id, lease).await?
         }
     };
     if let Some(row) = claimed {
@@ -320,8 +280,7 @@ async fn run_here(
         }
     }
     keiro
-        .inner
-        .store
+        .store()
         .get_instance(id)
         .await?
         .ok_or_else(|| Error::NotFound { id: id.to_owned() })
@@ -350,8 +309,8 @@ impl Policy {
     /// The runtime's own settings, for runs started in this process.
     pub(crate) fn of(keiro: &Keiro) -> Policy {
         Policy {
-            ttl: keiro.inner.lease_ttl,
-            max_attempts: keiro.inner.max_attempts,
+            ttl: keiro.lease_ttl(),
+            max_attempts: keiro.max_attempts(),
         }
     }
 }
@@ -381,7 +340,7 @@ pub(crate) async fn execute(
     policy: Policy,
     mut stop: Stop,
 ) -> Result<Option<InstanceRow>> {
-    let store = &keiro.inner.store;
+    let store = keiro.store();
     let owner = keiro.owner();
     let journal = if fresh {
         Vec::new()
@@ -395,11 +354,7 @@ pub(crate) async fn execute(
         row.generation,
         journal,
     );
-    lock(&keiro.inner.live).insert(row.id.clone(), Arc::downgrade(&cx));
-    let _live = LiveGuard {
-        keiro,
-        id: row.id.clone(),
-    };
+    let _live = keiro.inflight().enter(&cx);
     let input = WorkflowInput {
         name: row.name.clone(),
         id: row.id.clone(),
@@ -473,8 +428,7 @@ pub(crate) async fn execute(
             };
             crate::telemetry::run_ended(&row.name, status.as_str());
             let finished = keiro
-                .inner
-                .writer
+                .writer()
                 .finish(FinishRequest {
                     id: row.id.clone(),
                     generation: row.generation,
@@ -569,21 +523,9 @@ pub(crate) async fn execute(
 async fn wake_parent(keiro: &Keiro, child: &InstanceRow) {
     if let Some(parent) = &child.parent_id {
         keiro.step_recorded(parent);
-        if let Err(error) = keiro.inner.store.wake_workers(parent).await {
+        if let Err(error) = keiro.store().wake_workers(parent).await {
             tracing::debug!(%error, "keiro could not notify a parent's process");
         }
-    }
-}
-
-/// Unregisters a live run when it ends, however it ends.
-struct LiveGuard<'a> {
-    keiro: &'a Keiro,
-    id: String,
-}
-
-impl Drop for LiveGuard<'_> {
-    fn drop(&mut self) {
-        lock(&self.keiro.inner.live).remove(&self.id);
     }
 }
 
@@ -597,8 +539,7 @@ async fn crashed(
 ) -> Result<Option<InstanceRow>> {
     crate::telemetry::run_ended(&row.name, "crashed");
     let recorded = keiro
-        .inner
-        .store
+        .store()
         .record_crash(&Crash {
             id: &row.id,
             owner: keiro.owner(),
@@ -636,8 +577,7 @@ async fn set_aside(keiro: &Keiro, row: &InstanceRow, error: Error) -> Result<Opt
     tracing::error!(name = %row.name, id = %row.id, %error, "keiro set a workflow aside");
     crate::telemetry::run_ended(&row.name, "set_aside");
     keiro
-        .inner
-        .store
+        .store()
         .finish(&Finish {
             id: &row.id,
             generation: row.generation,
@@ -722,10 +662,6 @@ pub(crate) fn nondeterminism_of(row: &InstanceRow) -> (i64, String, String) {
         field("expected").unwrap_or_else(|| describe("step", "?")),
         field("found").unwrap_or_else(|| row.error.clone().unwrap_or_default()),
     )
-}
-
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A context shared by a parent and the child calls it makes.

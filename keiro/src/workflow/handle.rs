@@ -6,7 +6,7 @@ use std::marker::PhantomData;
 use keiro_store::{InstanceRow, InstanceStatus};
 use serde::de::DeserializeOwned;
 
-use super::drive::{self, follow, lock, outcome_of, wait};
+use super::drive::{self, follow, outcome_of, wait};
 use crate::registry::RunFn;
 use crate::{Error, Keiro, Result};
 
@@ -103,9 +103,7 @@ impl<R: DeserializeOwned> WorkflowHandle<R> {
     /// Waits for the instance to end and returns its output, or the error that
     /// ended it (cancelled, set aside, failed after crashes).
     pub async fn result(&self) -> Result<R> {
-        let in_process = lock(&self.keiro.inner.running)
-            .get(&self.id)
-            .map(|(_, receiver)| receiver.clone());
+        let in_process = self.keiro.inflight().attach(&self.id);
         let row = match in_process {
             Some(receiver) => wait(&self.keiro, &self.id, receiver, self.run).await?,
             None => follow(&self.keiro, &self.id, self.run).await?,
@@ -115,8 +113,7 @@ impl<R: DeserializeOwned> WorkflowHandle<R> {
 
     async fn row(&self) -> Result<InstanceRow> {
         self.keiro
-            .inner
-            .store
+            .store()
             .get_instance(&self.id)
             .await?
             .ok_or_else(|| Error::NotFound {
