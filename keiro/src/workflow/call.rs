@@ -3,14 +3,16 @@
 
 use std::future::IntoFuture;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use keiro_store::CreateRequest;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::drive::{check_attach, launch, outcome_of, wait, Launch, ParentSlot};
+use super::handle::outcome_of;
+use super::launch::{check_attach, launch, wait, Launch};
 use super::WorkflowHandle;
-use crate::context::claim_seq;
+use crate::context::{claim_seq, WorkflowContext};
 use crate::registry::{BoxFuture, RunFn, SignatureFn};
 use crate::{Error, Keiro, Result};
 
@@ -181,3 +183,6 @@ where
         Box::pin(self.run_to_end())
     }
 }
+
+/// A context shared by a parent and the child calls it makes.
+pub(crate) type ParentSlot = Option<(Arc<WorkflowContext>, i64)>;

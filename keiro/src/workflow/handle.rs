@@ -6,7 +6,8 @@ use std::marker::PhantomData;
 use keiro_store::{InstanceRow, InstanceStatus};
 use serde::de::DeserializeOwned;
 
-use super::drive::{self, follow, outcome_of, wait};
+use super::launch::{follow, wait};
+use crate::context::describe;
 use crate::registry::RunFn;
 use crate::{Error, Keiro, Result};
 
@@ -46,7 +47,7 @@ impl WorkflowStatus {
             InstanceStatus::Failed => WorkflowStatus::Failed,
             InstanceStatus::Cancelled => WorkflowStatus::Cancelled,
             InstanceStatus::NonDeterministic => {
-                let (_, expected, found) = drive::nondeterminism_of(row);
+                let (_, expected, found) = nondeterminism_of(row);
                 WorkflowStatus::NonDeterministic { expected, found }
             }
             _ => WorkflowStatus::Running,
@@ -148,4 +149,68 @@ impl Keiro {
 /// ```
 pub async fn handle<R: DeserializeOwned>(id: impl Into<String>) -> Result<WorkflowHandle<R>> {
     crate::runtime::global().await?.handle(id).await
+}
+
+/// Turns a final row into what the caller sees: the decoded output, or the
+/// error that ended it.
+pub(crate) fn outcome_of<R: serde::de::DeserializeOwned>(row: &InstanceRow) -> Result<R> {
+    match (row.status, &row.output) {
+        (InstanceStatus::Completed | InstanceStatus::Failed, Some(output)) => {
+            serde_json::from_str(output).map_err(|e| {
+                Error::decode(
+                    format!(
+                        "the stored output of workflow `{}` (id {}) into the requested type",
+                        row.name, row.id
+                    ),
+                    e,
+                )
+            })
+        }
+        (InstanceStatus::Cancelled, _) => Err(Error::Cancelled {
+            name: row.name.clone(),
+            id: row.id.clone(),
+        }),
+        (InstanceStatus::NonDeterministic, _) => {
+            let (seq, expected, found) = nondeterminism_of(row);
+            Err(Error::NonDeterministic {
+                name: row.name.clone(),
+                id: row.id.clone(),
+                seq,
+                expected,
+                found,
+            })
+        }
+        _ => Err(Error::Failed {
+            name: row.name.clone(),
+            id: row.id.clone(),
+            message: row
+                .error
+                .clone()
+                .unwrap_or_else(|| format!("it is {}", row.status.as_str())),
+        }),
+    }
+}
+
+/// The stored diagnostic of a set-aside instance: (seq, expected, found).
+pub(crate) fn nondeterminism_of(row: &InstanceRow) -> (i64, String, String) {
+    let parsed: Option<serde_json::Value> = row
+        .error
+        .as_deref()
+        .and_then(|e| serde_json::from_str(e).ok());
+    let field = |name: &str| {
+        parsed
+            .as_ref()
+            .and_then(|v| v.get(name))
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+    };
+    (
+        parsed
+            .as_ref()
+            .and_then(|v| v.get("seq"))
+            .and_then(|v| v.as_i64())
+            .unwrap_or(-1),
+        field("expected").unwrap_or_else(|| describe("step", "?")),
+        field("found").unwrap_or_else(|| row.error.clone().unwrap_or_default()),
+    )
 }
