@@ -421,7 +421,7 @@ impl Keiro {
         options.validate()?;
         self.ensure_executor().await?;
         let (phase, watched) = watch::channel(Phase::Running);
-        self.ensure_listener();
+        self.listen_for_wakes();
         let keiro = self.clone();
         let join = tokio::spawn(async move {
             let mut stop = Stop::of_worker(&keiro, watched);

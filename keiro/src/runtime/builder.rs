@@ -9,6 +9,8 @@ use tokio::sync::{watch, Notify, OnceCell};
 
 use super::global::EXECUTOR_ID_ENV;
 use super::identity::default_executor_id;
+use super::inflight::InFlight;
+use super::listener::Wakes;
 use super::{Inner, Keiro};
 use crate::registry::Registry;
 use crate::{Error, Result};
@@ -148,6 +150,10 @@ impl KeiroBuilder {
         let registry = Registry::collect()?;
         let store = Store::connect(&self.url, &self.store).await?;
         let writer = JournalWriter::spawn(store.clone());
+        let inflight = Arc::new(InFlight::default());
+        let wake = Arc::new(Notify::new());
+        let wakes = Wakes::of(&store);
+        wakes.register(&inflight, &wake);
         Ok(Keiro {
             inner: Arc::new(Inner {
                 store,
@@ -162,9 +168,9 @@ impl KeiroBuilder {
                 serving: OnceCell::new(),
                 executor: OnceCell::new(),
                 stop: watch::channel(false).0,
-                wake: Arc::new(Notify::new()),
-                inflight: Arc::default(),
-                listening: std::sync::atomic::AtomicBool::new(false),
+                wake,
+                inflight,
+                wakes,
             }),
         })
     }

@@ -5,7 +5,7 @@ mod builder;
 mod global;
 pub(crate) mod identity;
 pub(crate) mod inflight;
-mod listener;
+pub(crate) mod listener;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +15,7 @@ use tokio::sync::{watch, Notify, OnceCell};
 
 use crate::registry::Registry;
 use inflight::{InFlight, Waiter};
+use listener::Wakes;
 
 pub use builder::KeiroBuilder;
 pub use global::{
@@ -59,8 +60,8 @@ struct Inner {
     wake: Arc<Notify>,
     /// The instances this process drives, their live runs and their waiters.
     inflight: Arc<InFlight>,
-    /// Whether this runtime's PostgreSQL wake listener is started.
-    listening: std::sync::atomic::AtomicBool,
+    /// The wake-ups of this runtime's database, shared in this process.
+    wakes: Arc<Wakes>,
 }
 
 impl std::fmt::Debug for Keiro {
@@ -109,8 +110,14 @@ impl Keiro {
     /// `id`, listening for recordings in other processes where the store can
     /// tell.
     pub(crate) fn waiter(&self, id: &str) -> Waiter {
-        self.ensure_listener();
+        self.listen_for_wakes();
         self.inner.inflight.wait(id)
+    }
+
+    /// On PostgreSQL, makes sure (once per database and process) that
+    /// recordings and enqueues in other processes wake this one.
+    pub(crate) fn listen_for_wakes(&self) {
+        self.inner.wakes.listen(&self.inner.store);
     }
 
     /// Tells this process's waiters on instance `id` that a step was recorded

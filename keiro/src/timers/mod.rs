@@ -69,6 +69,7 @@ mod resume;
 mod types;
 mod worker;
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use keiro_store::{now_ms, NewTimer, Store, StoreOptions, TimerUpdate};
@@ -85,6 +86,7 @@ pub use worker::{
     TimerWorker, TimerWorkerOptions, NOT_MINE_RETRY_DELAY, PANIC_RETRY_DELAY,
 };
 
+use crate::runtime::listener::Wakes;
 use types::{duration_ms, from_ms, to_ms};
 
 /// The timer API over one store. Cheap to clone.
@@ -95,6 +97,8 @@ use types::{duration_ms, from_ms, to_ms};
 #[derive(Debug, Clone)]
 pub struct Timers {
     store: Store,
+    /// Wakes idle worker loops on this database in this process.
+    wakes: Arc<Wakes>,
 }
 
 impl crate::Keiro {
@@ -108,7 +112,8 @@ impl Timers {
     /// Timers in `store`.
     pub fn new(store: Store) -> Timers {
         metrics::describe();
-        Timers { store }
+        let wakes = Wakes::of(&store);
+        Timers { store, wakes }
     }
 
     /// Connects to `url` (`sqlite:path`, `postgres://…`), runs the migrations
@@ -135,7 +140,7 @@ impl Timers {
             .store
             .schedule_timer(&new_timer(request, &payload))
             .await?;
-        worker::wake_local_workers();
+        self.wakes.timers_changed();
         Ok(outcome)
     }
 
@@ -147,7 +152,7 @@ impl Timers {
             .store
             .schedule_timer_once(&new_timer(request, &payload))
             .await?;
-        worker::wake_local_workers();
+        self.wakes.timers_changed();
         Ok(created)
     }
 
@@ -215,7 +220,7 @@ impl Timers {
     /// kept for the record).
     pub async fn requeue(&self, id: &TimerId) -> Result<TimerChange, TimerError> {
         let update = self.store.requeue_timer(id.as_str()).await?;
-        worker::wake_local_workers();
+        self.wakes.timers_changed();
         change(id, update)
     }
 
@@ -232,7 +237,7 @@ impl Timers {
             .store
             .reschedule_timer(id.as_str(), to_ms(fire_at), note)
             .await?;
-        worker::wake_local_workers();
+        self.wakes.timers_changed();
         change(id, update)
     }
 
