@@ -426,6 +426,7 @@ impl Keiro {
         let join = tokio::spawn(async move {
             let mut stop = Stop::of_worker(&keiro, watched);
             loop {
+                keiro.listen_for_wakes();
                 let full = match keiro.pass(&options, &stop).await {
                     Ok(summary) => summary.resumed as i64 >= options.claim_limit(),
                     Err(error) => {

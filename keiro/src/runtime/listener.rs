@@ -98,13 +98,16 @@ impl Wakes {
         }
     }
 
-    /// On PostgreSQL, starts (once) the task that forwards every process's
-    /// notifications on `store`'s database; elsewhere does nothing.
+    /// On PostgreSQL, starts the task that forwards every process's
+    /// notifications on `store`'s database, unless it runs already; elsewhere
+    /// does nothing. Long-lived loops call it on every round: the task ends
+    /// with the tokio runtime that spawned it, and several runtimes of one
+    /// process (tests, say) may share a database, so a later call restarts it.
     pub(crate) fn listen(self: &Arc<Self>, store: &Store) {
         #[cfg(feature = "postgres")]
         if let Store::Postgres(pg) = store {
             let mut listener = lock(&self.listener);
-            if listener.is_none() {
+            if listener.as_ref().map_or(true, |task| task.is_finished()) {
                 *listener = Some(tokio::spawn(postgres::forward(
                     pg.clone(),
                     Arc::downgrade(self),

@@ -560,6 +560,7 @@ impl Timers {
         let timers = self.clone();
         let join = tokio::spawn(async move {
             loop {
+                timers.wakes.listen(&timers.store);
                 let processed = match timers
                     .drain_until(&options, loop_options.batch_size, &fire, Some(&stopped))
                     .await
