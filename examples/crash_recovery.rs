@@ -80,10 +80,7 @@ async fn main() -> Result<(), keiro::Error> {
         Ok(handle) => {
             println!("second run: the resume worker picks up {ID}");
             let worker = keiro
-                .resume_worker(ResumeOptions {
-                    poll_interval: Duration::from_millis(100),
-                    ..ResumeOptions::default()
-                })
+                .resume_worker(ResumeOptions::default().poll_interval(Duration::from_millis(100)))
                 .await?;
             let out = handle.result().await?;
             worker.shutdown().await;

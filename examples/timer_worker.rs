@@ -11,8 +11,7 @@
 use std::time::{Duration, Instant};
 
 use keiro::timers::{
-    FireOutcome, TimerId, TimerLoopOptions, TimerPageRequest, TimerRequest, TimerRow, TimerStatus,
-    TimerWorkerOptions,
+    FireOutcome, TimerId, TimerPageRequest, TimerRequest, TimerRow, TimerStatus, TimerWorkerOptions,
 };
 use serde::{Deserialize, Serialize};
 
@@ -93,14 +92,9 @@ async fn main() -> Result<(), keiro::Error> {
 
     println!("timer worker running:");
     let worker = timers.spawn_worker(
-        TimerWorkerOptions {
-            max_attempts: Some(5),
-            ..TimerWorkerOptions::default()
-        },
-        TimerLoopOptions {
-            poll_interval: Duration::from_millis(100),
-            ..TimerLoopOptions::default()
-        },
+        TimerWorkerOptions::default()
+            .max_attempts(5)
+            .poll_interval(Duration::from_millis(100)),
         fire,
     )?;
 

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use keiro::{Keiro, KeiroBuilder, SqliteSynchronous, Store};
+use keiro::{Keiro, KeiroBuilder, SqliteSynchronous};
+use keiro_store::Store;
 use keiro_store::StoreOptions;
 use sqlx::Connection;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};

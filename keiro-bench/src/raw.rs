@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use keiro::Store;
+use keiro_store::Store;
 
 use crate::common::{median, plain_store, round3, with_fresh_db, BenchResult, Config, Figure};
 

@@ -9,8 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use keiro::{ResumeOptions, SqliteSynchronous, Store, WorkflowStatus};
+use keiro::{ResumeOptions, SqliteSynchronous, WorkflowStatus};
 use keiro_store::now_ms;
+use keiro_store::Store;
 
 use crate::common::{
     builder, count, execute, fail, peak_rss_mib, plain_store, reply, round3, rss_mib, sync_name,
@@ -274,10 +275,7 @@ async fn bulk_insert(
 /// <VmRSS after MiB> <VmRSS before MiB> <VmHWM MiB> <completed>`.
 pub(crate) async fn child_pass(url: &str, sync: SqliteSynchronous, due_at: i64) -> BenchResult {
     let keiro = builder(url, sync).connect().await?;
-    let options = ResumeOptions {
-        batch_size: 1_024,
-        ..ResumeOptions::default()
-    };
+    let options = ResumeOptions::default().batch_size(1_024);
     let started = Instant::now();
     let idle = keiro.resume_once(&options).await?;
     let idle_ms = started.elapsed().as_secs_f64() * 1e3;

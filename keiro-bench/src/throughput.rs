@@ -55,8 +55,12 @@ pub(crate) async fn sequential(cfg: &Config, emit_0: bool, emit_10: bool) -> Ben
         for round in 0..SEQ_ROUNDS {
             let started = Instant::now();
             for i in 0..per_round {
-                crate::raw::commit_one(keiro.store(), &raw_id, i64::from(round * per_round + i))
-                    .await?;
+                crate::raw::commit_one(
+                    keiro::unstable::raw_store(&keiro),
+                    &raw_id,
+                    i64::from(round * per_round + i),
+                )
+                .await?;
             }
             t_raw += started.elapsed().as_secs_f64();
             let cpu = process_cpu_seconds();
@@ -105,7 +109,7 @@ pub(crate) async fn concurrent(cfg: &Config) -> BenchResult {
         series(&keiro, "warm", WARMUP, 3).await?;
         let (workflows_table, steps_table) = tables(backend);
         let rows_before = count(
-            keiro.store(),
+            keiro::unstable::raw_store(&keiro),
             &format!("SELECT count(*) FROM {steps_table}"),
         )
         .await?;
@@ -123,18 +127,18 @@ pub(crate) async fn concurrent(cfg: &Config) -> BenchResult {
         }
         let secs = started.elapsed().as_secs_f64();
         let step_rows = count(
-            keiro.store(),
+            keiro::unstable::raw_store(&keiro),
             &format!("SELECT count(*) FROM {steps_table}"),
         )
         .await?
             - rows_before;
         let instances = count(
-            keiro.store(),
+            keiro::unstable::raw_store(&keiro),
             &format!("SELECT count(*) FROM {workflows_table} WHERE id LIKE 'c-%'"),
         )
         .await?;
         let completed = count(
-            keiro.store(),
+            keiro::unstable::raw_store(&keiro),
             &format!(
                 "SELECT count(*) FROM {workflows_table} WHERE id LIKE 'c-%' AND status = 'completed'"
             ),

@@ -203,10 +203,7 @@ async fn variant(cfg: &Config, url: &str, mode: Mode) -> BenchResult<Vec<f64>> {
     let driver = match mode {
         Mode::PushNotify => Driver::Worker(
             keiro
-                .resume_worker(ResumeOptions {
-                    poll_interval: Duration::from_secs(60),
-                    ..ResumeOptions::default()
-                })
+                .resume_worker(ResumeOptions::default().poll_interval(Duration::from_secs(60)))
                 .await?,
         ),
         Mode::PollSuspended => {

@@ -113,7 +113,7 @@ async fn one_run(cfg: &Config, url: &str, file: &str, workers: usize) -> BenchRe
     let deadline = started + Duration::from_secs(300);
     loop {
         let done = count(
-            keiro.store(),
+            keiro::unstable::raw_store(&keiro),
             "SELECT count(*) FROM keiro.workflows WHERE status = 'completed'",
         )
         .await?;
@@ -148,9 +148,13 @@ async fn one_run(cfg: &Config, url: &str, file: &str, workers: usize) -> BenchRe
         child.finish().await?;
     }
 
-    let rows = count(keiro.store(), "SELECT count(*) FROM keiro.steps").await?;
+    let rows = count(
+        keiro::unstable::raw_store(&keiro),
+        "SELECT count(*) FROM keiro.steps",
+    )
+    .await?;
     let distinct = count(
-        keiro.store(),
+        keiro::unstable::raw_store(&keiro),
         "SELECT count(*) FROM (SELECT DISTINCT workflow_id, generation, seq FROM keiro.steps) s",
     )
     .await?;
@@ -222,10 +226,7 @@ pub(crate) async fn child_worker(url: &str, executor: &str) -> BenchResult {
         })
     };
     let worker = keiro
-        .resume_worker(ResumeOptions {
-            log,
-            ..ResumeOptions::default()
-        })
+        .resume_worker(ResumeOptions::default().log(move |event| log(event)))
         .await?;
     while let Some(line) = read_stdin_line(&mut lines).await? {
         if line.trim() == "STOP" {

@@ -114,8 +114,9 @@ pub enum Error {
     },
     /// A stored instance names a workflow this binary does not register.
     #[error(
-        "workflow `{name}` (id {id}) is registered nowhere in this binary \
-         (was it renamed or removed? register it with #[keiro::workflow])"
+        "workflow `{name}` (id {id}) is registered nowhere in this binary (was it renamed \
+         or removed? if a crate this binary never names defines it, add \
+         `keiro::link!(that_crate)` to main.rs)"
     )]
     UnknownWorkflow {
         /// The stored workflow name.
@@ -264,9 +265,77 @@ pub enum Error {
     /// A timer operation failed or was refused.
     #[error(transparent)]
     Timer(#[from] crate::timers::TimerError),
-    /// A setting is invalid.
-    #[error("invalid keiro configuration: {0}")]
-    Config(String),
+    /// A builder or options setting is out of range (checked before anything
+    /// connects or starts).
+    #[error("invalid keiro option `{option}`: {reason}")]
+    InvalidOption {
+        /// The setting, e.g. `lease_ttl` or `ResumeOptions::concurrency`.
+        option: &'static str,
+        /// What is wrong with its value and what to use instead.
+        reason: String,
+    },
+    /// A call that works only inside a `#[workflow]` was made outside one.
+    #[error("{op} works only inside a #[workflow]; {instead}")]
+    NotInWorkflow {
+        /// The call, e.g. `keiro::spawn(resize)`.
+        op: String,
+        /// What to do outside a workflow.
+        instead: &'static str,
+    },
+    /// [`crate::Keiro::resume`] was asked for an instance that is not set
+    /// aside for non-determinism, so there is nothing to put back in line.
+    #[error(
+        "workflow `{name}` (id {id}) is {status}, not set aside for non-determinism; \
+         there is nothing to resume"
+    )]
+    NotSetAside {
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+        /// Its status, e.g. `completed`.
+        status: String,
+    },
+    /// A workflow was given an empty instance id.
+    #[error(
+        "workflow `{name}` was given an empty id; give it a non-empty one, or none for a \
+         fresh UUID"
+    )]
+    EmptyId {
+        /// The workflow name.
+        name: String,
+    },
+    /// [`crate::continue_as_new`] was given a call of another workflow.
+    #[error(
+        "workflow `{name}` (id {id}) cannot continue as `{requested}`; continue_as_new \
+         takes a call of the same workflow"
+    )]
+    ContinueAsOther {
+        /// The calling workflow's name.
+        name: String,
+        /// The calling instance's id.
+        id: String,
+        /// The workflow of the call given.
+        requested: String,
+    },
+    /// [`crate::init`] was called when a process-wide runtime was already
+    /// installed (by an earlier `init`, or on first use of the default).
+    #[error(
+        "a process-wide keiro runtime is already installed; call keiro::init once, \
+         before the first workflow runs"
+    )]
+    AlreadyInitialized,
+    /// No executor identity could be taken: every default slot of this
+    /// program on this host is held by a live process, or other processes
+    /// keep taking the one asked for.
+    #[error("could not take an executor identity: {reason}")]
+    NoExecutorId {
+        /// Which identities were tried and why each was refused.
+        reason: String,
+    },
+    /// An invariant inside keiro was broken: a bug in keiro, please report it.
+    #[error("internal keiro error (a bug in keiro, please report it): {0}")]
+    Internal(String),
 }
 
 impl std::fmt::Debug for Error {
@@ -294,6 +363,14 @@ impl Error {
             Error::Store(e) => e.is_transient(),
             Error::Timer(e) => e.is_transient(),
             _ => false,
+        }
+    }
+
+    /// Refuses a setting: the one error shape of every builder and options check.
+    pub(crate) fn invalid_option(option: &'static str, reason: impl Into<String>) -> Error {
+        Error::InvalidOption {
+            option,
+            reason: reason.into(),
         }
     }
 

@@ -45,6 +45,7 @@
 
 mod context;
 mod error;
+pub mod inspect;
 mod registry;
 mod resume;
 mod runtime;
@@ -52,6 +53,7 @@ mod shutdown;
 mod signature;
 pub mod telemetry;
 pub mod timers;
+pub mod unstable;
 mod workflow;
 
 #[doc(hidden)]
@@ -64,7 +66,7 @@ pub use context::{
     awakeable, now, reject_awakeable, resolve_awakeable, sleep, sleep_until, uuid, Awakeable,
 };
 pub use error::{Error, Result, StoreError};
-pub use keiro_store::{SqliteSynchronous, Store};
+pub use keiro_store::SqliteSynchronous;
 pub use runtime::{
     global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL, EXECUTOR_ID_ENV,
     SQLITE_SYNCHRONOUS_ENV,

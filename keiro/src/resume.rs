@@ -77,21 +77,69 @@ pub enum ResumeEvent {
     Pass(ResumeSummary),
 }
 
+impl ResumeEvent {
+    /// What went wrong, as a [`enum@Error`] (whose sentence says what to do):
+    /// an unknown name is [`Error::UnknownWorkflow`], a signature mismatch
+    /// [`Error::SignatureMismatch`], an instance marked failed
+    /// [`Error::Failed`]; `None` for [`ResumeEvent::Pass`].
+    pub fn error(&self) -> Option<Error> {
+        match self {
+            ResumeEvent::UnknownName { name, id } => Some(Error::UnknownWorkflow {
+                name: name.clone(),
+                id: id.clone(),
+            }),
+            ResumeEvent::SignatureMismatch {
+                name,
+                id,
+                stored,
+                registered,
+            } => Some(Error::SignatureMismatch {
+                name: name.clone(),
+                id: id.clone(),
+                stored: stored.clone(),
+                requested: registered.clone(),
+            }),
+            ResumeEvent::MarkedFailed { name, id, message } => Some(Error::Failed {
+                name: name.clone(),
+                id: id.clone(),
+                message: message.clone(),
+            }),
+            ResumeEvent::TransientError { error, .. }
+            | ResumeEvent::Crashed { error, .. }
+            | ResumeEvent::PassFailed { error } => Some(error.clone()),
+            ResumeEvent::Pass(_) => None,
+        }
+    }
+}
+
 /// A hook receiving every [`ResumeEvent`].
 pub type ResumeLog = Arc<dyn Fn(&ResumeEvent) + Send + Sync>;
 
-/// Settings of the resume worker.
+/// Settings of the resume worker: what it does, not what an instance is.
+/// The lease TTL and crash attempts of the instances it runs are the
+/// runtime's ([`crate::KeiroBuilder::lease_ttl`],
+/// [`crate::KeiroBuilder::max_attempts`]), so every process drives an
+/// instance under the same policy.
+///
+/// Built from [`Default`] with chained setters (new settings may be added
+/// without breaking callers):
+///
+/// ```
+/// use std::time::Duration;
+/// use keiro::ResumeOptions;
+///
+/// let options = ResumeOptions::default()
+///     .concurrency(8)
+///     .poll_interval(Duration::from_millis(200));
+/// assert_eq!(options.concurrency, 8);
+/// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ResumeOptions {
     /// The pause between passes when nothing wakes the worker sooner
     /// (default 1 s; enqueues in this process and PostgreSQL notifications
     /// wake it at once).
     pub poll_interval: Duration,
-    /// Crashes an instance may have before it is marked failed (default 5).
-    pub max_attempts: u32,
-    /// How long a claim lasts without renewal (default 10 s; renewed every
-    /// third of it while the run is live, so only a dead worker's lapse).
-    pub lease_ttl: Duration,
     /// How many instances one worker advances at once (default 32).
     pub concurrency: usize,
     /// How many due instances one pass claims at most (default 512). A pass
@@ -107,8 +155,6 @@ impl std::fmt::Debug for ResumeOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResumeOptions")
             .field("poll_interval", &self.poll_interval)
-            .field("max_attempts", &self.max_attempts)
-            .field("lease_ttl", &self.lease_ttl)
             .field("concurrency", &self.concurrency)
             .field("batch_size", &self.batch_size)
             .finish_non_exhaustive()
@@ -119,8 +165,6 @@ impl Default for ResumeOptions {
     fn default() -> Self {
         ResumeOptions {
             poll_interval: Duration::from_secs(1),
-            max_attempts: 5,
-            lease_ttl: Duration::from_secs(10),
             concurrency: 32,
             batch_size: 512,
             log: Arc::new(log_to_tracing),
@@ -133,6 +177,30 @@ impl Default for ResumeOptions {
 const BLOCKED_REPORTED: i64 = 100;
 
 impl ResumeOptions {
+    /// Sets [`ResumeOptions::poll_interval`].
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// Sets [`ResumeOptions::concurrency`].
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n;
+        self
+    }
+
+    /// Sets [`ResumeOptions::batch_size`].
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.batch_size = n;
+        self
+    }
+
+    /// Sets [`ResumeOptions::log`].
+    pub fn log(mut self, log: impl Fn(&ResumeEvent) + Send + Sync + 'static) -> Self {
+        self.log = Arc::new(log);
+        self
+    }
+
     /// How many instances one pass claims.
     fn claim_limit(&self) -> i64 {
         self.batch_size
@@ -142,21 +210,23 @@ impl ResumeOptions {
 
     /// Refuses settings the worker cannot run with.
     pub fn validate(&self) -> Result<()> {
-        let refuse = |what: &str| Err(Error::Config(format!("invalid ResumeOptions: {what}")));
-        if self.max_attempts == 0 {
-            return refuse("max_attempts must be at least 1");
-        }
-        if self.lease_ttl < Duration::from_millis(100) {
-            return refuse("lease_ttl must be at least 100 ms");
-        }
         if self.poll_interval.is_zero() {
-            return refuse("poll_interval must be above zero");
+            return Err(Error::invalid_option(
+                "ResumeOptions::poll_interval",
+                "a zero poll interval would spin; use at least 1 ms (default 1 s)",
+            ));
         }
         if self.concurrency == 0 {
-            return refuse("concurrency must be at least 1");
+            return Err(Error::invalid_option(
+                "ResumeOptions::concurrency",
+                "a worker must advance at least one instance at once; use 1 or more (default 32)",
+            ));
         }
         if self.batch_size == 0 {
-            return refuse("batch_size must be at least 1");
+            return Err(Error::invalid_option(
+                "ResumeOptions::batch_size",
+                "a pass must claim at least one instance; use 1 or more (default 512)",
+            ));
         }
         Ok(())
     }
@@ -166,7 +236,8 @@ fn log_to_tracing(event: &ResumeEvent) {
     match event {
         ResumeEvent::UnknownName { name, id } => tracing::warn!(
             %name, %id,
-            "keiro resume worker: workflow `{name}` is registered nowhere in this binary; skipping"
+            "keiro resume worker: {}; skipping",
+            Error::UnknownWorkflow { name: name.clone(), id: id.clone() }
         ),
         ResumeEvent::SignatureMismatch {
             name,
@@ -255,12 +326,13 @@ impl Keiro {
         options.validate()?;
         self.ensure_executor().await?;
         self.serve_registered().await?;
-        let store = &self.store();
+        let store = &self.raw_store();
         let owner = self.owner();
         let workflows = self.registry().workflows();
+        let policy = Policy::of(self);
         let lease = Lease {
             owner,
-            ttl_ms: options.lease_ttl.as_millis() as i64,
+            ttl_ms: policy.ttl.as_millis() as i64,
         };
         // Claim in the same statement that discovers, so concurrent workers
         // take disjoint batches instead of racing for the same rows.
@@ -315,7 +387,7 @@ impl Keiro {
         self.serving()
             .get_or_try_init(|| async {
                 let names = self.registry().names();
-                self.store()
+                self.raw_store()
                     .register_workflows(self.owner(), &names)
                     .await?;
                 if names.is_empty() {
@@ -350,13 +422,13 @@ impl Keiro {
         if stop.is_halting() {
             // Claimed but not started when a shutdown halted the worker: hand
             // it back unstarted. (While draining, what a pass claimed runs.)
-            let _ = self.store().release(&row.id, self.owner()).await;
+            let _ = self.raw_store().release(&row.id, self.owner()).await;
             return summary;
         }
         let Some(registration) = self.registry().get(&row.name) else {
             // Claimed by name, so registered; keep the guard all the same.
             summary.unknown_name = 1;
-            let _ = self.store().release(&row.id, self.owner()).await;
+            let _ = self.raw_store().release(&row.id, self.owner()).await;
             return summary;
         };
         let driving = match self.inflight().take(&row.id, registration.name) {
@@ -368,10 +440,7 @@ impl Keiro {
             }
         };
         summary.resumed = 1;
-        let policy = Policy {
-            ttl: options.lease_ttl,
-            max_attempts: options.max_attempts,
-        };
+        let policy = Policy::of(self);
         let (name, id) = (row.name.clone(), row.id.clone());
         let result = execute(self, registration.run, row, false, policy, stop).await;
         match &result {

@@ -129,7 +129,7 @@ impl Keiro {
         // Removing the identity also releases any lease still held under it
         // (an instance created for a run that had not begun, a straggler).
         let released = self
-            .store()
+            .raw_store()
             .remove_executor(&registration.id, &registration.token)
             .await?;
         tracing::info!(

@@ -54,10 +54,15 @@ impl TestDb {
         }
     }
 
+    /// A builder for a runtime on this database under a fresh test executor
+    /// identity, for tests that set the instance policy.
+    pub fn builder(&self) -> keiro::KeiroBuilder {
+        Keiro::builder(&self.url).executor_id(format!("test-{}", uuid::Uuid::new_v4().simple()))
+    }
+
     /// A runtime connected to this database with its own executor id.
     pub async fn keiro(&self) -> Keiro {
-        Keiro::builder(&self.url)
-            .executor_id(format!("test-{}", uuid::Uuid::new_v4().simple()))
+        self.builder()
             .connect()
             .await
             .unwrap_or_else(|e| panic!("connect to {}: {e}", self.url))

@@ -151,10 +151,7 @@ pub async fn serve_until_killed() {
         .init();
     let keiro = keiro::global().await.expect("open the database");
     let _worker = keiro
-        .resume_worker(keiro::ResumeOptions {
-            poll_interval: Duration::from_millis(50),
-            ..keiro::ResumeOptions::default()
-        })
+        .resume_worker(keiro::ResumeOptions::default().poll_interval(Duration::from_millis(50)))
         .await
         .expect("start the resume worker");
     std::future::pending::<()>().await;

@@ -9,7 +9,6 @@
 //! ```
 //! The database is `KEIRO_DATABASE_URL`; the identity `KEIRO_EXECUTOR_ID`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use keiro::{ResumeEvent, ResumeOptions};
@@ -37,10 +36,10 @@ where
 {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let keiro = keiro::global().await?;
-    let options = |log: keiro::ResumeLog| ResumeOptions {
-        poll_interval: Duration::from_millis(50),
-        log,
-        ..ResumeOptions::default()
+    let options = |log: fn(&ResumeEvent)| {
+        ResumeOptions::default()
+            .poll_interval(Duration::from_millis(50))
+            .log(log)
     };
     match args
         .iter()
@@ -53,7 +52,7 @@ where
             println!("DONE null");
         }
         ["pass"] => {
-            let summary = keiro.resume_once(&options(Arc::new(print_event))).await?;
+            let summary = keiro.resume_once(&options(print_event)).await?;
             println!(
                 "DONE {}",
                 serde_json::json!({
@@ -65,7 +64,7 @@ where
             );
         }
         ["resume", id] => {
-            let worker = keiro.resume_worker(options(Arc::new(|_| {}))).await?;
+            let worker = keiro.resume_worker(options(|_| {})).await?;
             let out: serde_json::Value = keiro.handle(*id).await?.result().await?;
             worker.shutdown().await;
             println!("DONE {out}");

@@ -3,7 +3,7 @@
 //! refused with distinct errors; a long wait suspends and is woken by the
 //! answer.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use keiro::{step, workflow, Error, Keiro, ResumeOptions, WorkflowStatus};
@@ -149,10 +149,7 @@ async fn a_long_wait_suspends_and_the_answer_wakes_it(backend: Backend) {
         .enqueue()
         .await
         .unwrap();
-    let quiet = ResumeOptions {
-        log: Arc::new(|_| {}),
-        ..ResumeOptions::default()
-    };
+    let quiet = ResumeOptions::default().log(|_| {});
     let summary = starter.resume_once(&quiet).await.unwrap();
     assert_eq!((summary.resumed, summary.still_suspended), (1, 1));
     assert_eq!(handle.status().await.unwrap(), WorkflowStatus::Suspended);

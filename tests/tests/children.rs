@@ -2,7 +2,6 @@
 //! the parent, failures delivered as errors, a suspended parent woken by its
 //! child's end, fan-out of 100 children joined in order.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use keiro::{step, workflow, Error, Keiro, ResumeOptions, WorkflowStatus};
@@ -10,10 +9,7 @@ use keiro_store::{Lease, NewInstance, ParentLink};
 use keiro_tests::{count, on_both_backends, ran, Backend, TestDb};
 
 fn quiet() -> ResumeOptions {
-    ResumeOptions {
-        log: Arc::new(|_| {}),
-        ..ResumeOptions::default()
-    }
+    ResumeOptions::default().log(|_| {})
 }
 
 async fn runtime(db: &TestDb, suspend_after: Duration) -> Keiro {
@@ -118,11 +114,8 @@ async fn child_failures_reach_the_parent(backend: Backend) {
         .unwrap();
     // The crashing child is retried by a worker until its attempts run out.
     let worker = keiro
-        .resume_worker(ResumeOptions {
-            poll_interval: Duration::from_millis(50),
-            max_attempts: 2,
-            ..quiet()
-        })
+        // Its crash attempts are the runtime's (`max_attempts(2)`).
+        .resume_worker(quiet().poll_interval(Duration::from_millis(50)))
         .await
         .unwrap();
     let (returned, failed) = tokio::time::timeout(Duration::from_secs(30), handle.result())
@@ -204,7 +197,7 @@ async fn a_child_with_no_steps_is_driven_by_the_worker(backend: Backend) {
         owner: "dead",
         ttl_ms: -1,
     };
-    let store = keiro.store();
+    let store = keiro::unstable::raw_store(&keiro);
     store
         .create_instance(&NewInstance {
             id: &key,
@@ -259,7 +252,7 @@ async fn spawn_outside_a_workflow_is_refused(backend: Backend) {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::Config(_)) && err.to_string().contains(".start()"),
+        matches!(err, Error::NotInWorkflow { .. }) && err.to_string().contains(".start()"),
         "{err}"
     );
     let key = uuid::Uuid::new_v4().to_string();

@@ -184,10 +184,7 @@ async fn a_cancellation_holds_across_a_crash(backend: Backend) {
         .connect()
         .await
         .unwrap();
-    let options = keiro::ResumeOptions {
-        log: std::sync::Arc::new(|_| {}),
-        ..Default::default()
-    };
+    let options = keiro::ResumeOptions::default().log(|_| {});
     let summary = worker.resume_once(&options).await.unwrap();
     assert_eq!(summary.discovered, 0);
     assert!(

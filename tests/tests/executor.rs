@@ -3,7 +3,6 @@
 //! takes over its dead predecessors' leases at once, an explicit identity
 //! stays exclusive, and a clean shutdown hands work and identity on at once.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keiro::{Error, Keiro, ResumeOptions};
@@ -19,12 +18,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_executor_process");
 const LONG_LEASE: Duration = Duration::from_secs(60);
 
 fn quiet() -> ResumeOptions {
-    ResumeOptions {
-        poll_interval: Duration::from_millis(50),
-        lease_ttl: LONG_LEASE,
-        log: Arc::new(|_| {}),
-        ..ResumeOptions::default()
-    }
+    ResumeOptions::default()
+        .poll_interval(Duration::from_millis(50))
+        .log(|_| {})
 }
 
 async fn explicit(db: &TestDb, id: &str) -> Keiro {
@@ -179,7 +175,7 @@ async fn a_worker_shutdown_is_prompt_and_hands_work_and_identity_on(backend: Bac
     assert!(a.store().get_executor("worker-a").await.unwrap().is_none());
 
     // Another worker resumes it at once; the identity is free at once.
-    let b = db.keiro().await;
+    let b = db.builder().lease_ttl(LONG_LEASE).connect().await.unwrap();
     let pass = b.resume_once(&quiet()).await.unwrap();
     assert_eq!((pass.resumed, pass.completed), (1, 1), "{pass:?}");
     assert_eq!(pid_of(&wait_final(&b, "long").await), std::process::id());
@@ -215,7 +211,7 @@ async fn keiro_shutdown_stops_started_runs_and_releases_them(backend: Backend) {
     assert_released(&a, "started").await;
     a.shutdown().await.unwrap();
 
-    let b = db.keiro().await;
+    let b = db.builder().lease_ttl(LONG_LEASE).connect().await.unwrap();
     let pass = b.resume_once(&quiet()).await.unwrap();
     assert_eq!((pass.resumed, pass.completed), (1, 1), "{pass:?}");
     explicit(&db, "api")

@@ -121,8 +121,7 @@ async fn equal_arguments_encoded_in_another_order_attach(backend: Backend) {
         serde_json::to_string(&(key.clone(), counts.clone())).unwrap(),
         stored
     );
-    keiro
-        .store()
+    keiro::unstable::raw_store(&keiro)
         .create_instance(&NewInstance {
             id: &key,
             name: "tally",
@@ -165,8 +164,7 @@ async fn a_child_attaching_with_other_arguments_is_refused(backend: Backend) {
     let input = serde_json::to_string(&(key.clone(), "ada")).unwrap();
     for parent in ["p-same", "p-other"] {
         let child_id = format!("{parent}/0");
-        keiro
-            .store()
+        keiro::unstable::raw_store(&keiro)
             .create_instance(&NewInstance {
                 id: &child_id,
                 name: "greet",
@@ -205,8 +203,7 @@ async fn an_id_of_another_binarys_same_named_workflow_is_refused(backend: Backen
     // encode to the same JSON as this call's.
     let input = serde_json::to_string(&(key.clone(), "ada")).unwrap();
     let theirs = "(Key,Name)->Greeting";
-    keiro
-        .store()
+    keiro::unstable::raw_store(&keiro)
         .create_instance(&NewInstance {
             id: &key,
             name: "greet",

@@ -2,7 +2,6 @@
 //! replayed, run outcomes, and a resume pass's gauges — labelled by names and
 //! outcomes only, never by ids.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use keiro::{step, telemetry, workflow, ResumeOptions};
@@ -74,10 +73,7 @@ async fn steps_runs_and_passes_are_measured_with_bounded_labels() {
         .connect()
         .await
         .unwrap();
-    let quiet = ResumeOptions {
-        log: Arc::new(|_| {}),
-        ..ResumeOptions::default()
-    };
+    let quiet = ResumeOptions::default().log(|_| {});
     // The first pass runs the step and suspends on the awakeable.
     metered_flow(1)
         .id("m-1")

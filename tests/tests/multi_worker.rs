@@ -87,17 +87,16 @@ async fn three_worker_processes_share_300_workflows_exactly_once() {
     );
 
     // Exactly one journal row per step, and every instance completed once.
-    let keiro_store::Store::Postgres(pg) = keiro.store() else {
-        unreachable!()
-    };
+    let store = keiro.store();
+    let pool = store.postgres_pool().expect("a PostgreSQL store");
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM keiro.steps")
-        .fetch_one(pg.pool())
+        .fetch_one(pool)
         .await
         .unwrap();
     assert_eq!(rows, i64::from(WORKFLOWS * 3));
     let completed: i64 =
         sqlx::query_scalar("SELECT count(*) FROM keiro.workflows WHERE status = 'completed'")
-            .fetch_one(pg.pool())
+            .fetch_one(pool)
             .await
             .unwrap();
     assert_eq!(completed, i64::from(WORKFLOWS));

@@ -12,10 +12,7 @@ use keiro_store::{Lease, NewInstance, StepRow};
 use keiro_tests::{count, on_both_backends, ran, runs, Backend, TestDb};
 
 fn quiet() -> ResumeOptions {
-    ResumeOptions {
-        log: Arc::new(|_| {}),
-        ..ResumeOptions::default()
-    }
+    ResumeOptions::default().log(|_| {})
 }
 
 #[step]
@@ -66,7 +63,8 @@ async fn enqueued_work_is_resumed_by_a_pass(backend: Backend) {
 
 async fn panics_are_retried_then_marked_failed(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let keiro = db.keiro().await;
+    // Crash attempts are the runtime's, for its worker as for its own runs.
+    let keiro = db.builder().max_attempts(3).connect().await.unwrap();
     let key = uuid::Uuid::new_v4().to_string();
     always_panics(key.clone())
         .id(&key)
@@ -76,11 +74,8 @@ async fn panics_are_retried_then_marked_failed(backend: Backend) {
         .unwrap();
     let events = Arc::new(Mutex::new(Vec::new()));
     let sink = events.clone();
-    let options = ResumeOptions {
-        max_attempts: 3,
-        log: Arc::new(move |e: &ResumeEvent| sink.lock().unwrap().push(format!("{e:?}"))),
-        ..ResumeOptions::default()
-    };
+    let options = ResumeOptions::default()
+        .log(move |e: &ResumeEvent| sink.lock().unwrap().push(format!("{e:?}")));
     let mut failed = 0;
     for _ in 0..60 {
         let summary = keiro.resume_once(&options).await.unwrap();
@@ -130,7 +125,10 @@ async fn unknown_names_are_counted_every_pass_and_kept(backend: Backend) {
         parent: None,
         lease: None,
     };
-    keiro.store().create_instance(&new).await.unwrap();
+    keiro::unstable::raw_store(&keiro)
+        .create_instance(&new)
+        .await
+        .unwrap();
     for _ in 0..2 {
         let summary = keiro.resume_once(&quiet()).await.unwrap();
         assert_eq!(
@@ -165,7 +163,10 @@ async fn live_foreign_leases_are_skipped_and_dead_ones_taken(backend: Backend) {
         parent: None,
         lease: Some(lease),
     };
-    keiro.store().create_instance(&new).await.unwrap();
+    keiro::unstable::raw_store(&keiro)
+        .create_instance(&new)
+        .await
+        .unwrap();
     let summary = keiro.resume_once(&quiet()).await.unwrap();
     assert_eq!(
         (summary.discovered, summary.resumed),
@@ -173,7 +174,10 @@ async fn live_foreign_leases_are_skipped_and_dead_ones_taken(backend: Backend) {
         "a live lease was discovered"
     );
     // Make it due while the lease is still live: the claim is refused.
-    keiro.store().reclaim_own("elsewhere").await.unwrap();
+    keiro::unstable::raw_store(&keiro)
+        .reclaim_own("elsewhere")
+        .await
+        .unwrap();
     let summary = keiro.resume_once(&quiet()).await.unwrap();
     assert_eq!(
         (summary.discovered, summary.lease_skipped, summary.resumed),
@@ -210,7 +214,10 @@ async fn racing_executors_converge_on_the_first_result(backend: Backend) {
         parent: None,
         lease: Some(lease),
     };
-    keiro.store().create_instance(&new).await.unwrap();
+    keiro::unstable::raw_store(&keiro)
+        .create_instance(&new)
+        .await
+        .unwrap();
     let first = StepRow {
         workflow_id: key.clone(),
         generation: 0,
@@ -225,8 +232,8 @@ async fn racing_executors_converge_on_the_first_result(backend: Backend) {
         ..first.clone()
     };
     let (x, y) = tokio::join!(
-        keiro.store().append_steps(std::slice::from_ref(&first)),
-        keiro.store().append_steps(std::slice::from_ref(&mine)),
+        keiro::unstable::raw_store(&keiro).append_steps(std::slice::from_ref(&first)),
+        keiro::unstable::raw_store(&keiro).append_steps(std::slice::from_ref(&mine)),
     );
     let outcomes = [x.unwrap().remove(0), y.unwrap().remove(0)];
     assert_eq!(
@@ -247,7 +254,7 @@ async fn racing_executors_converge_on_the_first_result(backend: Backend) {
 }
 
 /// Stores through which `contested_step` plays the other executor, per key.
-static RIVALS: Mutex<Vec<(String, keiro::Store)>> = Mutex::new(Vec::new());
+static RIVALS: Mutex<Vec<(String, keiro_store::Store)>> = Mutex::new(Vec::new());
 
 #[step]
 async fn contested_step(key: String) -> String {
@@ -288,7 +295,7 @@ async fn the_loser_of_a_step_race_continues_with_the_recorded_value(backend: Bac
     RIVALS
         .lock()
         .unwrap()
-        .push((key.clone(), rival.store().clone()));
+        .push((key.clone(), keiro::unstable::raw_store(&rival).clone()));
     let out = contested(key.clone()).id(&key).on(&keiro).await.unwrap();
     assert_eq!(out, "theirs-after");
     assert_eq!(runs(&key), ["contested_step", "after"]);
@@ -349,50 +356,40 @@ async fn invalid_options_are_refused_before_anything_runs(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
     let cases = [
-        (
-            ResumeOptions {
-                max_attempts: 0,
-                ..quiet()
-            },
-            "max_attempts",
-        ),
-        (
-            ResumeOptions {
-                lease_ttl: Duration::ZERO,
-                ..quiet()
-            },
-            "lease_ttl",
-        ),
-        (
-            ResumeOptions {
-                concurrency: 0,
-                ..quiet()
-            },
-            "concurrency",
-        ),
-        (
-            ResumeOptions {
-                poll_interval: Duration::ZERO,
-                ..quiet()
-            },
-            "poll_interval",
-        ),
+        (quiet().concurrency(0), "concurrency"),
+        (quiet().poll_interval(Duration::ZERO), "poll_interval"),
+        (quiet().batch_size(0), "batch_size"),
     ];
     for (options, field) in cases {
         let err = keiro.resume_once(&options).await.unwrap_err();
         assert!(err.to_string().contains(field), "{err}");
+        assert!(
+            matches!(&err, Error::InvalidOption { option, .. } if option.ends_with(field)),
+            "{err:?}"
+        );
         let err = keiro.resume_worker(options).await.unwrap_err();
         assert!(err.to_string().contains(field), "{err}");
+    }
+    // The instance policy (crash attempts, lease TTL) is the runtime's,
+    // refused by the builder before it connects.
+    let builders = [
+        (db.builder().max_attempts(0), "max_attempts"),
+        (db.builder().lease_ttl(Duration::ZERO), "lease_ttl"),
+    ];
+    for (builder, field) in builders {
+        let err = builder.connect().await.unwrap_err();
+        assert!(err.to_string().contains(field), "{err}");
+        assert!(
+            matches!(&err, Error::InvalidOption { option, .. } if *option == field),
+            "{err:?}"
+        );
     }
 }
 
 async fn a_running_worker_picks_up_enqueued_work_promptly(backend: Backend) {
     let db = TestDb::new(backend).await;
     let worker_side = db.keiro().await;
-    let options = ResumeOptions {
-        poll_interval: Duration::from_secs(30),
-        ..quiet()
-    };
+    let options = quiet().poll_interval(Duration::from_secs(30));
     let worker = worker_side.resume_worker(options).await.unwrap();
     // Enqueue from another runtime (another "process"): on PostgreSQL the
     // worker is woken by NOTIFY; on SQLite both share... nothing, so only the

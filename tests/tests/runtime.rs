@@ -209,6 +209,10 @@ async fn non_determinism_sets_aside_and_resumes_after_a_fix(backend: Backend) {
     assert_eq!(runs(&key), ["alpha", "gate"]);
     let err = keiro.resume(&key).await.unwrap_err();
     assert!(err.to_string().contains("completed"), "{err}");
+    assert!(
+        matches!(&err, Error::NotSetAside { id, status, .. } if *id == key && status == "completed"),
+        "{err:?}"
+    );
 }
 
 #[workflow]
@@ -221,8 +225,7 @@ async fn journal_entries_the_code_never_reaches_are_non_determinism(backend: Bac
     let keiro = db.keiro().await;
     let key = uuid::Uuid::new_v4().to_string();
     let input = serde_json::to_string(&(key.clone(),)).unwrap();
-    keiro
-        .store()
+    keiro::unstable::raw_store(&keiro)
         .create_instance(&NewInstance {
             id: &key,
             name: "shorter",
@@ -241,7 +244,10 @@ async fn journal_entries_the_code_never_reaches_are_non_determinism(backend: Bac
         kind: "step".into(),
         result: result.into(),
     });
-    keiro.store().append_steps(&rows).await.unwrap();
+    keiro::unstable::raw_store(&keiro)
+        .append_steps(&rows)
+        .await
+        .unwrap();
     let err = shorter(key.clone()).id(&key).on(&keiro).await.unwrap_err();
     let Error::NonDeterministic { seq, expected, .. } = &err else {
         panic!("{err}")
@@ -256,8 +262,7 @@ async fn undecodable_rows_are_refused_by_name_and_kept(backend: Backend) {
 
     // A stored input whose type changed.
     let id = format!("bad-input-{}", uuid::Uuid::new_v4());
-    keiro
-        .store()
+    keiro::unstable::raw_store(&keiro)
         .create_instance(&NewInstance {
             id: &id,
             name: "greet",
@@ -279,14 +284,11 @@ async fn undecodable_rows_are_refused_by_name_and_kept(backend: Backend) {
     // names the workflow, the id and the input.
     let crashes = Arc::new(Mutex::new(Vec::new()));
     let seen = crashes.clone();
-    let options = ResumeOptions {
-        log: Arc::new(move |event| {
-            if let ResumeEvent::Crashed { error, .. } = event {
-                seen.lock().unwrap().push(error.clone());
-            }
-        }),
-        ..ResumeOptions::default()
-    };
+    let options = ResumeOptions::default().log(move |event| {
+        if let ResumeEvent::Crashed { error, .. } = event {
+            seen.lock().unwrap().push(error.clone());
+        }
+    });
     keiro.resume_once(&options).await.unwrap();
     let err = crashes.lock().unwrap().pop().expect("a crash");
     assert!(matches!(err, Error::Decode { .. }), "{err}");
@@ -302,8 +304,7 @@ async fn undecodable_rows_are_refused_by_name_and_kept(backend: Backend) {
     // A recorded step result whose type changed.
     let key = uuid::Uuid::new_v4().to_string();
     let input = serde_json::to_string(&(key.clone(), "x")).unwrap();
-    keiro
-        .store()
+    keiro::unstable::raw_store(&keiro)
         .create_instance(&NewInstance {
             id: &key,
             name: "greet",
@@ -322,8 +323,7 @@ async fn undecodable_rows_are_refused_by_name_and_kept(backend: Backend) {
         kind: "step".into(),
         result: "42".into(),
     };
-    keiro
-        .store()
+    keiro::unstable::raw_store(&keiro)
         .append_steps(std::slice::from_ref(&bad))
         .await
         .unwrap();

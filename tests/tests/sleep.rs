@@ -3,7 +3,6 @@
 //! lease, no task) until a worker or the awaiting caller drives it on when due;
 //! a process killed mid-sleep and restarted wakes at the original deadline.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keiro::{step, workflow, Keiro, ResumeOptions, WorkflowStatus};
@@ -11,10 +10,7 @@ use keiro_tests::process::CrashChild;
 use keiro_tests::{count, on_both_backends, ran, Backend, TestDb};
 
 fn quiet() -> ResumeOptions {
-    ResumeOptions {
-        log: Arc::new(|_| {}),
-        ..ResumeOptions::default()
-    }
+    ResumeOptions::default().log(|_| {})
 }
 
 async fn runtime(db: &TestDb, suspend_after: Duration) -> Keiro {

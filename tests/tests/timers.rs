@@ -10,11 +10,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use keiro::timers::{
     schedule_tx, DrainSummary, FireDisposition, FireOutcome, ScheduleOutcome, TimerChange,
-    TimerError, TimerFilter, TimerId, TimerList, TimerLoopOptions, TimerPageRequest,
-    TimerReasonFilter, TimerRequest, TimerResumeClaim, TimerRow, TimerStatus, TimerWorkerOptions,
-    Timers, MAX_PAGE_LIMIT, NOT_MINE_RETRY_DELAY, PANIC_RETRY_DELAY,
+    TimerError, TimerFilter, TimerId, TimerList, TimerPageRequest, TimerReasonFilter, TimerRequest,
+    TimerResumeClaim, TimerRow, TimerStatus, TimerWorkerOptions, Timers, MAX_PAGE_LIMIT,
+    NOT_MINE_RETRY_DELAY, PANIC_RETRY_DELAY,
 };
-use keiro::Store;
 use keiro_tests::{on_both_backends, Backend, TestDb};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -81,18 +80,33 @@ async fn row(timers: &Timers, id: &str) -> TimerRow {
         .unwrap_or_else(|| panic!("timer `{id}` should exist"))
 }
 
+/// The store's own pool, to begin a transaction for the `*_tx` functions.
+enum Pool<'a> {
+    Sqlite(&'a sqlx::SqlitePool),
+    Postgres(&'a sqlx::PgPool),
+}
+
+fn pool(timers: &Timers) -> Pool<'_> {
+    let store = timers.store();
+    match (store.sqlite_pool(), store.postgres_pool()) {
+        (Some(pool), _) => Pool::Sqlite(pool),
+        (_, Some(pool)) => Pool::Postgres(pool),
+        (None, None) => unreachable!("a store is SQLite or PostgreSQL"),
+    }
+}
+
 /// Schedules every request in one transaction of the store's own pool.
 async fn schedule_all(timers: &Timers, requests: &[TimerRequest]) {
-    match timers.store() {
-        Store::Sqlite(s) => {
-            let mut tx = s.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+    match pool(timers) {
+        Pool::Sqlite(s) => {
+            let mut tx = s.begin_with("BEGIN IMMEDIATE").await.unwrap();
             for request in requests {
                 schedule_tx(&mut tx, request).await.unwrap();
             }
             tx.commit().await.unwrap();
         }
-        Store::Postgres(p) => {
-            let mut tx = p.pool().begin().await.unwrap();
+        Pool::Postgres(p) => {
+            let mut tx = p.begin().await.unwrap();
             for request in requests {
                 schedule_tx(&mut tx, request).await.unwrap();
             }
@@ -117,10 +131,9 @@ fn counting(
 }
 
 fn no_requeue() -> TimerWorkerOptions {
-    TimerWorkerOptions {
-        max_attempts: None,
-        requeue_stuck_after: None,
-    }
+    TimerWorkerOptions::default()
+        .max_attempts(None)
+        .requeue_stuck_after(None)
 }
 
 async fn dead(timers: &Timers, id: &str, reason: &str) -> TimerRow {
@@ -235,12 +248,12 @@ async fn schedule_tx_follows_the_callers_transaction(backend: Backend) {
     let db = TestDb::new(backend).await;
     let timers = timers(&db).await;
     // Rolled back: no timer. Committed: the timer exists and fires.
-    match timers.store() {
-        Store::Sqlite(s) => {
-            let mut tx = s.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+    match pool(&timers) {
+        Pool::Sqlite(s) => {
+            let mut tx = s.begin_with("BEGIN IMMEDIATE").await.unwrap();
             schedule_tx(&mut tx, &past("rolled-back")).await.unwrap();
             tx.rollback().await.unwrap();
-            let mut tx = s.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+            let mut tx = s.begin_with("BEGIN IMMEDIATE").await.unwrap();
             schedule_tx(&mut tx, &past("committed")).await.unwrap();
             assert!(
                 !keiro::timers::schedule_once_tx(&mut tx, &past("committed"))
@@ -249,11 +262,11 @@ async fn schedule_tx_follows_the_callers_transaction(backend: Backend) {
             );
             tx.commit().await.unwrap();
         }
-        Store::Postgres(p) => {
-            let mut tx = p.pool().begin().await.unwrap();
+        Pool::Postgres(p) => {
+            let mut tx = p.begin().await.unwrap();
             schedule_tx(&mut tx, &past("rolled-back")).await.unwrap();
             tx.rollback().await.unwrap();
-            let mut tx = p.pool().begin().await.unwrap();
+            let mut tx = p.begin().await.unwrap();
             schedule_tx(&mut tx, &past("committed")).await.unwrap();
             assert!(
                 !keiro::timers::schedule_once_tx(&mut tx, &past("committed"))
@@ -277,17 +290,17 @@ async fn schedule_tx_follows_the_callers_transaction(backend: Backend) {
 
     // Cancel in a transaction too.
     schedule(&timers, past("to-cancel")).await;
-    let change = match timers.store() {
-        Store::Sqlite(s) => {
-            let mut tx = s.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+    let change = match pool(&timers) {
+        Pool::Sqlite(s) => {
+            let mut tx = s.begin_with("BEGIN IMMEDIATE").await.unwrap();
             let change = keiro::timers::cancel_tx(&mut tx, &TimerId::new("to-cancel"))
                 .await
                 .unwrap();
             tx.commit().await.unwrap();
             change
         }
-        Store::Postgres(p) => {
-            let mut tx = p.pool().begin().await.unwrap();
+        Pool::Postgres(p) => {
+            let mut tx = p.begin().await.unwrap();
             let change = keiro::timers::cancel_tx(&mut tx, &TimerId::new("to-cancel"))
                 .await
                 .unwrap();
@@ -443,10 +456,7 @@ async fn attempt_ceiling_dead_letters_at_the_documented_count(backend: Backend) 
     let db = TestDb::new(backend).await;
     let timers = timers(&db).await;
     schedule(&timers, past("t-1")).await;
-    let options = TimerWorkerOptions {
-        max_attempts: Some(3),
-        ..TimerWorkerOptions::default()
-    };
+    let options = TimerWorkerOptions::default().max_attempts(Some(3));
     let fired = Arc::new(Mutex::new(0usize));
     let mut last = None;
     for _ in 0..200 {
@@ -489,10 +499,7 @@ async fn attempt_ceiling_dead_letters_at_the_documented_count(backend: Backend) 
     );
     // With Some(1), the first claim fires and the second dead-letters.
     schedule(&timers, past("t-2")).await;
-    let once = TimerWorkerOptions {
-        max_attempts: Some(1),
-        ..TimerWorkerOptions::default()
-    };
+    let once = TimerWorkerOptions::default().max_attempts(Some(1));
     let first = timers
         .run_once(&once, |_| async {
             FireOutcome::retry_later(Duration::ZERO, "again")
@@ -553,10 +560,9 @@ async fn stale_claims_are_requeued_by_the_next_pass(backend: Backend) {
     assert_eq!(claimed.status, TimerStatus::Firing);
     assert_eq!(timers.count_stuck(Duration::ZERO, None).await.unwrap(), 1);
 
-    let options = TimerWorkerOptions {
-        max_attempts: None,
-        requeue_stuck_after: Some(Duration::from_millis(300)),
-    };
+    let options = TimerWorkerOptions::default()
+        .max_attempts(None)
+        .requeue_stuck_after(Some(Duration::from_millis(300)));
     let counts = Arc::new(Mutex::new(HashMap::new()));
     let early = timers.drain(&options, 10, counting(&counts)).await.unwrap();
     assert_eq!(
@@ -594,24 +600,15 @@ async fn option_validation_refuses_before_anything_runs(backend: Backend) {
     let bad_options = [
         (
             "max_attempts",
-            TimerWorkerOptions {
-                max_attempts: Some(0),
-                ..TimerWorkerOptions::default()
-            },
+            TimerWorkerOptions::default().max_attempts(Some(0)),
         ),
         (
             "requeue_stuck_after",
-            TimerWorkerOptions {
-                requeue_stuck_after: Some(Duration::ZERO),
-                ..TimerWorkerOptions::default()
-            },
+            TimerWorkerOptions::default().requeue_stuck_after(Some(Duration::ZERO)),
         ),
         (
             "requeue_stuck_after",
-            TimerWorkerOptions {
-                requeue_stuck_after: Some(Duration::from_micros(999)),
-                ..TimerWorkerOptions::default()
-            },
+            TimerWorkerOptions::default().requeue_stuck_after(Some(Duration::from_micros(999))),
         ),
     ];
     let never = |_: TimerRow| async { never_fires() };
@@ -623,28 +620,17 @@ async fn option_validation_refuses_before_anything_runs(backend: Backend) {
         assert!(refused(
             timers.drain(&options, 10, never).await.unwrap_err()
         ));
-        let spawned = timers.spawn_worker(options, TimerLoopOptions::default(), never);
+        let spawned = timers.spawn_worker(options, never);
         assert!(refused(spawned.unwrap_err()));
     }
-    for (name, loop_options) in [
+    for (name, options) in [
         (
             "poll_interval",
-            TimerLoopOptions {
-                poll_interval: Duration::ZERO,
-                ..TimerLoopOptions::default()
-            },
+            TimerWorkerOptions::default().poll_interval(Duration::ZERO),
         ),
-        (
-            "batch_size",
-            TimerLoopOptions {
-                batch_size: 0,
-                ..TimerLoopOptions::default()
-            },
-        ),
+        ("batch_size", TimerWorkerOptions::default().batch_size(0)),
     ] {
-        let error = timers
-            .spawn_worker(TimerWorkerOptions::default(), loop_options, never)
-            .unwrap_err();
+        let error = timers.spawn_worker(options, never).unwrap_err();
         assert!(
             matches!(error, TimerError::InvalidOption { option, .. } if option == name),
             "{error}"
@@ -656,12 +642,11 @@ async fn option_validation_refuses_before_anything_runs(backend: Backend) {
         (TimerStatus::Scheduled, 0)
     );
     assert!(TimerWorkerOptions::default().validate().is_ok());
-    assert!(TimerWorkerOptions {
-        max_attempts: Some(1),
-        requeue_stuck_after: None
-    }
-    .validate()
-    .is_ok());
+    assert!(TimerWorkerOptions::default()
+        .max_attempts(Some(1))
+        .requeue_stuck_after(None)
+        .validate()
+        .is_ok());
 }
 
 async fn worker_loop_fires_each_timer_exactly_once(backend: Backend) {
@@ -683,11 +668,9 @@ async fn worker_loop_fires_each_timer_exactly_once(backend: Backend) {
     let counts = Arc::new(Mutex::new(HashMap::new()));
     let worker = timers
         .spawn_worker(
-            TimerWorkerOptions::default(),
-            TimerLoopOptions {
-                poll_interval: Duration::from_millis(100),
-                batch_size: 7,
-            },
+            TimerWorkerOptions::default()
+                .poll_interval(Duration::from_millis(100))
+                .batch_size(7),
             counting(&counts),
         )
         .unwrap();
@@ -926,10 +909,7 @@ async fn bad_page_requests_are_refused(backend: Backend) {
 async fn dead_and_stuck_pages_filter(backend: Backend) {
     let db = TestDb::new(backend).await;
     let timers = timers(&db).await;
-    let options = TimerWorkerOptions {
-        max_attempts: Some(1),
-        ..TimerWorkerOptions::default()
-    };
+    let options = TimerWorkerOptions::default().max_attempts(Some(1));
     for (id, pm) in [("a", "billing"), ("b", "shipping"), ("c", "billing")] {
         schedule(
             &timers,
@@ -1386,17 +1366,13 @@ async fn bench_timers() {
         let lags = Arc::new(Mutex::new(Vec::new()));
         let recorder = lags.clone();
         let worker = timers
-            .spawn_worker(
-                TimerWorkerOptions::default(),
-                TimerLoopOptions::default(),
-                move |timer: TimerRow| {
-                    let lag = SystemTime::now()
-                        .duration_since(timer.fire_at)
-                        .unwrap_or_default();
-                    recorder.lock().unwrap().push(lag.as_secs_f64() * 1000.0);
-                    std::future::ready(FireOutcome::completed("ev"))
-                },
-            )
+            .spawn_worker(TimerWorkerOptions::default(), move |timer: TimerRow| {
+                let lag = SystemTime::now()
+                    .duration_since(timer.fire_at)
+                    .unwrap_or_default();
+                recorder.lock().unwrap().push(lag.as_secs_f64() * 1000.0);
+                std::future::ready(FireOutcome::completed("ev"))
+            })
             .unwrap();
         // Scheduled one by one while the worker idles, as a process
         // manager would: each schedule wakes it to re-check the earliest

@@ -108,11 +108,10 @@ where
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
             let Some((cx, seq)) = self.slot else {
-                return Err(Error::Config(
-                    "keiro::awakeable() is durable only inside a #[workflow]; awaiting one \
-                     outside a workflow has nobody to wake"
-                        .into(),
-                ));
+                return Err(Error::NotInWorkflow {
+                    op: "awaiting keiro::awakeable()".into(),
+                    instead: "outside a workflow it has nobody to wake",
+                });
             };
             let row = wait_for_step(&cx, seq, RESOLUTION_KIND, "awakeable").await;
             decode_resolution(&cx, &self.id, &row)
@@ -209,7 +208,7 @@ impl Keiro {
         found: Option<String>,
     ) -> Result<()> {
         let (workflow, generation, created) = parse_id(id)?;
-        let store = self.store();
+        let store = self.raw_store();
         let creation = store
             .get_step(&workflow, generation, created)
             .await?

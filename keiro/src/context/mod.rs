@@ -75,7 +75,12 @@ pub(crate) async fn wait_for_step(
     let deadline = tokio::time::Instant::now() + cx.suspend_after;
     loop {
         let notified = waiter.notified();
-        match cx.keiro.store().get_step(&cx.id, cx.generation, seq).await {
+        match cx
+            .keiro
+            .raw_store()
+            .get_step(&cx.id, cx.generation, seq)
+            .await
+        {
             Ok(Some(row)) => return checked(cx, seq, kind, name, row).await,
             Ok(None) => {}
             Err(e) => return halt(cx, Halt::Error(Error::Store(e))).await,

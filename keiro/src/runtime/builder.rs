@@ -22,8 +22,8 @@ impl Keiro {
         Keiro::builder(url).connect().await
     }
 
-    /// Settings beyond the URL: executor identity, lease TTL, SQLite durability,
-    /// pool size.
+    /// Settings beyond the URL: executor identity, the instance policy (lease
+    /// TTL, crash attempts, suspend threshold), SQLite durability, pool size.
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -84,16 +84,17 @@ impl KeiroBuilder {
     }
 
     /// How long a claim on a running instance lasts without renewal (default
-    /// 10 s). A live run renews it every third of this, so only a dead
-    /// executor's claims lapse.
+    /// 10 s), for runs in this process and those its resume worker drives.
+    /// A live run renews it every third of this, so only a dead executor's
+    /// claims lapse.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl;
         self
     }
 
-    /// How many crashes (panics) an instance run in this process may have
-    /// before it is marked failed (default 5). A resume worker uses its own
-    /// [`crate::ResumeOptions::max_attempts`].
+    /// How many crashes (panics) an instance may have before it is marked
+    /// failed (default 5), whether it runs in this process or its resume
+    /// worker drives it.
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = n;
         self
@@ -129,21 +130,37 @@ impl KeiroBuilder {
         self
     }
 
-    /// Validates the settings, connects, migrates and collects the registry.
-    pub async fn connect(self) -> Result<Keiro> {
+    /// Refuses settings an instance cannot run with.
+    fn validate(&self) -> Result<()> {
         if self.lease_ttl < Duration::from_millis(100) {
-            return Err(Error::Config(format!(
-                "lease_ttl of {:?} is too short; use at least 100 ms",
-                self.lease_ttl
-            )));
+            return Err(Error::invalid_option(
+                "lease_ttl",
+                format!(
+                    "{:?} is too short; use at least 100 ms (default 10 s)",
+                    self.lease_ttl
+                ),
+            ));
         }
         if self.max_attempts == 0 {
-            return Err(Error::Config("max_attempts must be at least 1".into()));
+            return Err(Error::invalid_option(
+                "max_attempts",
+                "0 would fail every instance before it runs; use at least 1 (default 5)",
+            ));
         }
+        if matches!(&self.executor_id, Some(id) if id.trim().is_empty()) {
+            return Err(Error::invalid_option(
+                "executor_id",
+                "an empty identity names no process; give a non-empty one, or none for the \
+                 default `{host}/{program}`",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Validates the settings, connects, migrates and collects the registry.
+    pub async fn connect(self) -> Result<Keiro> {
+        self.validate()?;
         let (requested_id, exclusive) = match self.executor_id.or_else(env_executor_id) {
-            Some(id) if id.trim().is_empty() => {
-                return Err(Error::Config("the executor id must not be empty".into()))
-            }
             Some(id) => (id, true),
             None => (default_executor_id(), false),
         };
@@ -176,7 +193,7 @@ impl KeiroBuilder {
     }
 }
 
-/// [`EXECUTOR_ID_ENV`], when set to something.
+/// [`EXECUTOR_ID_ENV`], when set to something: the one place it is read.
 fn env_executor_id() -> Option<String> {
     std::env::var(EXECUTOR_ID_ENV)
         .ok()

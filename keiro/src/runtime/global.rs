@@ -25,19 +25,20 @@ impl Keiro {
     /// [`DATABASE_URL_ENV`], [`EXECUTOR_ID_ENV`] and [`SQLITE_SYNCHRONOUS_ENV`].
     pub async fn from_env() -> Result<Keiro> {
         let (url, _) = env_database_url();
+        // The executor identity comes from EXECUTOR_ID_ENV in
+        // `KeiroBuilder::connect`, the one place it is read.
         let mut builder = Keiro::builder(url);
-        if let Ok(id) = std::env::var(EXECUTOR_ID_ENV) {
-            builder = builder.executor_id(id);
-        }
         if let Ok(value) = std::env::var(SQLITE_SYNCHRONOUS_ENV) {
             builder = builder.sqlite_synchronous(match value.to_ascii_lowercase().as_str() {
                 "full" => SqliteSynchronous::Full,
                 "normal" => SqliteSynchronous::Normal,
                 other => {
-                    return Err(Error::Config(format!(
-                        "{SQLITE_SYNCHRONOUS_ENV}=`{other}` is not a SQLite durability \
-                         setting; use `full` or `normal`"
-                    )))
+                    return Err(Error::InvalidOption {
+                        option: SQLITE_SYNCHRONOUS_ENV,
+                        reason: format!(
+                            "`{other}` is not a SQLite durability setting; use `full` or `normal`"
+                        ),
+                    })
                 }
             });
         }
@@ -64,13 +65,7 @@ static GLOBAL: OnceCell<Keiro> = OnceCell::const_new();
 /// # Ok(()) }
 /// ```
 pub fn init(keiro: Keiro) -> Result<()> {
-    GLOBAL.set(keiro).map_err(|_| {
-        Error::Config(
-            "a process-wide keiro runtime is already installed; call keiro::init once, \
-             before the first workflow runs"
-                .into(),
-        )
-    })
+    GLOBAL.set(keiro).map_err(|_| Error::AlreadyInitialized)
 }
 
 /// The process-wide runtime: the one given to [`init`], else one built from the

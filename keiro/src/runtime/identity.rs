@@ -155,9 +155,9 @@ async fn take_exclusive(store: &Store, id: &str, me: &Me) -> Result<String> {
             return Ok(id.to_owned());
         }
     }
-    Err(Error::Config(format!(
-        "could not register executor identity `{id}`: other processes keep taking it"
-    )))
+    Err(Error::NoExecutorId {
+        reason: format!("other processes keep taking `{id}`"),
+    })
 }
 
 /// Takes the first default slot of `base` that no live process holds, then
@@ -183,10 +183,12 @@ async fn take_default(store: &Store, base: &str, me: &Me) -> Result<String> {
             return Ok(id);
         }
     }
-    Err(Error::Config(format!(
-        "all {MAX_SLOTS} default executor identities `{base}` … `{base}#{MAX_SLOTS}` are held \
-         by live processes; set KEIRO_EXECUTOR_ID to give this process its own"
-    )))
+    Err(Error::NoExecutorId {
+        reason: format!(
+            "all {MAX_SLOTS} default identities `{base}` … `{base}#{MAX_SLOTS}` are held by \
+             live processes; set KEIRO_EXECUTOR_ID to give this process its own"
+        ),
+    })
 }
 
 /// The `n`th default identity of `base`: `base` itself, then `base#2`, ….

@@ -74,8 +74,15 @@ impl std::fmt::Debug for Keiro {
 }
 
 impl Keiro {
-    /// The store this runtime journals into.
-    pub fn store(&self) -> &Store {
+    /// A read-only view of the store this runtime journals into (raw access
+    /// for tests and tools: [`crate::unstable::raw_store`]).
+    pub fn store(&self) -> crate::inspect::StoreView<'_> {
+        crate::inspect::StoreView::new(&self.inner.store)
+    }
+
+    /// The store with every mutator, for keiro's own calls (which keep its
+    /// invariants) and [`crate::unstable::raw_store`].
+    pub(crate) fn raw_store(&self) -> &Store {
         &self.inner.store
     }
 

@@ -11,7 +11,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use keiro::timers::{FireOutcome, TimerLoopOptions, TimerRequest, TimerRow, TimerWorkerOptions};
+//! use keiro::timers::{FireOutcome, TimerRequest, TimerRow, TimerWorkerOptions};
 //!
 //! # async fn demo() -> Result<(), keiro::Error> {
 //! let keiro = keiro::Keiro::connect("sqlite:keiro.db").await?;
@@ -27,8 +27,7 @@
 //!
 //! // Fire: a long-running loop (or `timers.drain(..)` for one batch).
 //! let worker = timers.spawn_worker(
-//!     TimerWorkerOptions { max_attempts: Some(8), ..TimerWorkerOptions::default() },
-//!     TimerLoopOptions::default(),
+//!     TimerWorkerOptions::default().max_attempts(8),
 //!     |timer: TimerRow| async move {
 //!         match timer.process_manager.as_str() {
 //!             "checkout" => FireOutcome::completed(format!("cancelled:{}", timer.correlation_id)),
@@ -82,8 +81,8 @@ pub use keiro_store::{ScheduleOutcome, TimerStatus, TimerTx};
 pub use resume::{TimerResumeClaim, MAX_RESUME_LEASE};
 pub use types::{TimerChange, TimerId, TimerRequest, TimerRow};
 pub use worker::{
-    run_timer_worker, DrainSummary, FireDisposition, FireOutcome, FireReport, TimerLoopOptions,
-    TimerWorker, TimerWorkerOptions, NOT_MINE_RETRY_DELAY, PANIC_RETRY_DELAY,
+    run_timer_worker, DrainSummary, FireDisposition, FireOutcome, FireReport, TimerWorker,
+    TimerWorkerOptions, NOT_MINE_RETRY_DELAY, PANIC_RETRY_DELAY,
 };
 
 use crate::runtime::listener::Wakes;
@@ -104,7 +103,7 @@ pub struct Timers {
 impl crate::Keiro {
     /// The timers stored alongside this runtime's journal.
     pub fn timers(&self) -> Timers {
-        Timers::new(self.store().clone())
+        Timers::new(self.raw_store().clone())
     }
 }
 
@@ -124,8 +123,14 @@ impl Timers {
         ))
     }
 
-    /// The underlying store.
-    pub fn store(&self) -> &Store {
+    /// A read-only view of the underlying store (raw access for tests and
+    /// tools: [`crate::unstable::raw_timer_store`]).
+    pub fn store(&self) -> crate::inspect::StoreView<'_> {
+        crate::inspect::StoreView::new(&self.store)
+    }
+
+    /// The raw store, for [`crate::unstable::raw_timer_store`].
+    pub(crate) fn raw(&self) -> &Store {
         &self.store
     }
 
@@ -265,8 +270,8 @@ impl Timers {
 /// use std::time::Duration;
 /// use keiro::timers::{schedule_tx, TimerRequest};
 ///
-/// let keiro::Store::Postgres(pg) = keiro.store() else { return Ok(()) };
-/// let mut tx = pg.pool().begin().await?;
+/// let Some(pool) = keiro.store().postgres_pool() else { return Ok(()) };
+/// let mut tx = pool.begin().await?;
 /// // ... the process manager's own writes ...
 /// schedule_tx(&mut tx, &TimerRequest::after("saga-7/deadline", "saga", "saga-7", Duration::from_secs(60))).await?;
 /// tx.commit().await?;

@@ -20,9 +20,25 @@ pub const NOT_MINE_RETRY_DELAY: Duration = Duration::from_secs(30);
 /// How long a timer whose fire action panicked waits before it is retried.
 pub const PANIC_RETRY_DELAY: Duration = Duration::from_secs(30);
 
-/// The worker's policy. Checked by [`TimerWorkerOptions::validate`] before a
-/// worker claims anything.
+/// Settings of a timer worker: its policy (attempt ceiling, stuck-claim
+/// requeue) and, for the loop [`Timers::spawn_worker`] starts, its pace.
+/// Checked by [`TimerWorkerOptions::validate`] before a worker claims
+/// anything.
+///
+/// Built from [`Default`] with chained setters (new settings may be added
+/// without breaking callers):
+///
+/// ```
+/// use std::time::Duration;
+/// use keiro::timers::TimerWorkerOptions;
+///
+/// let options = TimerWorkerOptions::default()
+///     .max_attempts(8)
+///     .poll_interval(Duration::from_millis(200));
+/// assert_eq!(options.max_attempts, Some(8));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TimerWorkerOptions {
     /// `Some(n)`: a timer is fired at most `n` times. Claims are counted
     /// before the check, so the claim that would be attempt `n + 1`
@@ -37,6 +53,13 @@ pub struct TimerWorkerOptions {
     /// are at-least-once). Must be at least 1 ms. `None` disables the requeue
     /// (lapsed foreground resume claims are still recovered). Default 300 s.
     pub requeue_stuck_after: Option<Duration>,
+    /// The longest pause of the [`Timers::spawn_worker`] loop between passes
+    /// when nothing is due (default 1 s). The loop wakes sooner when the
+    /// earliest scheduled timer is due sooner.
+    pub poll_interval: Duration,
+    /// How many timers one pass of the [`Timers::spawn_worker`] loop fires at
+    /// most (default 256); a full pass is followed by the next one at once.
+    pub batch_size: usize,
 }
 
 impl Default for TimerWorkerOptions {
@@ -44,13 +67,53 @@ impl Default for TimerWorkerOptions {
         TimerWorkerOptions {
             max_attempts: None,
             requeue_stuck_after: Some(Duration::from_secs(300)),
+            poll_interval: Duration::from_secs(1),
+            batch_size: 256,
         }
     }
 }
 
 impl TimerWorkerOptions {
+    /// Sets [`TimerWorkerOptions::max_attempts`]: `8` or `Some(8)` for a
+    /// ceiling, `None` for none.
+    pub fn max_attempts(mut self, n: impl Into<Option<u32>>) -> Self {
+        self.max_attempts = n.into();
+        self
+    }
+
+    /// Sets [`TimerWorkerOptions::requeue_stuck_after`]: a duration, or
+    /// `None` to turn the requeue off.
+    pub fn requeue_stuck_after(mut self, ttl: impl Into<Option<Duration>>) -> Self {
+        self.requeue_stuck_after = ttl.into();
+        self
+    }
+
+    /// Sets [`TimerWorkerOptions::poll_interval`].
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// Sets [`TimerWorkerOptions::batch_size`].
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.batch_size = n;
+        self
+    }
+
     /// Refuses values the worker cannot run with.
     pub fn validate(&self) -> Result<(), TimerError> {
+        if self.poll_interval.is_zero() {
+            return Err(TimerError::InvalidOption {
+                option: "poll_interval",
+                reason: "a zero poll interval would spin; use at least 1 ms (default 1 s)".into(),
+            });
+        }
+        if self.batch_size == 0 {
+            return Err(TimerError::InvalidOption {
+                option: "batch_size",
+                reason: "a pass must fire at least one timer; use 1 or more (default 256)".into(),
+            });
+        }
         if self.max_attempts == Some(0) {
             return Err(TimerError::InvalidOption {
                 option: "max_attempts",
@@ -230,45 +293,6 @@ impl DrainSummary {
             FireDisposition::NotMine { .. } => self.not_mine += 1,
             FireDisposition::Superseded { .. } => self.superseded += 1,
         }
-    }
-}
-
-/// Settings of the long-running loop started by [`Timers::spawn_worker`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TimerLoopOptions {
-    /// The longest pause between passes when nothing is due (default 1 s).
-    /// The loop wakes sooner when the earliest scheduled timer is due sooner.
-    pub poll_interval: Duration,
-    /// How many timers one pass fires at most (default 256); a full pass is
-    /// followed by the next one at once.
-    pub batch_size: usize,
-}
-
-impl Default for TimerLoopOptions {
-    fn default() -> Self {
-        TimerLoopOptions {
-            poll_interval: Duration::from_secs(1),
-            batch_size: 256,
-        }
-    }
-}
-
-impl TimerLoopOptions {
-    /// Refuses values the loop cannot run with.
-    pub fn validate(&self) -> Result<(), TimerError> {
-        if self.poll_interval.is_zero() {
-            return Err(TimerError::InvalidOption {
-                option: "poll_interval",
-                reason: "a zero poll interval would spin; use at least 1 ms (default 1 s)".into(),
-            });
-        }
-        if self.batch_size == 0 {
-            return Err(TimerError::InvalidOption {
-                option: "batch_size",
-                reason: "a pass must fire at least one timer; use 1 or more (default 256)".into(),
-            });
-        }
-        Ok(())
     }
 }
 
@@ -535,18 +559,17 @@ impl Timers {
     }
 
     /// Starts a worker loop on the current tokio runtime: a [`Timers::drain`]
-    /// pass of up to `loop_options.batch_size` timers, then a pause until the
+    /// pass of up to `options.batch_size` timers, then a pause until the
     /// poll interval passes or the earliest scheduled timer is due, whichever
     /// comes first, until [`TimerWorker::shutdown`]. A timer scheduled during
     /// the pause through [`Timers::schedule`] in this process, or on
     /// PostgreSQL in any process (`LISTEN keiro_timers`), shortens it; one
     /// scheduled otherwise waits at most the poll interval. A pass that fails
     /// (the store is unreachable) is logged and retried after the poll
-    /// interval. Both option sets are validated first.
+    /// interval. The options are validated first.
     pub fn spawn_worker<F, Fut>(
         &self,
         options: TimerWorkerOptions,
-        loop_options: TimerLoopOptions,
         fire: F,
     ) -> Result<TimerWorker, TimerError>
     where
@@ -554,7 +577,6 @@ impl Timers {
         Fut: Future<Output = FireOutcome> + Send + 'static,
     {
         options.validate()?;
-        loop_options.validate()?;
         let (stop, mut stopped) = watch::channel(false);
         self.wakes.listen(&self.store);
         let timers = self.clone();
@@ -562,7 +584,7 @@ impl Timers {
             loop {
                 timers.wakes.listen(&timers.store);
                 let processed = match timers
-                    .drain_until(&options, loop_options.batch_size, &fire, Some(&stopped))
+                    .drain_until(&options, options.batch_size, &fire, Some(&stopped))
                     .await
                 {
                     Ok(summary) => {
@@ -579,7 +601,7 @@ impl Timers {
                 if *stopped.borrow() {
                     return;
                 }
-                if processed >= loop_options.batch_size {
+                if processed >= options.batch_size {
                     // More is due right now: no pause.
                     continue;
                 }
@@ -587,7 +609,7 @@ impl Timers {
                 // interval passes. A schedule (in this process, or on
                 // PostgreSQL in any) wakes the wait to re-check the earliest
                 // fire time; only the deadline or a due timer ends it.
-                let deadline = Instant::now() + loop_options.poll_interval;
+                let deadline = Instant::now() + options.poll_interval;
                 // Right after an empty pass, never less than a few ms, so a
                 // due timer that cannot be claimed yet is no busy loop.
                 let floor = if processed == 0 {
@@ -686,9 +708,7 @@ where
     Fut: Future<Output = FireOutcome> + Send + 'static,
 {
     let keiro = crate::runtime::global().await?;
-    Ok(keiro.timers().spawn_worker(
-        TimerWorkerOptions::default(),
-        TimerLoopOptions::default(),
-        fire,
-    )?)
+    Ok(keiro
+        .timers()
+        .spawn_worker(TimerWorkerOptions::default(), fire)?)
 }

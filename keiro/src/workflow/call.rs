@@ -113,7 +113,7 @@ where
         check_attach(&row, &spec)?;
         if created {
             keiro.wake_resume_worker();
-            keiro.store().wake_workers("").await?;
+            keiro.raw_store().wake_workers("").await?;
         }
         Ok(WorkflowHandle::new(keiro, spec.id, None))
     }
@@ -140,10 +140,9 @@ where
             (None, None) => uuid::Uuid::new_v4().to_string(),
         };
         if id.is_empty() {
-            return Err(Error::Config(format!(
-                "workflow `{}` was given an empty id",
-                self.name
-            )));
+            return Err(Error::EmptyId {
+                name: self.name.to_owned(),
+            });
         }
         Ok(Launch {
             name: self.name,

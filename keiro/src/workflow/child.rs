@@ -73,11 +73,10 @@ where
     R: Serialize + DeserializeOwned + Send + 'static,
 {
     if call.parent.is_none() {
-        return Err(Error::Config(format!(
-            "keiro::spawn({}) starts a child of the calling workflow, so it works only \
-             inside a #[workflow]; outside one use `.start()`",
-            call.name
-        )));
+        return Err(Error::NotInWorkflow {
+            op: format!("keiro::spawn({})", call.name),
+            instead: "it starts a child of the calling workflow, so outside one use `.start()`",
+        });
     }
     start_child(call).await
 }

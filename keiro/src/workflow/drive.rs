@@ -53,7 +53,7 @@ pub(crate) async fn run_here(
                 owner: keiro.owner(),
                 ttl_ms: policy.ttl.as_millis() as i64,
             };
-            keiro.store().claim(id, lease).await?
+            keiro.raw_store().claim(id, lease).await?
         }
     };
     if let Some(row) = claimed {
@@ -62,7 +62,7 @@ pub(crate) async fn run_here(
         }
     }
     keiro
-        .store()
+        .raw_store()
         .get_instance(id)
         .await?
         .ok_or_else(|| Error::NotFound { id: id.to_owned() })
@@ -89,7 +89,10 @@ pub(crate) async fn execute(
     let journal = if fresh {
         Vec::new()
     } else {
-        keiro.store().load_journal(&row.id, row.generation).await?
+        keiro
+            .raw_store()
+            .load_journal(&row.id, row.generation)
+            .await?
     };
     let (cx, aborted) = WorkflowContext::new(
         keiro.clone(),
@@ -149,7 +152,9 @@ async fn drive(
                     Ok(Halt::Suspend { wake_at, awaiting }) => Ended::Suspended(wake_at, awaiting),
                     Ok(Halt::Cancelled) => Ended::Cancelled,
                     Ok(Halt::ContinueAsNew { input }) => Ended::ContinueAsNew(input),
-                    Err(_) => Ended::Errored(Error::Config("workflow context dropped".into())),
+                    Err(_) => Ended::Errored(Error::Internal(
+                        "a workflow's context was dropped before the run ended".into(),
+                    )),
                 };
             }
             out = &mut body => {
@@ -165,7 +170,7 @@ async fn drive(
             }
             _ = stop.wait() => return Ended::Stopped,
             _ = renew.tick() => {
-                match keiro.store().renew_lease(&row.id, lease).await {
+                match keiro.raw_store().renew_lease(&row.id, lease).await {
                     Ok(true) => {}
                     Ok(false) => return Ended::LeaseLost,
                     Err(error) => tracing::warn!(parent: &span, %error, "keiro could not renew a lease; retrying"),

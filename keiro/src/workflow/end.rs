@@ -42,7 +42,7 @@ pub(crate) async fn record(
     ended: Ended,
 ) -> Result<Option<InstanceRow>> {
     let owner = keiro.owner();
-    let store = keiro.store();
+    let store = keiro.raw_store();
     match ended {
         Ended::Returned(output) => finish(keiro, row, output).await,
         Ended::Aborted(error @ Error::NonDeterministic { .. }) => {
@@ -155,7 +155,7 @@ async fn finish(
 async fn wake_parent(keiro: &Keiro, child: &InstanceRow) {
     if let Some(parent) = &child.parent_id {
         keiro.step_recorded(parent);
-        if let Err(error) = keiro.store().wake_workers(parent).await {
+        if let Err(error) = keiro.raw_store().wake_workers(parent).await {
             tracing::debug!(%error, "keiro could not notify a parent's process");
         }
     }
@@ -171,7 +171,7 @@ async fn crashed(
 ) -> Result<Option<InstanceRow>> {
     crate::telemetry::run_ended(&row.name, "crashed");
     let recorded = keiro
-        .store()
+        .raw_store()
         .record_crash(&Crash {
             id: &row.id,
             owner: keiro.owner(),
@@ -209,7 +209,7 @@ async fn set_aside(keiro: &Keiro, row: &InstanceRow, error: Error) -> Result<Opt
     tracing::error!(name = %row.name, id = %row.id, %error, "keiro set a workflow aside");
     crate::telemetry::run_ended(&row.name, "set_aside");
     keiro
-        .store()
+        .raw_store()
         .finish(&Finish {
             id: &row.id,
             generation: row.generation,

@@ -114,7 +114,7 @@ impl<R: DeserializeOwned> WorkflowHandle<R> {
 
     async fn row(&self) -> Result<InstanceRow> {
         self.keiro
-            .store()
+            .raw_store()
             .get_instance(&self.id)
             .await?
             .ok_or_else(|| Error::NotFound {

@@ -151,7 +151,7 @@ pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Resul
     loop {
         let changed = waiter.notified();
         let row = keiro
-            .store()
+            .raw_store()
             .get_instance(id)
             .await?
             .ok_or_else(|| Error::NotFound { id: id.to_owned() })?;
@@ -228,7 +228,7 @@ impl Unserved {
         }
         self.checked = Some(now);
         let alive_since = now_wall - crate::runtime::identity::EXECUTOR_TTL.as_millis() as i64;
-        if keiro.store().is_served(&row.name, alive_since).await? {
+        if keiro.raw_store().is_served(&row.name, alive_since).await? {
             self.since = None;
             return Ok(());
         }

@@ -25,11 +25,11 @@ impl Keiro {
     /// error saying so. Cancelling a finished instance changes nothing and
     /// says so. Errors with [`Error::NotFound`] for an unknown id.
     pub async fn cancel(&self, id: &str) -> Result<CancelOutcome> {
-        match self.store().cancel(id).await? {
+        match self.raw_store().cancel(id).await? {
             keiro_store::Cancellation::NotFound => Err(Error::NotFound { id: id.to_owned() }),
             keiro_store::Cancellation::AlreadyFinal(_) => {
                 let row = self
-                    .store()
+                    .raw_store()
                     .get_instance(id)
                     .await?
                     .ok_or_else(|| Error::NotFound { id: id.to_owned() })?;
@@ -52,17 +52,16 @@ impl Keiro {
     /// journal intact, so the fixed code resumes it: the next call with its id
     /// (or a resume worker) runs it. Errors when no such instance is set aside.
     pub async fn resume(&self, id: &str) -> Result<()> {
-        if self.store().requeue_set_aside(id).await? {
+        if self.raw_store().requeue_set_aside(id).await? {
             return Ok(());
         }
-        match self.store().get_instance(id).await? {
+        match self.raw_store().get_instance(id).await? {
             None => Err(Error::NotFound { id: id.to_owned() }),
-            Some(row) => Err(Error::Config(format!(
-                "workflow `{}` (id {id}) is {}, not set aside for non-determinism; \
-                 there is nothing to resume",
-                row.name,
-                row.status.as_str()
-            ))),
+            Some(row) => Err(Error::NotSetAside {
+                name: row.name,
+                id: id.to_owned(),
+                status: row.status.as_str().to_owned(),
+            }),
         }
     }
 }
@@ -106,17 +105,17 @@ where
     R: serde::Serialize + serde::de::DeserializeOwned + Send + 'static,
 {
     let Some(cx) = current() else {
-        return Err(Error::Config(format!(
-            "keiro::continue_as_new({}) works only inside a #[workflow]",
-            call.name
-        )));
+        return Err(Error::NotInWorkflow {
+            op: format!("keiro::continue_as_new({})", call.name),
+            instead: "outside one, call the workflow to start it",
+        });
     };
     if call.name != cx.name {
-        return Err(Error::Config(format!(
-            "workflow `{}` (id {}) cannot continue as `{}`; continue_as_new takes a call of \
-             the same workflow",
-            cx.name, cx.id, call.name
-        )));
+        return Err(Error::ContinueAsOther {
+            name: cx.name.clone(),
+            id: cx.id.clone(),
+            requested: call.name.to_owned(),
+        });
     }
     let input = call.encoded_input()?;
     halt(&cx, Halt::ContinueAsNew { input }).await

@@ -39,10 +39,7 @@ async fn run(started: Instant) -> Result<(), keiro::Error> {
         ["resume", id] => {
             let keiro = keiro::global().await?;
             let worker = keiro
-                .resume_worker(ResumeOptions {
-                    poll_interval: Duration::from_millis(50),
-                    ..ResumeOptions::default()
-                })
+                .resume_worker(ResumeOptions::default().poll_interval(Duration::from_millis(50)))
                 .await?;
             let out: serde_json::Value = keiro.handle(*id).await?.result().await?;
             let elapsed = started.elapsed();

@@ -25,7 +25,6 @@ async fn main() {
 
 async fn run() -> Result<(), keiro::Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let keiro = keiro::global().await?;
     match args
         .iter()
         .map(String::as_str)
@@ -36,20 +35,28 @@ async fn run() -> Result<(), keiro::Error> {
             let lease_ms: u64 = lease_ms.parse().expect("worker <lease_ms>");
             // One instance per pass and at a time, so that several workers
             // share a handful of instances instead of one taking them all.
+            // The lease TTL is the runtime's; the identity comes from the
+            // environment as for the default runtime.
+            let url = std::env::var(keiro::DATABASE_URL_ENV).expect("KEIRO_DATABASE_URL");
+            let keiro = keiro::Keiro::builder(url)
+                .lease_ttl(Duration::from_millis(lease_ms))
+                .connect()
+                .await?;
+            keiro::init(keiro.clone())?;
             let worker = keiro
-                .resume_worker(ResumeOptions {
-                    poll_interval: Duration::from_millis(50),
-                    lease_ttl: Duration::from_millis(lease_ms),
-                    concurrency: 1,
-                    batch_size: 1,
-                    ..ResumeOptions::default()
-                })
+                .resume_worker(
+                    ResumeOptions::default()
+                        .poll_interval(Duration::from_millis(50))
+                        .concurrency(1)
+                        .batch_size(1),
+                )
                 .await?;
             println!("READY {}", keiro.executor_id());
             tokio::signal::ctrl_c().await.ok();
             worker.shutdown().await;
         }
         ["run", marker] => {
+            let keiro = keiro::global().await?;
             let pid = held(marker.to_string()).await?;
             println!("DONE {pid} {}", keiro.executor_id());
         }

@@ -13,7 +13,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use keiro::timers::{FireOutcome, TimerLoopOptions, TimerRow, TimerWorkerOptions, Timers};
+use keiro::timers::{FireOutcome, TimerRow, TimerWorkerOptions, Timers};
 
 #[tokio::main]
 async fn main() {
@@ -39,14 +39,10 @@ async fn run() -> Result<(), keiro::Error> {
 
     let timers = Timers::connect(&url).await?;
     let worker = timers.spawn_worker(
-        TimerWorkerOptions {
-            max_attempts: None,
-            requeue_stuck_after: Some(Duration::from_millis(ttl)),
-        },
-        TimerLoopOptions {
-            poll_interval: Duration::from_millis(50),
-            ..TimerLoopOptions::default()
-        },
+        TimerWorkerOptions::default()
+            .max_attempts(None)
+            .requeue_stuck_after(Duration::from_millis(ttl))
+            .poll_interval(Duration::from_millis(50)),
         move |timer: TimerRow| {
             let effects = effects.clone();
             async move {
