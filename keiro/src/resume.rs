@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::runtime::inflight::Slot;
 use crate::shutdown::{Phase, Stop};
-use crate::workflow::drive::{execute, Policy};
+use crate::workflow::drive::execute;
 use crate::{Error, Keiro, Result};
 
 /// What the worker reports to its log hook.
@@ -326,13 +326,12 @@ impl Keiro {
         options.validate()?;
         self.ensure_executor().await?;
         self.serve_registered().await?;
-        let store = &self.raw_store();
+        let store = self.raw_store();
         let owner = self.owner();
         let workflows = self.registry().workflows();
-        let policy = Policy::of(self);
         let lease = Lease {
             owner,
-            ttl_ms: policy.ttl.as_millis() as i64,
+            ttl_ms: self.lease_ttl().as_millis() as i64,
         };
         // Claim in the same statement that discovers, so concurrent workers
         // take disjoint batches instead of racing for the same rows.
@@ -440,9 +439,8 @@ impl Keiro {
             }
         };
         summary.resumed = 1;
-        let policy = Policy::of(self);
         let (name, id) = (row.name.clone(), row.id.clone());
-        let result = execute(self, registration.run, row, false, policy, stop).await;
+        let result = execute(self, registration.run, row, false, stop).await;
         match &result {
             Ok(Some(done)) => match done.status {
                 InstanceStatus::Failed if done.output.is_none() => {

@@ -1,5 +1,17 @@
-//! The runtime handle: a connected store, its journal writer, the registry and
-//! this process's executor identity.
+//! The runtime handle, [`Keiro`]: a connected store, its journal writer, the
+//! registry, this process's executor identity, and what it has in flight.
+//!
+//! * `builder.rs`: [`KeiroBuilder`] and [`Keiro::connect`].
+//! * `global.rs`: the process-wide default ([`init`], [`global`],
+//!   [`Keiro::from_env`]) and the environment variables it reads.
+//! * `identity.rs`: taking and keeping this process's executor identity.
+//! * `inflight.rs`: the instances this process drives, their live runs and
+//!   who waits on them, behind one lock.
+//! * `listener.rs`: wake-ups per database, and on PostgreSQL the one listener
+//!   connection per database and process.
+//!
+//! `Inner` is private to this module: the rest of the crate uses `Keiro`'s
+//! methods.
 
 mod builder;
 mod global;

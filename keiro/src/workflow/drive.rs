@@ -17,23 +17,6 @@ use crate::registry::{RunFn, WorkflowInput};
 use crate::shutdown::Stop;
 use crate::{Error, Keiro, Result};
 
-/// How a run holds its lease and counts its crashes.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Policy {
-    pub(crate) ttl: Duration,
-    pub(crate) max_attempts: u32,
-}
-
-impl Policy {
-    /// The runtime's own settings, for runs started in this process.
-    pub(crate) fn of(keiro: &Keiro) -> Policy {
-        Policy {
-            ttl: keiro.lease_ttl(),
-            max_attempts: keiro.max_attempts(),
-        }
-    }
-}
-
 /// Runs the instance once in this process: `claimed`, or whatever this
 /// process can claim now. Returns the row as the run left it (final,
 /// suspended, or held elsewhere).
@@ -44,20 +27,19 @@ pub(crate) async fn run_here(
     claimed: Option<InstanceRow>,
 ) -> Result<InstanceRow> {
     keiro.ensure_executor().await?;
-    let policy = Policy::of(keiro);
     let fresh = claimed.is_some();
     let claimed = match claimed {
         Some(row) => Some(row),
         None => {
             let lease = Lease {
                 owner: keiro.owner(),
-                ttl_ms: policy.ttl.as_millis() as i64,
+                ttl_ms: keiro.lease_ttl().as_millis() as i64,
             };
             keiro.raw_store().claim(id, lease).await?
         }
     };
     if let Some(row) = claimed {
-        if let Some(done) = execute(keiro, run, row, fresh, policy, Stop::of(keiro)).await? {
+        if let Some(done) = execute(keiro, run, row, fresh, Stop::of(keiro)).await? {
             return Ok(done);
         }
     }
@@ -74,7 +56,7 @@ pub(crate) async fn run_here(
 ///
 /// A panic, or an error in the workflow's own data (an input or result that no
 /// longer decodes), is a crash: counted against the instance's attempts, which
-/// is retried later or, at `policy.max_attempts`, marked failed (returned as a
+/// is retried later or, at the runtime's `max_attempts`, marked failed (returned as a
 /// final row). A store error is transient: the lease is released and nothing
 /// is counted. So is a clean shutdown (`stop`), which ends the run with
 /// [`Error::Stopped`].
@@ -83,7 +65,6 @@ pub(crate) async fn execute(
     run: RunFn,
     row: InstanceRow,
     fresh: bool,
-    policy: Policy,
     stop: Stop,
 ) -> Result<Option<InstanceRow>> {
     let journal = if fresh {
@@ -104,8 +85,8 @@ pub(crate) async fn execute(
     // Registered until the end is recorded, so a cancellation meanwhile
     // finds the run.
     let _live = keiro.inflight().enter(&cx);
-    let ended = drive(keiro, run, &row, &cx, aborted, policy.ttl, stop).await;
-    end::record(keiro, row, policy, ended).await
+    let ended = drive(keiro, run, &row, &cx, aborted, keiro.lease_ttl(), stop).await;
+    end::record(keiro, row, ended).await
 }
 
 /// Runs the body of `row`'s workflow with context `cx` until it returns, halts

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use keiro_store::{now_ms, Crash, Finish, FinishRequest, InstanceRow, InstanceStatus};
 
-use super::drive::Policy;
 use crate::registry::WorkflowOutput;
 use crate::{Error, Keiro, Result};
 
@@ -38,7 +37,6 @@ pub(crate) enum Ended {
 pub(crate) async fn record(
     keiro: &Keiro,
     row: InstanceRow,
-    policy: Policy,
     ended: Ended,
 ) -> Result<Option<InstanceRow>> {
     let owner = keiro.owner();
@@ -95,7 +93,7 @@ pub(crate) async fn record(
         }
         Ended::Aborted(error) | Ended::Errored(error) => {
             let message = error.to_string();
-            crashed(keiro, row, policy, message, error).await
+            crashed(keiro, row, message, error).await
         }
         Ended::Panicked(message) => {
             let error = Error::Panicked {
@@ -103,7 +101,7 @@ pub(crate) async fn record(
                 id: row.id.clone(),
                 message: message.clone(),
             };
-            crashed(keiro, row, policy, message, error).await
+            crashed(keiro, row, message, error).await
         }
     }
 }
@@ -165,7 +163,6 @@ async fn wake_parent(keiro: &Keiro, child: &InstanceRow) {
 async fn crashed(
     keiro: &Keiro,
     mut row: InstanceRow,
-    policy: Policy,
     message: String,
     error: Error,
 ) -> Result<Option<InstanceRow>> {
@@ -176,7 +173,7 @@ async fn crashed(
             id: &row.id,
             owner: keiro.owner(),
             error: &message,
-            max_attempts: i64::from(policy.max_attempts),
+            max_attempts: i64::from(keiro.max_attempts()),
             retry_at: now_ms() + crash_backoff(row.attempts + 1).as_millis() as i64,
         })
         .await?;
