@@ -63,19 +63,23 @@ impl<'a> StoreView<'a> {
 
     /// The SQLite pool, on SQLite: to begin a transaction of your own for the
     /// `*_tx` functions (`pool.begin_with("BEGIN IMMEDIATE")`).
+    #[cfg(feature = "sqlite")]
     pub fn sqlite_pool(&self) -> Option<&'a sqlx::SqlitePool> {
+        #[allow(unreachable_patterns)]
         match self.store {
             Store::Sqlite(store) => Some(store.pool()),
-            Store::Postgres(_) => None,
+            _ => None,
         }
     }
 
     /// The PostgreSQL pool, on PostgreSQL: to begin a transaction of your own
     /// for the `*_tx` functions.
+    #[cfg(feature = "postgres")]
     pub fn postgres_pool(&self) -> Option<&'a sqlx::PgPool> {
+        #[allow(unreachable_patterns)]
         match self.store {
             Store::Postgres(store) => Some(store.pool()),
-            Store::Sqlite(_) => None,
+            _ => None,
         }
     }
 

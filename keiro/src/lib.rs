@@ -43,23 +43,18 @@
 
 #![forbid(unsafe_code)]
 
-mod call;
-mod child;
 mod context;
 mod error;
-mod executor;
 pub mod inspect;
-mod lifecycle;
 mod registry;
-mod run;
+mod resume;
 mod runtime;
 mod shutdown;
 mod signature;
 pub mod telemetry;
 pub mod timers;
 pub mod unstable;
-mod waiters;
-mod worker;
+mod workflow;
 
 #[doc(hidden)]
 pub mod __private;
@@ -67,19 +62,20 @@ pub mod __private;
 #[doc(inline)]
 pub use keiro_macros::{step, workflow};
 
-pub use call::{handle, WorkflowCall, WorkflowHandle, WorkflowStatus};
-pub use child::{spawn, ChildHandle};
 pub use context::{
     awakeable, now, reject_awakeable, resolve_awakeable, sleep, sleep_until, uuid, Awakeable,
 };
 pub use error::{Error, Result, StoreError};
 pub use keiro_store::SqliteSynchronous;
-pub use lifecycle::{cancel, continue_as_new, CancelOutcome};
 pub use runtime::{
     global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL, EXECUTOR_ID_ENV,
     SQLITE_SYNCHRONOUS_ENV,
 };
 pub use uuid::Uuid;
+pub use workflow::{
+    cancel, continue_as_new, handle, spawn, CancelOutcome, ChildHandle, WorkflowCall,
+    WorkflowHandle, WorkflowStatus,
+};
 
 /// Keeps the workflows of crates this binary depends on but never names.
 ///
@@ -111,6 +107,6 @@ macro_rules! link {
         )+
     };
 }
-pub use worker::{
+pub use resume::{
     run_resume_worker, ResumeEvent, ResumeLog, ResumeOptions, ResumeSummary, ResumeWorker,
 };

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::run::lock;
 use crate::{Keiro, Result};
 
 /// How long [`Keiro::shutdown`] waits for halted runs to hand back their
@@ -36,7 +35,7 @@ impl Stop {
     /// The signals of a run started in this process outside any worker.
     pub(crate) fn of(keiro: &Keiro) -> Stop {
         Stop {
-            runtime: keiro.inner.stop.subscribe(),
+            runtime: keiro.stop_signal(),
             worker: None,
         }
     }
@@ -44,7 +43,7 @@ impl Stop {
     /// The signals of a run of the worker following `phase`.
     pub(crate) fn of_worker(keiro: &Keiro, phase: watch::Receiver<Phase>) -> Stop {
         Stop {
-            runtime: keiro.inner.stop.subscribe(),
+            runtime: keiro.stop_signal(),
             worker: Some(phase),
         }
     }
@@ -115,23 +114,22 @@ impl Keiro {
     /// reached to give up the identity (it then lapses after 10 s, and the
     /// leases after their TTL).
     pub async fn shutdown(&self) -> Result<()> {
-        if self.inner.stop.send_replace(true) {
+        if !self.signal_stop() {
             return Ok(());
         }
         // Runs see the signal at once; wait for them to hand back their
         // leases (each leaves `running` when it has).
         let deadline = tokio::time::Instant::now() + HALT_WAIT;
-        while !lock(&self.inner.running).is_empty() && tokio::time::Instant::now() < deadline {
+        while !self.inflight().is_idle() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let Some(registration) = self.inner.executor.get() else {
+        let Some(registration) = self.registration() else {
             return Ok(());
         };
         // Removing the identity also releases any lease still held under it
         // (an instance created for a run that had not begun, a straggler).
         let released = self
-            .inner
-            .store
+            .raw_store()
             .remove_executor(&registration.id, &registration.token)
             .await?;
         tracing::info!(

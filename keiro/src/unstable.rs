@@ -12,7 +12,7 @@ use crate::Keiro;
 /// executor and timer tables. Bypasses every invariant; for tests and tools;
 /// may change without notice.
 pub fn raw_store(keiro: &Keiro) -> &keiro_store::Store {
-    &keiro.inner.store
+    keiro.raw_store()
 }
 
 /// The raw store under `timers` (see [`raw_store`]). Bypasses every

@@ -208,7 +208,7 @@ impl Keiro {
         found: Option<String>,
     ) -> Result<()> {
         let (workflow, generation, created) = parse_id(id)?;
-        let store = &self.inner.store;
+        let store = self.raw_store();
         let creation = store
             .get_step(&workflow, generation, created)
             .await?

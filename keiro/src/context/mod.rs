@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use keiro_store::StepRow;
 use tokio::sync::oneshot;
 
+use crate::runtime::lock;
 use crate::{Error, Keiro};
 
 pub use awakeable::{awakeable, reject_awakeable, resolve_awakeable, Awakeable};
@@ -73,11 +74,10 @@ pub(crate) async fn wait_for_step(
     let waiter = cx.keiro.waiter(&cx.id);
     let deadline = tokio::time::Instant::now() + cx.suspend_after;
     loop {
-        let notified = waiter.notify.notified();
+        let notified = waiter.notified();
         match cx
             .keiro
-            .inner
-            .store
+            .raw_store()
             .get_step(&cx.id, cx.generation, seq)
             .await
         {
@@ -170,7 +170,7 @@ impl WorkflowContext {
         journal: Vec<StepRow>,
     ) -> (Arc<WorkflowContext>, oneshot::Receiver<Halt>) {
         let (abort, aborted) = oneshot::channel();
-        let suspend_after = keiro.inner.suspend_after;
+        let suspend_after = keiro.suspend_after();
         let cx = WorkflowContext {
             keiro,
             name,
@@ -244,8 +244,4 @@ pub(crate) fn describe(kind: &str, name: &str) -> String {
         "child" => format!("child workflow `{name}`"),
         other => format!("keiro::{other}() `{name}`"),
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -180,7 +180,7 @@ where
         kind: kind.as_str().to_owned(),
         result,
     };
-    match cx.keiro.inner.writer.append(row).await {
+    match cx.keiro.writer().append(row).await {
         Ok(AppendOutcome::Inserted) => {
             crate::telemetry::step(name, false);
             value

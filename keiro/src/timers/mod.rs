@@ -68,6 +68,7 @@ mod resume;
 mod types;
 mod worker;
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use keiro_store::{now_ms, NewTimer, Store, StoreOptions, TimerUpdate};
@@ -84,6 +85,7 @@ pub use worker::{
     TimerWorkerOptions, NOT_MINE_RETRY_DELAY, PANIC_RETRY_DELAY,
 };
 
+use crate::runtime::listener::Wakes;
 use types::{duration_ms, from_ms, to_ms};
 
 /// The timer API over one store. Cheap to clone.
@@ -94,12 +96,14 @@ use types::{duration_ms, from_ms, to_ms};
 #[derive(Debug, Clone)]
 pub struct Timers {
     store: Store,
+    /// Wakes idle worker loops on this database in this process.
+    wakes: Arc<Wakes>,
 }
 
 impl crate::Keiro {
     /// The timers stored alongside this runtime's journal.
     pub fn timers(&self) -> Timers {
-        Timers::new(self.inner.store.clone())
+        Timers::new(self.raw_store().clone())
     }
 }
 
@@ -107,7 +111,8 @@ impl Timers {
     /// Timers in `store`.
     pub fn new(store: Store) -> Timers {
         metrics::describe();
-        Timers { store }
+        let wakes = Wakes::of(&store);
+        Timers { store, wakes }
     }
 
     /// Connects to `url` (`sqlite:path`, `postgres://…`), runs the migrations
@@ -140,7 +145,7 @@ impl Timers {
             .store
             .schedule_timer(&new_timer(request, &payload))
             .await?;
-        worker::wake_local_workers();
+        self.wakes.timers_changed();
         Ok(outcome)
     }
 
@@ -152,7 +157,7 @@ impl Timers {
             .store
             .schedule_timer_once(&new_timer(request, &payload))
             .await?;
-        worker::wake_local_workers();
+        self.wakes.timers_changed();
         Ok(created)
     }
 
@@ -220,7 +225,7 @@ impl Timers {
     /// kept for the record).
     pub async fn requeue(&self, id: &TimerId) -> Result<TimerChange, TimerError> {
         let update = self.store.requeue_timer(id.as_str()).await?;
-        worker::wake_local_workers();
+        self.wakes.timers_changed();
         change(id, update)
     }
 
@@ -237,7 +242,7 @@ impl Timers {
             .store
             .reschedule_timer(id.as_str(), to_ms(fire_at), note)
             .await?;
-        worker::wake_local_workers();
+        self.wakes.timers_changed();
         change(id, update)
     }
 

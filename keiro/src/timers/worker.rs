@@ -3,12 +3,11 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::FutureExt;
-use keiro_store::{now_ms, Store, TimerStatus, TimerUpdate};
-use tokio::sync::{watch, Notify};
+use keiro_store::{now_ms, TimerStatus, TimerUpdate};
+use tokio::sync::watch;
 use tracing::Instrument;
 
 use super::types::{duration_ms, from_ms};
@@ -579,11 +578,11 @@ impl Timers {
     {
         options.validate()?;
         let (stop, mut stopped) = watch::channel(false);
-        let remote = Arc::new(Notify::new());
-        let listener = self.spawn_wake_listener(Arc::downgrade(&remote));
+        self.wakes.listen(&self.store);
         let timers = self.clone();
         let join = tokio::spawn(async move {
             loop {
+                timers.wakes.listen(&timers.store);
                 let processed = match timers
                     .drain_until(&options, options.batch_size, &fire, Some(&stopped))
                     .await
@@ -619,27 +618,22 @@ impl Timers {
                     Duration::ZERO
                 };
                 loop {
-                    let local = LOCAL_WAKE.notified();
-                    tokio::pin!(local);
-                    local.as_mut().enable();
+                    let woken = timers.wakes.timers_notified();
+                    tokio::pin!(woken);
+                    woken.as_mut().enable();
                     let pause = timers.pause(deadline).await.max(floor);
                     if pause.is_zero() {
                         break;
                     }
                     tokio::select! {
                         _ = tokio::time::sleep(pause) => break,
-                        _ = &mut local => {}
-                        _ = remote.notified() => {}
+                        _ = &mut woken => {}
                         _ = stopped.changed() => return,
                     }
                 }
             }
         });
-        Ok(TimerWorker {
-            stop,
-            join,
-            listener,
-        })
+        Ok(TimerWorker { stop, join })
     }
 
     /// How long an idle loop may still sleep: until the earliest scheduled
@@ -651,48 +645,7 @@ impl Timers {
             _ => left,
         }
     }
-
-    /// On PostgreSQL, forwards schedule notifications from every process to
-    /// `wake` until the worker is gone.
-    fn spawn_wake_listener(&self, wake: Weak<Notify>) -> Option<tokio::task::JoinHandle<()>> {
-        let Store::Postgres(pg) = &self.store else {
-            return None;
-        };
-        let pg = pg.clone();
-        Some(tokio::spawn(async move {
-            loop {
-                match pg.listen_timers().await {
-                    Ok(mut listener) => loop {
-                        match listener.recv().await {
-                            Ok(_) => match wake.upgrade() {
-                                Some(wake) => wake.notify_one(),
-                                None => return,
-                            },
-                            Err(error) => {
-                                tracing::warn!(%error, "keiro timer wake listener lost its connection");
-                                break;
-                            }
-                        }
-                    },
-                    Err(error) => {
-                        tracing::warn!(%error, "keiro timer wake listener cannot connect")
-                    }
-                }
-                if wake.strong_count() == 0 {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }))
-    }
 }
-
-/// Wakes the idle worker loops of this process: a timer was scheduled here.
-pub(crate) fn wake_local_workers() {
-    LOCAL_WAKE.notify_waiters();
-}
-
-static LOCAL_WAKE: Notify = Notify::const_new();
 
 /// Keeps the disposition when the update applied; otherwise the timer moved on.
 fn applied(update: TimerUpdate, disposition: impl FnOnce() -> FireDisposition) -> FireDisposition {
@@ -723,7 +676,6 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 pub struct TimerWorker {
     stop: watch::Sender<bool>,
     join: tokio::task::JoinHandle<()>,
-    listener: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl TimerWorker {
@@ -731,9 +683,6 @@ impl TimerWorker {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.join.await;
-        if let Some(listener) = self.listener {
-            listener.abort();
-        }
     }
 }
 

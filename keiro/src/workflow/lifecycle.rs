@@ -2,7 +2,6 @@
 //! ([`continue_as_new`]).
 
 use crate::context::{current, halt, Halt};
-use crate::run::lock;
 use crate::{Error, Keiro, Result, WorkflowCall, WorkflowStatus};
 
 /// What [`cancel`] did.
@@ -26,12 +25,11 @@ impl Keiro {
     /// error saying so. Cancelling a finished instance changes nothing and
     /// says so. Errors with [`Error::NotFound`] for an unknown id.
     pub async fn cancel(&self, id: &str) -> Result<CancelOutcome> {
-        match self.inner.store.cancel(id).await? {
+        match self.raw_store().cancel(id).await? {
             keiro_store::Cancellation::NotFound => Err(Error::NotFound { id: id.to_owned() }),
             keiro_store::Cancellation::AlreadyFinal(_) => {
                 let row = self
-                    .inner
-                    .store
+                    .raw_store()
                     .get_instance(id)
                     .await?
                     .ok_or_else(|| Error::NotFound { id: id.to_owned() })?;
@@ -39,10 +37,7 @@ impl Keiro {
             }
             keiro_store::Cancellation::Cancelled(ids) => {
                 for cancelled in &ids {
-                    let live = lock(&self.inner.live)
-                        .get(cancelled)
-                        .and_then(|w| w.upgrade());
-                    if let Some(cx) = live {
+                    if let Some(cx) = self.inflight().live(cancelled) {
                         cx.halt(Halt::Cancelled);
                     }
                     self.step_recorded(cancelled);
@@ -50,6 +45,23 @@ impl Keiro {
                 tracing::info!(id, cancelled = ids.len(), "keiro cancelled a workflow");
                 Ok(CancelOutcome::Cancelled { ids })
             }
+        }
+    }
+
+    /// Puts an instance that was set aside for non-determinism back in line,
+    /// journal intact, so the fixed code resumes it: the next call with its id
+    /// (or a resume worker) runs it. Errors when no such instance is set aside.
+    pub async fn resume(&self, id: &str) -> Result<()> {
+        if self.raw_store().requeue_set_aside(id).await? {
+            return Ok(());
+        }
+        match self.raw_store().get_instance(id).await? {
+            None => Err(Error::NotFound { id: id.to_owned() }),
+            Some(row) => Err(Error::NotSetAside {
+                name: row.name,
+                id: id.to_owned(),
+                status: row.status.as_str().to_owned(),
+            }),
         }
     }
 }

@@ -1,16 +1,19 @@
-//! What a `#[workflow]` fn returns ([`WorkflowCall`]) and what a started
-//! workflow gives back ([`WorkflowHandle`], [`WorkflowStatus`]).
+//! What a `#[workflow]` fn returns: [`WorkflowCall`], awaited, started or
+//! enqueued.
 
 use std::future::IntoFuture;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
-use keiro_store::{CreateRequest, InstanceRow, InstanceStatus};
+use keiro_store::CreateRequest;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::context::claim_seq;
+use super::handle::outcome_of;
+use super::launch::{check_attach, launch, wait, Launch};
+use super::WorkflowHandle;
+use crate::context::{claim_seq, WorkflowContext};
 use crate::registry::{BoxFuture, RunFn, SignatureFn};
-use crate::run::{self, check_attach, follow, launch, lock, outcome_of, wait, Launch, ParentSlot};
 use crate::{Error, Keiro, Result};
 
 /// A call of a `#[workflow]` fn, not yet running.
@@ -97,8 +100,7 @@ where
         let keiro = self.runtime().await?;
         let spec = self.launch_spec()?;
         let (row, created) = keiro
-            .inner
-            .writer
+            .writer()
             .create(CreateRequest {
                 id: spec.id.clone(),
                 name: spec.name.to_owned(),
@@ -110,8 +112,8 @@ where
             .await?;
         check_attach(&row, &spec)?;
         if created {
-            keiro.inner.wake.notify_one();
-            keiro.inner.store.wake_workers("").await?;
+            keiro.wake_resume_worker();
+            keiro.raw_store().wake_workers("").await?;
         }
         Ok(WorkflowHandle::new(keiro, spec.id, None))
     }
@@ -164,7 +166,7 @@ where
                 let row = wait(&keiro, &id, launch(&keiro, spec).await?, Some(self.run)).await?;
                 outcome_of(&row)
             }
-            Some(_) => crate::child::start_child(self).await?.await,
+            Some(_) => crate::workflow::child::start_child(self).await?.await,
         }
     }
 }
@@ -181,145 +183,5 @@ where
     }
 }
 
-/// Where a workflow instance stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum WorkflowStatus {
-    /// Enqueued, not yet claimed by any executor.
-    Pending,
-    /// Claimed and running (or crashed while running, until resumed).
-    Running,
-    /// Waiting on a timer, an awakeable or a child; costs only its row.
-    Suspended,
-    /// Returned a value (not an `Err`).
-    Completed,
-    /// Returned an `Err`, or was marked failed after its crash attempts.
-    Failed,
-    /// Cancelled.
-    Cancelled,
-    /// Set aside because the code no longer matches its journal; the journal is
-    /// untouched and [`Keiro::resume`] puts it back in line once fixed.
-    NonDeterministic {
-        /// What the journal recorded at the diverging step.
-        expected: String,
-        /// What the code called there.
-        found: String,
-    },
-}
-
-impl WorkflowStatus {
-    pub(crate) fn of(row: &InstanceRow) -> WorkflowStatus {
-        match row.status {
-            InstanceStatus::Pending => WorkflowStatus::Pending,
-            InstanceStatus::Running => WorkflowStatus::Running,
-            InstanceStatus::Suspended => WorkflowStatus::Suspended,
-            InstanceStatus::Completed => WorkflowStatus::Completed,
-            InstanceStatus::Failed => WorkflowStatus::Failed,
-            InstanceStatus::Cancelled => WorkflowStatus::Cancelled,
-            InstanceStatus::NonDeterministic => {
-                let (_, expected, found) = run::nondeterminism_of(row);
-                WorkflowStatus::NonDeterministic { expected, found }
-            }
-            _ => WorkflowStatus::Running,
-        }
-    }
-
-    /// Whether the instance is done (completed, failed, cancelled or set aside).
-    pub fn is_final(&self) -> bool {
-        !matches!(
-            self,
-            WorkflowStatus::Pending | WorkflowStatus::Running | WorkflowStatus::Suspended
-        )
-    }
-}
-
-/// A handle on one workflow instance, wherever it runs.
-pub struct WorkflowHandle<R> {
-    keiro: Keiro,
-    id: String,
-    /// Set for handles of runs started in this process, which this process
-    /// drives on when they come due again.
-    run: Option<RunFn>,
-    _output: PhantomData<fn() -> R>,
-}
-
-impl<R> std::fmt::Debug for WorkflowHandle<R> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WorkflowHandle")
-            .field("id", &self.id)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<R: DeserializeOwned> WorkflowHandle<R> {
-    pub(crate) fn new(keiro: Keiro, id: String, run: Option<RunFn>) -> Self {
-        WorkflowHandle {
-            keiro,
-            id,
-            run,
-            _output: PhantomData,
-        }
-    }
-
-    /// The instance id.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// Where the instance stands now.
-    pub async fn status(&self) -> Result<WorkflowStatus> {
-        Ok(WorkflowStatus::of(&self.row().await?))
-    }
-
-    /// Waits for the instance to end and returns its output, or the error that
-    /// ended it (cancelled, set aside, failed after crashes).
-    pub async fn result(&self) -> Result<R> {
-        let in_process = lock(&self.keiro.inner.running)
-            .get(&self.id)
-            .map(|(_, receiver)| receiver.clone());
-        let row = match in_process {
-            Some(receiver) => wait(&self.keiro, &self.id, receiver, self.run).await?,
-            None => follow(&self.keiro, &self.id, self.run).await?,
-        };
-        outcome_of(&row)
-    }
-
-    async fn row(&self) -> Result<InstanceRow> {
-        self.keiro
-            .inner
-            .store
-            .get_instance(&self.id)
-            .await?
-            .ok_or_else(|| Error::NotFound {
-                id: self.id.clone(),
-            })
-    }
-}
-
-impl Keiro {
-    /// A handle on an existing instance. Errors with [`Error::NotFound`] when no
-    /// instance has this id.
-    pub async fn handle<R: DeserializeOwned>(
-        &self,
-        id: impl Into<String>,
-    ) -> Result<WorkflowHandle<R>> {
-        let handle = WorkflowHandle::new(self.clone(), id.into(), None);
-        handle.row().await?;
-        Ok(handle)
-    }
-}
-
-/// A handle on an existing instance, through the process-wide runtime.
-/// It never starts anything and never compares arguments: the way to read
-/// what a workflow id returned, wherever and whenever it ran.
-///
-/// ```no_run
-/// # async fn demo() -> Result<(), keiro::Error> {
-/// let handle = keiro::handle::<Result<String, String>>("order-42").await?;
-/// println!("order-42 is {:?}", handle.status().await?);
-/// let receipt = handle.result().await?; // waits for the end
-/// # Ok(()) }
-/// ```
-pub async fn handle<R: DeserializeOwned>(id: impl Into<String>) -> Result<WorkflowHandle<R>> {
-    crate::runtime::global().await?.handle(id).await
-}
+/// A context shared by a parent and the child calls it makes.
+pub(crate) type ParentSlot = Option<(Arc<WorkflowContext>, i64)>;

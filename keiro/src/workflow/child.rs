@@ -10,9 +10,9 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::launch::launch;
 use crate::context::{halt, wait_for_step, Halt, StepKind, WorkflowContext};
 use crate::registry::BoxFuture;
-use crate::run::launch;
 use crate::{Error, Result, WorkflowCall};
 
 /// A child workflow started by [`spawn`]; await it to join it.

@@ -109,7 +109,7 @@ async fn register(keiro: &Keiro) -> Result<Registration> {
     let store = &keiro.inner.store;
     let me = Me {
         token: uuid::Uuid::new_v4().to_string(),
-        host: crate::runtime::host_name(),
+        host: host_name(),
         pid: i64::from(std::process::id()),
     };
     let requested = keiro.inner.requested_id.as_str();
@@ -253,6 +253,32 @@ async fn heartbeat(inner: Weak<Inner>, id: String, token: String, mut stop: watc
             Err(error) => tracing::warn!(%error, "keiro executor heartbeat failed; retrying"),
         }
     }
+}
+
+/// `{host}/{program}`: shared by the processes of one program on one host,
+/// each taking a numbered slot of it.
+pub(crate) fn default_executor_id() -> String {
+    let program = std::env::current_exe()
+        .ok()
+        .or_else(|| std::env::args_os().next().map(Into::into))
+        .and_then(|path| {
+            path.file_stem()
+                .map(|stem| stem.to_string_lossy().into_owned())
+        })
+        .filter(|stem| !stem.is_empty())
+        .unwrap_or_else(|| "keiro".to_owned());
+    format!("{}/{program}", host_name())
+}
+
+/// This machine's host name.
+pub(crate) fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "keiro".to_owned())
 }
 
 fn pid_alive(pid: i64) -> bool {

@@ -1,0 +1,128 @@
+//! The resume worker: finds unfinished instances that are due (crashed
+//! mid-run, enqueued, or suspended past their wake time), claims each through
+//! an expiring lease and drives it on through the link-time registry.
+
+mod options;
+mod pass;
+mod report;
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::shutdown::{Phase, Stop};
+use crate::{Keiro, Result};
+
+pub use options::ResumeOptions;
+pub use report::{ResumeEvent, ResumeLog, ResumeSummary};
+
+impl Keiro {
+    /// Starts the resume worker on the current tokio runtime with `options`
+    /// (validated first). It runs a pass, then waits for the poll interval or
+    /// a wake-up (an enqueue in this process; on PostgreSQL a notification
+    /// from any process), until [`ResumeWorker::shutdown`] (or
+    /// [`Keiro::shutdown`]).
+    pub async fn resume_worker(&self, options: ResumeOptions) -> Result<ResumeWorker> {
+        options.validate()?;
+        self.ensure_executor().await?;
+        let (phase, watched) = watch::channel(Phase::Running);
+        self.listen_for_wakes();
+        let keiro = self.clone();
+        let join = tokio::spawn(async move {
+            let mut stop = Stop::of_worker(&keiro, watched);
+            loop {
+                keiro.listen_for_wakes();
+                let full = match keiro.pass(&options, &stop).await {
+                    Ok(summary) => summary.resumed as i64 >= options.claim_limit(),
+                    Err(error) => {
+                        (options.log)(&ResumeEvent::PassFailed { error });
+                        false
+                    }
+                };
+                if stop.is_draining() {
+                    break;
+                }
+                if full {
+                    // More is due right now: no pause.
+                    continue;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(options.poll_interval) => {}
+                    _ = keiro.resume_wake().notified() => {}
+                    _ = stop.draining() => break,
+                }
+            }
+        });
+        Ok(ResumeWorker {
+            phase,
+            join,
+            keiro: self.clone(),
+        })
+    }
+}
+
+/// A running resume worker.
+#[derive(Debug)]
+pub struct ResumeWorker {
+    phase: watch::Sender<Phase>,
+    join: tokio::task::JoinHandle<()>,
+    keiro: Keiro,
+}
+
+impl ResumeWorker {
+    /// Shuts down promptly and cleanly: the worker claims nothing more, its
+    /// runs in flight stop at once and release their leases (journal, status
+    /// and attempts untouched), then its runtime is shut down with
+    /// [`Keiro::shutdown`], which gives up the executor identity. Another
+    /// worker resumes the released instances right away, and a new process
+    /// may take the identity at once. Same as `shutdown_within(Duration::ZERO)`.
+    pub async fn shutdown(self) {
+        self.shutdown_within(Duration::ZERO).await
+    }
+
+    /// Like [`ResumeWorker::shutdown`], but first lets the runs in flight
+    /// finish (or suspend) for up to `grace`; those still running then stop
+    /// and release their leases.
+    pub async fn shutdown_within(self, grace: Duration) {
+        let keiro = self.keiro.clone();
+        self.halt(grace).await;
+        if let Err(error) = keiro.shutdown().await {
+            tracing::warn!(%error, "keiro could not give up its executor identity; it lapses in 10 s");
+        }
+    }
+
+    /// Stops this worker alone, as promptly as [`ResumeWorker::shutdown`]
+    /// (its runs release their leases), keeping the runtime and its identity
+    /// for workflows still run in this process.
+    pub async fn stop(self) {
+        self.halt(Duration::ZERO).await
+    }
+
+    async fn halt(mut self, grace: Duration) {
+        let _ = self.phase.send(Phase::Draining);
+        if grace.is_zero() || tokio::time::timeout(grace, &mut self.join).await.is_err() {
+            let _ = self.phase.send(Phase::Halting);
+            let _ = (&mut self.join).await;
+        }
+    }
+}
+
+/// Starts the resume worker of the process-wide runtime (from
+/// `KEIRO_DATABASE_URL`) with default options, driving every workflow linked
+/// into this binary. It logs at `info` which workflows it serves.
+///
+/// ```no_run
+/// #[tokio::main]
+/// async fn main() -> Result<(), keiro::Error> {
+///     let worker = keiro::run_resume_worker().await?;
+///     tokio::signal::ctrl_c().await.ok();
+///     worker.shutdown().await;
+///     Ok(())
+/// }
+/// ```
+pub async fn run_resume_worker() -> Result<ResumeWorker> {
+    crate::runtime::global()
+        .await?
+        .resume_worker(ResumeOptions::default())
+        .await
+}

@@ -1,0 +1,182 @@
+//! One pass of the resume worker: claim due instances, report the ones it
+//! cannot run, and drive the claimed ones through the registry.
+
+use futures::StreamExt;
+use keiro_store::{BlockReason, InstanceRow, InstanceStatus, Lease};
+
+use super::{ResumeEvent, ResumeOptions, ResumeSummary};
+use crate::runtime::inflight::Slot;
+use crate::shutdown::Stop;
+use crate::workflow::drive::execute;
+use crate::{Error, Keiro, Result};
+
+/// How many unclaimable due instances (unknown names, live foreign leases) a
+/// pass reports.
+const BLOCKED_REPORTED: i64 = 100;
+
+impl Keiro {
+    /// One pass of the resume worker: discover due instances, claim and
+    /// advance each, and report what happened. The single testable unit
+    /// behind [`Keiro::resume_worker`].
+    pub async fn resume_once(&self, options: &ResumeOptions) -> Result<ResumeSummary> {
+        self.pass(options, &Stop::of(self)).await
+    }
+
+    /// One pass whose runs stop on `stop`.
+    pub(super) async fn pass(&self, options: &ResumeOptions, stop: &Stop) -> Result<ResumeSummary> {
+        options.validate()?;
+        self.ensure_executor().await?;
+        self.serve_registered().await?;
+        let store = self.raw_store();
+        let owner = self.owner();
+        let workflows = self.registry().workflows();
+        let lease = Lease {
+            owner,
+            ttl_ms: self.lease_ttl().as_millis() as i64,
+        };
+        // Claim in the same statement that discovers, so concurrent workers
+        // take disjoint batches instead of racing for the same rows.
+        let claimed = store
+            .claim_due(lease, &workflows, options.claim_limit())
+            .await?;
+        let blocked = store
+            .find_blocked(owner, &workflows, BLOCKED_REPORTED)
+            .await?;
+        let mut summary = ResumeSummary {
+            discovered: claimed.len() + blocked.len(),
+            ..ResumeSummary::default()
+        };
+        for row in blocked {
+            let (name, id) = (row.name, row.id);
+            match row.reason {
+                BlockReason::UnknownName => {
+                    summary.unknown_name += 1;
+                    (options.log)(&ResumeEvent::UnknownName { name, id });
+                }
+                BlockReason::SignatureMismatch { stored, registered } => {
+                    summary.unknown_name += 1;
+                    (options.log)(&ResumeEvent::SignatureMismatch {
+                        name,
+                        id,
+                        stored,
+                        registered,
+                    });
+                }
+                _ => summary.lease_skipped += 1,
+            }
+        }
+        let summary = futures::stream::iter(claimed)
+            .map(|row| self.advance(row, options, stop.clone()))
+            .buffer_unordered(options.concurrency)
+            .fold(summary, |acc, one| async move { acc.add(one) })
+            .await;
+        crate::telemetry::pass(&summary);
+        match store.count_pending_awakeables().await {
+            Ok(n) => crate::telemetry::awakeables_pending(n),
+            Err(error) => tracing::debug!(%error, "keiro could not count pending awakeables"),
+        }
+        (options.log)(&ResumeEvent::Pass(summary));
+        Ok(summary)
+    }
+
+    /// Records (once per runtime) which workflow names this worker serves, so
+    /// a caller waiting on an instance no live worker serves is told, and
+    /// logs them: a workflow missing from this list was never linked into
+    /// the binary (see [`crate::link!`]).
+    async fn serve_registered(&self) -> Result<()> {
+        self.serving()
+            .get_or_try_init(|| async {
+                let names = self.registry().names();
+                self.raw_store()
+                    .register_workflows(self.owner(), &names)
+                    .await?;
+                if names.is_empty() {
+                    tracing::warn!(
+                        executor = %self.owner(),
+                        "keiro resume worker serves no workflow: none is linked into this binary \
+                         (a crate of workflows that main never names is dropped by the linker; \
+                         add `keiro::link!(that_crate);`)"
+                    );
+                } else {
+                    tracing::info!(
+                        executor = %self.owner(),
+                        workflows = %names.join(", "),
+                        "keiro resume worker serves {} workflow(s)",
+                        names.len()
+                    );
+                }
+                Ok::<_, Error>(())
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// Drives one instance this pass claimed.
+    async fn advance(
+        &self,
+        row: InstanceRow,
+        options: &ResumeOptions,
+        stop: Stop,
+    ) -> ResumeSummary {
+        let mut summary = ResumeSummary::default();
+        if stop.is_halting() {
+            // Claimed but not started when a shutdown halted the worker: hand
+            // it back unstarted. (While draining, what a pass claimed runs.)
+            let _ = self.raw_store().release(&row.id, self.owner()).await;
+            return summary;
+        }
+        let Some(registration) = self.registry().get(&row.name) else {
+            // Claimed by name, so registered; keep the guard all the same.
+            summary.unknown_name = 1;
+            let _ = self.raw_store().release(&row.id, self.owner()).await;
+            return summary;
+        };
+        let driving = match self.inflight().take(&row.id, registration.name) {
+            Slot::Mine(driving) => driving,
+            // This process runs it already (under the same lease owner).
+            Slot::Attached(_) | Slot::Conflict(_) => {
+                summary.lease_skipped = 1;
+                return summary;
+            }
+        };
+        summary.resumed = 1;
+        let (name, id) = (row.name.clone(), row.id.clone());
+        let result = execute(self, registration.run, row, false, stop).await;
+        match &result {
+            Ok(Some(done)) => match done.status {
+                InstanceStatus::Failed if done.output.is_none() => {
+                    summary.failed = 1;
+                    (options.log)(&ResumeEvent::MarkedFailed {
+                        name: done.name.clone(),
+                        id: done.id.clone(),
+                        message: done.error.clone().unwrap_or_default(),
+                    });
+                }
+                InstanceStatus::Suspended => summary.still_suspended = 1,
+                _ => summary.completed = 1,
+            },
+            Ok(None) => summary.lease_skipped = 1,
+            Err(Error::NonDeterministic { .. }) => summary.failed = 1,
+            // Released by a clean shutdown; nothing to report.
+            Err(Error::Stopped { .. }) => {}
+            Err(error) if error.is_transient() => {
+                summary.transient_errors = 1;
+                (options.log)(&ResumeEvent::TransientError {
+                    name: name.clone(),
+                    id: id.clone(),
+                    error: error.clone(),
+                });
+            }
+            Err(error) => (options.log)(&ResumeEvent::Crashed {
+                name: name.clone(),
+                id: id.clone(),
+                error: error.clone(),
+            }),
+        }
+        match result {
+            Ok(Some(done)) => self.inflight().publish(driving, Ok(done)),
+            _ => self.inflight().release(driving),
+        }
+        summary
+    }
+}

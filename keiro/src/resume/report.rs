@@ -1,0 +1,190 @@
+//! What the resume worker reports: one [`ResumeEvent`] per notable thing,
+//! and a [`ResumeSummary`] per pass.
+
+use std::sync::Arc;
+
+use crate::Error;
+
+/// What the worker reports to its log hook.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum ResumeEvent {
+    /// An instance names a workflow this binary does not register. It is
+    /// skipped (never dropped or failed) and reported on every pass.
+    UnknownName {
+        /// The stored workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+    },
+    /// An instance was started by a workflow of a name this binary registers,
+    /// but with other argument or return types (another binary's workflow of
+    /// that name, or this one before its types changed). It is skipped (never
+    /// claimed, failed or counted as a crash) and reported on every pass.
+    SignatureMismatch {
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+        /// The signature recorded with the instance.
+        stored: String,
+        /// The signature of the workflow this binary registers under the name.
+        registered: String,
+    },
+    /// The store failed while advancing an instance; it is retried next pass.
+    TransientError {
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+        /// What failed.
+        error: Error,
+    },
+    /// A run crashed (panicked, or its stored data no longer decodes); it is
+    /// retried after a backoff.
+    Crashed {
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+        /// Why.
+        error: Error,
+    },
+    /// An instance reached its crash-attempt ceiling and is now failed.
+    MarkedFailed {
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+        /// The last crash.
+        message: String,
+    },
+    /// A whole pass failed (discovery could not reach the store).
+    PassFailed {
+        /// What failed.
+        error: Error,
+    },
+    /// A pass ended.
+    Pass(ResumeSummary),
+}
+
+impl ResumeEvent {
+    /// What went wrong, as a [`enum@Error`] (whose sentence says what to do):
+    /// an unknown name is [`Error::UnknownWorkflow`], a signature mismatch
+    /// [`Error::SignatureMismatch`], an instance marked failed
+    /// [`Error::Failed`]; `None` for [`ResumeEvent::Pass`].
+    pub fn error(&self) -> Option<Error> {
+        match self {
+            ResumeEvent::UnknownName { name, id } => Some(Error::UnknownWorkflow {
+                name: name.clone(),
+                id: id.clone(),
+            }),
+            ResumeEvent::SignatureMismatch {
+                name,
+                id,
+                stored,
+                registered,
+            } => Some(Error::SignatureMismatch {
+                name: name.clone(),
+                id: id.clone(),
+                stored: stored.clone(),
+                requested: registered.clone(),
+            }),
+            ResumeEvent::MarkedFailed { name, id, message } => Some(Error::Failed {
+                name: name.clone(),
+                id: id.clone(),
+                message: message.clone(),
+            }),
+            ResumeEvent::TransientError { error, .. }
+            | ResumeEvent::Crashed { error, .. }
+            | ResumeEvent::PassFailed { error } => Some(error.clone()),
+            ResumeEvent::Pass(_) => None,
+        }
+    }
+}
+
+/// A hook receiving every [`ResumeEvent`].
+pub type ResumeLog = Arc<dyn Fn(&ResumeEvent) + Send + Sync>;
+
+/// The default [`ResumeLog`]: every event to `tracing`.
+pub(super) fn log_to_tracing(event: &ResumeEvent) {
+    match event {
+        ResumeEvent::UnknownName { name, id } => tracing::warn!(
+            %name, %id,
+            "keiro resume worker: {}; skipping",
+            Error::UnknownWorkflow { name: name.clone(), id: id.clone() }
+        ),
+        ResumeEvent::SignatureMismatch {
+            name,
+            id,
+            stored,
+            registered,
+        } => tracing::warn!(
+            %name, %id, %stored, %registered,
+            "keiro resume worker: workflow `{name}` (id {id}) was started with types `{stored}`, \
+             but this binary registers `{name}` with `{registered}`; skipping"
+        ),
+        ResumeEvent::TransientError { name, id, error } => {
+            tracing::warn!(%name, %id, %error, "keiro resume worker: transient store error")
+        }
+        ResumeEvent::Crashed { name, id, error } => {
+            tracing::warn!(%name, %id, %error, "keiro resume worker: workflow crashed; will retry")
+        }
+        ResumeEvent::MarkedFailed { name, id, message } => tracing::error!(
+            %name, %id, %message,
+            "keiro resume worker: workflow failed after its crash attempts"
+        ),
+        ResumeEvent::PassFailed { error } => {
+            tracing::warn!(%error, "keiro resume worker: pass failed")
+        }
+        ResumeEvent::Pass(summary) => tracing::debug!(
+            discovered = summary.discovered,
+            resumed = summary.resumed,
+            completed = summary.completed,
+            still_suspended = summary.still_suspended,
+            unknown_name = summary.unknown_name,
+            failed = summary.failed,
+            transient_errors = summary.transient_errors,
+            lease_skipped = summary.lease_skipped,
+            "keiro resume pass"
+        ),
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResumeSummary {
+    /// Due instances found.
+    pub discovered: usize,
+    /// Instances claimed and re-invoked.
+    pub resumed: usize,
+    /// Re-invoked instances that finished (returned `Ok` or `Err`).
+    pub completed: usize,
+    /// Re-invoked instances that are waiting again.
+    pub still_suspended: usize,
+    /// Instances whose workflow name this binary does not register, or
+    /// registers with other argument/return types.
+    pub unknown_name: usize,
+    /// Instances marked failed (crash ceiling) or set aside (non-determinism).
+    pub failed: usize,
+    /// Store errors; those instances are retried next pass.
+    pub transient_errors: usize,
+    /// Instances another executor holds a live lease on (or this process
+    /// runs already).
+    pub lease_skipped: usize,
+}
+
+impl ResumeSummary {
+    /// The sum of two summaries.
+    pub(super) fn add(mut self, other: ResumeSummary) -> ResumeSummary {
+        self.discovered += other.discovered;
+        self.resumed += other.resumed;
+        self.completed += other.completed;
+        self.still_suspended += other.still_suspended;
+        self.unknown_name += other.unknown_name;
+        self.failed += other.failed;
+        self.transient_errors += other.transient_errors;
+        self.lease_skipped += other.lease_skipped;
+        self
+    }
+}

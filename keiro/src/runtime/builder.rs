@@ -1,0 +1,201 @@
+//! Building a [`Keiro`]: [`Keiro::connect`], [`Keiro::builder`] and the
+//! settings of [`KeiroBuilder`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keiro_store::{JournalWriter, SqliteSynchronous, Store, StoreOptions};
+use tokio::sync::{watch, Notify, OnceCell};
+
+use super::global::EXECUTOR_ID_ENV;
+use super::identity::default_executor_id;
+use super::inflight::InFlight;
+use super::listener::Wakes;
+use super::{Inner, Keiro};
+use crate::registry::Registry;
+use crate::{Error, Result};
+
+impl Keiro {
+    /// Connects to `url` (`sqlite:path`, `sqlite::memory:`, `postgres://…`),
+    /// runs the migrations and collects the workflows linked into this binary.
+    pub async fn connect(url: &str) -> Result<Keiro> {
+        Keiro::builder(url).connect().await
+    }
+
+    /// Settings beyond the URL: executor identity, the instance policy (lease
+    /// TTL, crash attempts, suspend threshold), SQLite durability, pool size.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use keiro::{Keiro, SqliteSynchronous};
+    ///
+    /// # async fn demo() -> Result<(), keiro::Error> {
+    /// let keiro = Keiro::builder("sqlite:orders.db")
+    ///     .sqlite_synchronous(SqliteSynchronous::Normal) // faster; may lose the last commits on power loss
+    ///     .suspend_after(Duration::from_secs(5))
+    ///     .max_attempts(3)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(url: impl Into<String>) -> KeiroBuilder {
+        KeiroBuilder {
+            url: url.into(),
+            executor_id: None,
+            lease_ttl: Duration::from_secs(10),
+            max_attempts: 5,
+            suspend_after: Duration::from_secs(1),
+            no_worker_timeout: Duration::from_secs(30),
+            store: StoreOptions::default(),
+        }
+    }
+}
+
+/// Settings for [`Keiro::builder`].
+#[derive(Debug, Clone)]
+pub struct KeiroBuilder {
+    url: String,
+    executor_id: Option<String>,
+    lease_ttl: Duration,
+    max_attempts: u32,
+    suspend_after: Duration,
+    no_worker_timeout: Duration,
+    store: StoreOptions,
+}
+
+impl KeiroBuilder {
+    /// The owner name on this process's leases, held exclusively: a second
+    /// live process asking for it is refused with [`Error::ExecutorIdInUse`],
+    /// and a process restarting under it takes over its dead predecessor's
+    /// leases at once (on the same host; after 10 s of silence from another).
+    ///
+    /// Default: [`EXECUTOR_ID_ENV`] if set (also exclusive), else
+    /// `{host}/{program}` (the program being the executable's file stem). The
+    /// default is shared: when a live process holds it, the first free of
+    /// `{host}/{program}#2`, `#3`, … (64 at most) is taken, so any number of
+    /// processes of one program run side by side on one host with no
+    /// setting. A restarted process takes the lowest slot that is free or
+    /// whose holder died, with that holder's leases, and releases the leases
+    /// of every other slot of its program whose holder died on this host, so
+    /// all their work resumes at once.
+    pub fn executor_id(mut self, id: impl Into<String>) -> Self {
+        self.executor_id = Some(id.into());
+        self
+    }
+
+    /// How long a claim on a running instance lasts without renewal (default
+    /// 10 s), for runs in this process and those its resume worker drives.
+    /// A live run renews it every third of this, so only a dead executor's
+    /// claims lapse.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// How many crashes (panics) an instance may have before it is marked
+    /// failed (default 5), whether it runs in this process or its resume
+    /// worker drives it.
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// Waits (`keiro::sleep`) up to this long stay in memory; longer ones
+    /// suspend the workflow: its future is dropped, its lease released, and it
+    /// costs only its row until due (default 1 s).
+    pub fn suspend_after(mut self, threshold: Duration) -> Self {
+        self.suspend_after = threshold;
+        self
+    }
+
+    /// How long [`WorkflowHandle::result`](crate::WorkflowHandle::result) waits
+    /// on an instance that is due, held by nobody, and whose workflow name no
+    /// live resume worker serves, before it returns [`Error::NoWorker`]
+    /// (default 30 s). Nothing about the instance changes: it runs as soon as
+    /// a worker that registers its name starts.
+    pub fn no_worker_timeout(mut self, timeout: Duration) -> Self {
+        self.no_worker_timeout = timeout;
+        self
+    }
+
+    /// SQLite durability (default [`SqliteSynchronous::Full`]).
+    pub fn sqlite_synchronous(mut self, sync: SqliteSynchronous) -> Self {
+        self.store.sqlite_synchronous = sync;
+        self
+    }
+
+    /// The connection pool's size (default 8 on PostgreSQL, 4 on SQLite).
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.store.max_connections = Some(n);
+        self
+    }
+
+    /// Refuses settings an instance cannot run with.
+    fn validate(&self) -> Result<()> {
+        if self.lease_ttl < Duration::from_millis(100) {
+            return Err(Error::invalid_option(
+                "lease_ttl",
+                format!(
+                    "{:?} is too short; use at least 100 ms (default 10 s)",
+                    self.lease_ttl
+                ),
+            ));
+        }
+        if self.max_attempts == 0 {
+            return Err(Error::invalid_option(
+                "max_attempts",
+                "0 would fail every instance before it runs; use at least 1 (default 5)",
+            ));
+        }
+        if matches!(&self.executor_id, Some(id) if id.trim().is_empty()) {
+            return Err(Error::invalid_option(
+                "executor_id",
+                "an empty identity names no process; give a non-empty one, or none for the \
+                 default `{host}/{program}`",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Validates the settings, connects, migrates and collects the registry.
+    pub async fn connect(self) -> Result<Keiro> {
+        self.validate()?;
+        let (requested_id, exclusive) = match self.executor_id.or_else(env_executor_id) {
+            Some(id) => (id, true),
+            None => (default_executor_id(), false),
+        };
+        let registry = Registry::collect()?;
+        let store = Store::connect(&self.url, &self.store).await?;
+        let writer = JournalWriter::spawn(store.clone());
+        let inflight = Arc::new(InFlight::default());
+        let wake = Arc::new(Notify::new());
+        let wakes = Wakes::of(&store);
+        wakes.register(&inflight, &wake);
+        Ok(Keiro {
+            inner: Arc::new(Inner {
+                store,
+                writer,
+                registry,
+                requested_id,
+                exclusive,
+                lease_ttl: self.lease_ttl,
+                max_attempts: self.max_attempts,
+                suspend_after: self.suspend_after,
+                no_worker_timeout: self.no_worker_timeout,
+                serving: OnceCell::new(),
+                executor: OnceCell::new(),
+                stop: watch::channel(false).0,
+                wake,
+                inflight,
+                wakes,
+            }),
+        })
+    }
+}
+
+/// [`EXECUTOR_ID_ENV`], when set to something: the one place it is read.
+fn env_executor_id() -> Option<String> {
+    std::env::var(EXECUTOR_ID_ENV)
+        .ok()
+        .filter(|id| !id.trim().is_empty())
+}

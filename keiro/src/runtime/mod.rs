@@ -1,0 +1,203 @@
+//! The runtime handle, [`Keiro`]: a connected store, its journal writer, the
+//! registry, this process's executor identity, and what it has in flight.
+//!
+//! * `builder.rs`: [`KeiroBuilder`] and [`Keiro::connect`].
+//! * `global.rs`: the process-wide default ([`init`], [`global`],
+//!   [`Keiro::from_env`]) and the environment variables it reads.
+//! * `identity.rs`: taking and keeping this process's executor identity.
+//! * `inflight.rs`: the instances this process drives, their live runs and
+//!   who waits on them, behind one lock.
+//! * `listener.rs`: wake-ups per database, and on PostgreSQL the one listener
+//!   connection per database and process.
+//!
+//! `Inner` is private to this module: the rest of the crate uses `Keiro`'s
+//! methods.
+
+mod builder;
+mod global;
+pub(crate) mod identity;
+pub(crate) mod inflight;
+pub(crate) mod listener;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keiro_store::{JournalWriter, Store};
+use tokio::sync::{watch, Notify, OnceCell};
+
+use crate::registry::Registry;
+use inflight::{InFlight, Waiter};
+use listener::Wakes;
+
+pub use builder::KeiroBuilder;
+pub use global::{
+    global, init, DATABASE_URL_ENV, DEFAULT_DATABASE_URL, EXECUTOR_ID_ENV, SQLITE_SYNCHRONOUS_ENV,
+};
+
+/// A connected keiro runtime. Cheap to clone; every clone shares one store,
+/// one journal writer and one registry.
+#[derive(Clone)]
+pub struct Keiro {
+    inner: Arc<Inner>,
+}
+
+/// What every clone of one runtime shares. Private to the runtime: the rest
+/// of the crate goes through `Keiro`'s methods.
+struct Inner {
+    store: Store,
+    writer: JournalWriter,
+    registry: Registry,
+    /// The identity asked for: explicit (exclusive) or the default base.
+    requested_id: String,
+    /// Whether `requested_id` was set explicitly, so no other is taken.
+    exclusive: bool,
+    lease_ttl: Duration,
+    max_attempts: u32,
+    /// Waits longer than this suspend the workflow instead of holding memory.
+    suspend_after: Duration,
+    /// How long a caller waits on a due instance that no live worker serves
+    /// before `result()` says so.
+    no_worker_timeout: Duration,
+    /// Set once this process's resume worker has recorded the workflow names
+    /// it serves.
+    serving: OnceCell<()>,
+    /// The identity this runtime took, once it runs workflows; read through
+    /// [`Keiro::owner`].
+    executor: OnceCell<identity::Registration>,
+    /// Set by [`Keiro::shutdown`]: in-process runs, workers and the heartbeat
+    /// stop.
+    stop: watch::Sender<bool>,
+    /// Wakes this process's resume worker (work was enqueued here, or a
+    /// notification arrived).
+    wake: Arc<Notify>,
+    /// The instances this process drives, their live runs and their waiters.
+    inflight: Arc<InFlight>,
+    /// The wake-ups of this runtime's database, shared in this process.
+    wakes: Arc<Wakes>,
+}
+
+impl std::fmt::Debug for Keiro {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keiro")
+            .field("backend", &self.inner.store.backend())
+            .field("executor_id", &self.owner())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Keiro {
+    /// A read-only view of the store this runtime journals into (raw access
+    /// for tests and tools: [`crate::unstable::raw_store`]).
+    pub fn store(&self) -> crate::inspect::StoreView<'_> {
+        crate::inspect::StoreView::new(&self.inner.store)
+    }
+
+    /// The store with every mutator, for keiro's own calls (which keep its
+    /// invariants) and [`crate::unstable::raw_store`].
+    pub(crate) fn raw_store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// This runtime's executor identity, the owner name on its leases: the
+    /// one it took when it first ran a workflow (a default identity may carry
+    /// a `#N` suffix), or before that, the one it will ask for first.
+    pub fn executor_id(&self) -> &str {
+        self.owner()
+    }
+
+    /// The names of the workflows linked into this binary, sorted.
+    pub fn workflow_names(&self) -> Vec<&'static str> {
+        self.inner.registry.names()
+    }
+
+    /// The group-commit writer every journal write of this runtime goes through.
+    pub(crate) fn writer(&self) -> &JournalWriter {
+        &self.inner.writer
+    }
+
+    /// The workflows linked into this binary.
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// The instances this process drives, their live runs and their waiters.
+    pub(crate) fn inflight(&self) -> &InFlight {
+        &self.inner.inflight
+    }
+
+    /// Registers a waiter for steps recorded for (or the end of) instance
+    /// `id`, listening for recordings in other processes where the store can
+    /// tell.
+    pub(crate) fn waiter(&self, id: &str) -> Waiter {
+        self.listen_for_wakes();
+        self.inner.inflight.wait(id)
+    }
+
+    /// On PostgreSQL, makes sure (once per database and process) that
+    /// recordings and enqueues in other processes wake this one.
+    pub(crate) fn listen_for_wakes(&self) {
+        self.inner.wakes.listen(&self.inner.store);
+    }
+
+    /// Tells this process's waiters on instance `id` that a step was recorded
+    /// for it.
+    pub(crate) fn step_recorded(&self, id: &str) {
+        self.inner.inflight.notify(id);
+    }
+
+    /// How long a claim on an instance run here lasts without renewal.
+    pub(crate) fn lease_ttl(&self) -> Duration {
+        self.inner.lease_ttl
+    }
+
+    /// How many crashes an instance run here may have before it is failed.
+    pub(crate) fn max_attempts(&self) -> u32 {
+        self.inner.max_attempts
+    }
+
+    /// Waits longer than this suspend a workflow instead of holding memory.
+    pub(crate) fn suspend_after(&self) -> Duration {
+        self.inner.suspend_after
+    }
+
+    /// How long a caller waits on an instance no live worker serves.
+    pub(crate) fn no_worker_timeout(&self) -> Duration {
+        self.inner.no_worker_timeout
+    }
+
+    /// Set once this process's resume worker recorded the names it serves.
+    pub(crate) fn serving(&self) -> &OnceCell<()> {
+        &self.inner.serving
+    }
+
+    /// Wakes this process's resume worker now.
+    pub(crate) fn wake_resume_worker(&self) {
+        self.inner.wake.notify_one();
+    }
+
+    /// What wakes this process's resume worker.
+    pub(crate) fn resume_wake(&self) -> &Notify {
+        &self.inner.wake
+    }
+
+    /// Follows this runtime's shutdown signal.
+    pub(crate) fn stop_signal(&self) -> watch::Receiver<bool> {
+        self.inner.stop.subscribe()
+    }
+
+    /// Raises the shutdown signal; `false` when it was raised already.
+    pub(crate) fn signal_stop(&self) -> bool {
+        !self.inner.stop.send_replace(true)
+    }
+
+    /// The identity this runtime took, if it took one.
+    pub(crate) fn registration(&self) -> Option<&identity::Registration> {
+        self.inner.executor.get()
+    }
+}
+
+/// Locks `m`, carrying on past a panic of an earlier holder: every state
+/// behind these locks stays consistent between statements.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,185 @@
+//! Driving one claimed instance in this process: read its journal once, run
+//! the workflow body under a renewed lease until it returns or halts, then
+//! hand how it ended to [`super::end`] to record.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use keiro_store::{InstanceRow, Lease};
+use tokio::sync::oneshot;
+use tracing::Instrument;
+
+use super::end::{self, Ended};
+use crate::context::{self, Halt, WorkflowContext};
+use crate::registry::{RunFn, WorkflowInput};
+use crate::shutdown::Stop;
+use crate::{Error, Keiro, Result};
+
+/// Runs the instance once in this process: `claimed`, or whatever this
+/// process can claim now. Returns the row as the run left it (final,
+/// suspended, or held elsewhere).
+pub(crate) async fn run_here(
+    keiro: &Keiro,
+    run: RunFn,
+    id: &str,
+    claimed: Option<InstanceRow>,
+) -> Result<InstanceRow> {
+    keiro.ensure_executor().await?;
+    let fresh = claimed.is_some();
+    let claimed = match claimed {
+        Some(row) => Some(row),
+        None => {
+            let lease = Lease {
+                owner: keiro.owner(),
+                ttl_ms: keiro.lease_ttl().as_millis() as i64,
+            };
+            keiro.raw_store().claim(id, lease).await?
+        }
+    };
+    if let Some(row) = claimed {
+        if let Some(done) = execute(keiro, run, row, fresh, Stop::of(keiro)).await? {
+            return Ok(done);
+        }
+    }
+    keiro
+        .raw_store()
+        .get_instance(id)
+        .await?
+        .ok_or_else(|| Error::NotFound { id: id.to_owned() })
+}
+
+/// One invocation: read the journal once (none for a fresh instance), run the
+/// body with its context, and record the end: `Ok(Some(row))` when it finished
+/// or suspended, `Ok(None)` when the lease was lost to another executor.
+///
+/// A panic, or an error in the workflow's own data (an input or result that no
+/// longer decodes), is a crash: counted against the instance's attempts, which
+/// is retried later or, at the runtime's `max_attempts`, marked failed (returned as a
+/// final row). A store error is transient: the lease is released and nothing
+/// is counted. So is a clean shutdown (`stop`), which ends the run with
+/// [`Error::Stopped`].
+pub(crate) async fn execute(
+    keiro: &Keiro,
+    run: RunFn,
+    row: InstanceRow,
+    fresh: bool,
+    stop: Stop,
+) -> Result<Option<InstanceRow>> {
+    let journal = if fresh {
+        Vec::new()
+    } else {
+        keiro
+            .raw_store()
+            .load_journal(&row.id, row.generation)
+            .await?
+    };
+    let (cx, aborted) = WorkflowContext::new(
+        keiro.clone(),
+        row.name.clone(),
+        row.id.clone(),
+        row.generation,
+        journal,
+    );
+    // Registered until the end is recorded, so a cancellation meanwhile
+    // finds the run.
+    let _live = keiro.inflight().enter(&cx);
+    let ended = drive(keiro, run, &row, &cx, aborted, keiro.lease_ttl(), stop).await;
+    end::record(keiro, row, ended).await
+}
+
+/// Runs the body of `row`'s workflow with context `cx` until it returns, halts
+/// (`aborted`), is stopped or loses its lease, renewing the lease every third
+/// of `ttl`. The body's future is dropped before this returns.
+async fn drive(
+    keiro: &Keiro,
+    run: RunFn,
+    row: &InstanceRow,
+    cx: &Arc<WorkflowContext>,
+    mut aborted: oneshot::Receiver<Halt>,
+    ttl: Duration,
+    mut stop: Stop,
+) -> Ended {
+    let input = WorkflowInput {
+        name: row.name.clone(),
+        id: row.id.clone(),
+        json: row.input.clone(),
+    };
+    let span = tracing::info_span!(
+        "keiro.workflow",
+        name = %row.name,
+        id = %row.id,
+        generation = row.generation
+    );
+    let mut body = Box::pin(
+        context::scope(
+            Some(cx.clone()),
+            AssertUnwindSafe(run(input)).catch_unwind(),
+        )
+        .instrument(span.clone()),
+    );
+    let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + ttl / 3, ttl / 3);
+    let lease = Lease {
+        owner: keiro.owner(),
+        ttl_ms: ttl.as_millis() as i64,
+    };
+    loop {
+        tokio::select! {
+            biased;
+            halt = &mut aborted => {
+                return match halt {
+                    Ok(Halt::Error(error)) => Ended::Aborted(error),
+                    Ok(Halt::Suspend { wake_at, awaiting }) => Ended::Suspended(wake_at, awaiting),
+                    Ok(Halt::Cancelled) => Ended::Cancelled,
+                    Ok(Halt::ContinueAsNew { input }) => Ended::ContinueAsNew(input),
+                    Err(_) => Ended::Errored(Error::Internal(
+                        "a workflow's context was dropped before the run ended".into(),
+                    )),
+                };
+            }
+            out = &mut body => {
+                return match out {
+                    Ok(Ok(output)) => returned(cx, output),
+                    Ok(Err(error)) => Ended::Errored(error),
+                    Err(panic) => {
+                        let message = panic_message(panic.as_ref());
+                        tracing::error!(parent: &span, %message, "keiro workflow panicked");
+                        Ended::Panicked(message)
+                    }
+                };
+            }
+            _ = stop.wait() => return Ended::Stopped,
+            _ = renew.tick() => {
+                match keiro.raw_store().renew_lease(&row.id, lease).await {
+                    Ok(true) => {}
+                    Ok(false) => return Ended::LeaseLost,
+                    Err(error) => tracing::warn!(parent: &span, %error, "keiro could not renew a lease; retrying"),
+                }
+            }
+        }
+    }
+}
+
+/// A body that returned: its output, unless the journal records steps the
+/// code never reached (non-determinism).
+fn returned(cx: &WorkflowContext, output: crate::registry::WorkflowOutput) -> Ended {
+    match cx.first_recorded_from(cx.allocated()) {
+        Some(unreached) => Ended::Aborted(cx.non_deterministic(
+            unreached.seq,
+            &unreached,
+            "the workflow returning before it".to_owned(),
+        )),
+        None => Ended::Returned(output),
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
+}

@@ -1,0 +1,227 @@
+//! Recording how a run ended: finished, suspended, continued as new, stopped,
+//! crashed (retried or failed at the attempt ceiling) or set aside for
+//! non-determinism, and waking whoever waits on that.
+
+use std::time::Duration;
+
+use keiro_store::{now_ms, Crash, Finish, FinishRequest, InstanceRow, InstanceStatus};
+
+use crate::registry::WorkflowOutput;
+use crate::{Error, Keiro, Result};
+
+/// How a run of the workflow body ended.
+pub(crate) enum Ended {
+    /// The body returned this output.
+    Returned(WorkflowOutput),
+    /// The body returned a keiro error (its data no longer decodes, say).
+    Errored(Error),
+    /// The body panicked with this message.
+    Panicked(String),
+    /// The run halted with an error (non-determinism, a store failure).
+    Aborted(Error),
+    /// The run waits: until this time, or for this step to be recorded.
+    Suspended(Option<i64>, Option<i64>),
+    /// The runtime or worker is shutting down.
+    Stopped,
+    /// The instance was cancelled.
+    Cancelled,
+    /// The next generation starts with this input.
+    ContinueAsNew(String),
+    /// Another executor took the lease.
+    LeaseLost,
+}
+
+/// Records `ended` for the claimed `row`: `Ok(Some(row))` when it finished or
+/// suspended (or continued as new, or failed at the attempt ceiling),
+/// `Ok(None)` when someone else's record stands, an error otherwise.
+pub(crate) async fn record(
+    keiro: &Keiro,
+    row: InstanceRow,
+    ended: Ended,
+) -> Result<Option<InstanceRow>> {
+    let owner = keiro.owner();
+    let store = keiro.raw_store();
+    match ended {
+        Ended::Returned(output) => finish(keiro, row, output).await,
+        Ended::Aborted(error @ Error::NonDeterministic { .. }) => {
+            set_aside(keiro, &row, error).await
+        }
+        Ended::LeaseLost => Ok(None),
+        Ended::Stopped => {
+            crate::telemetry::run_ended(&row.name, "stopped");
+            store.release(&row.id, owner).await?;
+            Err(Error::Stopped {
+                name: row.name,
+                id: row.id,
+            })
+        }
+        Ended::Suspended(wake_at, awaiting) => {
+            crate::telemetry::run_ended(&row.name, "suspended");
+            if !store
+                .suspend(&row.id, row.generation, owner, wake_at, awaiting)
+                .await?
+            {
+                return Ok(None);
+            }
+            let mut waiting = released(row);
+            waiting.status = InstanceStatus::Suspended;
+            waiting.wake_at = wake_at;
+            Ok(Some(waiting))
+        }
+        // Recorded already by whoever cancelled it; the caller re-reads the row.
+        Ended::Cancelled => {
+            crate::telemetry::run_ended(&row.name, "cancelled");
+            Ok(None)
+        }
+        Ended::ContinueAsNew(input) => {
+            if !store
+                .continue_as_new(&row.id, row.generation, owner, &input)
+                .await?
+            {
+                return Ok(None);
+            }
+            let mut next = released(row);
+            next.generation += 1;
+            next.input = input;
+            next.status = InstanceStatus::Pending;
+            next.wake_at = Some(now_ms());
+            Ok(Some(next))
+        }
+        Ended::Aborted(error) | Ended::Errored(error) if error.is_transient() => {
+            let _ = store.release(&row.id, owner).await;
+            Err(error)
+        }
+        Ended::Aborted(error) | Ended::Errored(error) => {
+            let message = error.to_string();
+            crashed(keiro, row, message, error).await
+        }
+        Ended::Panicked(message) => {
+            let error = Error::Panicked {
+                name: row.name.clone(),
+                id: row.id.clone(),
+                message: message.clone(),
+            };
+            crashed(keiro, row, message, error).await
+        }
+    }
+}
+
+/// `row` with its lease given up, as the store now has it.
+fn released(mut row: InstanceRow) -> InstanceRow {
+    row.lease_owner = None;
+    row.lease_expires_at = None;
+    row
+}
+
+/// Records the body's output as the instance's end (an `Err` output fails
+/// it) and wakes its parent. `Ok(None)` when someone else finished it or
+/// took the lease: their record wins.
+async fn finish(
+    keiro: &Keiro,
+    row: InstanceRow,
+    output: WorkflowOutput,
+) -> Result<Option<InstanceRow>> {
+    let status = if output.is_err {
+        InstanceStatus::Failed
+    } else {
+        InstanceStatus::Completed
+    };
+    crate::telemetry::run_ended(&row.name, status.as_str());
+    let finished = keiro
+        .writer()
+        .finish(FinishRequest {
+            id: row.id.clone(),
+            generation: row.generation,
+            owner: keiro.owner().to_owned(),
+            status,
+            output: Some(output.json.clone()),
+            error: None,
+        })
+        .await?;
+    if !finished {
+        return Ok(None);
+    }
+    let mut done = released(row);
+    done.status = status;
+    done.output = Some(output.json);
+    wake_parent(keiro, &done).await;
+    Ok(Some(done))
+}
+
+/// Tells a parent waiting in memory that its child's end was recorded: at
+/// once in this process, by notification elsewhere (PostgreSQL).
+async fn wake_parent(keiro: &Keiro, child: &InstanceRow) {
+    if let Some(parent) = &child.parent_id {
+        keiro.step_recorded(parent);
+        if let Err(error) = keiro.raw_store().wake_workers(parent).await {
+            tracing::debug!(%error, "keiro could not notify a parent's process");
+        }
+    }
+}
+
+/// Counts a crash; returns the failed row at the attempt ceiling, else `error`.
+async fn crashed(
+    keiro: &Keiro,
+    mut row: InstanceRow,
+    message: String,
+    error: Error,
+) -> Result<Option<InstanceRow>> {
+    crate::telemetry::run_ended(&row.name, "crashed");
+    let recorded = keiro
+        .raw_store()
+        .record_crash(&Crash {
+            id: &row.id,
+            owner: keiro.owner(),
+            error: &message,
+            max_attempts: i64::from(keiro.max_attempts()),
+            retry_at: now_ms() + crash_backoff(row.attempts + 1).as_millis() as i64,
+        })
+        .await?;
+    match recorded {
+        Some((InstanceStatus::Failed, attempts)) => {
+            wake_parent(keiro, &row).await;
+            tracing::error!(name = %row.name, id = %row.id, attempts, %message, "keiro marked a workflow failed after its crash attempts");
+            row.status = InstanceStatus::Failed;
+            row.attempts = attempts;
+            row.error = Some(message);
+            row.output = None;
+            Ok(Some(row))
+        }
+        _ => Err(error),
+    }
+}
+
+/// Records non-determinism without touching the journal and reports it.
+async fn set_aside(keiro: &Keiro, row: &InstanceRow, error: Error) -> Result<Option<InstanceRow>> {
+    let Error::NonDeterministic {
+        seq,
+        expected,
+        found,
+        ..
+    } = &error
+    else {
+        return Err(error);
+    };
+    let diagnostic = serde_json::json!({ "seq": seq, "expected": expected, "found": found });
+    tracing::error!(name = %row.name, id = %row.id, %error, "keiro set a workflow aside");
+    crate::telemetry::run_ended(&row.name, "set_aside");
+    keiro
+        .raw_store()
+        .finish(&Finish {
+            id: &row.id,
+            generation: row.generation,
+            owner: keiro.owner(),
+            status: InstanceStatus::NonDeterministic,
+            output: None,
+            error: Some(&diagnostic.to_string()),
+        })
+        .await?;
+    Err(error)
+}
+
+/// The delay before a crashed instance is tried again: 100 ms doubling per
+/// attempt, at most a minute.
+fn crash_backoff(attempts: i64) -> Duration {
+    Duration::from_millis(100u64.saturating_mul(1 << attempts.clamp(0, 10) as u32))
+        .min(Duration::from_secs(60))
+}

@@ -1,0 +1,247 @@
+//! Starting or joining a run of an instance in this process: record the
+//! call (or check it against the recorded one), take the right to drive it,
+//! and follow it to its end, driving it again whenever it comes due here.
+
+use std::time::Duration;
+
+use keiro_store::{now_ms, CreateRequest, InstanceRow, Lease};
+use tokio::sync::watch;
+
+use super::drive::run_here;
+use crate::registry::RunFn;
+use crate::runtime::inflight::{RunResult, Slot};
+use crate::{Error, Keiro, Result};
+
+/// How often a caller waiting on an instance another executor holds looks again.
+const ATTACH_POLL: Duration = Duration::from_millis(50);
+
+/// What to run: a workflow by name and body, an id, its encoded arguments.
+pub(crate) struct Launch {
+    pub(crate) name: &'static str,
+    pub(crate) run: RunFn,
+    pub(crate) id: String,
+    pub(crate) input: String,
+    /// The workflow's signature (argument and return types).
+    pub(crate) signature: String,
+    /// The parent instance, its generation and its step seq, for a child.
+    pub(crate) parent: Option<(String, i64, i64)>,
+}
+
+/// Records the instance (or finds the existing one with this id, which must
+/// be the same call: see [`check_attach`]) and drives it to a final state in
+/// a background task of this process. Returns at once with a receiver for the
+/// final row. A second launch of an id this process is already driving
+/// attaches to that run.
+pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Receiver<RunResult>> {
+    keiro.ensure_executor().await?;
+    let lease = Lease {
+        owner: keiro.owner(),
+        ttl_ms: keiro.lease_ttl().as_millis() as i64,
+    };
+    // Create-or-read first, even when this process drives the id already, so
+    // every attach is checked against the stored call. Two launches racing
+    // here run it once: only the one taking the slot below drives it, and a
+    // claim by the same owner succeeds.
+    let (row, fresh) = keiro
+        .writer()
+        .create(CreateRequest {
+            id: launch.id.clone(),
+            name: launch.name.to_owned(),
+            input: launch.input.clone(),
+            signature: Some(launch.signature.clone()),
+            parent: launch.parent.clone(),
+            lease: Some((lease.owner.to_owned(), lease.ttl_ms)),
+        })
+        .await?;
+    check_attach(&row, &launch)?;
+    let driving = match keiro.inflight().take(&launch.id, launch.name) {
+        Slot::Mine(driving) => driving,
+        Slot::Attached(receiver) => return Ok(receiver),
+        Slot::Conflict(existing) => {
+            return Err(Error::IdConflict {
+                id: launch.id,
+                existing: existing.to_owned(),
+                requested: launch.name.to_owned(),
+            })
+        }
+    };
+    let receiver = driving.receiver();
+    let keiro = keiro.clone();
+    tokio::spawn(async move {
+        let claimed = if fresh { Some(row) } else { None };
+        let result = run_here(&keiro, launch.run, &launch.id, claimed).await;
+        keiro.inflight().publish(driving, result);
+    });
+    Ok(receiver)
+}
+
+/// Refuses to attach `launch` to an existing instance `row` that is not the
+/// same call: of another workflow name ([`Error::IdConflict`]), of a workflow
+/// of this name with other types ([`Error::SignatureMismatch`]; rows from
+/// before signatures were recorded match any), or started with other
+/// arguments ([`Error::InputMismatch`]). The arguments compared are the
+/// generation-0 ones, so continue-as-new does not refuse the original call.
+pub(crate) fn check_attach(row: &InstanceRow, launch: &Launch) -> Result<()> {
+    if row.name != launch.name {
+        return Err(Error::IdConflict {
+            id: launch.id.clone(),
+            existing: row.name.clone(),
+            requested: launch.name.to_owned(),
+        });
+    }
+    if let Some(stored) = &row.signature {
+        if *stored != launch.signature {
+            return Err(Error::SignatureMismatch {
+                name: row.name.clone(),
+                id: row.id.clone(),
+                stored: stored.clone(),
+                requested: launch.signature.clone(),
+            });
+        }
+    }
+    if !same_json(row.original_input(), &launch.input) {
+        return Err(Error::InputMismatch {
+            name: row.name.clone(),
+            id: row.id.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// Whether two JSON texts encode the same value. Equal texts are the common
+/// case; otherwise they are compared parsed, so equal values whose text
+/// differs (map keys in another order, say from a `HashMap`) still match.
+fn same_json(stored: &str, new: &str) -> bool {
+    stored == new
+        || matches!(
+            (
+                serde_json::from_str::<serde_json::Value>(stored),
+                serde_json::from_str::<serde_json::Value>(new),
+            ),
+            (Ok(a), Ok(b)) if a == b
+        )
+}
+
+/// Waits for the end of an instance this process launched. A run that ended
+/// with an error reports it; one that suspended (or lost its lease, or was
+/// given up) is followed through the store, and driven here again when due.
+pub(crate) async fn wait(
+    keiro: &Keiro,
+    id: &str,
+    mut receiver: watch::Receiver<RunResult>,
+    run: Option<RunFn>,
+) -> Result<InstanceRow> {
+    if let Ok(done) = receiver.wait_for(|r| r.is_some()).await {
+        if let Some(result) = done.clone() {
+            let row = result?;
+            if row.status.is_final() {
+                return Ok(row);
+            }
+        }
+    }
+    follow(keiro, id, run).await
+}
+
+/// Follows an instance until it is final. With `run`, this process drives it
+/// whenever it is due and nobody else holds it (a suspended sleep that has
+/// come due, a lapsed lease); without, it only watches.
+pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Result<InstanceRow> {
+    let waiter = keiro.waiter(id);
+    let mut unserved = Unserved::default();
+    loop {
+        let changed = waiter.notified();
+        let row = keiro
+            .raw_store()
+            .get_instance(id)
+            .await?
+            .ok_or_else(|| Error::NotFound { id: id.to_owned() })?;
+        if row.status.is_final() {
+            return Ok(row);
+        }
+        if run.is_none() {
+            unserved.check(keiro, &row).await?;
+        }
+        let wait = match row.wake_at {
+            Some(wake_at) => (wake_at - now_ms()).max(0) as u64,
+            None => u64::MAX,
+        };
+        if wait == 0 {
+            if let Some(run) = run {
+                let name = keiro
+                    .registry()
+                    .get(&row.name)
+                    .map(|r| r.name)
+                    .unwrap_or("");
+                match keiro.inflight().take(id, name) {
+                    Slot::Mine(driving) => {
+                        let result = run_here(keiro, run, id, None).await;
+                        let error = result.as_ref().err().cloned();
+                        keiro.inflight().publish(driving, result);
+                        if let Some(error) = error {
+                            return Err(error);
+                        }
+                        continue;
+                    }
+                    Slot::Attached(mut receiver) => {
+                        let _ = receiver.wait_for(|r| r.is_some()).await;
+                        continue;
+                    }
+                    Slot::Conflict(_) => {}
+                }
+            }
+        }
+        let pause = Duration::from_millis(wait.clamp(1, ATTACH_POLL.as_millis() as u64));
+        tokio::select! {
+            _ = changed => {}
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+/// How often a caller following an instance that no executor holds asks
+/// whether any live worker serves its workflow.
+const SERVED_CHECK: Duration = Duration::from_secs(1);
+
+/// Tells a caller that follows an instance it does not drive when nothing
+/// ever will: the instance is due, nobody holds it, and no live resume worker
+/// has registered its workflow name for the runtime's `no_worker_timeout`.
+#[derive(Default)]
+struct Unserved {
+    /// Since when the instance has been due and unserved.
+    since: Option<tokio::time::Instant>,
+    /// When the store was last asked.
+    checked: Option<tokio::time::Instant>,
+}
+
+impl Unserved {
+    async fn check(&mut self, keiro: &Keiro, row: &InstanceRow) -> Result<()> {
+        let now_wall = now_ms();
+        let waiting_for_a_worker = row.wake_at.is_some_and(|at| at <= now_wall)
+            && row.lease_expires_at.map_or(true, |at| at <= now_wall);
+        if !waiting_for_a_worker {
+            *self = Unserved::default();
+            return Ok(());
+        }
+        let now = tokio::time::Instant::now();
+        if self.checked.is_some_and(|at| now - at < SERVED_CHECK) {
+            return Ok(());
+        }
+        self.checked = Some(now);
+        let alive_since = now_wall - crate::runtime::identity::EXECUTOR_TTL.as_millis() as i64;
+        if keiro.raw_store().is_served(&row.name, alive_since).await? {
+            self.since = None;
+            return Ok(());
+        }
+        let since = *self.since.get_or_insert(now);
+        let waited = now - since;
+        if waited >= keiro.no_worker_timeout() {
+            tracing::warn!(name = %row.name, id = %row.id, "keiro: no live worker serves this workflow");
+            return Err(Error::NoWorker {
+                name: row.name.clone(),
+                id: row.id.clone(),
+                waited,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,17 @@
+//! Workflow instances: calling one ([`WorkflowCall`]), watching one
+//! ([`WorkflowHandle`]), launching and following one (`launch.rs`), driving
+//! its body (`drive.rs`) and recording how it ended (`end.rs`), children, and
+//! ending one early (cancel, continue-as-new).
+
+mod call;
+pub(crate) mod child;
+pub(crate) mod drive;
+mod end;
+mod handle;
+pub(crate) mod launch;
+mod lifecycle;
+
+pub use call::WorkflowCall;
+pub use child::{spawn, ChildHandle};
+pub use handle::{handle, WorkflowHandle, WorkflowStatus};
+pub use lifecycle::{cancel, continue_as_new, CancelOutcome};
