@@ -104,7 +104,9 @@ impl Wakes {
     /// with the tokio runtime that spawned it, and several runtimes of one
     /// process (tests, say) may share a database, so a later call restarts it.
     pub(crate) fn listen(self: &Arc<Self>, store: &Store) {
+        // With only the `postgres` feature, `Store` has no other variant.
         #[cfg(feature = "postgres")]
+        #[allow(irrefutable_let_patterns)]
         if let Store::Postgres(pg) = store {
             let mut listener = lock(&self.listener);
             if listener.as_ref().map_or(true, |task| task.is_finished()) {
