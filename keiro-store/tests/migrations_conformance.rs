@@ -163,6 +163,16 @@ async fn step_created_at(store: &Store) -> i64 {
     .expect(sql)
 }
 
+/// Connects a store to the seeded database at `url` (which migrates it to the
+/// latest), checks what every case checks, and closes it.
+async fn migrate_and_check(url: &str, now_ms: i64) {
+    let store = Store::connect(url, &test_options())
+        .await
+        .expect("migrate from 0007 to the latest");
+    assert_same_instants_in_microseconds(&store, now_ms).await;
+    store.close().await;
+}
+
 /// What every case checks once the store has migrated the seeded database.
 async fn assert_same_instants_in_microseconds(store: &Store, now_ms: i64) {
     let us = |ms: i64| ms * 1000;
@@ -223,21 +233,13 @@ async fn assert_same_instants_in_microseconds(store: &Store, now_ms: i64) {
 async fn sqlite_millisecond_rows_become_the_same_instants_in_microseconds() {
     let now_ms = now_us() / 1000;
     let (url, _dir) = sqlite_at_0007(now_ms).await;
-    let store = Store::connect(&url, &test_options())
-        .await
-        .expect("migrate from 0007 to the latest");
-    assert_same_instants_in_microseconds(&store, now_ms).await;
-    store.close().await;
+    migrate_and_check(&url, now_ms).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_millisecond_rows_become_the_same_instants_in_microseconds() {
     let now_ms = now_us() / 1000;
     let (name, url) = postgres_at_0007(now_ms).await;
-    let store = Store::connect(&url, &test_options())
-        .await
-        .expect("migrate from 0007 to the latest");
-    assert_same_instants_in_microseconds(&store, now_ms).await;
-    store.close().await;
+    migrate_and_check(&url, now_ms).await;
     drop_postgres_database(&name).await;
 }
