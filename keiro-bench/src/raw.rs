@@ -25,7 +25,7 @@ const RESULT: &str = "7";
 /// Inserts and commits one steps row, the way keiro's writer does for a
 /// lone step.
 pub(crate) async fn commit_one(store: &Store, workflow_id: &str, seq: i64) -> BenchResult {
-    let now = keiro_store::now_ms();
+    let now = keiro_store::now_us();
     match store {
         Store::Sqlite(s) => {
             let mut tx = s.pool().begin_with("BEGIN IMMEDIATE").await?;

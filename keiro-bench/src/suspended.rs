@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use keiro::{ResumeOptions, SqliteSynchronous, WorkflowStatus};
-use keiro_store::now_ms;
+use keiro_store::now_us;
 use keiro_store::Store;
 
 use crate::common::{
@@ -26,8 +26,8 @@ const SCALES: [i64; 2] = [1_000, 1_000_000];
 /// How far in the future the sleepers wake: ten years.
 const FAR_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
 /// How long after the bulk insert the due ones come due (the worker process
-/// starts and runs its idle pass in between).
-const DUE_IN_MS: i64 = 3_000;
+/// starts and runs its idle pass in between), in µs like the store's times.
+const DUE_IN_US: i64 = 3_000_000;
 
 const COLUMNS: &str = "name, generation, status, input, output, error, attempts, lease_owner, \
      lease_expires_at, wake_at, parent_id, parent_seq, parent_generation, created_at, updated_at";
@@ -96,18 +96,10 @@ async fn scale(cfg: &Config, url: &str, sleeping: i64) -> BenchResult<Report> {
     drop(keiro);
 
     let store = plain_store(cfg, url).await?;
-    let scale = deadline_scale(&store, cfg.backend).await?;
     let inserted = Instant::now();
     bulk_insert(&store, cfg.backend, "sleeping", sleeping, None).await?;
-    let due_at = now_ms() + DUE_IN_MS;
-    bulk_insert(
-        &store,
-        cfg.backend,
-        "due",
-        DUE,
-        Some((due_at, due_at.saturating_mul(scale))),
-    )
-    .await?;
+    let due_at = now_us() + DUE_IN_US;
+    bulk_insert(&store, cfg.backend, "due", DUE, Some(due_at)).await?;
     let insert_s = inserted.elapsed().as_secs_f64();
     match cfg.backend {
         Backend::Postgres => {
@@ -121,7 +113,7 @@ async fn scale(cfg: &Config, url: &str, sleeping: i64) -> BenchResult<Report> {
             execute(&store, "PRAGMA wal_checkpoint(TRUNCATE)").await?;
         }
     }
-    if now_ms() >= due_at - 1_000 {
+    if now_us() >= due_at - 1_000_000 {
         return Err(fail(
             "preparing took too long: the due instances are due already",
         ));
@@ -182,46 +174,20 @@ async fn scale(cfg: &Config, url: &str, sleeping: i64) -> BenchResult<Report> {
     })
 }
 
-/// How many journal deadline units make a millisecond of `wake_at`: the
-/// template's journaled sleep deadline over its row's wake time (1 when the
-/// journal keeps milliseconds, 1,000 for microseconds).
-async fn deadline_scale(store: &Store, backend: Backend) -> BenchResult<i64> {
-    let (workflows, steps) = tables(backend);
-    let sql = format!(
-        "SELECT s.result, w.wake_at FROM {steps} s JOIN {workflows} w ON w.id = s.workflow_id \
-         WHERE w.id = 'tpl' AND s.kind = 'sleep'"
-    );
-    let (result, wake_at): (String, i64) = match store {
-        Store::Sqlite(s) => sqlx::query_as(&sql).fetch_one(s.pool()).await?,
-        Store::Postgres(s) => sqlx::query_as(&sql).fetch_one(s.pool()).await?,
-    };
-    let deadline: f64 = result
-        .trim()
-        .parse()
-        .map_err(|_| fail(format!("the template's sleep recorded `{result}`")))?;
-    let ratio = deadline / wake_at.max(1) as f64;
-    [1_i64, 1_000, 1_000_000]
-        .into_iter()
-        .min_by(|a, b| {
-            let off = |s: i64| (ratio / s as f64).ln().abs();
-            off(*a).total_cmp(&off(*b))
-        })
-        .ok_or_else(|| fail("no scale"))
-}
-
 /// Inserts `n` copies of the template (`<prefix>-<i>`), with its journaled
-/// sleep; with `due`, the copies wake at `due.0` (ms) and their journaled
-/// deadline is `due.1` (in the journal's unit).
+/// sleep; with `due`, the copies wake at `due` (µs since the Unix epoch), which
+/// is also their journaled sleep deadline (the journal and the row share the
+/// unit).
 async fn bulk_insert(
     store: &Store,
     backend: Backend,
     prefix: &str,
     n: i64,
-    due: Option<(i64, i64)>,
+    due: Option<i64>,
 ) -> BenchResult {
     let (workflows, steps) = tables(backend);
     let (wake, result) = match due {
-        Some((at, deadline)) => (at.to_string(), format!("'{deadline}'")),
+        Some(at) => (at.to_string(), format!("'{at}'")),
         None => ("wake_at".to_owned(), "result".to_owned()),
     };
     let columns = COLUMNS.replacen("wake_at", &wake, 1);
@@ -269,7 +235,7 @@ async fn bulk_insert(
     Ok(())
 }
 
-/// Child `suspended-pass <url> <sync> <due_at ms>`: one idle pass, then at
+/// Child `suspended-pass <url> <sync> <due_at µs>`: one idle pass, then at
 /// `due_at` the measured passes (back to back until nothing is due, as the
 /// worker loop runs them). Prints `PASS <due pass ms> <idle pass ms>
 /// <VmRSS after MiB> <VmRSS before MiB> <VmHWM MiB> <completed>`.
@@ -282,11 +248,11 @@ pub(crate) async fn child_pass(url: &str, sync: SqliteSynchronous, due_at: i64) 
     if idle.discovered != 0 {
         return Err(fail(format!("the idle pass found work: {idle:?}")));
     }
-    let wait = due_at + 20 - now_ms();
+    let wait = due_at + 20_000 - now_us();
     if wait <= 0 {
         return Err(fail("the worker started after the instances came due"));
     }
-    tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+    tokio::time::sleep(Duration::from_micros(wait as u64)).await;
     let rss_before = rss_mib();
     // A pass claims at most 2 x concurrency instances; the worker loop runs
     // full passes back to back, so time the passes until nothing is due.

@@ -7,7 +7,7 @@
 use crate::query::Arg;
 use crate::rows::FromRow;
 use crate::{
-    now_ms, rows, AppendOutcome, Cancellation, Conn, Finish, InstanceRow, InstanceStatus, Lease,
+    now_us, rows, AppendOutcome, Cancellation, Conn, Finish, InstanceRow, InstanceStatus, Lease,
     NewInstance, Resolution, Result, StepRow, Store, StoreError,
 };
 
@@ -27,7 +27,7 @@ impl Store {
         news: &[NewInstance<'_>],
     ) -> Result<Vec<(InstanceRow, bool)>> {
         const OP: &str = "create_instance";
-        let now = now_ms();
+        let now = now_us();
         dispatch!(Store, self, |s, sql| {
             if let ([one], true) = (news, sql.create_is_one_statement) {
                 let mut conn = s.acquire(OP).await?;
@@ -53,14 +53,14 @@ impl Store {
     /// lease on it (or the owner already does), marking it running. Returns the
     /// claimed row, or `None` when it is finished, missing or leased elsewhere.
     pub async fn claim(&self, id: &str, lease: Lease<'_>) -> Result<Option<InstanceRow>> {
-        let now = now_ms();
-        let args = args![id, lease.owner, now + lease.ttl_ms, now];
+        let now = now_us();
+        let args = args![id, lease.owner, now + lease.ttl_us, now];
         self.fetch_optional("claim", |sql| &sql.claim, &args).await
     }
 
     /// Extends a lease `lease.owner` holds. `false` when it no longer holds it.
     pub async fn renew_lease(&self, id: &str, lease: Lease<'_>) -> Result<bool> {
-        let expires = now_ms() + lease.ttl_ms;
+        let expires = now_us() + lease.ttl_us;
         let args = args![id, lease.owner, expires];
         Ok(self
             .execute("renew_lease", |sql| &sql.renew_lease, &args)
@@ -70,7 +70,7 @@ impl Store {
 
     /// Drops `owner`'s lease on an instance, leaving its status as it is.
     pub async fn release(&self, id: &str, owner: &str) -> Result<()> {
-        let args = args![id, owner, now_ms()];
+        let args = args![id, owner, now_us()];
         self.execute("release", |sql| &sql.release, &args).await?;
         Ok(())
     }
@@ -102,7 +102,7 @@ impl Store {
     /// Like [`Store::finish`] for several instances, in one transaction.
     pub async fn finish_many(&self, finishes: &[Finish<'_>]) -> Result<Vec<bool>> {
         const OP: &str = "finish";
-        let now = now_ms();
+        let now = now_us();
         dispatch!(Store, self, |s| {
             let mut tx = s.begin(OP).await?;
             let mut applied = Vec::with_capacity(finishes.len());
@@ -127,7 +127,7 @@ impl Store {
         wake_at: Option<i64>,
         awaiting: Option<i64>,
     ) -> Result<bool> {
-        let args = args![id, generation, owner, wake_at, now_ms(), awaiting];
+        let args = args![id, generation, owner, wake_at, now_us(), awaiting];
         Ok(self.execute("suspend", |sql| &sql.suspend, &args).await? == 1)
     }
 
@@ -143,7 +143,7 @@ impl Store {
     /// a suspended waiter due, in one transaction. The first resolution wins.
     pub async fn resolve(&self, created: i64, kind: &str, row: &StepRow) -> Result<Resolution> {
         const OP: &str = "resolve";
-        let now = now_ms();
+        let now = now_us();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             let exists = sqlx::query(&sql.step_of_kind_exists)
@@ -186,7 +186,7 @@ impl Store {
     /// transaction; each cancelled child reports to its parent.
     pub async fn cancel(&self, id: &str) -> Result<Cancellation> {
         const OP: &str = "cancel";
-        let now = now_ms();
+        let now = now_us();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             let status: Option<String> = sqlx::query_scalar(&sql.status_for_cancel)
@@ -238,7 +238,7 @@ impl Store {
         owner: &str,
         input: &str,
     ) -> Result<bool> {
-        let args = args![id, generation, owner, input, now_ms()];
+        let args = args![id, generation, owner, input, now_us()];
         Ok(self
             .execute("continue_as_new", |sql| &sql.continue_as_new, &args)
             .await?
@@ -248,7 +248,7 @@ impl Store {
     /// Puts an instance set aside for non-determinism back to `pending`, keeping
     /// its journal, so the fixed code can resume it. Returns whether it applied.
     pub async fn requeue_set_aside(&self, id: &str) -> Result<bool> {
-        let args = args![id, now_ms()];
+        let args = args![id, now_us()];
         Ok(self
             .execute("requeue_set_aside", |sql| &sql.requeue_set_aside, &args)
             .await?
@@ -346,7 +346,7 @@ pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>
         Some(lease) => (
             InstanceStatus::Running,
             Some(lease.owner),
-            Some(now + lease.ttl_ms),
+            Some(now + lease.ttl_us),
         ),
         None => (InstanceStatus::Pending, None, None),
     };

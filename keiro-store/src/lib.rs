@@ -12,6 +12,9 @@
 //!
 //! Steps reach the journal through a [`JournalWriter`], which commits whatever
 //! queued while the previous commit was in flight as one transaction.
+//!
+//! Every time the store reads or writes is microseconds since the Unix epoch
+//! ([`now_us`]); migration 0008 converted rows stored in milliseconds before.
 
 #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
 compile_error!("keiro-store needs a backend: enable the `sqlite` or `postgres` feature (or both)");
@@ -59,7 +62,7 @@ mod writer;
 
 pub use error::{redact as redact_url, StoreError};
 pub use model::{
-    now_ms, timer_sort_key, AppendOutcome, BlockReason, Blocked, Cancellation, Crash, ExecutorRow,
+    now_us, timer_sort_key, AppendOutcome, BlockReason, Blocked, Cancellation, Crash, ExecutorRow,
     Finish, InstanceRow, InstanceStatus, Lease, NewInstance, NewTimer, ParentLink, ReasonMatch,
     Registered, Resolution, ResumeClaimOutcome, ResumeUpdate, ScheduleOutcome, StepRow,
     TimerListKind, TimerQuery, TimerRow, TimerStatus, TimerUpdate,

@@ -121,8 +121,8 @@ pub enum Cancellation {
 pub struct Lease<'a> {
     /// The executor identity holding the lease.
     pub owner: &'a str,
-    /// How long the lease lasts without renewal, in milliseconds.
-    pub ttl_ms: i64,
+    /// How long the lease lasts without renewal, in microseconds.
+    pub ttl_us: i64,
 }
 
 /// A stored workflow instance.
@@ -153,17 +153,17 @@ pub struct InstanceRow {
     pub attempts: i64,
     /// The executor holding the lease, if any.
     pub lease_owner: Option<String>,
-    /// When the lease lapses (ms since the Unix epoch).
+    /// When the lease lapses (µs since the Unix epoch).
     pub lease_expires_at: Option<i64>,
-    /// When a suspended instance is due (ms since the Unix epoch).
+    /// When a suspended instance is due (µs since the Unix epoch).
     pub wake_at: Option<i64>,
     /// The parent instance, for a child workflow.
     pub parent_id: Option<String>,
     /// The parent's step sequence number that awaits this child.
     pub parent_seq: Option<i64>,
-    /// When the row was created (ms since the Unix epoch).
+    /// When the row was created (µs since the Unix epoch).
     pub created_at: i64,
-    /// When the row last changed (ms since the Unix epoch).
+    /// When the row last changed (µs since the Unix epoch).
     pub updated_at: i64,
 }
 
@@ -230,7 +230,7 @@ pub struct Crash<'a> {
     pub error: &'a str,
     /// At this many attempts the instance is marked failed.
     pub max_attempts: i64,
-    /// When to try again if attempts remain (ms since the Unix epoch).
+    /// When to try again if attempts remain (µs since the Unix epoch).
     pub retry_at: i64,
 }
 
@@ -245,7 +245,7 @@ pub struct ExecutorRow {
     pub host: String,
     /// Its process id.
     pub pid: i64,
-    /// Its last heartbeat (ms since the Unix epoch).
+    /// Its last heartbeat (µs since the Unix epoch).
     pub heartbeat_at: i64,
 }
 
@@ -301,11 +301,12 @@ impl BlockReason {
     }
 }
 
-/// Milliseconds since the Unix epoch, the store's unit of time.
-pub fn now_ms() -> i64 {
+/// Microseconds since the Unix epoch, the store's unit of time (every time
+/// column holds it since migration 0008).
+pub fn now_us() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
+        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
         .unwrap_or(0)
 }
 
@@ -383,7 +384,7 @@ pub struct NewTimer<'a> {
     pub process_manager: &'a str,
     /// What the timer is about (a saga, an order, a session): free text.
     pub correlation_id: &'a str,
-    /// When it is due (ms since the Unix epoch).
+    /// When it is due (µs since the Unix epoch).
     pub fire_at: i64,
     /// JSON text handed to the fire action. The store refuses text that is not JSON.
     pub payload: &'a str,
@@ -398,7 +399,7 @@ pub struct TimerRow {
     pub process_manager: String,
     /// What it is about.
     pub correlation_id: String,
-    /// When it is due (ms since the Unix epoch).
+    /// When it is due (µs since the Unix epoch).
     pub fire_at: i64,
     /// The JSON payload, as text.
     pub payload: String,
@@ -410,13 +411,13 @@ pub struct TimerRow {
     pub last_error: Option<String>,
     /// The event its firing produced, once fired.
     pub event_id: Option<String>,
-    /// When the current (or last) worker claim was taken (ms since the Unix epoch).
+    /// When the current (or last) worker claim was taken (µs since the Unix epoch).
     pub claimed_at: Option<i64>,
-    /// While `resuming`: when the foreground claim lapses (ms since the Unix epoch).
+    /// While `resuming`: when the foreground claim lapses (µs since the Unix epoch).
     pub resume_lease_until: Option<i64>,
-    /// When the row was created (ms since the Unix epoch).
+    /// When the row was created (µs since the Unix epoch).
     pub created_at: i64,
-    /// When the row last changed (ms since the Unix epoch).
+    /// When the row last changed (µs since the Unix epoch).
     pub updated_at: i64,
 }
 
@@ -443,7 +444,7 @@ pub enum TimerUpdate {
     Missing,
     /// The timer's status does not allow it; nothing changed.
     NotApplicable(TimerStatus),
-    /// A guarded foreground resume claim holds the timer (until the given ms
+    /// A guarded foreground resume claim holds the timer (until the given µs
     /// since the Unix epoch); only its holder may move it. Nothing changed.
     Guarded {
         /// When the claim lapses unless renewed.
@@ -469,7 +470,7 @@ pub enum ResumeClaimOutcome {
     Missing,
     /// The timer is not dead; nothing changed.
     NotDead(TimerStatus),
-    /// Another foreground claim holds it until the given ms since the Unix epoch.
+    /// Another foreground claim holds it until the given µs since the Unix epoch.
     Held {
         /// When that claim lapses unless renewed.
         lease_until: i64,

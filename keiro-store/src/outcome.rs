@@ -1,6 +1,7 @@
 //! The result envelope journaled for anything that ends in success or failure
 //! (a child workflow, an awakeable's answer): `{"Ok":…}` or `{"Err":…}`.
 
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// A journaled success or failure, stored as `{"Ok":<value>}` or
@@ -39,6 +40,18 @@ impl Outcome {
             "Err" => Some(Outcome::Err(value)),
             _ => None,
         }
+    }
+
+    /// Reads stored text straight into typed values: the success as `T`, the
+    /// failure as `E` (`Err` when it is not an envelope or a value does not
+    /// fit its type). Decoding from the text rather than through
+    /// [`Outcome::decode`]'s `Value` keeps what a `Value` would lose: the order
+    /// of a map's keys and integers beyond 64 bits.
+    pub fn decode_as<T: DeserializeOwned, E: DeserializeOwned>(
+        text: &str,
+    ) -> serde_json::Result<Result<T, E>> {
+        // serde writes and reads `Result` as exactly this envelope.
+        serde_json::from_str(text)
     }
 
     /// The outcome as a `Result`.
@@ -103,6 +116,23 @@ mod tests {
         }
         for text in ["", "1", r#"{"Maybe":1}"#, r#"{"Ok":1,"Err":2}"#, "{}"] {
             assert_eq!(Outcome::decode(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn decodes_typed_values_from_the_text() {
+        let big = u128::from(u64::MAX) + 1;
+        let text = Outcome::Ok(json!(1))
+            .encode()
+            .replace('1', &big.to_string());
+        assert_eq!(Outcome::decode_as::<u128, String>(&text).unwrap(), Ok(big));
+        let text = Outcome::Err(json!("no")).encode();
+        assert_eq!(
+            Outcome::decode_as::<u128, String>(&text).unwrap(),
+            Err("no".to_owned())
+        );
+        for text in [r#"{"Maybe":1}"#, r#"{"Ok":"not a number"}"#, "{}"] {
+            assert!(Outcome::decode_as::<u128, String>(text).is_err(), "{text}");
         }
     }
 }

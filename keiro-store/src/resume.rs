@@ -9,7 +9,7 @@ use crate::journal::report_to_parent;
 use crate::query::Statement;
 use crate::rows::StoreRow;
 use crate::{
-    now_ms, rows, Blocked, Crash, ExecutorRow, InstanceRow, InstanceStatus, Lease, Registered,
+    now_us, rows, Blocked, Crash, ExecutorRow, InstanceRow, InstanceStatus, Lease, Registered,
     Result, Store, StoreError,
 };
 
@@ -17,7 +17,7 @@ impl Store {
     /// Unfinished instances that are due now (pending, crashed with a lapsed
     /// lease, or suspended past their wake time), earliest first.
     pub async fn find_due(&self, limit: i64) -> Result<Vec<InstanceRow>> {
-        let args = args![now_ms(), limit];
+        let args = args![now_us(), limit];
         self.fetch_all("find_due", |sql| &sql.find_due, &args, None)
             .await
     }
@@ -33,8 +33,8 @@ impl Store {
         workflows: &[Registered<'_>],
         limit: i64,
     ) -> Result<Vec<InstanceRow>> {
-        let now = now_ms();
-        let args = args![lease.owner, now + lease.ttl_ms, now, limit];
+        let now = now_us();
+        let args = args![lease.owner, now + lease.ttl_us, now, limit];
         let registered = Some(workflows);
         self.fetch_all("claim_due", |sql| &sql.claim_due, &args, registered)
             .await
@@ -49,7 +49,7 @@ impl Store {
         workflows: &[Registered<'_>],
         limit: i64,
     ) -> Result<Vec<Blocked>> {
-        let args = args![owner, now_ms(), limit];
+        let args = args![owner, now_us(), limit];
         let registered = Some(workflows);
         self.fetch_all("find_blocked", |sql| &sql.find_blocked, &args, registered)
             .await
@@ -58,7 +58,7 @@ impl Store {
     /// Makes every unfinished instance leased by `owner` due now, so a process
     /// restarting under a dead predecessor's identity resumes its work at once.
     pub async fn reclaim_own(&self, owner: &str) -> Result<u64> {
-        let args = args![owner, now_ms()];
+        let args = args![owner, now_us()];
         self.execute("reclaim_own", |sql| &sql.reclaim_own, &args)
             .await
     }
@@ -68,7 +68,7 @@ impl Store {
     /// Returns the new status and attempt count, or `None` if the lease was lost.
     pub async fn record_crash(&self, crash: &Crash<'_>) -> Result<Option<(InstanceStatus, i64)>> {
         const OP: &str = "record_crash";
-        let now = now_ms();
+        let now = now_us();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             let args = args![
@@ -143,7 +143,7 @@ impl Store {
 
     /// Refreshes a held identity's heartbeat; `false` when it was taken over.
     pub async fn heartbeat_executor(&self, id: &str, token: &str) -> Result<bool> {
-        let args = args![id, token, now_ms()];
+        let args = args![id, token, now_us()];
         Ok(self
             .execute("heartbeat_executor", |sql| &sql.heartbeat_executor, &args)
             .await?
@@ -178,7 +178,7 @@ impl Store {
             // it anew waits on the deleted row.
             let released = sqlx::query(&sql.release_leases_of)
                 .bind(id)
-                .bind(now_ms())
+                .bind(now_us())
                 .execute(&mut *tx)
                 .await
                 .map_err(StoreError::query(OP))?;
@@ -217,7 +217,7 @@ impl Store {
     }
 
     /// Whether a worker whose executor sent a heartbeat at or after
-    /// `alive_since` (ms since the Unix epoch) serves workflow `name`.
+    /// `alive_since` (µs since the Unix epoch) serves workflow `name`.
     pub async fn is_served(&self, name: &str, alive_since: i64) -> Result<bool> {
         dispatch!(Store, self, |s, sql| sqlx::query(&sql.is_served)
             .bind(name)

@@ -4,7 +4,7 @@
 //!
 //! This is the storage half; `keiro::timers` wraps it with typed ids, JSON
 //! payloads, the worker loop and metrics. Everything here speaks the store's
-//! units: ids are strings, payloads are JSON text, times are milliseconds since
+//! units: ids are strings, payloads are JSON text, times are microseconds since
 //! the Unix epoch. Operations whose outcome depends on the clock take `now`
 //! explicitly, so a caller (or a test) decides what "due" means.
 //!
@@ -34,7 +34,7 @@ use crate::query::{Arg, Statement};
 use crate::rows::FromRow;
 use crate::sql::TIMER_COLUMNS;
 use crate::{
-    now_ms, rows, Conn, NewTimer, ReasonMatch, Result, ResumeClaimOutcome, ResumeUpdate,
+    now_us, rows, Conn, NewTimer, ReasonMatch, Result, ResumeClaimOutcome, ResumeUpdate,
     ScheduleOutcome, Store, StoreError, TimerListKind, TimerQuery, TimerRow, TimerStatus,
     TimerUpdate,
 };
@@ -115,7 +115,7 @@ pub async fn cancel_timer_tx<'t, 'c>(
 where
     'c: 't,
 {
-    let args = args![id, now_ms()];
+    let args = args![id, now_us()];
     update(
         tx.into().into(),
         "cancel_timer",
@@ -166,7 +166,7 @@ impl Store {
     /// becomes `now`. Concurrent claimers never get the same timer
     /// (`FOR UPDATE SKIP LOCKED` on PostgreSQL, the single writer on SQLite).
     pub async fn claim_due_timer(&self, now: i64) -> Result<Option<TimerRow>> {
-        let args = args![now, now_ms()];
+        let args = args![now, now_us()];
         self.fetch_optional("claim_due_timer", |sql| &sql.claim_due_timer, &args)
             .await
     }
@@ -190,7 +190,7 @@ impl Store {
 
     /// Marks a `firing` timer fired with the id of the event its firing produced.
     pub async fn mark_timer_fired(&self, id: &str, event_id: &str) -> Result<TimerUpdate> {
-        let args = args![id, event_id, now_ms()];
+        let args = args![id, event_id, now_us()];
         self.update_timer("mark_timer_fired", id, |sql| &sql.mark_timer_fired, &args)
             .await
     }
@@ -217,7 +217,7 @@ impl Store {
     /// Moves every `firing` timer claimed at or before `claimed_by` back to
     /// `scheduled` (fire time and attempts kept). Returns how many.
     pub async fn requeue_stuck_timers(&self, claimed_by: i64) -> Result<u64> {
-        let args = args![claimed_by, now_ms()];
+        let args = args![claimed_by, now_us()];
         let op = "requeue_stuck_timers";
         self.execute(op, |sql| &sql.requeue_stuck_timers, &args)
             .await
@@ -227,7 +227,7 @@ impl Store {
     /// ceiling counts every claim); a `dead` one starts over with zero
     /// attempts, its reason kept for the record. Its fire time is unchanged.
     pub async fn requeue_timer(&self, id: &str) -> Result<TimerUpdate> {
-        let args = args![id, now_ms()];
+        let args = args![id, now_us()];
         self.update_timer("requeue_timer", id, |sql| &sql.requeue_timer, &args)
             .await
     }
@@ -241,14 +241,14 @@ impl Store {
         fire_at: i64,
         note: Option<&str>,
     ) -> Result<TimerUpdate> {
-        let args = args![id, fire_at, note, now_ms()];
+        let args = args![id, fire_at, note, now_us()];
         self.update_timer("reschedule_timer", id, |sql| &sql.reschedule_timer, &args)
             .await
     }
 
     /// Cancels a `scheduled`, `firing` or `dead` timer.
     pub async fn cancel_timer(&self, id: &str) -> Result<TimerUpdate> {
-        let args = args![id, now_ms()];
+        let args = args![id, now_us()];
         self.update_timer("cancel_timer", id, |sql| &sql.cancel_timer, &args)
             .await
     }
@@ -256,7 +256,7 @@ impl Store {
     /// Dead-letters a `scheduled` or `firing` timer with `reason`, keeping its
     /// attempts.
     pub async fn dead_letter_timer(&self, id: &str, reason: &str) -> Result<TimerUpdate> {
-        let args = args![id, reason, now_ms()];
+        let args = args![id, reason, now_us()];
         self.update_timer("dead_letter_timer", id, |sql| &sql.dead_letter_timer, &args)
             .await
     }
@@ -325,7 +325,7 @@ impl Store {
         now: i64,
     ) -> Result<ResumeClaimOutcome> {
         const OP: &str = "claim_dead_timer";
-        let args = args![id, token, lease_until, now, now_ms()];
+        let args = args![id, token, lease_until, now, now_us()];
         let (row, found) = self
             .returning(OP, id, |sql| &sql.claim_dead_timer, &args)
             .await?;
@@ -392,7 +392,7 @@ impl Store {
     /// Moves every `resuming` timer whose claim lapsed at or before `now` back
     /// to `dead`, keeping its reason and attempts. Returns how many.
     pub async fn recover_expired_timer_resumes(&self, now: i64) -> Result<u64> {
-        let args = args![now, now_ms()];
+        let args = args![now, now_us()];
         let op = "recover_expired_timer_resumes";
         self.execute(op, |sql| &sql.recover_expired_timer_resumes, &args)
             .await
@@ -412,7 +412,7 @@ impl Store {
             ResumeEnd::Park { reason } => (|sql| &sql.park_timer_resume, reason.into()),
             ResumeEnd::Cancel => (|sql| &sql.cancel_timer_resume, None::<&str>.into()),
         };
-        let args = args![id, token, now, value, now_ms()];
+        let args = args![id, token, now, value, now_us()];
         let (row, found) = self.returning("timer_resume", id, statement, &args).await?;
         Ok(match row {
             Some(row) => ResumeUpdate::Applied(row),
@@ -456,7 +456,7 @@ impl Store {
 /// the store's own).
 async fn schedule(conn: Conn<'_>, timer: &NewTimer<'_>, once: bool) -> Result<ScheduleOutcome> {
     const OP: &str = "schedule_timer";
-    let now = now_ms();
+    let now = now_us();
     let args = args![
         timer.id,
         timer.process_manager,

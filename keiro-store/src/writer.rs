@@ -25,7 +25,7 @@ pub struct CreateRequest {
     pub signature: Option<String>,
     /// The parent id, generation and step seq, for a child.
     pub parent: Option<(String, i64, i64)>,
-    /// The owner and TTL (ms) of a lease to take at once; `None` for pending.
+    /// The owner and TTL (µs) of a lease to take at once; `None` for pending.
     pub lease: Option<(String, i64)>,
 }
 
@@ -146,9 +146,9 @@ async fn commit_creates(store: &Store, batch: &mut Pending<CreateRequest, (Insta
                 generation: *generation,
                 seq: *seq,
             }),
-            lease: r.lease.as_ref().map(|(owner, ttl_ms)| Lease {
+            lease: r.lease.as_ref().map(|(owner, ttl_us)| Lease {
                 owner,
-                ttl_ms: *ttl_ms,
+                ttl_us: *ttl_us,
             }),
         })
         .collect();

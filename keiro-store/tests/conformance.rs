@@ -46,13 +46,13 @@ conformance!(
 // ---------------------------------------------------------------------------
 // Helpers
 
-const TTL: i64 = 60_000;
+const TTL: i64 = 60_000_000;
 
 /// The signature the helpers record for `checkout` instances.
 const CHECKOUT: &str = "(Order,)->Result<Receipt,ShopError>";
 
 fn lease(owner: &str) -> Lease<'_> {
-    Lease { owner, ttl_ms: TTL }
+    Lease { owner, ttl_us: TTL }
 }
 
 fn new_instance<'a>(id: &'a str, input: &'a str, lease: Option<Lease<'a>>) -> NewInstance<'a> {
@@ -111,7 +111,7 @@ async fn status_of(db: &TestDb, id: &str) -> InstanceStatus {
 // create_instance / get_instance
 
 async fn create_instance_creates_once(db: &TestDb) {
-    let before = keiro_store::now_ms();
+    let before = keiro_store::now_us();
     let (row, created) = db
         .store
         .create_instance(&new_instance("wf-1", r#"{"a":1}"#, None))
@@ -138,7 +138,7 @@ async fn create_instance_creates_once(db: &TestDb) {
 }
 
 async fn create_instance_with_lease_is_running_without_is_pending(db: &TestDb) {
-    let before = keiro_store::now_ms();
+    let before = keiro_store::now_us();
     let (leased, _) = db
         .store
         .create_instance(&new_instance("leased", "{}", Some(lease("w1"))))
@@ -147,7 +147,7 @@ async fn create_instance_with_lease_is_running_without_is_pending(db: &TestDb) {
     assert_eq!(leased.status, InstanceStatus::Running);
     assert_eq!(leased.lease_owner.as_deref(), Some("w1"));
     let expires = leased.lease_expires_at.expect("a lease expiry");
-    assert!(expires >= before + TTL && expires <= keiro_store::now_ms() + TTL);
+    assert!(expires >= before + TTL && expires <= keiro_store::now_us() + TTL);
 
     let (free, _) = db
         .store
@@ -222,7 +222,7 @@ async fn get_instance_of_missing_id_is_none(db: &TestDb) {
 
 async fn claim_takes_a_pending_instance(db: &TestDb) {
     create(db, "wf", None).await;
-    let before = keiro_store::now_ms();
+    let before = keiro_store::now_us();
     let row = db
         .store
         .claim("wf", lease("w1"))
@@ -251,7 +251,7 @@ async fn claim_by_the_same_owner_succeeds(db: &TestDb) {
     tokio::time::sleep(Duration::from_millis(5)).await;
     let longer = Lease {
         owner: "w1",
-        ttl_ms: 10 * TTL,
+        ttl_us: 10 * TTL,
     };
     let row = db
         .store
@@ -266,7 +266,7 @@ async fn claim_by_the_same_owner_succeeds(db: &TestDb) {
 async fn claim_takes_over_an_expired_lease(db: &TestDb) {
     let expired = Lease {
         owner: "dead",
-        ttl_ms: -1,
+        ttl_us: -1,
     };
     create(db, "wf", Some(expired)).await;
     tokio::time::sleep(Duration::from_millis(2)).await;
@@ -281,7 +281,7 @@ async fn claim_takes_over_an_expired_lease(db: &TestDb) {
     // A short lease lapses after its ttl.
     let short = Lease {
         owner: "w3",
-        ttl_ms: 50,
+        ttl_us: 50_000,
     };
     create(db, "wf-short", Some(short)).await;
     assert_eq!(db.store.claim("wf-short", lease("w4")).await.unwrap(), None);
@@ -355,7 +355,7 @@ async fn renew_lease_only_by_the_holder(db: &TestDb) {
         .unwrap();
     let longer = |owner| Lease {
         owner,
-        ttl_ms: 10 * TTL,
+        ttl_us: 10 * TTL,
     };
     assert!(!db.store.renew_lease("wf", longer("w2")).await.unwrap());
     let row = db.store.get_instance("wf").await.unwrap().unwrap();

@@ -115,7 +115,7 @@ async fn a_dropped_connection_or_a_held_lock_is_transient(db: &TestDb) {
     db.store.create_instance(&new_instance("wf")).await.unwrap();
     let lease = Lease {
         owner: "worker-1",
-        ttl_ms: 60_000,
+        ttl_us: 60_000_000,
     };
     let error = match db.backend {
         Backend::Sqlite => claim_under_a_held_write_lock(db, lease).await,
@@ -164,12 +164,12 @@ async fn claim_on_a_terminated_connection(db: &TestDb, lease: Lease<'_>) -> Stor
         .execute("SELECT 1 FROM keiro.workflows WHERE id = 'wf' FOR UPDATE")
         .await
         .unwrap();
-    let (store, ttl_ms) = (db.store.clone(), lease.ttl_ms);
+    let (store, ttl_us) = (db.store.clone(), lease.ttl_us);
     let owner = lease.owner.to_owned();
     let claim = tokio::spawn(async move {
         let lease = Lease {
             owner: &owner,
-            ttl_ms,
+            ttl_us,
         };
         store.claim("wf", lease).await
     });

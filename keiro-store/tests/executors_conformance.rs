@@ -5,7 +5,7 @@
 #[macro_use]
 mod support;
 
-use keiro_store::{now_ms, ExecutorRow, InstanceStatus, Lease, NewInstance};
+use keiro_store::{now_us, ExecutorRow, InstanceStatus, Lease, NewInstance};
 use support::TestDb;
 
 conformance!(
@@ -20,7 +20,7 @@ fn executor(id: &str, token: &str) -> ExecutorRow {
         token: token.to_owned(),
         host: "h".to_owned(),
         pid: 1,
-        heartbeat_at: now_ms(),
+        heartbeat_at: now_us(),
     }
 }
 
@@ -41,7 +41,7 @@ async fn leased(db: &TestDb, id: &str, owner: &str) {
         parent: None,
         lease: Some(Lease {
             owner,
-            ttl_ms: 60_000,
+            ttl_us: 60_000_000,
         }),
     };
     assert!(db.store.create_instance(&new).await.unwrap().1);
@@ -68,7 +68,7 @@ async fn remove_executor_releases_the_leases_it_held(db: &TestDb) {
     register(db, "w1", "t1").await;
     leased(db, "mine", "w1").await;
     leased(db, "theirs", "w2").await;
-    let before = now_ms();
+    let before = now_us();
     assert_eq!(db.store.remove_executor("w1", "t1").await.unwrap(), Some(1));
     assert!(db.store.get_executor("w1").await.unwrap().is_none());
 
@@ -83,7 +83,7 @@ async fn remove_executor_releases_the_leases_it_held(db: &TestDb) {
     // Released, another owner claims it at once.
     let lease = Lease {
         owner: "w3",
-        ttl_ms: 60_000,
+        ttl_us: 60_000_000,
     };
     assert!(db.store.claim("mine", lease).await.unwrap().is_some());
 }

@@ -22,7 +22,7 @@ const THEIRS: &str = "(String,)->String";
 fn lease(owner: &str) -> Lease<'_> {
     Lease {
         owner,
-        ttl_ms: 60_000,
+        ttl_us: 60_000_000,
     }
 }
 

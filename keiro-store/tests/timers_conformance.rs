@@ -2,7 +2,7 @@
 //!
 //! Every case is an `async fn(&TestDb)`; `conformance!` at the top runs each
 //! one as `sqlite::<case>` on a fresh SQLite file and as `postgres::<case>` on a
-//! fresh PostgreSQL database. Times are explicit (milliseconds), so nothing
+//! fresh PostgreSQL database. Times are explicit (microseconds), so nothing
 //! here sleeps.
 
 #[macro_use]
@@ -163,7 +163,7 @@ async fn page_through(
 // Scheduling
 
 async fn schedule_creates_a_scheduled_timer(db: &TestDb) {
-    let before = keiro_store::now_ms();
+    let before = keiro_store::now_us();
     schedule(db, "t-1", 1_000).await;
     let row = get(db, "t-1").await;
     assert_eq!(row.id, "t-1");

@@ -6,7 +6,7 @@
 mod support;
 
 use keiro_store::{
-    now_ms, Cancellation, Crash, CreateRequest, Finish, FinishRequest, InstanceStatus,
+    now_us, Cancellation, Crash, CreateRequest, Finish, FinishRequest, InstanceStatus,
     JournalWriter, Lease, NewInstance, ParentLink, Resolution, StepRow,
 };
 use support::TestDb;
@@ -29,7 +29,7 @@ const OWNER: &str = "w1";
 fn lease() -> Lease<'static> {
     Lease {
         owner: OWNER,
-        ttl_ms: 60_000,
+        ttl_us: 60_000_000,
     }
 }
 
@@ -84,7 +84,7 @@ async fn due_ids(db: &TestDb) -> Vec<String> {
 
 async fn suspend_keeps_the_wake_time_and_drops_the_lease(db: &TestDb) {
     running(db, "wf", None).await;
-    let later = now_ms() + 60_000;
+    let later = now_us() + 60_000_000;
     assert!(!suspend_wf(db, "intruder", Some(later), None).await);
     assert!(suspend_wf(db, OWNER, Some(later), None).await);
     let got = db.store.get_instance("wf").await.unwrap().unwrap();
@@ -195,7 +195,7 @@ async fn a_child_failed_by_crashes_reports_its_failure(db: &TestDb) {
         owner: OWNER,
         error: "boom",
         max_attempts: 1,
-        retry_at: now_ms(),
+        retry_at: now_us(),
     };
     let (status, attempts) = db.store.record_crash(&crash).await.unwrap().unwrap();
     assert_eq!((status, attempts), (InstanceStatus::Failed, 1));
@@ -351,7 +351,7 @@ async fn the_writer_batches_creates_steps_and_finishes_of_many_workflows(db: &Te
                 input: "[]".into(),
                 signature: None,
                 parent: None,
-                lease: Some((OWNER.into(), 60_000)),
+                lease: Some((OWNER.into(), 60_000_000)),
             };
             let (row, created) = writer.create(create.clone()).await.unwrap();
             assert!(created && row.status == InstanceStatus::Running);

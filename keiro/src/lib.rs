@@ -52,6 +52,7 @@ mod runtime;
 mod shutdown;
 mod signature;
 pub mod telemetry;
+mod time;
 pub mod timers;
 pub mod unstable;
 mod workflow;

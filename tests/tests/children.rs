@@ -195,7 +195,7 @@ async fn a_child_with_no_steps_is_driven_by_the_worker(backend: Backend) {
     let parent_input = serde_json::to_string(&(key.clone(),)).unwrap();
     let dead = Lease {
         owner: "dead",
-        ttl_ms: -1,
+        ttl_us: -1,
     };
     let store = keiro::unstable::raw_store(&keiro);
     store

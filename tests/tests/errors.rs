@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 
 use keiro::{workflow, Error, Keiro, ResumeEvent, ResumeOptions};
-use keiro_store::{now_ms, ExecutorRow, NewInstance};
+use keiro_store::{now_us, ExecutorRow, NewInstance};
 use keiro_tests::{on_both_backends, Backend, TestDb};
 
 #[workflow]
@@ -150,7 +150,7 @@ async fn no_free_default_identity_is_refused_saying_what_to_set(backend: Backend
             token: format!("token-{n}"),
             host: "another-host".into(),
             pid: 1,
-            heartbeat_at: now_ms() + 60_000,
+            heartbeat_at: now_us() + 60_000_000,
         };
         assert!(raw.put_executor(&row, None).await.unwrap());
     }

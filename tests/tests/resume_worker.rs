@@ -153,7 +153,7 @@ async fn live_foreign_leases_are_skipped_and_dead_ones_taken(backend: Backend) {
     // Another executor claimed it; its lease is live for a while.
     let lease = Lease {
         owner: "elsewhere",
-        ttl_ms: 400,
+        ttl_us: 400_000,
     };
     let new = NewInstance {
         id: &key,
@@ -204,7 +204,7 @@ async fn racing_executors_converge_on_the_first_result(backend: Backend) {
     // race: it must continue with the recorded value.
     let lease = Lease {
         owner: "dead",
-        ttl_ms: -1,
+        ttl_us: -1,
     };
     let new = NewInstance {
         id: &key,

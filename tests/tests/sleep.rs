@@ -84,22 +84,21 @@ async fn long_sleeps_suspend_and_a_worker_resumes_them_when_due(backend: Backend
     let row = starter.store().get_instance(&key).await.unwrap().unwrap();
     assert_eq!(row.lease_owner, None);
     let journal = starter.store().load_journal(&key, 0).await.unwrap();
-    // The deadline is journaled in µs; the row wakes at the next ms.
-    let recorded_us: i64 = journal[1].result.parse().unwrap();
-    let recorded = (recorded_us + 999) / 1000;
+    // The deadline is journaled in µs, the row's unit: it wakes at exactly it.
+    let recorded: i64 = journal[1].result.parse().unwrap();
     assert_eq!(row.wake_at, Some(recorded));
     // Another process's worker: nothing is due before the deadline...
     let worker = runtime(&db, Duration::from_millis(100)).await;
     assert_eq!(worker.resume_once(&quiet()).await.unwrap().discovered, 0);
     // ...and it runs it on once due, without re-running the first step.
-    let wait = (recorded - keiro_store::now_ms()).max(0) as u64;
-    tokio::time::sleep(Duration::from_millis(wait + 20)).await;
+    let wait = (recorded - keiro_store::now_us()).max(0) as u64;
+    tokio::time::sleep(Duration::from_micros(wait) + Duration::from_millis(20)).await;
     let summary = worker.resume_once(&quiet()).await.unwrap();
     assert_eq!(
         (summary.discovered, summary.resumed, summary.completed),
         (1, 1, 1)
     );
-    assert!(keiro_store::now_ms() >= recorded);
+    assert!(keiro_store::now_us() >= recorded);
     let other: u32 = worker.handle(&key).await.unwrap().result().await.unwrap();
     assert_eq!(other, 1);
     assert_eq!((count(&key, "before"), count(&key, "after")), (1, 1));

@@ -56,12 +56,12 @@ async fn schedule_is_idempotent_on_the_id(backend: Backend) {
             .fire_at
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap()
-            .as_millis(),
+            .as_micros(),
         (later + Duration::from_secs(60))
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap()
-            .as_millis(),
-        "stored with millisecond precision"
+            .as_micros(),
+        "stored with microsecond precision"
     );
 
     assert!(!timers.schedule_once(&first).await.unwrap());

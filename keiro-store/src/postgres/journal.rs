@@ -11,7 +11,7 @@ use super::{PostgresStore, SQL};
 use crate::journal::{new_instance_args, unreadable_step};
 use crate::rows::{FromRow, StoreRow};
 use crate::sql::{INSTANCE_COLUMNS, STEP_COLUMNS};
-use crate::{now_ms, rows, AppendOutcome, InstanceRow, NewInstance, Result, StepRow, StoreError};
+use crate::{now_us, rows, AppendOutcome, InstanceRow, NewInstance, Result, StepRow, StoreError};
 
 /// How often `append_steps` retries rows that conflicted but could not be read
 /// back (removed by a concurrent writer in between) before giving up.
@@ -72,7 +72,7 @@ impl PostgresStore {
         }
 
         let mut resolved: HashMap<StepKey<'_>, AppendOutcome> = HashMap::with_capacity(rows.len());
-        let now = now_ms();
+        let now = now_us();
         for _ in 0..APPEND_ATTEMPTS {
             if pending.is_empty() {
                 break;

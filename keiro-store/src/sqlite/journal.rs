@@ -11,7 +11,7 @@ use super::{SqliteStore, SQL};
 use crate::journal::{get_step_on, new_instance_args, step_args, unreadable_step};
 use crate::rows::FromRow;
 use crate::sql::STEP_COLUMNS;
-use crate::{now_ms, rows, AppendOutcome, InstanceRow, NewInstance, Result, StepRow, StoreError};
+use crate::{now_us, rows, AppendOutcome, InstanceRow, NewInstance, Result, StepRow, StoreError};
 
 /// Rows per multi-row insert (7 parameters each, well under SQLite's limit).
 const APPEND_CHUNK: usize = 256;
@@ -36,7 +36,7 @@ fn insert_steps(rows: usize) -> &'static str {
 impl SqliteStore {
     pub(crate) async fn append_steps(&self, rows: &[StepRow]) -> Result<Vec<AppendOutcome>> {
         const OP: &str = "append_steps";
-        let now = now_ms();
+        let now = now_us();
         let mut tx = self.begin(OP).await?;
         // Multi-row inserts: a statement costs a round trip to SQLite's
         // thread, so a batch pays one per chunk instead of one per row.

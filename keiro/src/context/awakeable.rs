@@ -5,7 +5,7 @@ use std::future::{Future, IntoFuture};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use keiro_store::{Resolution, StepRow};
+use keiro_store::{Outcome, Resolution, StepRow};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -124,12 +124,7 @@ fn decode_resolution<T: DeserializeOwned>(
     id: &str,
     row: &StepRow,
 ) -> Result<T> {
-    #[derive(serde::Deserialize)]
-    enum Answer<V> {
-        Ok(V),
-        Err(String),
-    }
-    let answer: Answer<T> = serde_json::from_str(&row.result).map_err(|e| {
+    let answer = Outcome::decode_as::<T, String>(&row.result).map_err(|e| {
         Error::decode(
             format!(
                 "the answer to awakeable {id} of workflow `{}` (id {}) into the awaited type",
@@ -139,8 +134,8 @@ fn decode_resolution<T: DeserializeOwned>(
         )
     })?;
     match answer {
-        Answer::Ok(value) => Ok(value),
-        Answer::Err(reason) => Err(Error::Rejected {
+        Ok(value) => Ok(value),
+        Err(reason) => Err(Error::Rejected {
             id: id.to_owned(),
             reason,
         }),
@@ -190,23 +185,21 @@ impl Keiro {
         let found = short_type_name(std::any::type_name::<T>());
         let value = serde_json::to_value(&value)
             .map_err(|e| Error::encode(format!("the answer to awakeable {id}"), e))?;
-        self.answer(id, serde_json::json!({ "Ok": value }), Some(found))
-            .await
+        self.answer(id, Outcome::Ok(value), Some(found)).await
     }
 
     /// Rejects awakeable `id`: the workflow's `.await` yields
     /// [`Error::Rejected`] with `reason`.
     pub async fn reject_awakeable(&self, id: &str, reason: impl Into<String>) -> Result<()> {
-        self.answer(id, serde_json::json!({ "Err": reason.into() }), None)
-            .await
+        self.answer(
+            id,
+            Outcome::Err(serde_json::Value::String(reason.into())),
+            None,
+        )
+        .await
     }
 
-    async fn answer(
-        &self,
-        id: &str,
-        answer: serde_json::Value,
-        found: Option<String>,
-    ) -> Result<()> {
+    async fn answer(&self, id: &str, answer: Outcome, found: Option<String>) -> Result<()> {
         let (workflow, generation, created) = parse_id(id)?;
         let store = self.raw_store();
         let creation = store
@@ -230,7 +223,7 @@ impl Keiro {
             seq: created + 1,
             name: "awakeable".to_owned(),
             kind: RESOLUTION_KIND.to_owned(),
-            result: answer.to_string(),
+            result: answer.encode(),
         };
         match store
             .resolve(created, StepKind::Awakeable.as_str(), &row)

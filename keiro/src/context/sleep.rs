@@ -3,9 +3,10 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::{claim_seq, record, Halt, StepKind, WorkflowContext};
+use crate::time::to_us;
 
 /// Waits for `duration`. Inside a workflow the deadline is journaled when the
 /// sleep first runs; a replay waits only for what is left of it. A wait longer
@@ -55,16 +56,9 @@ pub fn sleep_until(when: SystemTime) -> impl Future<Output = ()> + Send {
     }
 }
 
-/// The deadline in the journal's unit: microseconds since the Unix epoch.
-fn micros(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
 /// How long until `deadline` (µs since the epoch), as a monotonic instant.
 fn instant_of(deadline: i64) -> Instant {
-    let left = deadline - micros(SystemTime::now());
+    let left = deadline - to_us(SystemTime::now());
     Instant::now() + Duration::from_micros(left.max(0) as u64)
 }
 
@@ -75,7 +69,7 @@ async fn durable_wait(cx: Arc<WorkflowContext>, seq: i64, deadline: SystemTime) 
         let deadline: i64 = super::step::replay(&cx, seq, kind, name, &recorded).await;
         return wait_until(&cx, deadline).await;
     }
-    let deadline = micros(deadline);
+    let deadline = to_us(deadline);
     let target = instant_of(deadline);
     if target.saturating_duration_since(Instant::now()) > cx.suspend_after {
         // Suspending needs the deadline durable first: the resumed run waits
@@ -99,9 +93,9 @@ async fn wait_until(cx: &Arc<WorkflowContext>, deadline: i64) {
         return;
     }
     if left > cx.suspend_after {
-        let wake_at_ms = deadline.div_euclid(1000) + i64::from(deadline.rem_euclid(1000) > 0);
+        // The journal and the row share one unit: the deadline is the wake time.
         cx.halt(Halt::Suspend {
-            wake_at: Some(wake_at_ms),
+            wake_at: Some(deadline),
             awaiting: None,
         });
         std::future::pending::<()>().await;

@@ -7,6 +7,7 @@ use keiro_store::{BlockReason, InstanceRow, InstanceStatus, Lease};
 use super::{ResumeEvent, ResumeOptions, ResumeSummary};
 use crate::runtime::inflight::Slot;
 use crate::shutdown::Stop;
+use crate::time::duration_us;
 use crate::workflow::drive::execute;
 use crate::{Error, Keiro, Result};
 
@@ -32,7 +33,7 @@ impl Keiro {
         let workflows = self.registry().workflows();
         let lease = Lease {
             owner,
-            ttl_ms: self.lease_ttl().as_millis() as i64,
+            ttl_us: duration_us(self.lease_ttl()),
         };
         // Claim in the same statement that discovers, so concurrent workers
         // take disjoint batches instead of racing for the same rows.

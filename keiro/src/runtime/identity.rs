@@ -18,10 +18,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use keiro_store::{now_ms, ExecutorRow, Store};
+use keiro_store::{now_us, ExecutorRow, Store};
 use tokio::sync::watch;
 
 use crate::runtime::Inner;
+use crate::time::duration_us;
 use crate::{Error, Keiro, Result};
 
 /// An identity whose holder has not sent a heartbeat for this long is free.
@@ -90,14 +91,14 @@ impl Me {
             token: self.token.clone(),
             host: self.host.clone(),
             pid: self.pid,
-            heartbeat_at: now_ms(),
+            heartbeat_at: now_us(),
         }
     }
 
     fn judge(&self, old: &ExecutorRow) -> Holder {
         if old.host == self.host && old.pid != self.pid && !pid_alive(old.pid) {
             Holder::DeadHere
-        } else if old.heartbeat_at < now_ms() - EXECUTOR_TTL.as_millis() as i64 {
+        } else if old.heartbeat_at < now_us() - duration_us(EXECUTOR_TTL) {
             Holder::Stale
         } else {
             Holder::Live

@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 
 use keiro_store::{ReasonMatch, TimerListKind, TimerQuery};
 
-use super::types::{duration_ms, to_ms};
 use super::{TimerError, TimerRow, Timers};
+use crate::time::{duration_us, to_us};
 
 /// The largest page [`Timers::pending`], [`Timers::stuck`] and
 /// [`Timers::dead`] serve.
@@ -129,7 +129,7 @@ impl Timers {
         older_than: Duration,
         request: &TimerPageRequest,
     ) -> Result<TimerPage, TimerError> {
-        let claimed_by = to_ms(SystemTime::now()).saturating_sub(duration_ms(older_than));
+        let claimed_by = to_us(SystemTime::now()).saturating_sub(duration_us(older_than));
         self.page(
             TimerList::Stuck,
             TimerListKind::Stuck { claimed_by },

@@ -71,7 +71,7 @@ mod worker;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use keiro_store::{now_ms, NewTimer, Store, StoreOptions, TimerUpdate};
+use keiro_store::{now_us, NewTimer, Store, StoreOptions, TimerUpdate};
 
 pub use error::TimerError;
 pub use inspect::{
@@ -86,7 +86,7 @@ pub use worker::{
 };
 
 use crate::runtime::listener::Wakes;
-use types::{duration_ms, from_ms, to_ms};
+use crate::time::{duration_us, from_us, to_us};
 
 /// The timer API over one store. Cheap to clone.
 ///
@@ -176,7 +176,7 @@ impl Timers {
     /// [`Timers::dead_letter`].
     pub async fn claim_due(&self) -> Result<Option<TimerRow>, TimerError> {
         self.store
-            .claim_due_timer(now_ms())
+            .claim_due_timer(now_us())
             .await?
             .map(TimerRow::from_record)
             .transpose()
@@ -196,7 +196,7 @@ impl Timers {
 
     /// How many timers are due now and not yet claimed.
     pub async fn count_due(&self) -> Result<u64, TimerError> {
-        Ok(self.store.count_due_timers(now_ms()).await?)
+        Ok(self.store.count_due_timers(now_us()).await?)
     }
 
     /// How many timers are `firing` under a claim taken at least `older_than`
@@ -206,7 +206,7 @@ impl Timers {
         older_than: Duration,
         process_manager: Option<&str>,
     ) -> Result<u64, TimerError> {
-        let claimed_by = now_ms().saturating_sub(duration_ms(older_than));
+        let claimed_by = now_us().saturating_sub(duration_us(older_than));
         Ok(self
             .store
             .count_stuck_timers(claimed_by, process_manager)
@@ -216,7 +216,7 @@ impl Timers {
     /// Moves every timer claimed at least `older_than` ago and still `firing`
     /// back to `scheduled`, keeping fire time and attempts. Returns how many.
     pub async fn requeue_stuck(&self, older_than: Duration) -> Result<u64, TimerError> {
-        let claimed_by = now_ms().saturating_sub(duration_ms(older_than));
+        let claimed_by = now_us().saturating_sub(duration_us(older_than));
         Ok(self.store.requeue_stuck_timers(claimed_by).await?)
     }
 
@@ -240,7 +240,7 @@ impl Timers {
     ) -> Result<TimerChange, TimerError> {
         let update = self
             .store
-            .reschedule_timer(id.as_str(), to_ms(fire_at), note)
+            .reschedule_timer(id.as_str(), to_us(fire_at), note)
             .await?;
         self.wakes.timers_changed();
         change(id, update)
@@ -315,7 +315,7 @@ fn new_timer<'a>(request: &'a TimerRequest, payload: &'a str) -> NewTimer<'a> {
         id: request.id.as_str(),
         process_manager: &request.process_manager,
         correlation_id: &request.correlation_id,
-        fire_at: to_ms(request.fire_at),
+        fire_at: to_us(request.fire_at),
         payload,
     }
 }
@@ -327,7 +327,7 @@ fn change(id: &TimerId, update: TimerUpdate) -> Result<TimerChange, TimerError> 
         TimerUpdate::NotApplicable(status) => Ok(TimerChange::NotApplicable(status)),
         TimerUpdate::Guarded { lease_until } => Err(TimerError::HeldForResume {
             id: id.to_string(),
-            lease_until: from_ms(lease_until),
+            lease_until: from_us(lease_until),
         }),
     }
 }

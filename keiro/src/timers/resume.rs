@@ -15,10 +15,10 @@
 
 use std::time::{Duration, SystemTime};
 
-use keiro_store::{now_ms, ResumeClaimOutcome, ResumeUpdate};
+use keiro_store::{now_us, ResumeClaimOutcome, ResumeUpdate};
 
-use super::types::{duration_ms, from_ms};
 use super::{TimerError, TimerId, TimerRow, Timers};
+use crate::time::{duration_us, from_us};
 
 /// The longest lease [`Timers::claim_dead`] and [`Timers::renew_resume`] grant.
 pub const MAX_RESUME_LEASE: Duration = Duration::from_secs(3600);
@@ -94,7 +94,7 @@ fn check_lease(lease: Duration) -> Result<i64, TimerError> {
             max: MAX_RESUME_LEASE,
         });
     }
-    Ok(duration_ms(lease))
+    Ok(duration_us(lease))
 }
 
 impl Timers {
@@ -107,10 +107,10 @@ impl Timers {
         id: &TimerId,
         lease: Duration,
     ) -> Result<TimerResumeClaim, TimerError> {
-        let lease_ms = check_lease(lease)?;
+        let lease_us = check_lease(lease)?;
         let secret = uuid::Uuid::new_v4().simple().to_string();
-        let now = now_ms();
-        let until = now.saturating_add(lease_ms);
+        let now = now_us();
+        let until = now.saturating_add(lease_us);
         match self
             .store
             .claim_dead_timer(id.as_str(), &secret, until, now)
@@ -119,7 +119,7 @@ impl Timers {
             ResumeClaimOutcome::Claimed(_) => Ok(TimerResumeClaim {
                 id: id.clone(),
                 secret,
-                lease_until: Some(from_ms(until)),
+                lease_until: Some(from_us(until)),
             }),
             ResumeClaimOutcome::Missing => Err(TimerError::NotFound { id: id.to_string() }),
             ResumeClaimOutcome::NotDead(status) => Err(TimerError::NotDead {
@@ -128,7 +128,7 @@ impl Timers {
             }),
             ResumeClaimOutcome::Held { lease_until } => Err(TimerError::HeldForResume {
                 id: id.to_string(),
-                lease_until: from_ms(lease_until),
+                lease_until: from_us(lease_until),
             }),
         }
     }
@@ -140,16 +140,16 @@ impl Timers {
         claim: &TimerResumeClaim,
         lease: Duration,
     ) -> Result<TimerResumeClaim, TimerError> {
-        let lease_ms = check_lease(lease)?;
-        let now = now_ms();
-        let until = now.saturating_add(lease_ms);
+        let lease_us = check_lease(lease)?;
+        let now = now_us();
+        let until = now.saturating_add(lease_us);
         let update = self
             .store
             .renew_timer_resume(claim.id.as_str(), &claim.secret, until, now)
             .await?;
         ended(claim, update)?;
         Ok(TimerResumeClaim {
-            lease_until: Some(from_ms(until)),
+            lease_until: Some(from_us(until)),
             ..claim.clone()
         })
     }
@@ -163,7 +163,7 @@ impl Timers {
     ) -> Result<TimerRow, TimerError> {
         let update = self
             .store
-            .complete_timer_resume(claim.id.as_str(), &claim.secret, event_id, now_ms())
+            .complete_timer_resume(claim.id.as_str(), &claim.secret, event_id, now_us())
             .await?;
         ended(claim, update)
     }
@@ -177,7 +177,7 @@ impl Timers {
     ) -> Result<TimerRow, TimerError> {
         let update = self
             .store
-            .park_timer_resume(claim.id.as_str(), &claim.secret, reason, now_ms())
+            .park_timer_resume(claim.id.as_str(), &claim.secret, reason, now_us())
             .await?;
         ended(claim, update)
     }
@@ -186,7 +186,7 @@ impl Timers {
     pub async fn cancel_resume(&self, claim: &TimerResumeClaim) -> Result<TimerRow, TimerError> {
         let update = self
             .store
-            .cancel_timer_resume(claim.id.as_str(), &claim.secret, now_ms())
+            .cancel_timer_resume(claim.id.as_str(), &claim.secret, now_us())
             .await?;
         ended(claim, update)
     }
@@ -195,7 +195,7 @@ impl Timers {
     /// and attempts. Every worker pass does this; call it directly when no
     /// worker runs. Returns how many.
     pub async fn recover_expired_resumes(&self) -> Result<u64, TimerError> {
-        Ok(self.store.recover_expired_timer_resumes(now_ms()).await?)
+        Ok(self.store.recover_expired_timer_resumes(now_us()).await?)
     }
 }
 

@@ -6,6 +6,7 @@ use keiro_store::TimerStatus;
 use serde::de::DeserializeOwned;
 
 use super::TimerError;
+use crate::time::from_us;
 
 /// A timer's id, chosen by whoever schedules it. Scheduling is idempotent on
 /// it, so a deterministic id (`"order-42/payment-timeout"`) makes a retried
@@ -81,7 +82,7 @@ pub struct TimerRequest {
     pub process_manager: String,
     /// What the timer is about (an order, a saga, a session).
     pub correlation_id: String,
-    /// When it is due. Stored with millisecond precision.
+    /// When it is due. Stored with microsecond precision.
     pub fire_at: SystemTime,
     /// Handed to the fire action as [`TimerRow::payload`]. Default `null`.
     pub payload: serde_json::Value,
@@ -196,15 +197,15 @@ impl TimerRow {
             id: TimerId(record.id),
             process_manager: record.process_manager,
             correlation_id: record.correlation_id,
-            fire_at: from_ms(record.fire_at),
+            fire_at: from_us(record.fire_at),
             status: record.status,
             attempts: u32::try_from(record.attempts.max(0)).unwrap_or(u32::MAX),
             last_error: record.last_error,
             event_id: record.event_id,
-            claimed_at: record.claimed_at.map(from_ms),
-            resume_lease_until: record.resume_lease_until.map(from_ms),
-            created_at: from_ms(record.created_at),
-            updated_at: from_ms(record.updated_at),
+            claimed_at: record.claimed_at.map(from_us),
+            resume_lease_until: record.resume_lease_until.map(from_us),
+            created_at: from_us(record.created_at),
+            updated_at: from_us(record.updated_at),
         })
     }
 }
@@ -228,27 +229,5 @@ impl TimerChange {
     /// Whether the mutation applied.
     pub fn is_applied(&self) -> bool {
         matches!(self, TimerChange::Applied(_))
-    }
-}
-
-/// Milliseconds since the Unix epoch, saturating (times before 1970 are 0).
-pub(crate) fn to_ms(time: SystemTime) -> i64 {
-    time.duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
-/// The time `ms` milliseconds after the Unix epoch (negative values are the epoch).
-pub(crate) fn from_ms(ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
-}
-
-/// A duration in whole milliseconds, saturating; at least 1 for a non-zero one.
-pub(crate) fn duration_ms(duration: Duration) -> i64 {
-    let ms = i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
-    if ms == 0 && !duration.is_zero() {
-        1
-    } else {
-        ms
     }
 }

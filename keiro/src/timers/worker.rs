@@ -6,12 +6,12 @@ use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::FutureExt;
-use keiro_store::{now_ms, TimerStatus, TimerUpdate};
+use keiro_store::{now_us, TimerStatus, TimerUpdate};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use super::types::{duration_ms, from_ms};
 use super::{metrics, TimerError, TimerRow, Timers};
+use crate::time::{duration_us, from_us, until_us};
 
 /// How long a timer no fire action owns ([`FireOutcome::NotMine`]) waits
 /// before it is offered again.
@@ -323,7 +323,7 @@ impl Timers {
         Fut: Future<Output = FireOutcome>,
     {
         options.validate()?;
-        let now = now_ms();
+        let now = now_us();
         self.preamble(options, now).await?;
         self.claim_and_fire(options, now, &fire).await
     }
@@ -362,7 +362,7 @@ impl Timers {
         F: Fn(TimerRow) -> Fut,
         Fut: Future<Output = FireOutcome>,
     {
-        let now = now_ms();
+        let now = now_us();
         let mut summary = self.preamble(options, now).await?;
         while summary.processed < limit && !stop.is_some_and(|s| *s.borrow()) {
             match self.claim_and_fire(options, now, fire).await? {
@@ -388,7 +388,7 @@ impl Timers {
         if let Some(ttl) = options.requeue_stuck_after {
             requeued_stuck = self
                 .store
-                .requeue_stuck_timers(now.saturating_sub(duration_ms(ttl)))
+                .requeue_stuck_timers(now.saturating_sub(duration_us(ttl)))
                 .await?;
             if requeued_stuck > 0 {
                 tracing::info!(
@@ -430,7 +430,7 @@ impl Timers {
         let Some(record) = self.store.claim_due_timer(pass_now).await? else {
             return Ok(None);
         };
-        let claimed_at = now_ms();
+        let claimed_at = now_us();
         let (id, fire_at) = (record.id.clone(), record.fire_at);
         let timer = match TimerRow::from_record(record) {
             Ok(timer) => timer,
@@ -443,7 +443,7 @@ impl Timers {
             }
         };
         let pm = timer.process_manager.clone();
-        let lag = (claimed_at - fire_at).max(0) as f64 / 1000.0;
+        let lag = (claimed_at - fire_at).max(0) as f64 / 1e6;
         ::metrics::histogram!(metrics::FIRE_LAG_SECONDS, metrics::LABEL_PROCESS_MANAGER => pm.clone())
             .record(lag);
         ::metrics::histogram!(metrics::ATTEMPTS, metrics::LABEL_PROCESS_MANAGER => pm.clone())
@@ -523,8 +523,8 @@ impl Timers {
         // A retried timer must land after the pass's start, or the same pass
         // would claim it again.
         let later = |delay: Duration| {
-            now_ms()
-                .saturating_add(duration_ms(delay))
+            now_us()
+                .saturating_add(duration_us(delay))
                 .max(pass_now.saturating_add(1))
         };
         Ok(match outcome {
@@ -536,7 +536,7 @@ impl Timers {
                 let at = later(delay);
                 let update = self.store.reschedule_timer(id, at, Some(&note)).await?;
                 applied(update, || FireDisposition::RetryScheduled {
-                    fire_at: from_ms(at),
+                    fire_at: from_us(at),
                     note,
                 })
             }
@@ -552,7 +552,7 @@ impl Timers {
                 );
                 let update = self.store.reschedule_timer(id, at, Some(&note)).await?;
                 applied(update, || FireDisposition::NotMine {
-                    fire_at: from_ms(at),
+                    fire_at: from_us(at),
                 })
             }
         })
@@ -641,7 +641,7 @@ impl Timers {
     async fn pause(&self, deadline: Instant) -> Duration {
         let left = deadline.saturating_duration_since(Instant::now());
         match self.store.next_timer_fire_at().await {
-            Ok(Some(at)) => Duration::from_millis((at - now_ms()).max(0) as u64).min(left),
+            Ok(Some(at)) => until_us(at, now_us()).min(left),
             _ => left,
         }
     }

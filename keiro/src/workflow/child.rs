@@ -7,6 +7,7 @@ use std::future::IntoFuture;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use keiro_store::Outcome;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -132,12 +133,7 @@ where
                 status: String,
                 message: String,
             }
-            #[derive(serde::Deserialize)]
-            enum End<V> {
-                Ok(V),
-                Err(Failure),
-            }
-            let end: End<R> = match serde_json::from_str(&row.result) {
+            let end = match Outcome::decode_as::<R, Failure>(&row.result) {
                 Ok(end) => end,
                 Err(e) => {
                     let what = format!(
@@ -149,8 +145,8 @@ where
                 }
             };
             match end {
-                End::Ok(value) => Ok(value),
-                End::Err(failure) => {
+                Ok(value) => Ok(value),
+                Err(failure) => {
                     let (name, id) = (self.name.to_owned(), self.id.clone());
                     let source = match failure.status.as_str() {
                         "cancelled" => Error::Cancelled { name, id },

@@ -15,6 +15,7 @@ use super::end::{self, Ended};
 use crate::context::{self, Halt, WorkflowContext};
 use crate::registry::{RunFn, WorkflowInput};
 use crate::shutdown::Stop;
+use crate::time::duration_us;
 use crate::{Error, Keiro, Result};
 
 /// Runs the instance once in this process: `claimed`, or whatever this
@@ -33,7 +34,7 @@ pub(crate) async fn run_here(
         None => {
             let lease = Lease {
                 owner: keiro.owner(),
-                ttl_ms: keiro.lease_ttl().as_millis() as i64,
+                ttl_us: duration_us(keiro.lease_ttl()),
             };
             keiro.raw_store().claim(id, lease).await?
         }
@@ -122,7 +123,7 @@ async fn drive(
     let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + ttl / 3, ttl / 3);
     let lease = Lease {
         owner: keiro.owner(),
-        ttl_ms: ttl.as_millis() as i64,
+        ttl_us: duration_us(ttl),
     };
     loop {
         tokio::select! {

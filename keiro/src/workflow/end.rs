@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
-use keiro_store::{now_ms, Crash, Finish, FinishRequest, InstanceRow, InstanceStatus};
+use keiro_store::{now_us, Crash, Finish, FinishRequest, InstanceRow, InstanceStatus};
 
 use crate::registry::WorkflowOutput;
+use crate::time::duration_us;
 use crate::{Error, Keiro, Result};
 
 /// How a run of the workflow body ended.
@@ -84,7 +85,7 @@ pub(crate) async fn record(
             next.generation += 1;
             next.input = input;
             next.status = InstanceStatus::Pending;
-            next.wake_at = Some(now_ms());
+            next.wake_at = Some(now_us());
             Ok(Some(next))
         }
         Ended::Aborted(error) | Ended::Errored(error) if error.is_transient() => {
@@ -174,7 +175,7 @@ async fn crashed(
             owner: keiro.owner(),
             error: &message,
             max_attempts: i64::from(keiro.max_attempts()),
-            retry_at: now_ms() + crash_backoff(row.attempts + 1).as_millis() as i64,
+            retry_at: now_us() + duration_us(crash_backoff(row.attempts + 1)),
         })
         .await?;
     match recorded {

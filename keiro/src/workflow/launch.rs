@@ -4,12 +4,13 @@
 
 use std::time::Duration;
 
-use keiro_store::{now_ms, CreateRequest, InstanceRow, Lease};
+use keiro_store::{now_us, CreateRequest, InstanceRow, Lease};
 use tokio::sync::watch;
 
 use super::drive::run_here;
 use crate::registry::RunFn;
 use crate::runtime::inflight::{RunResult, Slot};
+use crate::time::{duration_us, until_us};
 use crate::{Error, Keiro, Result};
 
 /// How often a caller waiting on an instance another executor holds looks again.
@@ -36,7 +37,7 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
     keiro.ensure_executor().await?;
     let lease = Lease {
         owner: keiro.owner(),
-        ttl_ms: keiro.lease_ttl().as_millis() as i64,
+        ttl_us: duration_us(keiro.lease_ttl()),
     };
     // Create-or-read first, even when this process drives the id already, so
     // every attach is checked against the stored call. Two launches racing
@@ -50,7 +51,7 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
             input: launch.input.clone(),
             signature: Some(launch.signature.clone()),
             parent: launch.parent.clone(),
-            lease: Some((lease.owner.to_owned(), lease.ttl_ms)),
+            lease: Some((lease.owner.to_owned(), lease.ttl_us)),
         })
         .await?;
     check_attach(&row, &launch)?;
@@ -162,10 +163,10 @@ pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Resul
             unserved.check(keiro, &row).await?;
         }
         let wait = match row.wake_at {
-            Some(wake_at) => (wake_at - now_ms()).max(0) as u64,
-            None => u64::MAX,
+            Some(wake_at) => until_us(wake_at, now_us()),
+            None => Duration::MAX,
         };
-        if wait == 0 {
+        if wait.is_zero() {
             if let Some(run) = run {
                 let name = keiro
                     .registry()
@@ -190,7 +191,7 @@ pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Resul
                 }
             }
         }
-        let pause = Duration::from_millis(wait.clamp(1, ATTACH_POLL.as_millis() as u64));
+        let pause = wait.clamp(Duration::from_millis(1), ATTACH_POLL);
         tokio::select! {
             _ = changed => {}
             _ = tokio::time::sleep(pause) => {}
@@ -215,7 +216,7 @@ struct Unserved {
 
 impl Unserved {
     async fn check(&mut self, keiro: &Keiro, row: &InstanceRow) -> Result<()> {
-        let now_wall = now_ms();
+        let now_wall = now_us();
         let waiting_for_a_worker = row.wake_at.is_some_and(|at| at <= now_wall)
             && row.lease_expires_at.map_or(true, |at| at <= now_wall);
         if !waiting_for_a_worker {
@@ -227,7 +228,7 @@ impl Unserved {
             return Ok(());
         }
         self.checked = Some(now);
-        let alive_since = now_wall - crate::runtime::identity::EXECUTOR_TTL.as_millis() as i64;
+        let alive_since = now_wall - duration_us(crate::runtime::identity::EXECUTOR_TTL);
         if keiro.raw_store().is_served(&row.name, alive_since).await? {
             self.since = None;
             return Ok(());
