@@ -46,6 +46,7 @@
 mod context;
 mod error;
 pub mod inspect;
+mod panic;
 mod registry;
 mod resume;
 mod runtime;

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use super::{metrics, TimerError, TimerRow, Timers};
+use crate::panic::panic_message;
 use crate::time::{duration_us, from_us, until_us};
 
 /// How long a timer no fire action owns ([`FireOutcome::NotMine`]) waits
@@ -658,16 +659,6 @@ fn applied(update: TimerUpdate, disposition: impl FnOnce() -> FireDisposition) -
         TimerUpdate::Guarded { .. } => FireDisposition::Superseded {
             status: Some(TimerStatus::Resuming),
         },
-    }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a non-string panic payload".to_owned()
     }
 }
 

@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use super::end::{self, Ended};
 use crate::context::{self, Halt, WorkflowContext};
+use crate::panic::panic_message;
 use crate::registry::{RunFn, WorkflowInput};
 use crate::shutdown::Stop;
 use crate::time::duration_us;
@@ -172,15 +173,5 @@ fn returned(cx: &WorkflowContext, output: crate::registry::WorkflowOutput) -> En
             "the workflow returning before it".to_owned(),
         )),
         None => Ended::Returned(output),
-    }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic without a message".to_owned()
     }
 }
