@@ -7,8 +7,8 @@
 use crate::query::Arg;
 use crate::rows::FromRow;
 use crate::{
-    now_us, rows, AppendOutcome, Cancellation, Conn, Finish, InstanceRow, InstanceStatus, Lease,
-    NewInstance, Resolution, Result, StepRow, Store, StoreError,
+    now_us, rows, AppendOutcome, Cancellation, Conn, ContinueAsNew, Finish, InstanceRow,
+    InstanceStatus, Lease, NewInstance, Resolution, Result, StepRow, Store, StoreError, Suspend,
 };
 
 impl Store {
@@ -114,20 +114,20 @@ impl Store {
         })
     }
 
-    /// Suspends a running instance `owner` holds, releasing the lease: it
-    /// costs only its row until due at `wake_at` (never by time when `None`).
-    /// When it awaits step `awaiting` (an awakeable or a child) and that step
-    /// was recorded meanwhile, it is due at once instead. Returns whether it
-    /// applied.
-    pub async fn suspend(
-        &self,
-        id: &str,
-        generation: i64,
-        owner: &str,
-        wake_at: Option<i64>,
-        awaiting: Option<i64>,
-    ) -> Result<bool> {
-        let args = args![id, generation, owner, wake_at, now_us(), awaiting];
+    /// Suspends a running instance `suspend.owner` holds, releasing the
+    /// lease: it costs only its row until due at `suspend.wake_at` (never by
+    /// time when `None`). When it awaits step `suspend.awaiting` (an awakeable
+    /// or a child) and that step was recorded meanwhile, it is due at once
+    /// instead. Returns whether it applied.
+    pub async fn suspend(&self, suspend: &Suspend<'_>) -> Result<bool> {
+        let args = args![
+            suspend.id,
+            suspend.generation,
+            suspend.owner,
+            suspend.wake_at,
+            now_us(),
+            suspend.awaiting
+        ];
         Ok(self.execute("suspend", |sql| &sql.suspend, &args).await? == 1)
     }
 
@@ -229,16 +229,11 @@ impl Store {
             .await
     }
 
-    /// Ends generation `generation` of an instance `owner` holds and starts the
-    /// next with `input` and an empty journal, due now. Old steps are kept.
-    pub async fn continue_as_new(
-        &self,
-        id: &str,
-        generation: i64,
-        owner: &str,
-        input: &str,
-    ) -> Result<bool> {
-        let args = args![id, generation, owner, input, now_us()];
+    /// Ends generation `next.generation` of an instance `next.owner` holds
+    /// and starts the next with `next.input` and an empty journal, due now.
+    /// Old steps are kept. Returns whether it applied.
+    pub async fn continue_as_new(&self, next: &ContinueAsNew<'_>) -> Result<bool> {
+        let args = args![next.id, next.generation, next.owner, next.input, now_us()];
         Ok(self
             .execute("continue_as_new", |sql| &sql.continue_as_new, &args)
             .await?

@@ -62,10 +62,11 @@ mod writer;
 
 pub use error::{redact as redact_url, StoreError};
 pub use model::{
-    now_us, timer_sort_key, AppendOutcome, BlockReason, Blocked, Cancellation, Crash, ExecutorRow,
-    Finish, InstanceRow, InstanceStatus, Lease, NewInstance, NewTimer, ParentLink, ReasonMatch,
-    Registered, Resolution, ResumeClaimOutcome, ResumeUpdate, ScheduleOutcome, StepRow,
-    TimerListKind, TimerQuery, TimerRow, TimerStatus, TimerUpdate,
+    now_us, timer_sort_key, AppendOutcome, BlockReason, Blocked, Cancellation, ContinueAsNew,
+    Crash, ExecutorRow, Finish, InstanceRow, InstanceStatus, Lease, NewInstance, NewTimer,
+    ParentLink, ReasonMatch, Registered, Resolution, ResumeClaimOutcome, ResumeUpdate,
+    ScheduleOutcome, StepRow, Suspend, TimerListKind, TimerQuery, TimerRow, TimerStatus,
+    TimerUpdate,
 };
 pub use options::{SqliteSynchronous, StoreOptions};
 pub use outcome::Outcome;

@@ -219,6 +219,37 @@ pub struct Finish<'a> {
     pub error: Option<&'a str>,
 }
 
+/// A running instance put to rest until it is due again
+/// ([`Store::suspend`](crate::Store::suspend)).
+#[derive(Debug, Clone, Copy)]
+pub struct Suspend<'a> {
+    /// The instance id.
+    pub id: &'a str,
+    /// The generation that suspends.
+    pub generation: i64,
+    /// The executor suspending it; applies only while it holds the lease.
+    pub owner: &'a str,
+    /// When it is due by time (µs since the Unix epoch); `None`: never by time.
+    pub wake_at: Option<i64>,
+    /// The step (an awakeable or a child) it waits on, if any: when that step
+    /// is already recorded, the instance is due at once.
+    pub awaiting: Option<i64>,
+}
+
+/// The end of one generation and the start of the next
+/// ([`Store::continue_as_new`](crate::Store::continue_as_new)).
+#[derive(Debug, Clone, Copy)]
+pub struct ContinueAsNew<'a> {
+    /// The instance id.
+    pub id: &'a str,
+    /// The generation that ends.
+    pub generation: i64,
+    /// The executor ending it; applies only while it holds the lease.
+    pub owner: &'a str,
+    /// The JSON-encoded input of the next generation.
+    pub input: &'a str,
+}
+
 /// A crash (panic) of a run, counted against the instance's attempts.
 #[derive(Debug, Clone, Copy)]
 pub struct Crash<'a> {

@@ -6,7 +6,7 @@
 #[macro_use]
 mod support;
 
-use keiro_store::{BlockReason, InstanceStatus, Lease, NewInstance, Registered};
+use keiro_store::{BlockReason, ContinueAsNew, InstanceStatus, Lease, NewInstance, Registered};
 use support::TestDb;
 
 conformance!(
@@ -182,7 +182,12 @@ async fn continue_as_new_keeps_the_first_input(db: &TestDb) {
         .unwrap();
     assert!(db
         .store
-        .continue_as_new("counter", 0, "w1", "[8]")
+        .continue_as_new(&ContinueAsNew {
+            id: "counter",
+            generation: 0,
+            owner: "w1",
+            input: "[8]"
+        })
         .await
         .unwrap());
     db.store
@@ -192,7 +197,12 @@ async fn continue_as_new_keeps_the_first_input(db: &TestDb) {
         .unwrap();
     assert!(db
         .store
-        .continue_as_new("counter", 1, "w1", "[9]")
+        .continue_as_new(&ContinueAsNew {
+            id: "counter",
+            generation: 1,
+            owner: "w1",
+            input: "[9]"
+        })
         .await
         .unwrap());
     let row = db.store.get_instance("counter").await.unwrap().unwrap();

@@ -6,8 +6,8 @@
 mod support;
 
 use keiro_store::{
-    now_us, Cancellation, Crash, CreateRequest, Finish, FinishRequest, InstanceStatus,
-    JournalWriter, Lease, NewInstance, ParentLink, Resolution, StepRow,
+    now_us, Cancellation, ContinueAsNew, Crash, CreateRequest, Finish, FinishRequest,
+    InstanceStatus, JournalWriter, Lease, NewInstance, ParentLink, Resolution, StepRow, Suspend,
 };
 use support::TestDb;
 
@@ -59,7 +59,13 @@ fn row(id: &str, generation: i64, seq: i64, kind: &str, result: &str) -> StepRow
 /// Suspends generation 0 of instance `wf` held by `owner`; whether it applied.
 async fn suspend_wf(db: &TestDb, owner: &str, wake_at: Option<i64>, awaiting: Option<i64>) -> bool {
     db.store
-        .suspend("wf", 0, owner, wake_at, awaiting)
+        .suspend(&Suspend {
+            id: "wf",
+            generation: 0,
+            owner,
+            wake_at,
+            awaiting,
+        })
         .await
         .unwrap()
 }
@@ -160,7 +166,13 @@ async fn a_finished_child_reports_to_its_suspended_parent(db: &TestDb) {
     running(db, "parent/4", Some(link)).await;
     assert!(db
         .store
-        .suspend("parent", 0, OWNER, None, Some(4))
+        .suspend(&Suspend {
+            id: "parent",
+            generation: 0,
+            owner: OWNER,
+            wake_at: None,
+            awaiting: Some(4),
+        })
         .await
         .unwrap());
     let done = Finish {
@@ -313,12 +325,22 @@ async fn continue_as_new_starts_the_next_generation_and_keeps_the_old_journal(db
     append(db, row("wf", 0, 0, "step", "1")).await;
     assert!(!db
         .store
-        .continue_as_new("wf", 0, "intruder", "[2]")
+        .continue_as_new(&ContinueAsNew {
+            id: "wf",
+            generation: 0,
+            owner: "intruder",
+            input: "[2]"
+        })
         .await
         .unwrap());
     assert!(db
         .store
-        .continue_as_new("wf", 0, OWNER, "[2]")
+        .continue_as_new(&ContinueAsNew {
+            id: "wf",
+            generation: 0,
+            owner: OWNER,
+            input: "[2]"
+        })
         .await
         .unwrap());
     let got = db.store.get_instance("wf").await.unwrap().unwrap();
@@ -333,7 +355,12 @@ async fn continue_as_new_starts_the_next_generation_and_keeps_the_old_journal(db
     // The old generation cannot continue again.
     assert!(!db
         .store
-        .continue_as_new("wf", 0, OWNER, "[3]")
+        .continue_as_new(&ContinueAsNew {
+            id: "wf",
+            generation: 0,
+            owner: OWNER,
+            input: "[3]"
+        })
         .await
         .unwrap());
 }

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use keiro_store::{now_us, Crash, Finish, FinishRequest, InstanceRow, InstanceStatus};
+use keiro_store::{
+    now_us, ContinueAsNew, Crash, Finish, FinishRequest, InstanceRow, InstanceStatus, Suspend,
+};
 
 use crate::registry::WorkflowOutput;
 use crate::time::duration_us;
@@ -59,7 +61,13 @@ pub(crate) async fn record(
         Ended::Suspended(wake_at, awaiting) => {
             crate::telemetry::run_ended(&row.name, "suspended");
             if !store
-                .suspend(&row.id, row.generation, owner, wake_at, awaiting)
+                .suspend(&Suspend {
+                    id: &row.id,
+                    generation: row.generation,
+                    owner,
+                    wake_at,
+                    awaiting,
+                })
                 .await?
             {
                 return Ok(None);
@@ -76,7 +84,12 @@ pub(crate) async fn record(
         }
         Ended::ContinueAsNew(input) => {
             if !store
-                .continue_as_new(&row.id, row.generation, owner, &input)
+                .continue_as_new(&ContinueAsNew {
+                    id: &row.id,
+                    generation: row.generation,
+                    owner,
+                    input: &input,
+                })
                 .await?
             {
                 return Ok(None);
