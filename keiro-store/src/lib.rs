@@ -61,6 +61,27 @@ mod timers;
 mod writer;
 
 pub use error::{redact as redact_url, StoreError};
+
+/// Instance ids up to this many bytes travel as they are in wake
+/// notifications; longer ones as their [`wake_payload`] digest (PostgreSQL
+/// refuses `NOTIFY` payloads of 8,000 bytes or more).
+pub const WAKE_ID_MAX: usize = 200;
+
+/// What a wake notification carries for instance `id`: the id itself when it
+/// is at most [`WAKE_ID_MAX`] bytes, else `#` and the 16 hex digits of its
+/// 64-bit FNV-1a hash (stable across processes and builds). A listener wakes
+/// the waiters whose ids map to the payload.
+pub fn wake_payload(id: &str) -> std::borrow::Cow<'_, str> {
+    if id.len() <= WAKE_ID_MAX {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in id.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    std::borrow::Cow::Owned(format!("#{hash:016x}"))
+}
 pub use model::{
     now_us, timer_sort_key, AppendOutcome, BlockReason, Blocked, Cancellation, ContinueAsNew,
     Crash, ExecutorRow, Finish, InstanceRow, InstanceStatus, Lease, NewInstance, NewTimer,
@@ -164,7 +185,9 @@ impl Store {
 
     /// Wakes resume workers and waiters on instance `id` (empty: none in
     /// particular) in other processes (PostgreSQL `NOTIFY`; SQLite ones share
-    /// the process and are woken in memory).
+    /// the process and are woken in memory). The notification carries
+    /// [`wake_payload`]`(id)`, short whatever the id's length. It is a hint:
+    /// callers that committed their work log an error here and carry on.
     pub async fn wake_workers(&self, id: &str) -> Result<()> {
         match self {
             #[cfg(feature = "sqlite")]

@@ -170,7 +170,71 @@ async fn a_long_wait_suspends_and_the_answer_wakes_it(backend: Backend) {
     assert_eq!(count(&key, "send_request"), 1);
 }
 
+/// A 10,000-byte workflow id: far past PostgreSQL's 8,000-byte `NOTIFY`
+/// payload limit.
+fn long_id(key: &str) -> String {
+    format!("{key}-{}", "x".repeat(10_000 - key.len() - 1))
+}
+
+async fn a_10kb_workflow_id_is_answered_and_woken_promptly(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    // Waiting in memory: the answer from another runtime wakes the waiter.
+    let keiro = runtime(&db, Duration::from_secs(30)).await;
+    let key = uuid::Uuid::new_v4().to_string();
+    let id = long_id(&key);
+    assert_eq!(id.len(), 10_000);
+    let handle = approval(key.clone())
+        .id(&id)
+        .on(&keiro)
+        .start()
+        .await
+        .unwrap();
+    let awakeable = wait_for_id(&key).await;
+    let answerer = db.keiro().await;
+    answerer.resolve_awakeable(&awakeable, true).await.unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(5), handle.result())
+        .await
+        .expect("woken within 5 s");
+    assert_eq!(out.unwrap(), Ok("approved".to_string()));
+
+    // Suspended: the answer from another runtime wakes a resume worker that
+    // would otherwise sleep a minute (PostgreSQL `NOTIFY`; SQLite has no
+    // wake across runtimes, so there the worker polls quickly).
+    let key = uuid::Uuid::new_v4().to_string();
+    let id = long_id(&key);
+    let starter = runtime(&db, Duration::from_millis(100)).await;
+    let handle = approval(key.clone())
+        .id(&id)
+        .on(&starter)
+        .enqueue()
+        .await
+        .unwrap();
+    let poll = match backend {
+        Backend::Postgres => Duration::from_secs(60),
+        Backend::Sqlite => Duration::from_millis(100),
+    };
+    let worker = starter
+        .resume_worker(ResumeOptions::default().poll_interval(poll).log(|_| {}))
+        .await
+        .unwrap();
+    let awakeable = wait_for_id(&key).await;
+    for _ in 0..500 {
+        if handle.status().await.unwrap() == WorkflowStatus::Suspended {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(handle.status().await.unwrap(), WorkflowStatus::Suspended);
+    answerer.resolve_awakeable(&awakeable, false).await.unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(5), handle.result())
+        .await
+        .expect("woken within 5 s");
+    assert_eq!(out.unwrap(), Ok("declined".to_string()));
+    worker.shutdown().await;
+}
+
 on_both_backends!(
+    a_10kb_workflow_id_is_answered_and_woken_promptly,
     an_answer_from_another_runtime_completes_the_workflow,
     a_rejection_reaches_the_workflow_as_an_error,
     bad_answers_are_refused_with_distinct_errors,

@@ -36,10 +36,12 @@ impl PostgresStore {
         Ok(listener)
     }
 
+    /// Notifies `keiro_wake` with [`crate::wake_payload`]`(id)`: bounded, so
+    /// a long id never makes the notification fail.
     pub(crate) async fn wake_workers(&self, id: &str) -> Result<()> {
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(WAKE_CHANNEL)
-            .bind(id)
+            .bind(crate::wake_payload(id).as_ref())
             .execute(self.pool())
             .await
             .map_err(StoreError::query("wake_workers"))?;

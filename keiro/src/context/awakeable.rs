@@ -231,7 +231,11 @@ impl Keiro {
         {
             Resolution::Recorded => {
                 self.step_recorded(&workflow);
-                store.wake_workers(&workflow).await?;
+                // The answer is committed: a lost notification only costs
+                // latency (workers poll), so it never fails the answer.
+                if let Err(error) = store.wake_workers(&workflow).await {
+                    tracing::warn!(%error, "keiro could not notify an awakeable's answer");
+                }
                 Ok(())
             }
             Resolution::AlreadyResolved(_) => Err(Error::AlreadyResolved { id: id.to_owned() }),

@@ -148,6 +148,24 @@ impl InFlight {
             notify.notify_waiters();
         }
     }
+
+    /// Tells this process's waiters that a step was recorded for the instance
+    /// a wake notification names: by its id, or, for a long id, by its
+    /// [`keiro_store::wake_payload`] digest (every waiter whose id maps to it).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn notify_payload(&self, payload: &str) {
+        let state = lock(&self.state);
+        for (id, (notify, _)) in &state.waiters {
+            let named = if id.len() > keiro_store::WAKE_ID_MAX {
+                keiro_store::wake_payload(id) == payload
+            } else {
+                id == payload
+            };
+            if named {
+                notify.notify_waiters();
+            }
+        }
+    }
 }
 
 /// A live run, registered until dropped.
@@ -187,5 +205,42 @@ impl Drop for Waiter {
                 state.waiters.remove(&self.id);
             }
         }
+    }
+}
+
+#[cfg(all(test, feature = "postgres"))]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::InFlight;
+
+    #[tokio::test]
+    async fn a_long_id_waiter_is_woken_by_its_digest_payload() {
+        let inflight = Arc::new(InFlight::default());
+        let long = "w".repeat(10_000);
+        let payload = keiro_store::wake_payload(&long).into_owned();
+        assert_eq!(payload.len(), 17, "{payload}");
+        let waiter = inflight.wait(&long);
+        let short = inflight.wait("short");
+
+        let notified = waiter.notified();
+        let other = short.notified();
+        inflight.notify_payload(&payload);
+        tokio::time::timeout(Duration::from_secs(1), notified)
+            .await
+            .expect("the long id's waiter is woken by its digest");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), other)
+                .await
+                .is_err(),
+            "another instance's waiter sleeps on"
+        );
+
+        let notified = short.notified();
+        inflight.notify_payload("short");
+        tokio::time::timeout(Duration::from_secs(1), notified)
+            .await
+            .expect("a short id travels as it is");
     }
 }

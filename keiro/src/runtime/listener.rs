@@ -1,6 +1,7 @@
 //! Wake-ups per database, shared by everything in this process that uses it:
 //! workflow waiters and resume workers (channel `keiro_wake`, whose payload
-//! is the instance id a step was recorded for, or empty) and timer worker
+//! is the [`keiro_store::wake_payload`] of the instance id a step was recorded
+//! for: the id, or a digest of a long one; or empty) and timer worker
 //! loops (channel `keiro_timers`).
 //!
 //! Schedules and recordings in this process wake their waiters directly. On
@@ -82,14 +83,15 @@ impl Wakes {
         self.timers.notified()
     }
 
-    /// An instance's step was recorded (`id`), or work became due (empty id),
-    /// in some process: wake the waiters on it and the resume workers.
+    /// An instance's step was recorded (`id`: its wake payload), or work
+    /// became due (empty), in some process: wake the waiters on it and the
+    /// resume workers.
     #[cfg(feature = "postgres")]
     fn workflow_woken(&self, id: &str) {
         for (inflight, resume) in lock(&self.runtimes).iter() {
             if let Some(inflight) = inflight.upgrade() {
                 if !id.is_empty() {
-                    inflight.notify(id);
+                    inflight.notify_payload(id);
                 }
             }
             if let Some(resume) = resume.upgrade() {

@@ -113,7 +113,11 @@ where
         check_attach(&row, &spec)?;
         if created {
             keiro.wake_resume_worker();
-            keiro.raw_store().wake_workers("").await?;
+            // The instance is committed: a lost notification only costs
+            // latency (workers poll), so it never fails the enqueue.
+            if let Err(error) = keiro.raw_store().wake_workers("").await {
+                tracing::warn!(%error, "keiro could not notify an enqueue");
+            }
         }
         Ok(WorkflowHandle::new(keiro, spec.id, None))
     }
