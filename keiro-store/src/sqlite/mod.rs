@@ -11,6 +11,7 @@ use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use sqlx::migrate::MigrateError;
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
@@ -31,6 +32,57 @@ const DIALECT: Dialect =
 
 /// SQLite's text of the shared statements, built on first use.
 pub(crate) static SQL: LazyLock<Statements> = LazyLock::new(|| Statements::new(&DIALECT));
+
+/// Runs [`SQLITE_MIGRATOR`] on `pool`, safe under concurrent first opens.
+///
+/// sqlx takes no lock around SQLite migrations: two processes opening a fresh
+/// file both see migration N unapplied, and the one that gets the write lock
+/// second fails on `table ... already exists`, although the other applied N
+/// (each migration commits with its `_sqlx_migrations` row). So when a run
+/// fails and meanwhile more migrations were recorded as applied than before
+/// the run (another opener made progress), or the error is BUSY/LOCKED, run
+/// the migrator again after a short jittered wait: it then skips what the
+/// other applied. Bounded; a failure nobody else explains is reported as is.
+async fn migrate(pool: &SqlitePool) -> Result<()> {
+    let mut attempt = 0;
+    loop {
+        let before = applied_migrations(pool).await;
+        let error = match SQLITE_MIGRATOR.run(pool).await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        let busy = matches!(
+            &error,
+            MigrateError::Execute(e) | MigrateError::ExecuteMigration(e, _) if is_sqlite_busy(e)
+        );
+        if attempt < 50 && (busy || applied_migrations(pool).await > before) {
+            attempt += 1;
+            tokio::time::sleep(Duration::from_millis(20 + jitter() % 80)).await;
+            continue;
+        }
+        return Err(StoreError::Migrate {
+            backend: "sqlite",
+            source: Arc::new(error),
+        });
+    }
+}
+
+/// How many migrations `pool`'s database records as applied (0 before the
+/// bookkeeping table exists).
+async fn applied_migrations(pool: &SqlitePool) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations")
+        .fetch_one(pool)
+        .await
+        .unwrap_or(0)
+}
+
+/// A random number, so that racing openers do not retry in lockstep.
+fn jitter() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
 
 /// The SQLite journal store.
 #[derive(Debug, Clone)]
@@ -84,13 +136,7 @@ impl SqliteStore {
                 }
             }
         };
-        SQLITE_MIGRATOR
-            .run(&pool)
-            .await
-            .map_err(|e| StoreError::Migrate {
-                backend: "sqlite",
-                source: Arc::new(e),
-            })?;
+        migrate(&pool).await?;
         Ok(SqliteStore { pool })
     }
 
