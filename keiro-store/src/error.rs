@@ -127,24 +127,115 @@ pub(crate) fn is_sqlite_busy(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(db) if db.code().is_some_and(|code| is_sqlite_busy_code(&code)))
 }
 
-/// Replaces the password of a URL with `***` so it can go into an error
-/// message or a log line.
+/// Replaces every credential in a URL with `***` so it can go into an error
+/// message, a log line or a `Debug` output: the password of the userinfo
+/// (`user:pass@host`, the userinfo ending at the last `@` before the path,
+/// so a password may hold an `@`), and the value of each query parameter
+/// naming a password (`password`, `pass`, `passwd`, `pwd`, `sslpassword`,
+/// `pgpassword`, or any other name ending in `password`; matched
+/// case-insensitively and after percent-decoding, in any position). The
+/// scheme, user, host, port, path and other parameters are kept.
 pub fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
+    let (head, query) = match url.find("://") {
+        Some(scheme_end) => {
+            let authority_start = scheme_end + 3;
+            let rest = &url[authority_start..];
+            let authority_end = authority_start + rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            let authority = &url[authority_start..authority_end];
+            let mut head = String::with_capacity(url.len());
+            head.push_str(&url[..authority_start]);
+            match authority.rfind('@') {
+                Some(at) => {
+                    let userinfo = &authority[..at];
+                    match userinfo.find(':') {
+                        Some(colon) => {
+                            head.push_str(&userinfo[..colon]);
+                            head.push_str(":***");
+                        }
+                        None => head.push_str(userinfo),
+                    }
+                    head.push_str(&authority[at..]);
+                }
+                None => head.push_str(authority),
+            }
+            let after = &url[authority_end..];
+            match after.find('?') {
+                Some(q) => {
+                    head.push_str(&after[..q]);
+                    (head, Some(&after[q + 1..]))
+                }
+                None => {
+                    head.push_str(after);
+                    (head, None)
+                }
+            }
+        }
+        None => match url.find('?') {
+            Some(q) => (url[..q].to_owned(), Some(&url[q + 1..])),
+            None => (url.to_owned(), None),
+        },
     };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    match (authority.rfind('@'), authority.find(':')) {
-        (Some(at), Some(colon)) if colon < at => format!(
-            "{}{}:***{}",
-            &url[..scheme_end + 3],
-            &authority[..colon],
-            &rest[at..]
-        ),
-        _ => url.to_owned(),
+    let Some(query) = query else {
+        return head;
+    };
+    let (query, fragment) = match query.find('#') {
+        Some(hash) => (&query[..hash], &query[hash..]),
+        None => (query, ""),
+    };
+    let mut out = head;
+    out.push('?');
+    for (i, param) in query.split('&').enumerate() {
+        if i > 0 {
+            out.push('&');
+        }
+        match param.split_once('=') {
+            Some((key, _)) if is_password_key(key) => {
+                out.push_str(key);
+                out.push_str("=***");
+            }
+            _ => out.push_str(param),
+        }
     }
+    out.push_str(fragment);
+    out
+}
+
+/// Whether a query parameter's name (percent-encoded or not) names a password.
+fn is_password_key(key: &str) -> bool {
+    let key = percent_decode(key).to_ascii_lowercase();
+    let key = key.trim();
+    matches!(key, "pass" | "passwd" | "pwd") || key.ends_with("password")
+}
+
+/// Decodes `%XX` escapes (and `+` as a space); a malformed escape is kept.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = match bytes[i] {
+            b'%' => bytes
+                .get(i + 1..i + 3)
+                .and_then(|hex| std::str::from_utf8(hex).ok())
+                .and_then(|hex| u8::from_str_radix(hex, 16).ok()),
+            _ => None,
+        };
+        match (escaped, bytes[i]) {
+            (Some(byte), _) => {
+                out.push(byte);
+                i += 3;
+            }
+            (None, b'+') => {
+                out.push(b' ');
+                i += 1;
+            }
+            (None, byte) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -188,5 +279,74 @@ mod tests {
         );
         assert_eq!(redact("postgres://bob@db/keiro"), "postgres://bob@db/keiro");
         assert_eq!(redact("sqlite:keiro.db"), "sqlite:keiro.db");
+    }
+
+    /// Every shape of credential is hidden, and what is not a credential
+    /// (scheme, user, host, port, database, other parameters) is kept.
+    #[test]
+    fn redacts_every_form_of_credential() {
+        // (url, secrets that must vanish, parts that must stay)
+        let cases: &[(&str, &[&str], &[&str])] = &[
+            ("postgres://u:p@h/db", &[":p@"], &["postgres://", "u:***@h", "/db"]),
+            (
+                "postgresql://u:p%40x@h:5432/db",
+                &["p%40x", "%40x"],
+                &["postgresql://u:***@h:5432/db"],
+            ),
+            (
+                "postgres://u@h/db?password=p",
+                &["=p"],
+                &["postgres://u@h/db?password=***"],
+            ),
+            (
+                "postgres:///db?sslmode=require&password=p&application_name=a",
+                &["=p&"],
+                &["postgres:///db?sslmode=require&password=***&application_name=a"],
+            ),
+            (
+                "postgres://h/db?user=u&PASSWORD=p",
+                &["=p"],
+                &["postgres://h/db?user=u&PASSWORD=***"],
+            ),
+            (
+                "postgres://u:s3cr%2Fet@h/db?Pass=s3cr2&passwd=s3cr3&sslpassword=s3cr4&pwd=s3cr5&PGPASSWORD=s3cr6&pass%77ord=s3cr7",
+                &["s3cr"],
+                &["postgres://u:***@h/db?Pass=***&passwd=***&sslpassword=***&pwd=***&PGPASSWORD=***&pass%77ord=***"],
+            ),
+            ("sqlite:keiro.db", &[], &["sqlite:keiro.db"]),
+            ("sqlite::memory:", &[], &["sqlite::memory:"]),
+            (
+                "sqlite:k.db?mode=rwc&password=s3cret",
+                &["s3cret"],
+                &["sqlite:k.db?mode=rwc&password=***"],
+            ),
+            (
+                "postgres://bob:p@ss@word@db.example:5432/keiro?sslmode=require",
+                &["ss@word", "p@ss"],
+                &["postgres://bob:***@db.example:5432/keiro?sslmode=require"],
+            ),
+            (
+                "postgres://bob:hunter2@db",
+                &["hunter2"],
+                &["postgres://bob:***@db"],
+            ),
+            (
+                "postgres://db/keiro?application_name=passer&user=bob",
+                &[],
+                &["postgres://db/keiro?application_name=passer&user=bob"],
+            ),
+        ];
+        for (url, secrets, kept) in cases {
+            let redacted = redact(url);
+            for secret in *secrets {
+                assert!(
+                    !redacted.contains(secret),
+                    "{url} -> {redacted} still holds {secret}"
+                );
+            }
+            for part in *kept {
+                assert!(redacted.contains(part), "{url} -> {redacted} lost {part}");
+            }
+        }
     }
 }

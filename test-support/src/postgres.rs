@@ -7,19 +7,38 @@ use crate::{redact_url, with_database, DEFAULT_POSTGRES_URL};
 /// A PostgreSQL server that databases of one's own are created on: the URL
 /// an environment variable holds, connected to as an admin (a role with
 /// `CREATEDB`).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PostgresServer {
     var: &'static str,
     url: String,
 }
 
+impl std::fmt::Debug for PostgresServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresServer")
+            .field("var", &self.var)
+            .field("url", &self.redacted_url())
+            .finish()
+    }
+}
+
 /// A database made by [`PostgresServer::create_database`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Its `Debug` hides the URL's credentials.
+#[derive(Clone, PartialEq, Eq)]
 pub struct PostgresDatabase {
     /// Its name: the prefix it was asked for and a UUID.
     pub name: String,
     /// The server's URL with the database replaced by this one.
     pub url: String,
+}
+
+impl std::fmt::Debug for PostgresDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresDatabase")
+            .field("name", &self.name)
+            .field("url", &redact_url(&self.url))
+            .finish()
+    }
 }
 
 /// What went wrong reaching the server or creating or dropping a database.

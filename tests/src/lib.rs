@@ -22,12 +22,20 @@ pub enum Backend {
     Postgres,
 }
 
-/// A fresh, empty database that lives as long as this value.
-#[derive(Debug)]
+/// A fresh, empty database that lives as long as this value. Its `Debug`
+/// hides the URL's credentials.
 pub struct TestDb {
     /// The URL to connect to it.
     pub url: String,
     _dir: Option<tempfile::TempDir>,
+}
+
+impl std::fmt::Debug for TestDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestDb")
+            .field("url", &redact_url(&self.url))
+            .finish_non_exhaustive()
+    }
 }
 
 impl TestDb {

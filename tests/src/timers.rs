@@ -18,9 +18,12 @@ pub const PM: &str = "checkout";
 
 /// A `Timers` handle with its own pool on `db`.
 pub async fn timers(db: &TestDb) -> Timers {
-    Timers::connect(&db.url)
-        .await
-        .unwrap_or_else(|e| panic!("connect timers to {}: {e}", db.url))
+    Timers::connect(&db.url).await.unwrap_or_else(|e| {
+        panic!(
+            "connect timers to {}: {e}",
+            keiro_store::redact_url(&db.url)
+        )
+    })
 }
 
 /// A request for timer `id` of [`PM`], correlation `order-<id>`, due a second

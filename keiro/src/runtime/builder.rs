@@ -51,8 +51,9 @@ impl Keiro {
     }
 }
 
-/// Settings for [`Keiro::builder`].
-#[derive(Debug, Clone)]
+/// Settings for [`Keiro::builder`]. Its `Debug` shows the URL with every
+/// credential replaced by `***` (see [`keiro_store::redact_url`]).
+#[derive(Clone)]
 pub struct KeiroBuilder {
     url: String,
     executor_id: Option<String>,
@@ -61,6 +62,20 @@ pub struct KeiroBuilder {
     suspend_after: Duration,
     no_worker_timeout: Duration,
     store: StoreOptions,
+}
+
+impl std::fmt::Debug for KeiroBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeiroBuilder")
+            .field("url", &keiro_store::redact_url(&self.url))
+            .field("executor_id", &self.executor_id)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("max_attempts", &self.max_attempts)
+            .field("suspend_after", &self.suspend_after)
+            .field("no_worker_timeout", &self.no_worker_timeout)
+            .field("store", &self.store)
+            .finish()
+    }
 }
 
 impl KeiroBuilder {
