@@ -154,14 +154,19 @@ impl InFlight {
     /// [`keiro_store::wake_payload`] digest (every waiter whose id maps to it).
     #[cfg(feature = "postgres")]
     pub(crate) fn notify_payload(&self, payload: &str) {
+        // A short id is sent as itself: one lookup. Only a payload shaped like
+        // a digest is also matched against the (rare) waiters whose ids are
+        // too long to send, so an ordinary wake never scans every waiter.
+        self.notify(payload);
+        let is_digest = payload.len() == 17
+            && payload.starts_with('#')
+            && payload[1..].bytes().all(|b| b.is_ascii_hexdigit());
+        if !is_digest {
+            return;
+        }
         let state = lock(&self.state);
         for (id, (notify, _)) in &state.waiters {
-            let named = if id.len() > keiro_store::WAKE_ID_MAX {
-                keiro_store::wake_payload(id) == payload
-            } else {
-                id == payload
-            };
-            if named {
+            if id.len() > keiro_store::WAKE_ID_MAX && keiro_store::wake_payload(id) == payload {
                 notify.notify_waiters();
             }
         }
