@@ -26,6 +26,17 @@ pub enum StoreError {
         #[source]
         source: Arc<sqlx::Error>,
     },
+    /// The database opened, but only for reading: keiro cannot journal there.
+    #[error(
+        "the keiro store at `{url}` is read-only ({reason}): keiro writes its journal \
+         there; open a file this process may write (and no `mode=ro` in the URL)"
+    )]
+    ReadOnly {
+        /// The URL, with any password replaced by `***`.
+        url: String,
+        /// What refused the write.
+        reason: String,
+    },
     /// Running the embedded migrations failed.
     #[error("migrating the keiro {backend} store failed: {source}")]
     Migrate {
@@ -71,8 +82,13 @@ impl StoreError {
     /// would fail the same way, so they are reported.
     pub fn is_transient(&self) -> bool {
         match self {
-            StoreError::Connect { .. } | StoreError::WriterStopped => true,
-            StoreError::Query { source, .. } => is_transient_driver_error(source),
+            StoreError::WriterStopped => true,
+            // A server that refuses or is starting up may come back; a file
+            // that cannot be opened, bad credentials or a missing database
+            // will not.
+            StoreError::Connect { source, .. } | StoreError::Query { source, .. } => {
+                is_transient_driver_error(source)
+            }
             _ => false,
         }
     }

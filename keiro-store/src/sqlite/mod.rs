@@ -84,6 +84,70 @@ fn jitter() -> u64 {
         .finish()
 }
 
+/// Fails with [`StoreError::ReadOnly`] when the database cannot be written.
+///
+/// SQLite opens a file it may not write (permissions, `mode=ro`) read-only
+/// without complaint, and a migrated schema needs no write, so without this
+/// probe the first journal write would fail much later, far from the cause.
+/// The probe rewrites the header's `user_version` with its own value.
+async fn refuse_read_only(pool: &SqlitePool, url: &str) -> Result<()> {
+    let probe = async {
+        let mut conn = pool.acquire().await?;
+        let version: i64 = sqlx::query_scalar("PRAGMA user_version")
+            .fetch_one(&mut *conn)
+            .await?;
+        sqlx::query(&format!("PRAGMA user_version = {version}"))
+            .execute(&mut *conn)
+            .await?;
+        Ok::<(), sqlx::Error>(())
+    };
+    match probe.await {
+        Ok(()) => Ok(()),
+        Err(sqlx::Error::Database(db)) if is_read_only_code(db.code().as_deref()) => {
+            Err(StoreError::ReadOnly {
+                url: redact(url),
+                reason: db.message().to_string(),
+            })
+        }
+        Err(e) => Err(StoreError::Connect {
+            url: redact(url),
+            source: Arc::new(e),
+        }),
+    }
+}
+
+/// Whether a SQLite result code is `SQLITE_READONLY` (8) or one of its
+/// extended codes, which share the low byte (e.g. 1032, `READONLY_DBMOVED`).
+fn is_read_only_code(code: Option<&str>) -> bool {
+    code.and_then(|c| c.parse::<i32>().ok())
+        .is_some_and(|c| c & 0xff == 8)
+}
+
+/// Keeps a connection for the pool only when it is outside any transaction.
+///
+/// When SQLite fails a `COMMIT` (disk full, I/O error) it may roll the
+/// transaction back itself; sqlx still counts it as open, its rollback on
+/// drop then fails ("no transaction is active"), and every later `BEGIN` on
+/// that connection fails with "non-zero transaction depth": the process
+/// would never write again. A committed connection is kept at no cost; for
+/// one that looks inside a transaction, a round trip first lets the rollback
+/// queued by the dropped transaction run, and a connection still inside one
+/// after it is closed, so the pool opens a fresh one.
+async fn release_outside_transaction(
+    conn: &mut sqlx::SqliteConnection,
+) -> std::result::Result<bool, sqlx::Error> {
+    use sqlx::Connection;
+    if !conn.is_in_transaction() {
+        return Ok(true);
+    }
+    conn.ping().await?;
+    if conn.is_in_transaction() {
+        tracing::warn!("discarding a SQLite connection left inside a failed transaction");
+        return Ok(false);
+    }
+    Ok(true)
+}
+
 /// The SQLite journal store.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
@@ -117,7 +181,8 @@ impl SqliteStore {
             })
             .min_connections(1)
             .idle_timeout(None)
-            .max_lifetime(None);
+            .max_lifetime(None)
+            .after_release(|conn, _| Box::pin(release_outside_transaction(conn)));
         // Opening sets pragmas that can meet another process's write lock
         // before the busy timeout applies: retry that briefly.
         let mut attempt = 0;
@@ -137,6 +202,7 @@ impl SqliteStore {
             }
         };
         migrate(&pool).await?;
+        refuse_read_only(&pool, url).await?;
         Ok(SqliteStore { pool })
     }
 
