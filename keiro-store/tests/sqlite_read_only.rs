@@ -38,7 +38,7 @@ async fn a_database_opened_read_only_is_refused_at_connect_naming_its_path() {
 
 #[tokio::test]
 async fn a_database_on_a_read_only_filesystem_is_refused_at_connect_naming_its_path() {
-    let (dir, path) = migrated_file().await;
+    let (dir, _path) = migrated_file().await;
     // A read-only bind mount of the directory (root only; CI runs as root).
     let mount = tempfile::tempdir().expect("create a mount point");
     let bound = Command::new("mount")
