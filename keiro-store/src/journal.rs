@@ -271,9 +271,33 @@ pub(crate) async fn get_step_on(
     })
 }
 
+/// Journals `step` on `conn` unless its step id is journaled; returns the
+/// row recorded first when it was (then nothing is to be written with it).
+pub(crate) async fn journal_once(
+    conn: Conn<'_>,
+    op: &'static str,
+    step: &StepRow,
+    now: i64,
+) -> Result<Option<StepRow>> {
+    dispatch!(Conn, conn, |c| {
+        if insert_step_on((&mut *c).into(), op, step, now).await? {
+            return Ok(None);
+        }
+        let first = get_step_on(c.into(), op, &step.workflow_id, step.generation, step.seq)
+            .await?
+            .ok_or_else(|| unreadable_step(step))?;
+        Ok(Some(first))
+    })
+}
+
 /// Records one step on `conn` unless its step id is recorded; returns whether
 /// it was.
-async fn insert_step_on(conn: Conn<'_>, op: &'static str, row: &StepRow, now: i64) -> Result<bool> {
+pub(crate) async fn insert_step_on(
+    conn: Conn<'_>,
+    op: &'static str,
+    row: &StepRow,
+    now: i64,
+) -> Result<bool> {
     let inserted = dispatch!(Conn, conn, |c, sql| bind_all!(
         sqlx::query(&sql.insert_step),
         &step_args(row, now)

@@ -46,7 +46,9 @@ macro_rules! dispatch {
 #[macro_use]
 mod query;
 mod error;
+mod events;
 mod journal;
+mod messages;
 mod model;
 mod options;
 mod outcome;
@@ -82,6 +84,8 @@ pub fn wake_payload(id: &str) -> std::borrow::Cow<'_, str> {
     }
     std::borrow::Cow::Owned(format!("#{hash:016x}"))
 }
+pub use events::{EventRow, Publish, StreamEntry};
+pub use messages::{MessageRow, NewMessage, Receive, Received, SendOutcome};
 pub use model::{
     now_us, timer_sort_key, AppendOutcome, BlockReason, Blocked, Cancellation, ContinueAsNew,
     Crash, ExecutorRow, Finish, InstanceRow, InstanceStatus, Lease, NewInstance, NewTimer,

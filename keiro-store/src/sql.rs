@@ -153,6 +153,8 @@ pub(crate) struct Statements {
     pub(crate) park_timer_resume: String,
     pub(crate) cancel_timer_resume: String,
     pub(crate) recover_expired_timer_resumes: String,
+    // Messages, events and streams.
+    pub(crate) talk: crate::messages::TalkStatements,
 }
 
 impl Statements {
@@ -437,6 +439,7 @@ impl Statements {
                  updated_at = $2 WHERE status = 'resuming' AND resume_lease_until <= $1"
             ),
             timers_table: t,
+            talk: crate::messages::TalkStatements::new(d),
         }
     }
 }
