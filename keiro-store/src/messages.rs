@@ -335,11 +335,12 @@ impl Store {
         Ok(Received::Journaled(row))
     }
 
-    /// Suspends like [`Store::suspend`] unless a message of `topic` is
-    /// waiting, checked under the instance's row lock so a concurrent send
-    /// either is seen here or sees the suspended instance and wakes it.
-    /// Returns `Ok(false)` without suspending when a message is waiting (or
-    /// the lease is no longer held).
+    /// Suspends like [`Store::suspend`], checking under the instance's row
+    /// lock whether a message of `topic` is waiting: then the instance is due
+    /// at once instead of at `suspend.wake_at`. A concurrent send is either
+    /// seen here or sees the suspended instance and makes it due, so a
+    /// receiver never sleeps past a message. Returns whether it applied (the
+    /// lease was still held).
     pub async fn suspend_for_message(&self, suspend: &Suspend<'_>, topic: &str) -> Result<bool> {
         const OP: &str = "suspend_for_message";
         let now = now_us();
@@ -357,14 +358,11 @@ impl Store {
                 .await
                 .map_err(StoreError::query(OP))?
                 .is_some();
-            if waiting {
-                return Ok(false);
-            }
             let applied = sqlx::query(&sql.suspend)
                 .bind(suspend.id)
                 .bind(suspend.generation)
                 .bind(suspend.owner)
-                .bind(suspend.wake_at)
+                .bind(if waiting { Some(now) } else { suspend.wake_at })
                 .bind(now)
                 .bind(suspend.awaiting)
                 .execute(&mut *tx)

@@ -20,7 +20,7 @@ conformance!(
     an_idempotency_key_makes_a_retried_send_a_no_op,
     sending_to_a_missing_or_finished_instance_is_refused,
     a_send_wakes_a_suspended_receiver,
-    suspend_for_a_message_already_waiting_does_not_suspend,
+    suspend_for_a_message_already_waiting_is_due_at_once,
     a_send_racing_a_suspend_is_never_missed,
     a_refused_message_stays_queued,
     an_empty_queue_journals_the_deadline_result_only_when_asked,
@@ -308,29 +308,35 @@ async fn a_send_wakes_a_suspended_receiver(db: &TestDb) {
     assert!(wake_at >= before && wake_at <= keiro_store::now_us());
 }
 
-async fn suspend_for_a_message_already_waiting_does_not_suspend(db: &TestDb) {
+async fn suspend_for_a_message_already_waiting_is_due_at_once(db: &TestDb) {
     running(db, "wf").await;
     db.store
         .send_message(&message("wf", "t", "1"))
         .await
         .unwrap();
-    assert!(!db
+    let before = keiro_store::now_us();
+    assert!(db
         .store
         .suspend_for_message(&suspension("wf"), "t")
         .await
         .unwrap());
     let row = db.store.get_instance("wf").await.unwrap().unwrap();
-    assert_eq!(
-        row.status,
-        InstanceStatus::Running,
-        "it takes the message now"
-    );
-    // A message on another topic does not keep it awake.
+    assert_eq!(row.status, InstanceStatus::Suspended);
+    let wake_at = row.wake_at.expect("due at once: a message waits");
+    assert!(wake_at >= before && wake_at <= keiro_store::now_us());
+    // A message on another topic does not make it due.
+    running(db, "wf2").await;
+    db.store
+        .send_message(&message("wf2", "other", "1"))
+        .await
+        .unwrap();
     assert!(db
         .store
-        .suspend_for_message(&suspension("wf"), "other")
+        .suspend_for_message(&suspension("wf2"), "t")
         .await
         .unwrap());
+    let row = db.store.get_instance("wf2").await.unwrap().unwrap();
+    assert_eq!(row.wake_at, None);
 }
 
 async fn a_send_racing_a_suspend_is_never_missed(db: &TestDb) {

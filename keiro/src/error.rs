@@ -336,6 +336,21 @@ pub enum Error {
     /// An invariant inside keiro was broken: a bug in keiro, please report it.
     #[error("internal keiro error (a bug in keiro, please report it): {0}")]
     Internal(String),
+    /// A message was sent to an instance that has ended; nothing was queued.
+    #[error(
+        "workflow instance `{id}` has ended ({status}) and takes no more messages; nothing was \
+         sent"
+    )]
+    NotReceiving {
+        /// The instance id.
+        id: String,
+        /// Its final status (`completed`, `failed`, `cancelled`, …).
+        status: String,
+    },
+    /// A message, event or stream entry does not decode into the type its
+    /// reader expects. It is left as it is (a refused message stays queued).
+    #[error("{0}")]
+    MessageType(Box<TypeMismatch>),
 }
 
 impl std::fmt::Debug for Error {
@@ -419,5 +434,38 @@ mod tests {
         assert!(debug.starts_with(&child.to_string()), "{debug}");
         // Every cause is already in the sentence, so none is repeated.
         assert!(!debug.contains("caused by"), "{debug}");
+    }
+}
+
+/// What [`Error::MessageType`] found: a value written as one type and read as
+/// another.
+#[derive(Debug, Clone)]
+pub struct TypeMismatch {
+    /// What was read (``the next message on topic `t` ``, ``event `k` ``).
+    pub what: String,
+    /// The reading workflow's name, when read inside one.
+    pub workflow: Option<String>,
+    /// The instance id the value belongs to.
+    pub id: String,
+    /// The type the reader expects.
+    pub expected: String,
+    /// The type it was written as.
+    pub found: String,
+    /// The decoder's complaint.
+    pub reason: String,
+}
+
+impl std::fmt::Display for TypeMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} of ", self.what)?;
+        match &self.workflow {
+            Some(name) => write!(f, "workflow `{name}` (id {})", self.id)?,
+            None => write!(f, "workflow instance `{}`", self.id)?,
+        }
+        write!(
+            f,
+            " is a `{}`, which does not decode into the awaited `{}` ({}); it was left as it is",
+            self.found, self.expected, self.reason
+        )
     }
 }

@@ -65,9 +65,11 @@ pub mod __private;
 pub use keiro_macros::{step, workflow};
 
 pub use context::{
-    awakeable, now, reject_awakeable, resolve_awakeable, sleep, sleep_until, uuid, Awakeable,
+    awakeable, close_stream, get_event, now, read_stream, recv, reject_awakeable,
+    resolve_awakeable, send, set_event, sleep, sleep_until, uuid, write_stream, Awakeable,
+    GetEvent, Recv, RecvTimeout, Sending, StreamReader,
 };
-pub use error::{Error, Result, StoreError};
+pub use error::{Error, Result, StoreError, TypeMismatch};
 pub use keiro_store::SqliteSynchronous;
 pub use runtime::{
     global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL, EXECUTOR_ID_ENV,

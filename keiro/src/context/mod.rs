@@ -6,6 +6,8 @@
 //! behave as plain calls.
 
 mod awakeable;
+mod events;
+mod messages;
 mod sleep;
 mod step;
 mod values;
@@ -21,6 +23,10 @@ use crate::runtime::lock;
 use crate::{Error, Keiro};
 
 pub use awakeable::{awakeable, reject_awakeable, resolve_awakeable, Awakeable};
+pub use events::{
+    close_stream, get_event, read_stream, set_event, write_stream, GetEvent, StreamReader,
+};
+pub use messages::{recv, send, Recv, RecvTimeout, Sending};
 pub use sleep::{sleep, sleep_until};
 pub(crate) use step::{record, run_step, StepKind};
 
@@ -90,6 +96,7 @@ pub(crate) async fn wait_for_step(
             let halt_with = Halt::Suspend {
                 wake_at: None,
                 awaiting: Some(seq),
+                topic: None,
             };
             return halt(cx, halt_with).await;
         }
@@ -136,6 +143,8 @@ pub(crate) enum Halt {
         /// The step whose recording (an awakeable's resolution, a child's end)
         /// makes it due.
         awaiting: Option<i64>,
+        /// The message topic it waits on: a message there makes it due.
+        topic: Option<String>,
     },
     /// The instance was cancelled; stop without recording anything more.
     Cancelled,

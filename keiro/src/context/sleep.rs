@@ -97,6 +97,7 @@ async fn wait_until(cx: &Arc<WorkflowContext>, deadline: i64) {
         cx.halt(Halt::Suspend {
             wake_at: Some(deadline),
             awaiting: None,
+            topic: None,
         });
         std::future::pending::<()>().await;
     }

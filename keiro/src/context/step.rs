@@ -38,6 +38,16 @@ pub(crate) enum StepKind {
     Sleep,
     /// `keiro::awakeable()`: its creation (the awaited type's name).
     Awakeable,
+    /// `keiro::recv()`: the message taken, or its deadline passing.
+    Recv,
+    /// `keiro::send()` from a workflow.
+    Send,
+    /// `keiro::set_event()`.
+    Event,
+    /// `keiro::write_stream()` / `keiro::close_stream()`.
+    Stream,
+    /// `keiro::get_event()` read from a workflow: the value it saw.
+    GetEvent,
 }
 
 impl StepKind {
@@ -49,6 +59,11 @@ impl StepKind {
             StepKind::Child => "child",
             StepKind::Sleep => "sleep",
             StepKind::Awakeable => "awakeable",
+            StepKind::Recv => "recv",
+            StepKind::Send => "send",
+            StepKind::Event => "set_event",
+            StepKind::Stream => "write_stream",
+            StepKind::GetEvent => "get_event",
         }
     }
 }

@@ -132,7 +132,9 @@ async fn drive(
             halt = &mut aborted => {
                 return match halt {
                     Ok(Halt::Error(error)) => Ended::Aborted(error),
-                    Ok(Halt::Suspend { wake_at, awaiting }) => Ended::Suspended(wake_at, awaiting),
+                    Ok(Halt::Suspend { wake_at, awaiting, topic }) => {
+                        Ended::Suspended(wake_at, awaiting, topic)
+                    }
                     Ok(Halt::Cancelled) => Ended::Cancelled,
                     Ok(Halt::ContinueAsNew { input }) => Ended::ContinueAsNew(input),
                     Err(_) => Ended::Errored(Error::Internal(

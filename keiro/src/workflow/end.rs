@@ -22,8 +22,9 @@ pub(crate) enum Ended {
     Panicked(String),
     /// The run halted with an error (non-determinism, a store failure).
     Aborted(Error),
-    /// The run waits: until this time, or for this step to be recorded.
-    Suspended(Option<i64>, Option<i64>),
+    /// The run waits: until this time, for this step to be recorded, or for
+    /// a message on this topic.
+    Suspended(Option<i64>, Option<i64>, Option<String>),
     /// The runtime or worker is shutting down.
     Stopped,
     /// The instance was cancelled.
@@ -58,18 +59,20 @@ pub(crate) async fn record(
                 id: row.id,
             })
         }
-        Ended::Suspended(wake_at, awaiting) => {
+        Ended::Suspended(wake_at, awaiting, topic) => {
             crate::telemetry::run_ended(&row.name, "suspended");
-            if !store
-                .suspend(&Suspend {
-                    id: &row.id,
-                    generation: row.generation,
-                    owner,
-                    wake_at,
-                    awaiting,
-                })
-                .await?
-            {
+            let suspend = Suspend {
+                id: &row.id,
+                generation: row.generation,
+                owner,
+                wake_at,
+                awaiting,
+            };
+            let applied = match &topic {
+                Some(topic) => store.suspend_for_message(&suspend, topic).await?,
+                None => store.suspend(&suspend).await?,
+            };
+            if !applied {
                 return Ok(None);
             }
             let mut waiting = released(row);

@@ -1,0 +1,440 @@
+//! Messages: [`send`] queues a value on a topic of a workflow instance, from
+//! anywhere; [`recv`] inside that workflow takes the next one, waiting as long
+//! as it takes (suspended, costing only a row, past the runtime's
+//! `suspend_after`).
+//!
+//! Messages of one (instance, topic) are delivered in the order sent, each to
+//! exactly one `recv`: taking a message and journaling it as the receiving
+//! step's result is one transaction, so a replay reads it back instead.
+
+use std::future::IntoFuture;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use keiro_store::{
+    now_us, AppendOutcome, MessageRow, NewMessage, Outcome, Receive, Received, SendOutcome, StepRow,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::{claim_seq, claim_seqs, halt, record, Halt, StepKind, WorkflowContext};
+use crate::error::TypeMismatch;
+use crate::registry::BoxFuture;
+use crate::time::to_us;
+use crate::{Error, Keiro, Result};
+
+/// What a receive that passed its deadline journals.
+const TIMED_OUT: &str = "{\"Err\":\"timed out\"}";
+
+/// How often a workflow waiting in memory for a message looks at the store
+/// when nothing wakes it sooner.
+const RECV_POLL: Duration = Duration::from_millis(20);
+
+/// Takes the next message on `topic` for the current workflow, as a `T`.
+/// Awaiting it waits as long as it takes: in memory for the runtime's
+/// `suspend_after`, then suspended until a message arrives. A message that
+/// does not decode into `T` is refused with [`Error::MessageType`] and left
+/// queued. Outside a workflow, awaiting it is [`Error::NotInWorkflow`].
+///
+/// ```no_run
+/// #[keiro::workflow]
+/// async fn order(id: String) -> Result<String, String> {
+///     let approved: bool = keiro::recv("approval").await.map_err(|e| e.to_string())?;
+///     // Or give up after a day; the deadline survives crashes and replays.
+///     let note: Option<String> = keiro::recv("note")
+///         .timeout(std::time::Duration::from_secs(86_400))
+///         .await
+///         .map_err(|e| e.to_string())?;
+///     Ok(format!("{id}: {approved} {note:?}"))
+/// }
+/// ```
+pub fn recv<T>(topic: impl Into<String>) -> Recv<T>
+where
+    T: DeserializeOwned + Send + 'static,
+{
+    // Two ids: the message taken, and the deadline of a `.timeout`.
+    Recv {
+        topic: topic.into(),
+        slot: claim_seqs(2),
+        _value: PhantomData,
+    }
+}
+
+/// The next message on a topic ([`recv`]); `.await` it, or bound the wait
+/// with [`Recv::timeout`].
+#[must_use = "a receive does nothing until it is awaited"]
+pub struct Recv<T> {
+    topic: String,
+    slot: Option<(Arc<WorkflowContext>, i64)>,
+    _value: PhantomData<fn() -> T>,
+}
+
+impl<T> std::fmt::Debug for Recv<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recv").field("topic", &self.topic).finish()
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> Recv<T> {
+    /// Waits at most `duration` (from now, journaled when the wait first
+    /// runs: a crash or replay keeps the original deadline); `None` once it
+    /// has passed with no message.
+    pub fn timeout(self, duration: Duration) -> RecvTimeout<T> {
+        RecvTimeout {
+            deadline: SystemTime::now() + duration,
+            recv: self,
+        }
+    }
+}
+
+/// A [`Recv`] with a deadline; yields `Ok(None)` when it passes first.
+#[must_use = "a receive does nothing until it is awaited"]
+#[derive(Debug)]
+pub struct RecvTimeout<T> {
+    recv: Recv<T>,
+    deadline: SystemTime,
+}
+
+impl<T: DeserializeOwned + Send + 'static> IntoFuture for Recv<T> {
+    type Output = Result<T>;
+    type IntoFuture = BoxFuture<'static, Result<T>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let taken = receive::<T>(self.slot, &self.topic, None).await?;
+            taken.ok_or_else(|| Error::Internal("a receive without deadline timed out".into()))
+        })
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> IntoFuture for RecvTimeout<T> {
+    type Output = Result<Option<T>>;
+    type IntoFuture = BoxFuture<'static, Result<Option<T>>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            receive::<T>(self.recv.slot, &self.recv.topic, Some(self.deadline)).await
+        })
+    }
+}
+
+/// Takes the next message for step `slot` (the deadline at the slot after
+/// it), or replays what that step took.
+async fn receive<T: DeserializeOwned>(
+    slot: Option<(Arc<WorkflowContext>, i64)>,
+    topic: &str,
+    deadline: Option<SystemTime>,
+) -> Result<Option<T>> {
+    let Some((cx, seq)) = slot else {
+        return Err(Error::NotInWorkflow {
+            op: format!("keiro::recv(\"{topic}\")"),
+            instead: "messages are queued for a workflow instance; send one with keiro::send",
+        });
+    };
+    let deadline = match deadline {
+        None => None,
+        Some(when) => Some(journal_deadline(&cx, seq + 1, when).await),
+    };
+    if let Some(row) = cx.recorded(seq) {
+        return taken(&cx, seq, topic, &row);
+    }
+    let store = cx.keiro.raw_store();
+    let waiter = cx.keiro.waiter(&cx.id);
+    let in_memory_until = tokio::time::Instant::now() + cx.suspend_after;
+    let check = |message: &MessageRow| {
+        serde_json::from_str::<T>(&message.payload)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    };
+    loop {
+        let notified = waiter.notified();
+        let expired = deadline.is_some_and(|d| now_us() >= d);
+        // A cheap read first: taking writes, so it runs only when there is
+        // something to take (or the deadline passed).
+        let waiting = match store.count_waiting_messages(&cx.id, topic).await {
+            Ok(n) => n > 0,
+            Err(e) => return halt(&cx, Halt::Error(Error::Store(e))).await,
+        };
+        if waiting || expired {
+            let receive = Receive {
+                workflow_id: &cx.id,
+                generation: cx.generation,
+                seq,
+                name: topic,
+                kind: StepKind::Recv.as_str(),
+                topic,
+                when_empty: expired.then_some(TIMED_OUT),
+            };
+            match store.receive_message(&receive, &check).await {
+                Ok(Received::Journaled(row)) => return taken(&cx, seq, topic, &row),
+                Ok(Received::Empty) => {}
+                Ok(Received::Refused { message, reason }) => {
+                    return Err(Error::MessageType(Box::new(TypeMismatch {
+                        what: format!("the next message on topic `{topic}`"),
+                        workflow: Some(cx.name.clone()),
+                        id: cx.id.clone(),
+                        expected: std::any::type_name::<T>().to_owned(),
+                        found: message.type_name.unwrap_or_else(|| "(unnamed type)".into()),
+                        reason,
+                    })));
+                }
+                Err(e) => return halt(&cx, Halt::Error(Error::Store(e))).await,
+            }
+        }
+        let now = tokio::time::Instant::now();
+        if now >= in_memory_until {
+            let suspend = Halt::Suspend {
+                wake_at: deadline,
+                awaiting: None,
+                topic: Some(topic.to_owned()),
+            };
+            return halt(&cx, suspend).await;
+        }
+        let mut nap = RECV_POLL.min(in_memory_until - now);
+        if let Some(d) = deadline {
+            nap = nap.min(Duration::from_micros((d - now_us()).max(0) as u64));
+        }
+        tokio::select! {
+            _ = notified => {}
+            _ = tokio::time::sleep(nap) => {}
+        }
+    }
+}
+
+/// The deadline journaled at step `seq` (the first run's), in µs.
+async fn journal_deadline(cx: &Arc<WorkflowContext>, seq: i64, when: SystemTime) -> i64 {
+    let (kind, name) = (StepKind::Sleep, "recv deadline");
+    match cx.recorded(seq) {
+        Some(row) => super::step::replay(cx, seq, kind, name, &row).await,
+        None => record(cx, seq, kind, name, to_us(when)).await,
+    }
+}
+
+/// Reads what step `seq` took: a message, or `None` (its deadline passed).
+fn taken<T: DeserializeOwned>(
+    cx: &WorkflowContext,
+    seq: i64,
+    topic: &str,
+    row: &StepRow,
+) -> Result<Option<T>> {
+    if row.kind != StepKind::Recv.as_str() || row.name != topic {
+        let found = super::describe(StepKind::Recv.as_str(), topic);
+        return Err(cx.non_deterministic(seq, row, found));
+    }
+    match Outcome::decode_as::<T, String>(&row.result) {
+        Ok(Ok(value)) => Ok(Some(value)),
+        Ok(Err(_)) => Ok(None),
+        Err(e) => Err(Error::decode(
+            format!(
+                "the message workflow `{}` (id {}) took from topic `{topic}` at step {seq} into \
+                 the awaited `{}`",
+                cx.name,
+                cx.id,
+                std::any::type_name::<T>()
+            ),
+            e,
+        )),
+    }
+}
+
+/// Sends `value` on `topic` to workflow instance `workflow_id`, through the
+/// process-wide runtime (or the one given to [`Sending::on`]). `.await` it
+/// for `Result<(), Error>`: an unknown id is [`Error::NotFound`], an instance
+/// that has ended is [`Error::NotReceiving`]. Inside a workflow the send is
+/// journaled with the message in one transaction: it happens exactly once,
+/// however often the workflow replays.
+pub fn send<T: Serialize + ?Sized>(
+    workflow_id: impl Into<String>,
+    topic: impl Into<String>,
+    value: &T,
+) -> Sending {
+    let topic = topic.into();
+    let payload = serde_json::to_string(value)
+        .map_err(|e| Error::encode(format!("the message on topic `{topic}`"), e));
+    Sending {
+        workflow_id: workflow_id.into(),
+        topic,
+        payload,
+        type_name: std::any::type_name::<T>(),
+        idempotency_key: None,
+        keiro: None,
+        slot: claim_seq(),
+    }
+}
+
+/// A message on its way ([`send`]); `.await` it.
+#[must_use = "a send does nothing until it is awaited"]
+pub struct Sending {
+    workflow_id: String,
+    topic: String,
+    payload: Result<String>,
+    type_name: &'static str,
+    idempotency_key: Option<String>,
+    keiro: Option<Keiro>,
+    slot: Option<(Arc<WorkflowContext>, i64)>,
+}
+
+impl std::fmt::Debug for Sending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sending")
+            .field("workflow_id", &self.workflow_id)
+            .field("topic", &self.topic)
+            .field("idempotency_key", &self.idempotency_key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sending {
+    /// Makes a retried send with the same `key` (to the same instance) a
+    /// no-op, even after the first was received.
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// Sends through `keiro` instead of the process-wide runtime (outside a
+    /// workflow; inside one the workflow's runtime sends).
+    pub fn on(mut self, keiro: &Keiro) -> Self {
+        self.keiro = Some(keiro.clone());
+        self
+    }
+}
+
+impl IntoFuture for Sending {
+    type Output = Result<()>;
+    type IntoFuture = BoxFuture<'static, Result<()>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            match self.slot.clone() {
+                Some((cx, seq)) => send_journaled(&cx, seq, self).await,
+                None => {
+                    let keiro = match &self.keiro {
+                        Some(keiro) => keiro.clone(),
+                        None => crate::runtime::global().await?,
+                    };
+                    keiro.send_message(&self, None).await
+                }
+            }
+        })
+    }
+}
+
+/// How a refused send is journaled, so a replay refuses it the same way.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Refusal {
+    NotFound,
+    NotReceiving(String),
+}
+
+/// A send inside a workflow at step `seq`: replayed, or sent with its step.
+async fn send_journaled(cx: &Arc<WorkflowContext>, seq: i64, sending: Sending) -> Result<()> {
+    let name = sending.topic.clone();
+    let row = match cx.recorded(seq) {
+        Some(row) => row,
+        None => {
+            let row = StepRow {
+                workflow_id: cx.id.clone(),
+                generation: cx.generation,
+                seq,
+                name: name.clone(),
+                kind: StepKind::Send.as_str().to_owned(),
+                result: "{\"Ok\":null}".to_owned(),
+            };
+            match cx.keiro.send_message(&sending, Some(&row)).await {
+                Ok(()) => return Ok(()),
+                Err(Error::Store(e)) => return halt(cx, Halt::Error(Error::Store(e))).await,
+                Err(error) => {
+                    let refusal = match &error {
+                        Error::NotFound { .. } => Refusal::NotFound,
+                        Error::NotReceiving { status, .. } => Refusal::NotReceiving(status.clone()),
+                        // Bad input (encoding, an invalid id): nothing to journal.
+                        _ => return Err(error),
+                    };
+                    let refused = StepRow {
+                        result: Outcome::Err(serde_json::to_value(&refusal).unwrap_or_default())
+                            .encode(),
+                        ..row
+                    };
+                    match cx.keiro.writer().append(refused.clone()).await {
+                        Ok(AppendOutcome::Inserted) => refused,
+                        Ok(AppendOutcome::Existing(first)) => first,
+                        Err(e) => return halt(cx, Halt::Error(Error::Store(e))).await,
+                    }
+                }
+            }
+        }
+    };
+    if row.kind != StepKind::Send.as_str() || row.name != name {
+        let found = super::describe(StepKind::Send.as_str(), &name);
+        return Err(cx.non_deterministic(seq, &row, found));
+    }
+    match Outcome::decode_as::<(), Refusal>(&row.result) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(Refusal::NotFound)) => Err(Error::NotFound {
+            id: sending.workflow_id,
+        }),
+        Ok(Err(Refusal::NotReceiving(status))) => Err(Error::NotReceiving {
+            id: sending.workflow_id,
+            status,
+        }),
+        Err(e) => Err(Error::decode(
+            format!(
+                "the recorded send on topic `{name}` (seq {seq}) of workflow `{}` (id {})",
+                cx.name, cx.id
+            ),
+            e,
+        )),
+    }
+}
+
+impl Keiro {
+    /// [`send`] through this runtime: `keiro.send(id, topic, &value).await`.
+    pub fn send<T: Serialize + ?Sized>(
+        &self,
+        workflow_id: impl Into<String>,
+        topic: impl Into<String>,
+        value: &T,
+    ) -> Sending {
+        send(workflow_id, topic, value).on(self)
+    }
+
+    /// Queues `sending`'s message (with `journal`, the sending step of a
+    /// workflow, in the same transaction) and wakes its receiver.
+    async fn send_message(&self, sending: &Sending, journal: Option<&StepRow>) -> Result<()> {
+        let payload = sending.payload.as_ref().map_err(Clone::clone)?;
+        let message = NewMessage {
+            workflow_id: &sending.workflow_id,
+            topic: &sending.topic,
+            payload,
+            type_name: Some(sending.type_name),
+            idempotency_key: sending.idempotency_key.as_deref(),
+            journal,
+        };
+        let store = self.raw_store();
+        match store.send_message(&message).await? {
+            SendOutcome::Sent(_) => {
+                // A receiver in memory here wakes at once; a suspended one
+                // is now due, for this process's resume worker or another's.
+                self.step_recorded(&sending.workflow_id);
+                self.wake_resume_worker();
+                // The message is committed: a lost notification costs only
+                // latency (receivers poll), so it never fails the send.
+                if let Err(error) = store.wake_workers(&sending.workflow_id).await {
+                    tracing::warn!(%error, "keiro could not notify a message's receiver");
+                }
+                Ok(())
+            }
+            SendOutcome::Duplicate | SendOutcome::Replayed(_) => Ok(()),
+            SendOutcome::NotFound => Err(Error::NotFound {
+                id: sending.workflow_id.clone(),
+            }),
+            SendOutcome::Finished(status) => Err(Error::NotReceiving {
+                id: sending.workflow_id.clone(),
+                status: status.as_str().to_owned(),
+            }),
+        }
+    }
+}
