@@ -1,5 +1,6 @@
 //! Parsing of the attribute arguments: `#[workflow(name = "..")]` and
-//! `#[step(name = "..", max_attempts = N, backoff_ms = M)]`.
+//! `#[step(name = "..", max_attempts = N, backoff_ms = M, timeout_ms = T,
+//! retry_if = path)]`.
 //!
 //! Parsing goes on after a bad key or value so one compile reports every
 //! mistake; the cross-key rules run once all keys are read.
@@ -19,9 +20,13 @@ pub(crate) const NAME: &str = "name";
 pub(crate) const MAX_ATTEMPTS: &str = "max_attempts";
 /// `backoff_ms = M`: the first retry delay of a step, doubled on each retry.
 pub(crate) const BACKOFF_MS: &str = "backoff_ms";
+/// `timeout_ms = T`: how long one attempt of a step may run.
+pub(crate) const TIMEOUT_MS: &str = "timeout_ms";
+/// `retry_if = path`: which errors of a retried step are retried.
+pub(crate) const RETRY_IF: &str = "retry_if";
 
 const WORKFLOW_KEYS: &[&str] = &[NAME];
-const STEP_KEYS: &[&str] = &[NAME, MAX_ATTEMPTS, BACKOFF_MS];
+const STEP_KEYS: &[&str] = &[NAME, MAX_ATTEMPTS, BACKOFF_MS, TIMEOUT_MS, RETRY_IF];
 
 /// The retry delay used when a step sets `max_attempts > 1` but no `backoff_ms`.
 pub(crate) const DEFAULT_BACKOFF_MS: u64 = 100;
@@ -38,6 +43,23 @@ pub(crate) struct StepArgs {
     pub(crate) name: Option<LitStr>,
     max_attempts: Option<IntSetting<u32>>,
     backoff_ms: Option<IntSetting<u64>>,
+    timeout_ms: Option<IntSetting<u64>>,
+    retry_if: Option<PathSetting>,
+}
+
+/// A path argument (`retry_if = is_transient`) with its key, for error spans.
+pub(crate) struct PathSetting {
+    key: Ident,
+    /// The path as written.
+    pub(crate) path: syn::ExprPath,
+}
+
+impl PathSetting {
+    /// `key = path`, so an error underlines the whole argument.
+    pub(crate) fn tokens(&self) -> TokenStream {
+        let (key, path) = (&self.key, &self.path);
+        quote!(#key = #path)
+    }
 }
 
 /// An integer argument with the tokens it came from, for error spans.
@@ -87,6 +109,8 @@ impl StepArgs {
                 NAME => args.name = state.name(&meta)?,
                 MAX_ATTEMPTS => args.max_attempts = state.int(&meta, "u32", "5")?,
                 BACKOFF_MS => args.backoff_ms = state.int(&meta, "u64", "200")?,
+                TIMEOUT_MS => args.timeout_ms = state.int(&meta, "u64", "5000")?,
+                RETRY_IF => args.retry_if = state.path(&meta, "is_transient")?,
                 _ => unreachable!("State::key only returns keys of STEP_KEYS"),
             }
             Ok(())
@@ -100,6 +124,17 @@ impl StepArgs {
     /// Rules that involve more than one key.
     fn validate(&self, state: &mut State) {
         let errors = &mut state.errors;
+        if let Some(timeout) = &self.timeout_ms {
+            if timeout.value == 0 {
+                errors.spanned(
+                    timeout.tokens(),
+                    format!(
+                        "`{TIMEOUT_MS}` must be at least 1 (milliseconds one attempt may run); \
+                         use e.g. `{TIMEOUT_MS} = 5000`, or remove it for no limit"
+                    ),
+                );
+            }
+        }
         if let Some(max) = &self.max_attempts {
             if max.value == 0 {
                 errors.spanned(
@@ -116,6 +151,17 @@ impl StepArgs {
         // against it would only add noise.
         let max_attempts_invalid =
             self.max_attempts.is_none() && state.seen.contains(&MAX_ATTEMPTS);
+        if let Some(retry_if) = &self.retry_if {
+            if self.max_attempts() <= 1 && !max_attempts_invalid {
+                errors.spanned(
+                    retry_if.tokens(),
+                    format!(
+                        "`{RETRY_IF}` chooses which errors are retried, and this step runs once; \
+                         add `{MAX_ATTEMPTS} = 3` (or more) or remove `{RETRY_IF}`"
+                    ),
+                );
+            }
+        }
         if let Some(backoff) = &self.backoff_ms {
             if self.max_attempts() <= 1 && !max_attempts_invalid {
                 errors.spanned(
@@ -141,6 +187,17 @@ impl StepArgs {
             None if self.max_attempts() > 1 => DEFAULT_BACKOFF_MS,
             None => 0,
         }
+    }
+
+    /// How long one attempt may run, in milliseconds, and the `timeout_ms = T`
+    /// tokens (to point an error at them); `None` for no limit.
+    pub(crate) fn timeout_ms(&self) -> Option<(u64, TokenStream)> {
+        self.timeout_ms.as_ref().map(|t| (t.value, t.tokens()))
+    }
+
+    /// The `retry_if` predicate, if set.
+    pub(crate) fn retry_if(&self) -> Option<&PathSetting> {
+        self.retry_if.as_ref()
     }
 
     /// The `max_attempts = N` tokens, to point an error at them.
@@ -253,6 +310,37 @@ impl State {
                     Some(expr) => error(expr, message),
                     None => error(&meta.path, message),
                 });
+                Ok(None)
+            }
+        }
+    }
+
+    /// `key = path`: the path of a function (`is_transient`, `errors::retryable`).
+    fn path(
+        &mut self,
+        meta: &ParseNestedMeta<'_>,
+        example: &str,
+    ) -> syn::Result<Option<PathSetting>> {
+        let key = path_text(&meta.path);
+        let expected = format!(
+            "`{key}` expects the path of a `fn(&E) -> bool` (E: the step's error type), \
+             e.g. `{key} = {example}`"
+        );
+        match value(meta)? {
+            Some(Expr::Path(path)) => Ok(Some(PathSetting {
+                key: meta
+                    .path
+                    .get_ident()
+                    .cloned()
+                    .unwrap_or_else(|| Ident::new(&key, proc_macro2::Span::call_site())),
+                path,
+            })),
+            Some(expr) => {
+                self.errors.spanned(expr, expected);
+                Ok(None)
+            }
+            None => {
+                self.errors.spanned(&meta.path, expected);
                 Ok(None)
             }
         }
@@ -430,11 +518,11 @@ mod tests {
     fn unknown_step_key_lists_the_valid_keys() {
         assert_eq!(
             step_errors(quote!(retries(3))),
-            ["unknown `#[step]` argument `retries`; supported arguments are `name`, `max_attempts`, `backoff_ms`"]
+            ["unknown `#[step]` argument `retries`; supported arguments are `name`, `max_attempts`, `backoff_ms`, `timeout_ms`, `retry_if`"]
         );
         assert_eq!(
             step_errors(quote!(a::b = 1)),
-            ["unknown `#[step]` argument `a::b`; supported arguments are `name`, `max_attempts`, `backoff_ms`"]
+            ["unknown `#[step]` argument `a::b`; supported arguments are `name`, `max_attempts`, `backoff_ms`, `timeout_ms`, `retry_if`"]
         );
     }
 

@@ -9,7 +9,7 @@ use quote::{quote, ToTokens};
 use syn::ext::IdentExt;
 use syn::{GenericArgument, Ident, ItemFn, PathArguments, Type};
 
-use crate::args::{StepArgs, WorkflowArgs, MAX_ATTEMPTS};
+use crate::args::{StepArgs, WorkflowArgs, MAX_ATTEMPTS, TIMEOUT_MS};
 use crate::{check, diag};
 
 /// Which attribute is being expanded; used to word error messages.
@@ -125,6 +125,10 @@ pub(crate) struct StepFn {
     pub(crate) name: String,
     pub(crate) max_attempts: u32,
     pub(crate) backoff_ms: u64,
+    /// `timeout_ms = T`: the limit and its tokens (where a type error points).
+    pub(crate) timeout_ms: Option<(u64, TokenStream)>,
+    /// `retry_if = path`: the predicate and its `key = path` tokens.
+    pub(crate) retry_if: Option<(syn::ExprPath, TokenStream)>,
     /// The user's function exactly as written.
     pub(crate) func: ItemFn,
     pub(crate) args: Vec<Arg>,
@@ -154,6 +158,17 @@ impl StepFn {
                 ),
             ));
         }
+        let timeout_ms = args.timeout_ms();
+        if let (Some((_, tokens)), None) = (&timeout_ms, &output.ty) {
+            return Err(diag::error(
+                tokens.clone(),
+                format!(
+                    "`{TIMEOUT_MS}` ends a slow attempt with `Err(keiro::StepTimeout)`, so the step \
+                     must return a `Result<T, E>` whose `E: From<keiro::StepTimeout>`; \
+                     return one or remove `{TIMEOUT_MS}`"
+                ),
+            ));
+        }
         let name = match &args.name {
             Some(lit) => lit.value(),
             None => func.sig.ident.unraw().to_string(),
@@ -162,6 +177,10 @@ impl StepFn {
             name,
             max_attempts,
             backoff_ms: args.backoff_ms(),
+            timeout_ms,
+            retry_if: args
+                .retry_if()
+                .map(|setting| (setting.path.clone(), setting.tokens())),
             func,
             args: inputs,
             output,

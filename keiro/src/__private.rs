@@ -52,18 +52,88 @@ pub fn assert_step_error<E: StepError>() {}
     note = "return `Result<T, E>` (or an alias of it), or remove `max_attempts`"
 )]
 pub trait RetryOutcome {
+    /// The error of a failed attempt.
+    type Error;
     /// Whether this attempt failed and may be retried.
     fn is_err(&self) -> bool;
+    /// The error of a failed attempt.
+    fn error(&self) -> Option<&Self::Error>;
 }
 
 impl<T, E> RetryOutcome for core::result::Result<T, E> {
+    type Error = E;
     fn is_err(&self) -> bool {
         core::result::Result::is_err(self)
     }
+    fn error(&self) -> Option<&E> {
+        self.as_ref().err()
+    }
+}
+
+/// `#[step(retry_if = predicate)]`: whether a failed attempt is retried (the
+/// predicate says so of its error); a success is never retried.
+pub fn retry_if<R: RetryOutcome>(outcome: &R, predicate: fn(&R::Error) -> bool) -> bool {
+    outcome.error().is_some_and(predicate)
 }
 
 /// Asserts that a retried step returns a `Result`.
 pub fn assert_retry_outcome<R: RetryOutcome>() {}
+
+/// The error type of a step with `timeout_ms`: it can say that an attempt
+/// ran out of time.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot report a step timeout: `#[step(timeout_ms = ..)]` needs the step's error type to implement `From<keiro::StepTimeout>`",
+    label = "`timeout_ms` ends a slow attempt with `Err(keiro::StepTimeout.into())`",
+    note = "add `impl From<keiro::StepTimeout> for {Self}` (e.g. into a `Timeout` variant), return `Result<T, String>` (`String` has it), or remove `timeout_ms`"
+)]
+pub trait TimeoutError: From<crate::StepTimeout> {}
+impl<E: From<crate::StepTimeout>> TimeoutError for E {}
+
+/// What a step with `timeout_ms` returns, when its type is an alias the
+/// macro cannot take apart: a `Result` whose error can say the attempt ran
+/// out of time.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot report a step timeout: `#[step(timeout_ms = ..)]` needs a `Result<T, E>` whose `E: From<keiro::StepTimeout>`",
+    label = "`timeout_ms` ends a slow attempt with `Err(keiro::StepTimeout.into())`",
+    note = "return `Result<T, E>` with `impl From<keiro::StepTimeout> for E` (`String` has it), or remove `timeout_ms`"
+)]
+pub trait TimeoutOutcome {
+    /// The outcome of an attempt that ran out of time.
+    fn timed_out(timeout: crate::StepTimeout) -> Self;
+}
+
+impl<T, E: From<crate::StepTimeout>> TimeoutOutcome for core::result::Result<T, E> {
+    fn timed_out(timeout: crate::StepTimeout) -> Self {
+        Err(E::from(timeout))
+    }
+}
+
+/// How a step returning `Result<T, E>` reports a timeout (checked at the
+/// `timeout_ms` attribute, the one place an unfit `E` is reported).
+pub fn timeout_into<T, E: TimeoutError>() -> fn(crate::StepTimeout) -> core::result::Result<T, E> {
+    |timeout| Err(E::from(timeout))
+}
+
+/// Like [`timeout_into`] for a return type named through an alias.
+pub fn timeout_outcome<R: TimeoutOutcome>() -> fn(crate::StepTimeout) -> R {
+    R::timed_out
+}
+
+/// Runs one attempt of step `step` for at most `ms` milliseconds; an attempt
+/// that overruns is dropped (it stops at its next await) and ends as
+/// `timed_out` says.
+pub async fn with_timeout<R>(
+    ms: u64,
+    step: &'static str,
+    timed_out: fn(crate::StepTimeout) -> R,
+    attempt: impl core::future::Future<Output = R>,
+) -> R {
+    let limit = std::time::Duration::from_millis(ms);
+    match tokio::time::timeout(limit, attempt).await {
+        Ok(outcome) => outcome,
+        Err(_) => timed_out(crate::StepTimeout { step, limit }),
+    }
+}
 
 /// The output of a workflow, probed by autoref specialization: the generated
 /// code calls `(&OutcomeProbe(&out)).__keiro_is_err()` with [`ResultOutcome`] and

@@ -53,6 +53,7 @@ pass_cases!(
     no_arguments_unit_return = "../ui/pass/no_arguments_unit_return.rs",
     result_with_serializable_error = "../ui/pass/result_with_serializable_error.rs",
     spawn_child_workflow = "../ui/pass/spawn_child_workflow.rs",
+    step_timeout_and_retry_if = "../ui/pass/step_timeout_and_retry_if.rs",
     step_with_retry_options = "../ui/pass/step_with_retry_options.rs",
     workflow_with_steps = "../ui/pass/workflow_with_steps.rs",
 );

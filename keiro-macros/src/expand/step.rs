@@ -66,6 +66,35 @@ pub(super) fn expand(step: &StepFn) -> TokenStream {
         }
     };
 
+    // `timeout_ms`: each attempt runs under the limit; one that overruns is
+    // dropped and becomes `Err(StepTimeout.into())`. Whether the return type
+    // can hold that is asserted at the attribute, where the user wrote it.
+    let (timed, timeout_assert) = match &step.timeout_ms {
+        Some((ms, tokens)) => {
+            let ms = Literal::u64_unsuffixed(*ms);
+            let range = span_range(tokens);
+            // `Result<T, E>` as written: `E` is checked alone, so the message
+            // names the error type; an alias is checked as a whole.
+            let converter = match (step.output.result_parts(), &step.output.ty) {
+                (Some((ok, err)), _) => quote!(::keiro::__private::timeout_into::<#ok, #err>()),
+                (None, Some(ty)) => quote!(::keiro::__private::timeout_outcome::<#ty>()),
+                (None, None) => quote!(::keiro::__private::timeout_outcome::<()>()),
+            };
+            let assert = respan(
+                range,
+                quote!(let __keiro_timed_out: fn(::keiro::StepTimeout) -> #ret = #converter;),
+            );
+            (Some(ms), Some(assert))
+        }
+        None => (None, None),
+    };
+    let run_body = |args: TokenStream| match &timed {
+        Some(ms) => quote! {
+            ::keiro::__private::with_timeout(#ms, #name, __keiro_timed_out, #body_ident(#args))
+        },
+        None => quote!(#body_ident(#args)),
+    };
+
     let (arg_asserts, call) = if retried {
         let mut arg_asserts: Vec<_> = types
             .iter()
@@ -88,21 +117,43 @@ pub(super) fn expand(step: &StepFn) -> TokenStream {
         arg_asserts.extend(step.output.ty.as_ref().map(
             |ty| quote_spanned!(ty.span()=> ::keiro::__private::assert_retry_outcome::<#ty>();),
         ));
-        let is_err = respan(
-            ret_range,
-            quote!(|__keiro_result: &#ret| ::keiro::__private::RetryOutcome::is_err(__keiro_result)),
-        );
+        let is_err = match &step.retry_if {
+            None => respan(
+                ret_range,
+                quote!(|__keiro_result: &#ret| ::keiro::__private::RetryOutcome::is_err(__keiro_result)),
+            ),
+            // The predicate sees the error of a failed attempt; `false` makes
+            // that error final at once.
+            Some(_) => respan(
+                ret_range,
+                quote!(move |__keiro_result: &#ret| ::keiro::__private::retry_if(__keiro_result, __keiro_retry_if)),
+            ),
+        };
+        // The predicate is typed where the user named it, so a wrong
+        // signature is reported there, once.
+        if let Some((predicate, tokens)) = &step.retry_if {
+            let range = span_range(tokens);
+            let error = respan(
+                range,
+                quote!(<#ret as ::keiro::__private::RetryOutcome>::Error),
+            );
+            arg_asserts.push(quote! {
+                let __keiro_retry_if: fn(&#error) -> bool = #predicate;
+            });
+        }
+        let body = run_body(quote!(#(#clones),*));
         let call = quote! {
             ::keiro::__private::step_retry(
                 #meta,
                 #is_err,
-                move || #body_ident(#(#clones),*),
+                move || #body,
             )
         };
         (arg_asserts, call)
     } else {
+        let body = run_body(quote!(#(#idents),*));
         let call = quote! {
-            ::keiro::__private::step_once(#meta, move || #body_ident(#(#idents),*))
+            ::keiro::__private::step_once(#meta, move || #body)
         };
         (Vec::new(), call)
     };
@@ -126,6 +177,7 @@ pub(super) fn expand(step: &StepFn) -> TokenStream {
             #body_sig #block
 
             #ret_assert
+            #timeout_assert
             #(#arg_asserts)*
             let __keiro_step: #boxed_ty = #boxed;
             __keiro_step

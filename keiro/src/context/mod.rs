@@ -10,6 +10,7 @@ mod events;
 mod messages;
 mod sleep;
 mod step;
+mod timeout;
 mod values;
 
 use std::collections::HashMap;
@@ -31,6 +32,7 @@ pub use sleep::{sleep, sleep_until};
 pub(crate) use step::{record, run_step, StepKind};
 
 pub use step::{step_once, step_retry, StepMeta};
+pub use timeout::StepTimeout;
 pub use values::{now, uuid};
 
 tokio::task_local! {

@@ -92,7 +92,7 @@ where
 /// is journaled. Outside a workflow the retries still apply, without a journal.
 pub fn step_retry<R, Fut>(
     meta: StepMeta,
-    is_err: fn(&R) -> bool,
+    is_err: impl Fn(&R) -> bool + Send + 'static,
     mut body: impl FnMut() -> Fut + Send + 'static,
 ) -> impl Future<Output = R> + Send
 where
