@@ -53,6 +53,17 @@ pub enum StoreError {
     /// The store's background writer has stopped (its runtime shut down).
     #[error("the keiro journal writer has stopped")]
     WriterStopped,
+    /// An id, name or key was refused before reaching the database: empty,
+    /// holding a NUL byte, or longer than [`crate::MAX_ID_BYTES`].
+    #[error("invalid {what} `{value_preview}`: {reason}")]
+    InvalidId {
+        /// Which value, e.g. `workflow id` or `timer key`.
+        what: &'static str,
+        /// The value's start, escaped, with its length when cut.
+        value_preview: String,
+        /// What is wrong with it and what to do.
+        reason: String,
+    },
 }
 
 impl StoreError {

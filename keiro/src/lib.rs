@@ -46,6 +46,7 @@
 mod context;
 mod error;
 pub mod inspect;
+mod json;
 mod panic;
 mod registry;
 mod resume;
@@ -68,7 +69,7 @@ pub use context::{
     awakeable, now, reject_awakeable, resolve_awakeable, sleep, sleep_until, uuid, Awakeable,
 };
 pub use error::{Error, Result, StoreError};
-pub use keiro_store::SqliteSynchronous;
+pub use keiro_store::{SqliteSynchronous, MAX_ID_BYTES};
 pub use runtime::{
     global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL, EXECUTOR_ID_ENV,
     SQLITE_SYNCHRONOUS_ENV,
