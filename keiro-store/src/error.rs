@@ -264,6 +264,8 @@ mod tests {
         }
         for code in [
             "23505", "23514", "42601", "42P01", "42501", "22P02", "XX001", "XX002",
+            // NUL byte in text, index row too large, read-only transaction.
+            "22021", "54000", "25006",
         ] {
             assert!(!transient(code), "{code}");
         }
@@ -277,7 +279,8 @@ mod tests {
             assert!(busy(code), "{code}");
         }
         // CONSTRAINT (and its UNIQUE / CHECK forms), ERROR, CORRUPT, NOTADB.
-        for code in ["19", "2067", "275", "1", "11", "26", "x"] {
+        // READONLY (and its extended forms) too.
+        for code in ["19", "2067", "275", "1", "11", "26", "8", "1032", "x"] {
             assert!(!busy(code), "{code}");
         }
     }

@@ -91,7 +91,10 @@ mod tests {
         let error = validate_id("timer key", &format!("k\0{}", "z".repeat(1 << 20))).unwrap_err();
         let text = error.to_string();
         assert!(text.len() < 300, "{text}");
-        assert!(text.contains("timer key") && text.contains("k\\0zz"), "{text}");
+        assert!(
+            text.contains("timer key") && text.contains("k\\0zz"),
+            "{text}"
+        );
         assert!(text.contains("1048578 bytes"), "{text}");
     }
 }

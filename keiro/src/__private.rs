@@ -111,7 +111,9 @@ pub fn assert_retry_arg<T: RetryArg>() {}
 
 /// Encodes a workflow's arguments as its stored input.
 pub fn encode_args<T: serde::Serialize>(workflow: &'static str, args: &T) -> Result<String> {
-    crate::json::to_json(args, || format!("the arguments of workflow `{workflow}` hold"))
+    crate::json::to_json(args, || {
+        format!("the arguments of workflow `{workflow}` hold")
+    })
 }
 
 /// Builds the call a `#[workflow]` fn returns; `A` is the tuple of its

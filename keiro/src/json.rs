@@ -37,11 +37,8 @@ pub(crate) fn to_json<T: Serialize + ?Sized>(
         watch: &watch,
     });
     match (written, watch.problem.take()) {
-        (Ok(()), _) => {
-            Ok(String::from_utf8(out).map_err(|_| {
-                Error::Internal("serde_json wrote JSON that is not UTF-8".into())
-            })?)
-        }
+        (Ok(()), _) => Ok(String::from_utf8(out)
+            .map_err(|_| Error::Internal("serde_json wrote JSON that is not UTF-8".into()))?),
         (Err(_), Some(problem)) => Err(Error::NotJournalable {
             what: what(),
             reason: problem.describe(&path_at_end(&out)),

@@ -139,11 +139,17 @@ async fn bad_ids_fail_alone_among_good_starts(backend: Backend) {
         .on(&keiro)
         .enqueue()
         .await;
-    assert!(matches!(enqueued, Err(Error::InvalidId { .. })), "{enqueued:?}");
+    assert!(
+        matches!(enqueued, Err(Error::InvalidId { .. })),
+        "{enqueued:?}"
+    );
     let handle = keiro.handle::<u32>(nul_id.clone()).await;
     assert!(matches!(handle, Err(Error::InvalidId { .. })), "{handle:?}");
     let cancelled = keiro.cancel(&nul_id).await;
-    assert!(matches!(cancelled, Err(Error::InvalidId { .. })), "{cancelled:?}");
+    assert!(
+        matches!(cancelled, Err(Error::InvalidId { .. })),
+        "{cancelled:?}"
+    );
     keiro.shutdown().await.unwrap();
 }
 
@@ -186,11 +192,7 @@ async fn a_workflow_returning_infinity_gives_its_caller_the_reason(backend: Back
     let key = uuid::Uuid::new_v4().to_string();
     let id = format!("boundless-{key}");
 
-    let error = boundless(key.clone())
-        .id(&id)
-        .on(&keiro)
-        .await
-        .unwrap_err();
+    let error = boundless(key.clone()).id(&id).on(&keiro).await.unwrap_err();
     let text = error.to_string();
     assert!(
         text.contains(&format!(
@@ -245,7 +247,10 @@ async fn input_nested_too_deep_is_refused_at_start(backend: Backend) {
     );
     // Nothing was recorded.
     let missing = keiro.handle::<u32>(&id).await;
-    assert!(matches!(missing, Err(Error::NotFound { .. })), "{missing:?}");
+    assert!(
+        matches!(missing, Err(Error::NotFound { .. })),
+        "{missing:?}"
+    );
 
     // Within the limit it runs and replays as given.
     let shallow = depth_of(nested(100)).id(format!("{id}-ok")).on(&keiro);

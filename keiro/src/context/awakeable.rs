@@ -183,7 +183,8 @@ impl Keiro {
     /// second answer are refused with distinct errors; the first answer stands.
     pub async fn resolve_awakeable<T: Serialize>(&self, id: &str, value: T) -> Result<()> {
         let found = short_type_name(std::any::type_name::<T>());
-        let value = crate::json::to_value(&value, || format!("the answer to awakeable `{id}` holds"))?;
+        let value =
+            crate::json::to_value(&value, || format!("the answer to awakeable `{id}` holds"))?;
         self.answer(id, Outcome::Ok(value), Some(found)).await
     }
 
