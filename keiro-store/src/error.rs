@@ -64,6 +64,17 @@ pub enum StoreError {
     /// The store's background writer has stopped (its runtime shut down).
     #[error("the keiro journal writer has stopped")]
     WriterStopped,
+    /// An id, name or key was refused before reaching the database: empty,
+    /// holding a NUL byte, or longer than [`crate::MAX_ID_BYTES`].
+    #[error("invalid {what} `{value_preview}`: {reason}")]
+    InvalidId {
+        /// Which value, e.g. `workflow id` or `timer key`.
+        what: &'static str,
+        /// The value's start, escaped, with its length when cut.
+        value_preview: String,
+        /// What is wrong with it and what to do.
+        reason: String,
+    },
 }
 
 impl StoreError {
@@ -269,6 +280,8 @@ mod tests {
         }
         for code in [
             "23505", "23514", "42601", "42P01", "42501", "22P02", "XX001", "XX002",
+            // NUL byte in text, index row too large, read-only transaction.
+            "22021", "54000", "25006",
         ] {
             assert!(!transient(code), "{code}");
         }
@@ -282,7 +295,8 @@ mod tests {
             assert!(busy(code), "{code}");
         }
         // CONSTRAINT (and its UNIQUE / CHECK forms), ERROR, CORRUPT, NOTADB.
-        for code in ["19", "2067", "275", "1", "11", "26", "x"] {
+        // READONLY (and its extended forms) too.
+        for code in ["19", "2067", "275", "1", "11", "26", "8", "1032", "x"] {
             assert!(!busy(code), "{code}");
         }
     }

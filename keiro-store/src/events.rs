@@ -51,6 +51,7 @@ impl Store {
     /// row is returned.
     pub async fn set_event(&self, publish: &Publish<'_>) -> Result<AppendOutcome> {
         const OP: &str = "set_event";
+        crate::validate_id("event key", publish.key)?;
         let value = publish.value.ok_or_else(|| StoreError::Corrupt {
             what: format!(
                 "event `{}` of workflow instance `{}` set without a value",
@@ -105,6 +106,7 @@ impl Store {
     /// so does a write to a stream already closed (the close stands).
     pub async fn write_stream(&self, publish: &Publish<'_>) -> Result<AppendOutcome> {
         const OP: &str = "write_stream";
+        crate::validate_id("stream key", publish.key)?;
         let now = now_us();
         let id = &publish.step.workflow_id;
         dispatch!(Store, self, |s, sql| {

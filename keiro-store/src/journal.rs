@@ -6,6 +6,7 @@
 
 use crate::query::Arg;
 use crate::rows::FromRow;
+use crate::validate::validate_id;
 use crate::{
     now_us, rows, AppendOutcome, Cancellation, Conn, ContinueAsNew, Finish, InstanceRow,
     InstanceStatus, Lease, NewInstance, Resolution, Result, StepRow, Store, StoreError, Suspend,
@@ -22,11 +23,19 @@ impl Store {
     }
 
     /// Like [`Store::create_instance`] for several instances, in one transaction.
+    ///
+    /// An empty id or name, one holding a NUL byte or one longer than
+    /// [`crate::MAX_ID_BYTES`] is refused with [`StoreError::InvalidId`]
+    /// before anything is written.
     pub async fn create_instances(
         &self,
         news: &[NewInstance<'_>],
     ) -> Result<Vec<(InstanceRow, bool)>> {
         const OP: &str = "create_instance";
+        for new in news {
+            validate_id("workflow id", new.id)?;
+            validate_id("workflow name", new.name)?;
+        }
         let now = now_us();
         dispatch!(Store, self, |s, sql| {
             if let ([one], true) = (news, sql.create_is_one_statement) {

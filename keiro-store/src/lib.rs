@@ -60,6 +60,7 @@ mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod timers;
+mod validate;
 mod writer;
 
 pub use error::{redact as redact_url, StoreError};
@@ -100,6 +101,7 @@ pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};
 pub use timers::{cancel_timer_tx, schedule_timer_once_tx, schedule_timer_tx, TimerTx};
+pub use validate::{preview as preview_id, validate_id, validate_id_within, MAX_ID_BYTES};
 pub use writer::{CreateRequest, FinishRequest, JournalWriter};
 
 /// A `Result` whose error is [`StoreError`].

@@ -186,6 +186,11 @@ impl Store {
     /// first when given).
     pub async fn send_message(&self, message: &NewMessage<'_>) -> Result<SendOutcome> {
         const OP: &str = "send_message";
+        crate::validate_id("workflow id", message.workflow_id)?;
+        crate::validate_id("message topic", message.topic)?;
+        if let Some(key) = message.idempotency_key {
+            crate::validate_id("idempotency key", key)?;
+        }
         let now = now_us();
         dispatch!(Store, self, |s, sql| {
             let talk = &sql.talk;

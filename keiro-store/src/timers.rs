@@ -33,6 +33,7 @@ use crate::model::ResumeEnd;
 use crate::query::{Arg, Statement};
 use crate::rows::FromRow;
 use crate::sql::TIMER_COLUMNS;
+use crate::validate::validate_id;
 use crate::{
     now_us, rows, Conn, NewTimer, ReasonMatch, Result, ResumeClaimOutcome, ResumeUpdate,
     ScheduleOutcome, Store, StoreError, TimerListKind, TimerQuery, TimerRow, TimerStatus,
@@ -454,8 +455,17 @@ impl Store {
 
 /// Inserts or re-arms a timer on `conn` (a transaction of the caller's, or
 /// the store's own).
+///
+/// An empty or NUL-holding id or process manager, or one longer than
+/// [`crate::MAX_ID_BYTES`] (and a correlation id with a NUL byte or over that
+/// length) is refused with [`StoreError::InvalidId`] before anything runs.
 async fn schedule(conn: Conn<'_>, timer: &NewTimer<'_>, once: bool) -> Result<ScheduleOutcome> {
     const OP: &str = "schedule_timer";
+    validate_id("timer id", timer.id)?;
+    validate_id("timer process manager", timer.process_manager)?;
+    if !timer.correlation_id.is_empty() {
+        validate_id("timer correlation id", timer.correlation_id)?;
+    }
     let now = now_us();
     let args = args![
         timer.id,

@@ -120,64 +120,114 @@ async fn run(store: Store, mut receiver: mpsc::UnboundedReceiver<Op>) {
             }
         }
         if !creates.is_empty() {
-            commit_creates(&store, &mut creates).await;
+            commit(&store, &mut creates).await;
         }
         if !steps.is_empty() {
-            commit_steps(&store, &mut steps).await;
+            commit(&store, &mut steps).await;
         }
         if !finishes.is_empty() {
-            commit_finishes(&store, &mut finishes).await;
+            commit(&store, &mut finishes).await;
         }
     }
 }
 
 type Pending<T, R> = Vec<(T, oneshot::Sender<Result<R>>)>;
 
-async fn commit_creates(store: &Store, batch: &mut Pending<CreateRequest, (InstanceRow, bool)>) {
-    let news: Vec<NewInstance<'_>> = batch
-        .iter()
-        .map(|(r, _)| NewInstance {
-            id: &r.id,
-            name: &r.name,
-            input: &r.input,
-            signature: r.signature.as_deref(),
-            parent: r.parent.as_ref().map(|(id, generation, seq)| ParentLink {
-                id,
-                generation: *generation,
-                seq: *seq,
-            }),
-            lease: r.lease.as_ref().map(|(owner, ttl_us)| Lease {
-                owner,
-                ttl_us: *ttl_us,
-            }),
-        })
-        .collect();
-    let result = store.create_instances(&news).await;
-    drop(news);
-    reply_all(batch, result);
+/// A kind of write the writer batches: how a round of them is committed in
+/// one transaction.
+trait BatchWrite: Sized {
+    /// What each write's caller is told.
+    type Outcome;
+
+    /// Commits `members` in one transaction, one outcome per member in order.
+    async fn write(store: &Store, members: &[&Self]) -> Result<Vec<Self::Outcome>>;
 }
 
-async fn commit_steps(store: &Store, batch: &mut Pending<StepRow, AppendOutcome>) {
-    let rows: Vec<StepRow> = batch.iter().map(|(row, _)| row.clone()).collect();
-    let result = store.append_steps(&rows).await;
-    reply_all(batch, result);
+impl BatchWrite for CreateRequest {
+    type Outcome = (InstanceRow, bool);
+
+    async fn write(store: &Store, members: &[&Self]) -> Result<Vec<Self::Outcome>> {
+        let news: Vec<NewInstance<'_>> = members
+            .iter()
+            .map(|r| NewInstance {
+                id: &r.id,
+                name: &r.name,
+                input: &r.input,
+                signature: r.signature.as_deref(),
+                parent: r.parent.as_ref().map(|(id, generation, seq)| ParentLink {
+                    id,
+                    generation: *generation,
+                    seq: *seq,
+                }),
+                lease: r.lease.as_ref().map(|(owner, ttl_us)| Lease {
+                    owner,
+                    ttl_us: *ttl_us,
+                }),
+            })
+            .collect();
+        store.create_instances(&news).await
+    }
 }
 
-async fn commit_finishes(store: &Store, batch: &mut Pending<FinishRequest, bool>) {
-    let finishes: Vec<Finish<'_>> = batch
-        .iter()
-        .map(|(r, _)| Finish {
-            id: &r.id,
-            generation: r.generation,
-            owner: &r.owner,
-            status: r.status,
-            output: r.output.as_deref(),
-            error: r.error.as_deref(),
-        })
-        .collect();
-    let result = store.finish_many(&finishes).await;
-    drop(finishes);
-    reply_all(batch, result);
+impl BatchWrite for StepRow {
+    type Outcome = AppendOutcome;
+
+    async fn write(store: &Store, members: &[&Self]) -> Result<Vec<Self::Outcome>> {
+        let rows: Vec<StepRow> = members.iter().map(|row| (*row).clone()).collect();
+        store.append_steps(&rows).await
+    }
+}
+
+impl BatchWrite for FinishRequest {
+    type Outcome = bool;
+
+    async fn write(store: &Store, members: &[&Self]) -> Result<Vec<Self::Outcome>> {
+        let finishes: Vec<Finish<'_>> = members
+            .iter()
+            .map(|r| Finish {
+                id: &r.id,
+                generation: r.generation,
+                owner: &r.owner,
+                status: r.status,
+                output: r.output.as_deref(),
+                error: r.error.as_deref(),
+            })
+            .collect();
+        store.finish_many(&finishes).await
+    }
+}
+
+/// Commits `batch` in one transaction through `write` and hands each waiter
+/// its outcome.
+///
+/// When the shared transaction fails with a permanent error (a value the
+/// database refuses, say), it was rolled back whole, so one bad write would
+/// fail every unrelated write that happened to share its round. Each member
+/// is then written again alone: only the writes the database refuses by
+/// themselves report an error. A transient error (connection lost, database
+/// busy) fails the whole batch: writing the members one by one would meet the
+/// same fault, and every caller retries anyway.
+async fn commit<T: BatchWrite>(store: &Store, batch: &mut Pending<T, T::Outcome>) {
+    let members: Vec<&T> = batch.iter().map(|(request, _)| request).collect();
+    let result = T::write(store, &members).await;
+    drop(members);
+    let error = match result {
+        Err(error) if batch.len() > 1 && !error.is_transient() => error,
+        result => return reply_all(batch, result),
+    };
+    tracing::warn!(
+        %error,
+        writes = batch.len(),
+        "keiro write batch refused; writing its members one by one"
+    );
+    for (request, reply) in batch.drain(..) {
+        let outcome = T::write(store, &[&request]).await.and_then(|mut one| {
+            one.pop().ok_or_else(|| StoreError::Corrupt {
+                what: "a write of one member returned no outcome".into(),
+            })
+        });
+        let _ = reply.send(outcome);
+    }
 }
 
 /// Hands each waiter its outcome, or the batch's error.

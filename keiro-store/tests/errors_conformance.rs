@@ -17,7 +17,52 @@ conformance!(
     a_payload_the_column_refuses_is_reported_not_retried,
     an_undefined_table_is_reported_not_retried,
     a_dropped_connection_or_a_held_lock_is_transient,
+    a_read_only_database_is_reported_not_retried,
+    an_id_the_store_refuses_is_invalid_not_retried,
 );
+
+/// PostgreSQL's own refusals of a value: a NUL byte in text (SQLSTATE 22021)
+/// and an index row over the btree limit (54000). Ids are checked before they
+/// reach the database; reads and step rows are not, and reach it as given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_refusals_of_a_value_are_reported_not_retried() {
+    let db = TestDb::postgres().await;
+    let error = db.store.get_instance("nul\0byte").await.unwrap_err();
+    assert_reported(&error, "get_instance");
+    assert_sqlstate(&error, "22021");
+
+    // Random text does not compress below the index's limit.
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let huge: String = (0..10_000)
+        .map(|_| {
+            // xorshift64: text with no repeats for the index to compress.
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            char::from(
+                b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
+                    [(state % 64) as usize],
+            )
+        })
+        .collect();
+    let error = db
+        .store
+        .append_steps(&[step(&huge, 0, "1")])
+        .await
+        .unwrap_err();
+    assert_reported(&error, "append_steps");
+    assert_sqlstate(&error, "54000");
+    db.finish().await;
+}
+
+/// Asserts that `error` is PostgreSQL's SQLSTATE `code`.
+fn assert_sqlstate(error: &StoreError, code: &str) {
+    let StoreError::Query { source, .. } = error else {
+        panic!("expected a query error, got {error:?}");
+    };
+    let found = source.as_database_error().and_then(|db| db.code());
+    assert_eq!(found.as_deref(), Some(code), "{error:?}");
+}
 
 fn step(id: &str, seq: i64, result: &str) -> StepRow {
     StepRow {
@@ -129,6 +174,88 @@ async fn a_dropped_connection_or_a_held_lock_is_transient(db: &TestDb) {
     // The retry succeeds once the fault is gone.
     let claimed = db.store.claim("wf", lease).await.unwrap();
     assert_eq!(claimed.map(|row| row.id).as_deref(), Some("wf"));
+}
+
+async fn a_read_only_database_is_reported_not_retried(db: &TestDb) {
+    // A store of its own, whose one connection is made read-only: SQLite's
+    // `query_only` (SQLITE_READONLY), PostgreSQL's read-only transactions
+    // (SQLSTATE 25006).
+    let options = StoreOptions {
+        max_connections: Some(1),
+        ..StoreOptions::default()
+    };
+    let store = Store::connect(&db.url, &options).await.unwrap();
+    match &store {
+        Store::Sqlite(s) => {
+            sqlx::query("PRAGMA query_only = 1")
+                .execute(s.pool())
+                .await
+                .unwrap();
+        }
+        Store::Postgres(p) => {
+            sqlx::query("SET default_transaction_read_only = on")
+                .execute(p.pool())
+                .await
+                .unwrap();
+        }
+    }
+    let error = store
+        .create_instance(&new_instance("wf"))
+        .await
+        .unwrap_err();
+    assert_reported(&error, "create_instance");
+    let StoreError::Query { source, .. } = &error else {
+        unreachable!("checked by assert_reported");
+    };
+    let code = source.as_database_error().and_then(|e| e.code());
+    let expected = match db.backend {
+        Backend::Sqlite => "8",
+        Backend::Postgres => "25006",
+    };
+    assert_eq!(code.as_deref(), Some(expected), "{error:?}");
+    store.close().await;
+    assert_eq!(db.store.get_instance("wf").await.unwrap(), None);
+}
+
+async fn an_id_the_store_refuses_is_invalid_not_retried(db: &TestDb) {
+    let long = "k".repeat(keiro_store::MAX_ID_BYTES + 1);
+    for (id, why) in [
+        ("nul\0id", "NUL byte at byte 3"),
+        ("", "empty"),
+        (&long, "1025 bytes"),
+    ] {
+        let error = db
+            .store
+            .create_instance(&new_instance(id))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, StoreError::InvalidId { what: "workflow id", reason, .. } if reason.contains(why)),
+            "{error:?}"
+        );
+        assert!(!error.is_transient(), "{error}");
+        let error = db
+            .store
+            .schedule_timer(&NewTimer {
+                id,
+                process_manager: "pm",
+                correlation_id: "c",
+                fire_at: 0,
+                payload: "{}",
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                &error,
+                StoreError::InvalidId {
+                    what: "timer id",
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+    }
 }
 
 /// SQLite: another connection holds the write lock past the busy timeout, so

@@ -8,7 +8,7 @@ pub use crate::registry::{
 };
 pub use crate::signature::of as signature;
 
-use crate::{Error, Result, WorkflowCall};
+use crate::{Result, WorkflowCall};
 
 /// A value that can cross the journal: serialized on the way in, rebuilt on the
 /// way out.
@@ -181,8 +181,9 @@ pub fn assert_retry_arg<T: RetryArg>() {}
 
 /// Encodes a workflow's arguments as its stored input.
 pub fn encode_args<T: serde::Serialize>(workflow: &'static str, args: &T) -> Result<String> {
-    serde_json::to_string(args)
-        .map_err(|e| Error::encode(format!("the arguments of workflow `{workflow}`"), e))
+    crate::json::to_json(args, || {
+        format!("the arguments of workflow `{workflow}` hold")
+    })
 }
 
 /// Builds the call a `#[workflow]` fn returns; `A` is the tuple of its

@@ -305,6 +305,32 @@ pub enum Error {
         /// The workflow name.
         name: String,
     },
+    /// An id, name or key given to keiro was refused before anything was
+    /// written: empty, holding a NUL byte, or longer than
+    /// [`crate::MAX_ID_BYTES`].
+    #[error("invalid {what} `{value_preview}`: {reason}")]
+    InvalidId {
+        /// Which value, e.g. `workflow id`, `child id`, `awakeable id`.
+        what: &'static str,
+        /// The value's start, escaped (a NUL shows as `\0`), with its length
+        /// when cut, so a huge id does not flood a log.
+        value_preview: String,
+        /// What is wrong with it and what to do.
+        reason: String,
+    },
+    /// A value cannot be journaled as it is: its JSON would not read back
+    /// into its type (a NaN or infinite float, which JSON writes as `null`,
+    /// or nesting deeper than keiro reads back). Nothing was journaled; for a
+    /// step result or a workflow's return value the instance is failed with
+    /// this error, as it would fail the same way on every attempt.
+    #[error("{what} {reason}; nothing was journaled")]
+    NotJournalable {
+        /// Whose value and how it got there, naming the workflow, id and
+        /// step, e.g. ``step `charge` (#2) of workflow `checkout` id `order-42` returned``.
+        what: String,
+        /// What in the value cannot be stored, where, and what to do.
+        reason: String,
+    },
     /// [`crate::continue_as_new`] was given a call of another workflow.
     #[error(
         "workflow `{name}` (id {id}) cannot continue as `{requested}`; continue_as_new \
@@ -394,6 +420,28 @@ impl Error {
             what: what.into(),
             source: Arc::new(source),
         }
+    }
+
+    /// Checks an id, name or key handed to keiro (see
+    /// [`keiro_store::validate_id`]), refusing it with [`Error::InvalidId`].
+    pub(crate) fn check_id(what: &'static str, value: &str) -> Result<()> {
+        Error::check_id_within(what, value, crate::MAX_ID_BYTES)
+    }
+
+    /// [`Error::check_id`] with another length limit.
+    pub(crate) fn check_id_within(what: &'static str, value: &str, max: usize) -> Result<()> {
+        keiro_store::validate_id_within(what, value, max).map_err(|error| match error {
+            StoreError::InvalidId {
+                what,
+                value_preview,
+                reason,
+            } => Error::InvalidId {
+                what,
+                value_preview,
+                reason,
+            },
+            other => Error::Store(other),
+        })
     }
 
     pub(crate) fn encode(what: impl Into<String>, source: serde_json::Error) -> Error {

@@ -46,6 +46,7 @@
 mod context;
 mod error;
 pub mod inspect;
+mod json;
 mod panic;
 mod registry;
 mod resume;
@@ -70,7 +71,7 @@ pub use context::{
     GetEvent, Recv, RecvTimeout, Sending, StepTimeout, StreamReader,
 };
 pub use error::{Error, Result, StoreError, TypeMismatch};
-pub use keiro_store::SqliteSynchronous;
+pub use keiro_store::{SqliteSynchronous, MAX_ID_BYTES};
 pub use runtime::{
     global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL, EXECUTOR_ID_ENV,
     SQLITE_SYNCHRONOUS_ENV,

@@ -80,9 +80,14 @@ pub struct WorkflowOutput {
 impl WorkflowOutput {
     /// Encodes a return value; `is_err` marks an `Err` result, which makes the
     /// instance `Failed`.
+    ///
+    /// A value that would not read back (a NaN, nesting too deep) is
+    /// [`Error::NotJournalable`], naming the running workflow and id.
     pub fn encode<T: serde::Serialize>(value: &T, is_err: bool) -> Result<WorkflowOutput> {
-        let json = serde_json::to_string(value)
-            .map_err(|e| Error::encode("a workflow's return value", e))?;
+        let json = crate::json::to_json(value, || match crate::context::current() {
+            Some(cx) => format!("workflow `{}` id `{}` returned", cx.name, cx.id),
+            None => "a workflow returned".to_owned(),
+        })?;
         Ok(WorkflowOutput { json, is_err })
     }
 }

@@ -170,19 +170,21 @@ async fn a_long_wait_suspends_and_the_answer_wakes_it(backend: Backend) {
     assert_eq!(count(&key, "send_request"), 1);
 }
 
-/// A 10,000-byte workflow id: far past PostgreSQL's 8,000-byte `NOTIFY`
-/// payload limit.
+/// The longest workflow id keiro accepts ([`keiro::MAX_ID_BYTES`]): far past
+/// the 200 bytes a wake notification carries as they are, so it travels as a
+/// digest. (Ids of 8,000 bytes and more, which once overflowed PostgreSQL's
+/// `NOTIFY` payload, are now refused as `Error::InvalidId`.)
 fn long_id(key: &str) -> String {
-    format!("{key}-{}", "x".repeat(10_000 - key.len() - 1))
+    format!("{key}-{}", "x".repeat(keiro::MAX_ID_BYTES - key.len() - 1))
 }
 
-async fn a_10kb_workflow_id_is_answered_and_woken_promptly(backend: Backend) {
+async fn a_longest_workflow_id_is_answered_and_woken_promptly(backend: Backend) {
     let db = TestDb::new(backend).await;
     // Waiting in memory: the answer from another runtime wakes the waiter.
     let keiro = runtime(&db, Duration::from_secs(30)).await;
     let key = uuid::Uuid::new_v4().to_string();
     let id = long_id(&key);
-    assert_eq!(id.len(), 10_000);
+    assert_eq!(id.len(), keiro::MAX_ID_BYTES);
     let handle = approval(key.clone())
         .id(&id)
         .on(&keiro)
@@ -234,7 +236,7 @@ async fn a_10kb_workflow_id_is_answered_and_woken_promptly(backend: Backend) {
 }
 
 on_both_backends!(
-    a_10kb_workflow_id_is_answered_and_woken_promptly,
+    a_longest_workflow_id_is_answered_and_woken_promptly,
     an_answer_from_another_runtime_completes_the_workflow,
     a_rejection_reaches_the_workflow_as_an_error,
     bad_answers_are_refused_with_distinct_errors,

@@ -295,7 +295,42 @@ async fn a_send_from_a_workflow_happens_once_across_a_crash(backend: Backend) {
     worker.shutdown().await;
 }
 
+async fn bad_topics_keys_and_values_are_refused_before_anything_is_sent(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let id = format!("strict-{}", uuid::Uuid::new_v4().simple());
+    let handle = collect(1).id(&id).on(&keiro).start().await.unwrap();
+    let long = "t".repeat(keiro::MAX_ID_BYTES + 1);
+    let err = keiro.send(&id, &long, &1u64).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidId { what, .. } if *what == "message topic"),
+        "{err}"
+    );
+    let err = keiro.send(&id, "numbers\0", &1u64).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidId { .. }), "{err}");
+    let err = keiro
+        .send(&id, "numbers", &1u64)
+        .idempotency_key(long.clone())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidId { what, .. } if *what == "idempotency key"),
+        "{err}"
+    );
+    let err = keiro.send(&id, "numbers", &f64::NAN).await.unwrap_err();
+    assert!(matches!(err, Error::NotJournalable { .. }), "{err}");
+    assert!(err.to_string().contains("topic `numbers`"), "{err}");
+    let store = keiro::unstable::raw_store(&keiro);
+    assert_eq!(
+        store.count_waiting_messages(&id, "numbers").await.unwrap(),
+        0
+    );
+    keiro.send(&id, "numbers", &3u64).await.unwrap();
+    assert_eq!(handle.result().await.unwrap(), Ok(vec![3]));
+}
+
 on_both_backends!(
+    bad_topics_keys_and_values_are_refused_before_anything_is_sent,
     messages_arrive_in_order_each_exactly_once,
     a_message_wakes_a_suspended_receiver_promptly,
     a_receive_with_timeout_yields_none_after_its_deadline,

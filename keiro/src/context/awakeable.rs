@@ -183,8 +183,8 @@ impl Keiro {
     /// second answer are refused with distinct errors; the first answer stands.
     pub async fn resolve_awakeable<T: Serialize>(&self, id: &str, value: T) -> Result<()> {
         let found = short_type_name(std::any::type_name::<T>());
-        let value = serde_json::to_value(&value)
-            .map_err(|e| Error::encode(format!("the answer to awakeable {id}"), e))?;
+        let value =
+            crate::json::to_value(&value, || format!("the answer to awakeable `{id}` holds"))?;
         self.answer(id, Outcome::Ok(value), Some(found)).await
     }
 
@@ -200,6 +200,8 @@ impl Keiro {
     }
 
     async fn answer(&self, id: &str, answer: Outcome, found: Option<String>) -> Result<()> {
+        // A workflow id and its suffix (generation, step, secret).
+        Error::check_id_within("awakeable id", id, crate::MAX_ID_BYTES + 128)?;
         let (workflow, generation, created) = parse_id(id)?;
         let store = self.raw_store();
         let creation = store

@@ -49,8 +49,7 @@ pub fn set_event<T: Serialize + ?Sized>(
     value: &T,
 ) -> impl Future<Output = Result<()>> + Send {
     let key = key.into();
-    let encoded = serde_json::to_string(value)
-        .map_err(|e| Error::encode(format!("the value of event `{key}`"), e));
+    let encoded = crate::json::to_json(value, || format!("the value of event `{key}`"));
     let type_name = std::any::type_name::<T>();
     let slot = claim_seq();
     async move {
@@ -69,8 +68,7 @@ pub fn write_stream<T: Serialize + ?Sized>(
     value: &T,
 ) -> impl Future<Output = Result<()>> + Send {
     let key = key.into();
-    let encoded = serde_json::to_string(value)
-        .map_err(|e| Error::encode(format!("a value for stream `{key}`"), e));
+    let encoded = crate::json::to_json(value, || format!("a value for stream `{key}`"));
     let type_name = std::any::type_name::<T>();
     let slot = claim_seq();
     async move {
@@ -112,6 +110,11 @@ async fn publish(
     value: Option<String>,
     type_name: &'static str,
 ) -> Result<()> {
+    let what = match kind {
+        StepKind::Event => "event key",
+        _ => "stream key",
+    };
+    Error::check_id(what, key)?;
     let row = match cx.recorded(seq) {
         Some(row) => row,
         None => {
@@ -276,6 +279,8 @@ async fn read_event(
     key: &str,
     wait: Option<Duration>,
 ) -> Result<Option<(String, Option<String>)>> {
+    Error::check_id("workflow id", id)?;
+    Error::check_id("event key", key)?;
     let store = keiro.raw_store();
     let deadline = tokio::time::Instant::now() + wait.unwrap_or_default();
     let mut nap = READ_POLL_MIN;
@@ -415,6 +420,12 @@ impl<T: DeserializeOwned + Send + 'static> StreamReader<T> {
                         }
                     },
                 };
+                if let Err(e) = Error::check_id("workflow id", &s.id)
+                    .and_then(|()| Error::check_id("stream key", &s.key))
+                {
+                    s.done = true;
+                    return Some((Err(e), s));
+                }
                 let store = keiro.raw_store();
                 // Whether the workflow had ended *before* this read: then an
                 // empty read means nothing more will come.

@@ -132,6 +132,7 @@ async fn receive<T: DeserializeOwned>(
             instead: "messages are queued for a workflow instance; send one with keiro::send",
         });
     };
+    Error::check_id("message topic", topic)?;
     let deadline = match deadline {
         None => None,
         Some(when) => Some(journal_deadline(&cx, seq + 1, when).await),
@@ -250,8 +251,7 @@ pub fn send<T: Serialize + ?Sized>(
     value: &T,
 ) -> Sending {
     let topic = topic.into();
-    let payload = serde_json::to_string(value)
-        .map_err(|e| Error::encode(format!("the message on topic `{topic}`"), e));
+    let payload = crate::json::to_json(value, || format!("the message on topic `{topic}`"));
     Sending {
         workflow_id: workflow_id.into(),
         topic,
@@ -404,6 +404,11 @@ impl Keiro {
     /// Queues `sending`'s message (with `journal`, the sending step of a
     /// workflow, in the same transaction) and wakes its receiver.
     async fn send_message(&self, sending: &Sending, journal: Option<&StepRow>) -> Result<()> {
+        Error::check_id("workflow id", &sending.workflow_id)?;
+        Error::check_id("message topic", &sending.topic)?;
+        if let Some(key) = &sending.idempotency_key {
+            Error::check_id("idempotency key", key)?;
+        }
         let payload = sending.payload.as_ref().map_err(Clone::clone)?;
         let message = NewMessage {
             workflow_id: &sending.workflow_id,

@@ -175,17 +175,17 @@ pub(crate) async fn record<R>(
 where
     R: Serialize + DeserializeOwned,
 {
-    let result = match serde_json::to_string(&value) {
+    let what = || {
+        format!(
+            "{} (#{seq}) of workflow `{}` id `{}` returned",
+            describe(kind.as_str(), name),
+            cx.name,
+            cx.id
+        )
+    };
+    let result = match crate::json::to_json(&value, what) {
         Ok(json) => json,
-        Err(e) => {
-            let what = format!(
-                "the result of {} (seq {seq}) of workflow `{}` (id {})",
-                describe(kind.as_str(), name),
-                cx.name,
-                cx.id
-            );
-            return halt(cx, Error::encode(what, e)).await;
-        }
+        Err(error) => return halt(cx, error).await,
     };
     let row = StepRow {
         workflow_id: cx.id.clone(),

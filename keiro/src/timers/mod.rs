@@ -306,8 +306,14 @@ pub async fn cancel_tx<'t, 'c: 't>(
 
 fn encode(request: &TimerRequest) -> Result<String, TimerError> {
     request.validate()?;
-    // A `serde_json::Value` always encodes.
-    Ok(request.payload.to_string())
+    // A `serde_json::Value` holds no NaN, but may nest deeper than it reads back.
+    crate::json::to_json(&request.payload, || {
+        format!("the payload of timer `{}` holds", request.id)
+    })
+    .map_err(|error| TimerError::InvalidRequest {
+        id: request.id.to_string(),
+        reason: error.to_string(),
+    })
 }
 
 fn new_timer<'a>(request: &'a TimerRequest, payload: &'a str) -> NewTimer<'a> {

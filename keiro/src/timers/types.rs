@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use keiro_store::TimerStatus;
+use keiro_store::{StoreError, TimerStatus};
 use serde::de::DeserializeOwned;
 
 use super::TimerError;
@@ -141,6 +141,27 @@ impl TimerRequest {
         }
         if self.fire_at < UNIX_EPOCH {
             return refuse("the fire time is before 1970".into());
+        }
+        let keys = [
+            ("timer id", self.id.as_str()),
+            ("timer process manager", self.process_manager.as_str()),
+            ("timer correlation id", self.correlation_id.as_str()),
+        ];
+        for (what, value) in keys {
+            if value.is_empty() {
+                continue;
+            }
+            if let Err(StoreError::InvalidId {
+                value_preview,
+                reason,
+                ..
+            }) = keiro_store::validate_id(what, value)
+            {
+                return Err(TimerError::InvalidRequest {
+                    id: keiro_store::preview_id(self.id.as_str()),
+                    reason: format!("its {what} `{value_preview}` is refused: {reason}"),
+                });
+            }
         }
         Ok(())
     }

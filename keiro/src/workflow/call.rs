@@ -148,11 +148,24 @@ where
                 name: self.name.to_owned(),
             });
         }
+        let what = match self.parent {
+            Some(_) => "child id",
+            None => "workflow id",
+        };
+        Error::check_id(what, &id)?;
+        Error::check_id("workflow name", self.name)?;
+        let input = self.input.clone().map_err(|error| match error {
+            Error::NotJournalable { reason, .. } => Error::NotJournalable {
+                what: format!("the arguments of workflow `{}` id `{id}` hold", self.name),
+                reason,
+            },
+            other => other,
+        })?;
         Ok(Launch {
             name: self.name,
             run: self.run,
             id,
-            input: self.input.clone()?,
+            input,
             signature: (self.signature)(),
             parent: self
                 .parent

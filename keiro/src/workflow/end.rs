@@ -104,6 +104,10 @@ pub(crate) async fn record(
             next.wake_at = Some(now_us());
             Ok(Some(next))
         }
+        // A value that cannot be journaled is a bug in the workflow's code
+        // that every attempt would hit again: fail it now, saying why.
+        Ended::Aborted(error @ Error::NotJournalable { .. })
+        | Ended::Errored(error @ Error::NotJournalable { .. }) => fail(keiro, row, error).await,
         Ended::Aborted(error) | Ended::Errored(error) if error.is_transient() => {
             let _ = store.release(&row.id, owner).await;
             Err(error)
@@ -161,6 +165,35 @@ async fn finish(
     let mut done = released(row);
     done.status = status;
     done.output = Some(output.json);
+    wake_parent(keiro, &done).await;
+    Ok(Some(done))
+}
+
+/// Marks the instance failed with `error` as its diagnostic, without counting
+/// a crash or journaling anything more, and wakes its parent. `Ok(None)` when
+/// someone else finished it or took the lease.
+async fn fail(keiro: &Keiro, row: InstanceRow, error: Error) -> Result<Option<InstanceRow>> {
+    let message = error.to_string();
+    tracing::error!(name = %row.name, id = %row.id, %message, "keiro failed a workflow");
+    crate::telemetry::run_ended(&row.name, InstanceStatus::Failed.as_str());
+    let finished = keiro
+        .writer()
+        .finish(FinishRequest {
+            id: row.id.clone(),
+            generation: row.generation,
+            owner: keiro.owner().to_owned(),
+            status: InstanceStatus::Failed,
+            output: None,
+            error: Some(message.clone()),
+        })
+        .await?;
+    if !finished {
+        return Ok(None);
+    }
+    let mut done = released(row);
+    done.status = InstanceStatus::Failed;
+    done.output = None;
+    done.error = Some(message);
     wake_parent(keiro, &done).await;
     Ok(Some(done))
 }

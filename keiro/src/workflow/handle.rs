@@ -130,7 +130,9 @@ impl Keiro {
         &self,
         id: impl Into<String>,
     ) -> Result<WorkflowHandle<R>> {
-        let handle = WorkflowHandle::new(self.clone(), id.into(), None);
+        let id = id.into();
+        Error::check_id("workflow id", &id)?;
+        let handle = WorkflowHandle::new(self.clone(), id, None);
         handle.row().await?;
         Ok(handle)
     }

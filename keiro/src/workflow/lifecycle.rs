@@ -25,6 +25,7 @@ impl Keiro {
     /// error saying so. Cancelling a finished instance changes nothing and
     /// says so. Errors with [`Error::NotFound`] for an unknown id.
     pub async fn cancel(&self, id: &str) -> Result<CancelOutcome> {
+        Error::check_id("workflow id", id)?;
         match self.raw_store().cancel(id).await? {
             keiro_store::Cancellation::NotFound => Err(Error::NotFound { id: id.to_owned() }),
             keiro_store::Cancellation::AlreadyFinal(_) => {
@@ -52,6 +53,7 @@ impl Keiro {
     /// journal intact, so the fixed code resumes it: the next call with its id
     /// (or a resume worker) runs it. Errors when no such instance is set aside.
     pub async fn resume(&self, id: &str) -> Result<()> {
+        Error::check_id("workflow id", id)?;
         if self.raw_store().requeue_set_aside(id).await? {
             return Ok(());
         }

@@ -1,0 +1,197 @@
+//! The group-commit writer isolates a write the database refuses: the writes
+//! that shared its transaction still commit, and only the refused write's
+//! caller gets the (permanent) error. On both backends, for each kind of
+//! write (new instances, step results, finished instances).
+//!
+//! The database is made to refuse one marked value (a trigger on SQLite, a
+//! `CHECK` constraint on PostgreSQL): a real refusal by the database, past
+//! every check keiro makes before writing. The tests run on a current-thread
+//! runtime, so every write is queued before the writer task runs and they all
+//! share one round.
+
+#[macro_use]
+mod support;
+
+use keiro_store::{
+    AppendOutcome, CreateRequest, FinishRequest, InstanceStatus, JournalWriter, StepRow, StoreError,
+};
+use support::{Backend, TestDb};
+
+/// The value the database refuses, in an input, a step name or an output.
+const POISON: &str = "\"poison\"";
+
+#[tokio::test]
+async fn sqlite_a_refused_write_fails_alone() {
+    let db = TestDb::sqlite().await;
+    a_refused_write_fails_alone(&db).await;
+    db.finish().await;
+}
+
+#[tokio::test]
+async fn postgres_a_refused_write_fails_alone() {
+    let db = TestDb::postgres().await;
+    a_refused_write_fails_alone(&db).await;
+    db.finish().await;
+}
+
+/// Makes the database refuse [`POISON`] as an instance's input or output and
+/// as a step's result.
+async fn refuse_poison(db: &TestDb) {
+    let statements: &[&str] = match db.backend {
+        Backend::Sqlite => &[
+            "CREATE TRIGGER poison_input BEFORE INSERT ON keiro_workflows \
+             WHEN NEW.input = '\"poison\"' BEGIN SELECT RAISE(ABORT, 'poison refused'); END",
+            "CREATE TRIGGER poison_output BEFORE UPDATE ON keiro_workflows \
+             WHEN NEW.output = '\"poison\"' BEGIN SELECT RAISE(ABORT, 'poison refused'); END",
+            "CREATE TRIGGER poison_step BEFORE INSERT ON keiro_steps \
+             WHEN NEW.result = '\"poison\"' BEGIN SELECT RAISE(ABORT, 'poison refused'); END",
+        ],
+        Backend::Postgres => &[
+            "ALTER TABLE keiro_workflows ADD CONSTRAINT no_poison \
+             CHECK (input <> '\"poison\"' AND output IS DISTINCT FROM '\"poison\"')",
+            "ALTER TABLE keiro_steps ADD CONSTRAINT no_poison CHECK (result <> '\"poison\"')",
+        ],
+    };
+    for statement in statements {
+        db.execute_raw(statement, &[]).await;
+    }
+}
+
+fn create(id: &str, input: &str) -> CreateRequest {
+    CreateRequest {
+        id: id.to_owned(),
+        name: "checkout".to_owned(),
+        input: input.to_owned(),
+        signature: None,
+        parent: None,
+        lease: None,
+    }
+}
+
+fn step(id: &str, result: &str) -> StepRow {
+    StepRow {
+        workflow_id: id.to_owned(),
+        generation: 0,
+        seq: 0,
+        name: "charge".to_owned(),
+        kind: "step".to_owned(),
+        result: result.to_owned(),
+    }
+}
+
+fn finish(id: &str, output: &str) -> FinishRequest {
+    FinishRequest {
+        id: id.to_owned(),
+        generation: 0,
+        owner: "worker-1".to_owned(),
+        status: InstanceStatus::Completed,
+        output: Some(output.to_owned()),
+        error: None,
+    }
+}
+
+/// Asserts that the poisoned write (index `bad`) alone failed, with a
+/// permanent error, and every other write succeeded.
+fn assert_only<T: std::fmt::Debug>(results: &[Result<T, StoreError>], bad: usize) {
+    for (i, result) in results.iter().enumerate() {
+        if i == bad {
+            let error = result.as_ref().expect_err("the poisoned write must fail");
+            assert!(
+                matches!(error, StoreError::Query { .. }),
+                "expected a query error, got {error:?}"
+            );
+            assert!(!error.is_transient(), "a refusal is permanent: {error}");
+        } else {
+            assert!(result.is_ok(), "write {i} failed: {result:?}");
+        }
+    }
+}
+
+async fn a_refused_write_fails_alone(db: &TestDb) {
+    refuse_poison(db).await;
+    let writer = JournalWriter::spawn(db.store.clone());
+    let ids: Vec<String> = (0..12).map(|i| format!("wf-{i}")).collect();
+    const BAD: usize = 5;
+    let value = |i: usize| {
+        if i == BAD {
+            POISON.to_owned()
+        } else {
+            format!("{i}")
+        }
+    };
+
+    // New instances: the poisoned input is refused.
+    let tasks: Vec<_> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let (writer, request) = (writer.clone(), create(id, &value(i)));
+            tokio::spawn(async move { writer.create(request).await })
+        })
+        .collect();
+    let created = join(tasks).await;
+    assert_only(&created, BAD);
+    for (i, id) in ids.iter().enumerate() {
+        let row = db.store.get_instance(id).await.unwrap();
+        assert_eq!(row.is_some(), i != BAD, "{id}");
+    }
+    db.store
+        .create_instance(&keiro_store::NewInstance {
+            id: &ids[BAD],
+            name: "checkout",
+            input: "0",
+            signature: None,
+            parent: None,
+            lease: None,
+        })
+        .await
+        .unwrap();
+
+    // Step results: the poisoned result is refused.
+    let tasks: Vec<_> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let (writer, row) = (writer.clone(), step(id, &value(i)));
+            tokio::spawn(async move { writer.append(row).await })
+        })
+        .collect();
+    let appended = join(tasks).await;
+    assert_only(&appended, BAD);
+    for (i, id) in ids.iter().enumerate() {
+        let journal = db.store.load_journal(id, 0).await.unwrap();
+        assert_eq!(journal.len(), usize::from(i != BAD), "{id}");
+        if i != BAD {
+            assert!(matches!(appended[i], Ok(AppendOutcome::Inserted)));
+        }
+    }
+
+    // Finished instances: the poisoned output is refused.
+    let tasks: Vec<_> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let (writer, request) = (writer.clone(), finish(id, &value(i)));
+            tokio::spawn(async move { writer.finish(request).await })
+        })
+        .collect();
+    let finished = join(tasks).await;
+    assert_only(&finished, BAD);
+    for (i, id) in ids.iter().enumerate() {
+        let row = db.store.get_instance(id).await.unwrap().unwrap();
+        let expected = if i == BAD {
+            InstanceStatus::Pending
+        } else {
+            InstanceStatus::Completed
+        };
+        assert_eq!(row.status, expected, "{id}");
+    }
+}
+
+async fn join<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        out.push(task.await.expect("a write task panicked"));
+    }
+    out
+}
