@@ -28,10 +28,14 @@ pub enum Error {
         /// The id asked for.
         id: String,
     },
-    /// The id is already used by an instance of another workflow.
+    /// The id is already used by an instance of another workflow, or by
+    /// an instance that is not the child this call makes: a child's identity
+    /// includes its parent link, so an instance started outside any workflow
+    /// (or as another parent's child) is not a parent's child of that id,
+    /// and an outside call with other arguments is not the child's call.
     #[error(
-        "workflow id `{id}` is already used by workflow `{existing}`; \
-         it cannot also start workflow `{requested}` (choose another id)"
+        "workflow id `{id}` is already used by workflow `{existing}`{held_as}; \
+         it cannot also start workflow `{requested}`{requested_as} (choose another id)"
     )]
     IdConflict {
         /// The contested id.
@@ -40,6 +44,12 @@ pub enum Error {
         existing: String,
         /// The workflow that asked for it.
         requested: String,
+        /// How the existing instance was started, when that is the conflict
+        /// (e.g. ` started outside any workflow`); empty otherwise.
+        held_as: String,
+        /// How this call wanted it, when that is the conflict (e.g. ` as the
+        /// child at step 0 of workflow instance `P``); empty otherwise.
+        requested_as: String,
     },
     /// The id names an instance started with other arguments. A workflow id
     /// names one call; [`crate::handle`] reads the stored result whatever
