@@ -102,6 +102,9 @@ pub enum Resolution {
     AlreadyResolved(StepRow),
     /// No such awaitable was created (wrong id, or its workflow is gone).
     Unknown,
+    /// The instance has ended (completed, failed or cancelled): nobody will
+    /// read a resolution, so none was recorded.
+    Finished(InstanceStatus),
 }
 
 /// What [`crate::Store::cancel`] did.

@@ -221,6 +221,37 @@ pub enum Error {
         /// The type it was answered with.
         found: String,
     },
+    /// An awakeable was answered with a value of the awaited type that does
+    /// not decode back into it (e.g. a value its `Deserialize` refuses).
+    /// Nothing was recorded: the awakeable still takes a valid answer.
+    #[error(
+        "the answer to awakeable `{id}` (a `{found}`) does not decode into the awaited \
+         `{expected}`: {message}; nothing was recorded, answer with a valid value"
+    )]
+    AwakeableAnswerInvalid {
+        /// The awakeable id.
+        id: String,
+        /// The type the workflow awaits.
+        expected: String,
+        /// The type it was answered with.
+        found: String,
+        /// Why it does not decode.
+        message: String,
+    },
+    /// An awakeable of a workflow instance that has ended (completed, failed
+    /// or cancelled) was answered: nobody will read the answer.
+    #[error(
+        "awakeable `{id}` belongs to workflow instance `{workflow_id}`, which is {status}: \
+         nobody awaits the answer; nothing was recorded"
+    )]
+    AwakeableWorkflowFinished {
+        /// The awakeable id.
+        id: String,
+        /// The workflow instance that created it.
+        workflow_id: String,
+        /// How the instance ended (`completed`, `failed`, `cancelled`).
+        status: String,
+    },
     /// The awakeable was answered before; the first answer stands.
     #[error("awakeable `{id}` was already answered; the first answer stands")]
     AlreadyResolved {

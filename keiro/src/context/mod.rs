@@ -6,6 +6,8 @@
 //! behave as plain calls.
 
 mod awakeable;
+mod awakeable_id;
+mod awakeable_record;
 mod sleep;
 mod step;
 mod values;
