@@ -141,8 +141,9 @@ impl Store {
     /// Records the resolution `row` of an awaitable created at step `created`
     /// of the same instance and generation (a step of kind `kind`), and makes
     /// a suspended waiter due, in one transaction. The first resolution wins;
-    /// an instance that has ended (completed, failed, cancelled) takes none
-    /// ([`Resolution::Finished`] unless it was resolved before it ended).
+    /// an instance that has ended (completed, failed, cancelled), or whose
+    /// generation has, takes none ([`Resolution::Finished`],
+    /// [`Resolution::Continued`]) unless it was resolved before.
     pub async fn resolve(&self, created: i64, kind: &str, row: &StepRow) -> Result<Resolution> {
         const OP: &str = "resolve";
         let now = now_us();
@@ -163,19 +164,20 @@ impl Store {
             // Locked (PostgreSQL; SQLite's write lock is held already) so a
             // cancel or finish cannot slip in between this check and the
             // insert: it waits for this transaction, or this one sees it.
-            let status: Option<String> = sqlx::query_scalar(&sql.status_for_cancel)
+            let current: Option<(String, i64)> = sqlx::query_as(&sql.status_for_answer)
                 .bind(&row.workflow_id)
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(StoreError::query(OP))?;
-            let Some(status) = status else {
+            let Some((status, generation)) = current else {
                 return Ok(Resolution::Unknown);
             };
             let status = rows::instance_status(&row.workflow_id, &status)?;
-            if matches!(
+            let ended = matches!(
                 status,
                 InstanceStatus::Completed | InstanceStatus::Failed | InstanceStatus::Cancelled
-            ) {
+            );
+            if ended || generation != row.generation {
                 // An answer given before the end still stands, and says so.
                 let first = get_step_on(
                     (&mut *tx).into(),
@@ -187,6 +189,7 @@ impl Store {
                 .await?;
                 return Ok(match first {
                     Some(first) => Resolution::AlreadyResolved(first),
+                    None if generation != row.generation => Resolution::Continued(generation),
                     None => Resolution::Finished(status),
                 });
             }

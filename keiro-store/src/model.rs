@@ -105,6 +105,9 @@ pub enum Resolution {
     /// The instance has ended (completed, failed or cancelled): nobody will
     /// read a resolution, so none was recorded.
     Finished(InstanceStatus),
+    /// The awaitable's generation has ended: the instance continued as new
+    /// and now runs this generation. None was recorded.
+    Continued(i64),
 }
 
 /// What [`crate::Store::cancel`] did.

@@ -239,7 +239,8 @@ pub enum Error {
         message: String,
     },
     /// An awakeable of a workflow instance that has ended (completed, failed
-    /// or cancelled) was answered: nobody will read the answer.
+    /// or cancelled), or of a generation it has continued past, was answered:
+    /// nobody will read the answer.
     #[error(
         "awakeable `{id}` belongs to workflow instance `{workflow_id}`, which is {status}: \
          nobody awaits the answer; nothing was recorded"
@@ -249,7 +250,8 @@ pub enum Error {
         id: String,
         /// The workflow instance that created it.
         workflow_id: String,
-        /// How the instance ended (`completed`, `failed`, `cancelled`).
+        /// How the instance ended (`completed`, `failed`, `cancelled`), or
+        /// that it continued as new past the awakeable's generation.
         status: String,
     },
     /// The awakeable was answered before; the first answer stands.

@@ -106,6 +106,20 @@ async fn yes_or_no(key: String) -> Result<bool, String> {
     answer.await.map_err(|e| e.to_string())
 }
 
+/// Hands out an awakeable in generation 0, then continues as new and awaits
+/// one in generation 1.
+#[workflow]
+async fn two_generations(key: String, generation: u32) -> Result<bool, String> {
+    let answer = keiro::awakeable::<bool>().await;
+    announce(&key, answer.id());
+    if generation == 0 {
+        return keiro::continue_as_new(two_generations(key, 1))
+            .await
+            .map_err(|e| e.to_string());
+    }
+    answer.await.map_err(|e| e.to_string())
+}
+
 async fn runtime(db: &TestDb, suspend_after: Duration) -> Keiro {
     Keiro::builder(&db.url)
         .executor_id(format!("aa-{}", uuid::Uuid::new_v4().simple()))
@@ -221,6 +235,38 @@ async fn answering_an_ended_workflow_is_refused_with_its_status(backend: Backend
     assert_eq!(journal.len(), 1, "{journal:?}");
 }
 
+async fn answering_a_generation_continued_past_is_refused(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = runtime(&db, Duration::from_millis(100)).await;
+    let key = uuid::Uuid::new_v4().to_string();
+    let handle = two_generations(key.clone(), 0)
+        .id(&key)
+        .on(&keiro)
+        .enqueue()
+        .await
+        .unwrap();
+    // Generation 0 continues as new; generation 1 suspends on its awakeable.
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        keiro.resume_once(&quiet()).await.unwrap();
+        ids = seen(&key);
+        if ids.len() >= 2 {
+            break;
+        }
+    }
+    let (old, new) = (&ids[0], &ids[1]);
+    assert!(old.starts_with(&format!("{key}/0/")) && new.starts_with(&format!("{key}/1/")));
+    let err = keiro.resolve_awakeable(old, true).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::AwakeableWorkflowFinished { status, .. }
+            if status.contains("continued as new")),
+        "{err}"
+    );
+    keiro.resolve_awakeable(new, true).await.unwrap();
+    assert_eq!(keiro.resume_once(&quiet()).await.unwrap().completed, 1);
+    assert_eq!(handle.result().await.unwrap(), Ok(true));
+}
+
 async fn a_guessed_id_is_unknown_and_replays_hand_out_the_same_id(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = runtime(&db, Duration::from_millis(100)).await;
@@ -317,6 +363,7 @@ on_both_backends!(
     a_same_named_type_of_another_module_is_refused,
     an_answer_that_does_not_decode_is_refused,
     answering_an_ended_workflow_is_refused_with_its_status,
+    answering_a_generation_continued_past_is_refused,
     a_guessed_id_is_unknown_and_replays_hand_out_the_same_id,
     an_awakeable_created_before_secrets_keeps_its_id,
 );

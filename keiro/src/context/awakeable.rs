@@ -242,6 +242,14 @@ impl Keiro {
                 workflow_id: parsed.workflow,
                 status: status.as_str().to_owned(),
             }),
+            Resolution::Continued(now) => Err(Error::AwakeableWorkflowFinished {
+                id: id.to_owned(),
+                workflow_id: parsed.workflow,
+                status: format!(
+                    "past generation {} (continued as new; now generation {now})",
+                    parsed.generation
+                ),
+            }),
         }
     }
 }
