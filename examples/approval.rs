@@ -66,8 +66,8 @@ async fn main() -> Result<(), keiro::Error> {
                 .resolve_awakeable(awakeable_id, *answer == "yes")
                 .await?;
             println!("answered {awakeable_id}: {answer}");
-            // The awakeable id is `<workflow id>/<generation>/<step>`.
-            let workflow_id = awakeable_id.rsplitn(3, '/').nth(2).unwrap_or_default();
+            // The awakeable id is `<workflow id>/<generation>/<step>/<secret>`.
+            let workflow_id = awakeable_id.rsplitn(4, '/').nth(3).unwrap_or_default();
             let worker = keiro.resume_worker(ResumeOptions::default()).await?;
             let result: String = keiro.handle(workflow_id).await?.result().await?;
             worker.shutdown().await;

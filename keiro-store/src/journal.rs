@@ -149,7 +149,10 @@ impl Store {
 
     /// Records the resolution `row` of an awaitable created at step `created`
     /// of the same instance and generation (a step of kind `kind`), and makes
-    /// a suspended waiter due, in one transaction. The first resolution wins.
+    /// a suspended waiter due, in one transaction. The first resolution wins;
+    /// an instance that has ended (completed, failed, cancelled), or whose
+    /// generation has, takes none ([`Resolution::Finished`],
+    /// [`Resolution::Continued`]) unless it was resolved before.
     pub async fn resolve(&self, created: i64, kind: &str, row: &StepRow) -> Result<Resolution> {
         const OP: &str = "resolve";
         let now = now_us();
@@ -166,6 +169,38 @@ impl Store {
                 .is_some();
             if !exists {
                 return Ok(Resolution::Unknown);
+            }
+            // Locked (PostgreSQL; SQLite's write lock is held already) so a
+            // cancel or finish cannot slip in between this check and the
+            // insert: it waits for this transaction, or this one sees it.
+            let current: Option<(String, i64)> = sqlx::query_as(&sql.status_for_answer)
+                .bind(&row.workflow_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(StoreError::query(OP))?;
+            let Some((status, generation)) = current else {
+                return Ok(Resolution::Unknown);
+            };
+            let status = rows::instance_status(&row.workflow_id, &status)?;
+            let ended = matches!(
+                status,
+                InstanceStatus::Completed | InstanceStatus::Failed | InstanceStatus::Cancelled
+            );
+            if ended || generation != row.generation {
+                // An answer given before the end still stands, and says so.
+                let first = get_step_on(
+                    (&mut *tx).into(),
+                    OP,
+                    &row.workflow_id,
+                    row.generation,
+                    row.seq,
+                )
+                .await?;
+                return Ok(match first {
+                    Some(first) => Resolution::AlreadyResolved(first),
+                    None if generation != row.generation => Resolution::Continued(generation),
+                    None => Resolution::Finished(status),
+                });
             }
             if !insert_step_on((&mut *tx).into(), OP, row, now).await? {
                 let first = get_step_on(

@@ -102,6 +102,12 @@ pub enum Resolution {
     AlreadyResolved(StepRow),
     /// No such awaitable was created (wrong id, or its workflow is gone).
     Unknown,
+    /// The instance has ended (completed, failed or cancelled): nobody will
+    /// read a resolution, so none was recorded.
+    Finished(InstanceStatus),
+    /// The awaitable's generation has ended: the instance continued as new
+    /// and now runs this generation. None was recorded.
+    Continued(i64),
 }
 
 /// What [`crate::Store::cancel`] did.

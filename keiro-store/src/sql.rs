@@ -107,6 +107,7 @@ pub(crate) struct Statements {
     pub(crate) wake_parent: String,
     pub(crate) suspend: String,
     pub(crate) status_for_cancel: String,
+    pub(crate) status_for_answer: String,
     pub(crate) unfinished_tree: String,
     pub(crate) cancel_one: String,
     pub(crate) count_pending_awakeables: String,
@@ -255,6 +256,10 @@ impl Statements {
                  WHERE id = $1 AND generation = $2 AND lease_owner = $3 AND status = 'running'"
             ),
             status_for_cancel: format!("SELECT status FROM {w} WHERE id = $1{}", d.lock_row),
+            status_for_answer: format!(
+                "SELECT status, generation FROM {w} WHERE id = $1{}",
+                d.lock_row
+            ),
             unfinished_tree: format!(
                 "WITH RECURSIVE tree(id) AS ( \
                      SELECT CAST($1 AS TEXT) \

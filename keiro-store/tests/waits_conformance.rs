@@ -16,6 +16,7 @@ conformance!(
     suspend_awaiting_a_recorded_step_is_due_at_once,
     resolve_records_once_and_wakes_a_suspended_waiter,
     resolve_of_an_unknown_awaitable_is_refused,
+    resolve_of_an_ended_instance_records_nothing,
     a_finished_child_reports_to_its_suspended_parent,
     a_child_failed_by_crashes_reports_its_failure,
     cancel_cascades_to_unfinished_descendants_and_reports_up,
@@ -154,6 +155,51 @@ async fn resolve_of_an_unknown_awaitable_is_refused(db: &TestDb) {
         Resolution::Unknown
     );
     assert_eq!(db.store.get_step("wf", 0, 1).await.unwrap(), None);
+}
+
+async fn resolve_of_an_ended_instance_records_nothing(db: &TestDb) {
+    for (id, status) in [
+        ("done", InstanceStatus::Completed),
+        ("gone", InstanceStatus::Cancelled),
+    ] {
+        running(db, id, None).await;
+        append(db, row(id, 0, 0, "awakeable", "\"bool\"")).await;
+        append(db, row(id, 0, 2, "awakeable", "\"bool\"")).await;
+        // One awakeable answered while it ran, the other never.
+        let early = row(id, 0, 1, "resolution", r#"{"Ok":true}"#);
+        assert_eq!(
+            db.store.resolve(0, "awakeable", &early).await.unwrap(),
+            Resolution::Recorded
+        );
+        match status {
+            InstanceStatus::Cancelled => {
+                db.store.cancel(id).await.unwrap();
+            }
+            _ => {
+                let finish = Finish {
+                    id,
+                    generation: 0,
+                    owner: OWNER,
+                    status,
+                    output: Some("1"),
+                    error: None,
+                };
+                assert!(db.store.finish(&finish).await.unwrap());
+            }
+        }
+        let late = row(id, 0, 3, "resolution", r#"{"Ok":true}"#);
+        assert_eq!(
+            db.store.resolve(2, "awakeable", &late).await.unwrap(),
+            Resolution::Finished(status)
+        );
+        assert_eq!(db.store.get_step(id, 0, 3).await.unwrap(), None);
+        // The answer given before the end still stands.
+        let again = row(id, 0, 1, "resolution", r#"{"Ok":false}"#);
+        assert_eq!(
+            db.store.resolve(0, "awakeable", &again).await.unwrap(),
+            Resolution::AlreadyResolved(early)
+        );
+    }
 }
 
 async fn a_finished_child_reports_to_its_suspended_parent(db: &TestDb) {

@@ -28,10 +28,14 @@ pub enum Error {
         /// The id asked for.
         id: String,
     },
-    /// The id is already used by an instance of another workflow.
+    /// The id is already used by an instance of another workflow, or by
+    /// an instance that is not the child this call makes: a child's identity
+    /// includes its parent link, so an instance started outside any workflow
+    /// (or as another parent's child) is not a parent's child of that id,
+    /// and an outside call with other arguments is not the child's call.
     #[error(
-        "workflow id `{id}` is already used by workflow `{existing}`; \
-         it cannot also start workflow `{requested}` (choose another id)"
+        "workflow id `{id}` is already used by workflow `{existing}`{held_as}; \
+         it cannot also start workflow `{requested}`{requested_as} (choose another id)"
     )]
     IdConflict {
         /// The contested id.
@@ -40,6 +44,12 @@ pub enum Error {
         existing: String,
         /// The workflow that asked for it.
         requested: String,
+        /// How the existing instance was started, when that is the conflict
+        /// (e.g. ` started outside any workflow`); empty otherwise.
+        held_as: String,
+        /// How this call wanted it, when that is the conflict (e.g. ` as the
+        /// child at step 0 of workflow instance `P``); empty otherwise.
+        requested_as: String,
     },
     /// The id names an instance started with other arguments. A workflow id
     /// names one call; [`crate::handle`] reads the stored result whatever
@@ -210,6 +220,39 @@ pub enum Error {
         expected: String,
         /// The type it was answered with.
         found: String,
+    },
+    /// An awakeable was answered with a value of the awaited type that does
+    /// not decode back into it (e.g. a value its `Deserialize` refuses).
+    /// Nothing was recorded: the awakeable still takes a valid answer.
+    #[error(
+        "the answer to awakeable `{id}` (a `{found}`) does not decode into the awaited \
+         `{expected}`: {message}; nothing was recorded, answer with a valid value"
+    )]
+    AwakeableAnswerInvalid {
+        /// The awakeable id.
+        id: String,
+        /// The type the workflow awaits.
+        expected: String,
+        /// The type it was answered with.
+        found: String,
+        /// Why it does not decode.
+        message: String,
+    },
+    /// An awakeable of a workflow instance that has ended (completed, failed
+    /// or cancelled), or of a generation it has continued past, was answered:
+    /// nobody will read the answer.
+    #[error(
+        "awakeable `{id}` belongs to workflow instance `{workflow_id}`, which is {status}: \
+         nobody awaits the answer; nothing was recorded"
+    )]
+    AwakeableWorkflowFinished {
+        /// The awakeable id.
+        id: String,
+        /// The workflow instance that created it.
+        workflow_id: String,
+        /// How the instance ended (`completed`, `failed`, `cancelled`), or
+        /// that it continued as new past the awakeable's generation.
+        status: String,
     },
     /// The awakeable was answered before; the first answer stands.
     #[error("awakeable `{id}` was already answered; the first answer stands")]

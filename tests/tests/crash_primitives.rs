@@ -32,18 +32,24 @@ async fn approval_killed_at(backend: Backend, point: &str, answer_while_dead: bo
     first.line_starting("CRASH_POINT").await;
     first.kill().await;
     let answerer = db.keiro().await;
-    // The id is deterministic: the restarted run hands out the same one.
-    let expected_id = format!("{id}/0/0");
-    if let Some(handed) = &awakeable {
-        assert_eq!(handed, &expected_id);
-    }
     if answer_while_dead {
+        let handed = awakeable.as_ref().expect("announced before the kill");
         answerer
-            .resolve_awakeable(&expected_id, "yes".to_string())
+            .resolve_awakeable(handed, "yes".to_string())
             .await
             .unwrap();
     }
-    let restarted = CrashChild::start(BIN, &db, &me, &["resume", &id], None);
+    let mut restarted = CrashChild::start(BIN, &db, &me, &["resume", &id], None);
+    // The id (its secret included) is journaled: the restarted run hands out
+    // the same one.
+    let expected_id = restarted.line_starting("AWAKEABLE").await[10..].to_owned();
+    assert!(
+        expected_id.starts_with(&format!("{id}/0/0/")),
+        "{expected_id}"
+    );
+    if let Some(handed) = &awakeable {
+        assert_eq!(handed, &expected_id);
+    }
     if !answer_while_dead {
         // Answer once the restarted run waits again.
         for _ in 0..200 {

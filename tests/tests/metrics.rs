@@ -91,7 +91,17 @@ async fn steps_runs_and_passes_are_measured_with_bounded_labels() {
     assert_eq!(value(&first, telemetry::AWAKEABLES_PENDING, &[]), 1.0);
 
     // The answer makes it due; the second pass replays the step and finishes.
-    keiro.resolve_awakeable("m-1/0/1", true).await.unwrap();
+    let awakeable = keiro::unstable::raw_store(&keiro)
+        .get_step("m-1", 0, 1)
+        .await
+        .unwrap()
+        .expect("the awakeable's creation is journaled");
+    let created: serde_json::Value = serde_json::from_str(&awakeable.result).unwrap();
+    let secret = created["secret"].as_str().unwrap();
+    keiro
+        .resolve_awakeable(&format!("m-1/0/1/{secret}"), true)
+        .await
+        .unwrap();
     keiro.resume_once(&quiet).await.unwrap();
     let second = read(&snapshotter);
     let replayed = [("step", "metered"), ("outcome", "replayed")];

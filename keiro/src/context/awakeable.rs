@@ -9,6 +9,8 @@ use keiro_store::{Outcome, Resolution, StepRow};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::awakeable_id::AwakeableId;
+use super::awakeable_record::{check_decodes, know_decoder, Created};
 use super::{claim_seqs, run_step, wait_for_step, StepKind, WorkflowContext};
 use crate::registry::BoxFuture;
 use crate::{Error, Keiro, Result};
@@ -33,8 +35,10 @@ impl<T> std::fmt::Debug for Awakeable<T> {
 
 impl<T> Awakeable<T> {
     /// The id another process passes to [`resolve_awakeable`] or
-    /// [`reject_awakeable`]. It is journaled before the workflow can hand it
-    /// to anyone.
+    /// [`reject_awakeable`]: `<workflow id>/<generation>/<step>/<secret>`,
+    /// the secret random and journaled, so whoever holds the id can answer
+    /// and nobody can guess it. It is journaled before the workflow can hand
+    /// it to anyone, and a replay hands out the same id.
     pub fn id(&self) -> &str {
         &self.id
     }
@@ -79,17 +83,21 @@ where
                 _value: PhantomData,
             },
             Some((cx, created)) => {
-                let expected = short_type_name(std::any::type_name::<T>());
-                let _: String = run_step(
+                know_decoder::<T>();
+                // The type and the secret are journaled, so a replay hands
+                // out the same id.
+                let record: serde_json::Value = run_step(
                     cx.clone(),
                     created,
                     StepKind::Awakeable,
                     "awakeable",
-                    async move { expected },
+                    async move { Created::new_value::<T>() },
                 )
                 .await;
+                let secret =
+                    Created::from_value(&record).and_then(|c| c.secret().map(str::to_owned));
                 Awakeable {
-                    id: format!("{}/{}/{created}", cx.id, cx.generation),
+                    id: AwakeableId::format(&cx.id, cx.generation, created, secret.as_deref()),
                     slot: Some((cx, created + 1)),
                     _value: PhantomData,
                 }
@@ -142,54 +150,28 @@ fn decode_resolution<T: DeserializeOwned>(
     }
 }
 
-/// `a::b::Thing<c::D>` → `Thing<D>`: the type as both sides of an awakeable
-/// can name it, whichever crate declares it.
-fn short_type_name(full: &str) -> String {
-    let mut out = String::new();
-    let mut segment = String::new();
-    for c in full.chars() {
-        if c.is_alphanumeric() || c == '_' || c == ':' {
-            segment.push(c);
-        } else {
-            out.push_str(segment.rsplit("::").next().unwrap_or(""));
-            segment.clear();
-            out.push(c);
-        }
-    }
-    out.push_str(segment.rsplit("::").next().unwrap_or(""));
-    out
-}
-
-/// An awakeable id taken apart: workflow id, generation, creation step.
-fn parse_id(id: &str) -> Result<(String, i64, i64)> {
-    let unknown = || Error::UnknownAwakeable { id: id.to_owned() };
-    let mut parts = id.rsplitn(3, '/');
-    let seq = parts
-        .next()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(unknown)?;
-    let generation = parts
-        .next()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(unknown)?;
-    let workflow = parts.next().filter(|w| !w.is_empty()).ok_or_else(unknown)?;
-    Ok((workflow.to_owned(), generation, seq))
-}
-
 impl Keiro {
     /// Answers awakeable `id` with `value`: journals it as the waiting step's
     /// result and makes the workflow due, in one transaction, then wakes it.
-    /// An unknown id, a value of another type than the one awaited, and a
-    /// second answer are refused with distinct errors; the first answer stands.
+    /// Refused, with distinct errors and nothing recorded: an unknown id (or
+    /// one whose secret part is wrong: [`Error::UnknownAwakeable`]), a value
+    /// of another type than the one awaited (compared by full path:
+    /// [`Error::AwakeableTypeMismatch`]), a value that does not decode into
+    /// the awaited type when this process knows it
+    /// ([`Error::AwakeableAnswerInvalid`]), an awakeable of a workflow that
+    /// has ended ([`Error::AwakeableWorkflowFinished`]), and a second answer
+    /// ([`Error::AlreadyResolved`]): the first answer stands.
     pub async fn resolve_awakeable<T: Serialize>(&self, id: &str, value: T) -> Result<()> {
-        let found = short_type_name(std::any::type_name::<T>());
         let value =
             crate::json::to_value(&value, || format!("the answer to awakeable `{id}` holds"))?;
-        self.answer(id, Outcome::Ok(value), Some(found)).await
+        self.answer(id, Outcome::Ok(value), Some(std::any::type_name::<T>()))
+            .await
     }
 
     /// Rejects awakeable `id`: the workflow's `.await` yields
-    /// [`Error::Rejected`] with `reason`.
+    /// [`Error::Rejected`] with `reason`. Refused like
+    /// [`Keiro::resolve_awakeable`] for an unknown id, an ended workflow and
+    /// an awakeable answered before.
     pub async fn reject_awakeable(&self, id: &str, reason: impl Into<String>) -> Result<()> {
         self.answer(
             id,
@@ -199,54 +181,83 @@ impl Keiro {
         .await
     }
 
-    async fn answer(&self, id: &str, answer: Outcome, found: Option<String>) -> Result<()> {
+    async fn answer(&self, id: &str, answer: Outcome, found: Option<&str>) -> Result<()> {
         // A workflow id and its suffix (generation, step, secret).
         Error::check_id_within("awakeable id", id, crate::MAX_ID_BYTES + 128)?;
-        let (workflow, generation, created) = parse_id(id)?;
+        let unknown = || Error::UnknownAwakeable { id: id.to_owned() };
+        let parsed = AwakeableId::parse(id).ok_or_else(unknown)?;
         let store = self.raw_store();
         let creation = store
-            .get_step(&workflow, generation, created)
+            .get_step(&parsed.workflow, parsed.generation, parsed.seq)
             .await?
             .filter(|row| row.kind == StepKind::Awakeable.as_str())
-            .ok_or_else(|| Error::UnknownAwakeable { id: id.to_owned() })?;
+            .ok_or_else(unknown)?;
+        let created = Created::from_text(&creation.result).ok_or_else(unknown)?;
+        // A wrong secret is as unknown as a wrong workflow: which part was
+        // wrong is not told.
+        if !parsed.carries(created.secret()) {
+            return Err(unknown());
+        }
+        let encoded = answer.encode();
         if let Some(found) = found {
-            let expected: String = serde_json::from_str(&creation.result).unwrap_or_default();
-            if expected != found {
+            if !created.accepts_type(found) {
                 return Err(Error::AwakeableTypeMismatch {
                     id: id.to_owned(),
-                    expected,
-                    found,
+                    expected: created.type_name().to_owned(),
+                    found: found.to_owned(),
                 });
             }
+            check_decodes(created.type_name(), &encoded).map_err(|message| {
+                Error::AwakeableAnswerInvalid {
+                    id: id.to_owned(),
+                    expected: created.type_name().to_owned(),
+                    found: found.to_owned(),
+                    message,
+                }
+            })?;
         }
         let row = StepRow {
-            workflow_id: workflow.clone(),
-            generation,
-            seq: created + 1,
+            workflow_id: parsed.workflow.clone(),
+            generation: parsed.generation,
+            seq: parsed.seq + 1,
             name: "awakeable".to_owned(),
             kind: RESOLUTION_KIND.to_owned(),
-            result: answer.encode(),
+            result: encoded,
         };
         match store
-            .resolve(created, StepKind::Awakeable.as_str(), &row)
+            .resolve(parsed.seq, StepKind::Awakeable.as_str(), &row)
             .await?
         {
             Resolution::Recorded => {
-                self.step_recorded(&workflow);
+                self.step_recorded(&parsed.workflow);
                 // The answer is committed: a lost notification only costs
                 // latency (workers poll), so it never fails the answer.
-                if let Err(error) = store.wake_workers(&workflow).await {
+                if let Err(error) = store.wake_workers(&parsed.workflow).await {
                     tracing::warn!(%error, "keiro could not notify an awakeable's answer");
                 }
                 Ok(())
             }
             Resolution::AlreadyResolved(_) => Err(Error::AlreadyResolved { id: id.to_owned() }),
-            Resolution::Unknown => Err(Error::UnknownAwakeable { id: id.to_owned() }),
+            Resolution::Unknown => Err(unknown()),
+            Resolution::Finished(status) => Err(Error::AwakeableWorkflowFinished {
+                id: id.to_owned(),
+                workflow_id: parsed.workflow,
+                status: status.as_str().to_owned(),
+            }),
+            Resolution::Continued(now) => Err(Error::AwakeableWorkflowFinished {
+                id: id.to_owned(),
+                workflow_id: parsed.workflow,
+                status: format!(
+                    "past generation {} (continued as new; now generation {now})",
+                    parsed.generation
+                ),
+            }),
         }
     }
 }
 
-/// Answers awakeable `id` with `value`, through the process-wide runtime.
+/// Answers awakeable `id` with `value`, through the process-wide runtime
+/// (see [`Keiro::resolve_awakeable`] for what is refused).
 pub async fn resolve_awakeable<T: Serialize>(id: &str, value: T) -> Result<()> {
     crate::runtime::global()
         .await?
@@ -254,39 +265,11 @@ pub async fn resolve_awakeable<T: Serialize>(id: &str, value: T) -> Result<()> {
         .await
 }
 
-/// Rejects awakeable `id` with `reason`, through the process-wide runtime.
+/// Rejects awakeable `id` with `reason`, through the process-wide runtime
+/// (see [`Keiro::reject_awakeable`] for what is refused).
 pub async fn reject_awakeable(id: &str, reason: impl Into<String>) -> Result<()> {
     crate::runtime::global()
         .await?
         .reject_awakeable(id, reason)
         .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{parse_id, short_type_name};
-
-    #[test]
-    fn type_names_drop_their_paths() {
-        assert_eq!(short_type_name("alloc::string::String"), "String");
-        assert_eq!(short_type_name("bool"), "bool");
-        assert_eq!(
-            short_type_name("alloc::vec::Vec<my_app::orders::Approval>"),
-            "Vec<Approval>"
-        );
-        assert_eq!(
-            short_type_name("(u32, core::option::Option<i8>)"),
-            "(u32, Option<i8>)"
-        );
-    }
-
-    #[test]
-    fn ids_parse_from_the_right() {
-        assert_eq!(
-            parse_id("order-1/3/0/7").unwrap(),
-            ("order-1/3".to_owned(), 0, 7)
-        );
-        assert!(parse_id("nonsense").is_err());
-        assert!(parse_id("/0/1").is_err());
-    }
 }

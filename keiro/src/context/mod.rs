@@ -6,6 +6,8 @@
 //! behave as plain calls.
 
 mod awakeable;
+mod awakeable_id;
+mod awakeable_record;
 mod events;
 mod messages;
 mod sleep;

@@ -63,6 +63,8 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
                 id: launch.id,
                 existing: existing.to_owned(),
                 requested: launch.name.to_owned(),
+                held_as: String::new(),
+                requested_as: String::new(),
             })
         }
     };
@@ -77,9 +79,10 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
 }
 
 /// Refuses to attach `launch` to an existing instance `row` that is not the
-/// same call: of another workflow name ([`Error::IdConflict`]), of a workflow
-/// of this name with other types ([`Error::SignatureMismatch`]; rows from
-/// before signatures were recorded match any), or started with other
+/// same call: of another workflow name ([`Error::IdConflict`]), not the child
+/// this call makes ([`Error::IdConflict`], see [`check_parent`]), of a
+/// workflow of this name with other types ([`Error::SignatureMismatch`]; rows
+/// from before signatures were recorded match any), or started with other
 /// arguments ([`Error::InputMismatch`]). The arguments compared are the
 /// generation-0 ones, so continue-as-new does not refuse the original call.
 pub(crate) fn check_attach(row: &InstanceRow, launch: &Launch) -> Result<()> {
@@ -88,8 +91,12 @@ pub(crate) fn check_attach(row: &InstanceRow, launch: &Launch) -> Result<()> {
             id: launch.id.clone(),
             existing: row.name.clone(),
             requested: launch.name.to_owned(),
+            held_as: String::new(),
+            requested_as: String::new(),
         });
     }
+    let same_input = same_json(row.original_input(), &launch.input);
+    check_parent(row, launch, same_input)?;
     if let Some(stored) = &row.signature {
         if *stored != launch.signature {
             return Err(Error::SignatureMismatch {
@@ -100,13 +107,55 @@ pub(crate) fn check_attach(row: &InstanceRow, launch: &Launch) -> Result<()> {
             });
         }
     }
-    if !same_json(row.original_input(), &launch.input) {
+    if !same_input {
         return Err(Error::InputMismatch {
             name: row.name.clone(),
             id: row.id.clone(),
         });
     }
     Ok(())
+}
+
+/// A child's identity includes its parent link. A parent's child call
+/// attaches only to the instance it (an earlier run of it) created: one
+/// started outside any workflow, or as another parent's child, under that id
+/// would never report to this parent (which would wait forever), and its
+/// result is its own caller's. An outside call attaches to a child instance
+/// only as the same call (same name, types and arguments), like any reused
+/// id: it reads the result the child's call gets; with other arguments it is
+/// not that call at all.
+fn check_parent(row: &InstanceRow, launch: &Launch, same_input: bool) -> Result<()> {
+    let held = row.parent_id.as_deref().zip(row.parent_seq);
+    let conflict = match (&launch.parent, held) {
+        (Some((parent, _, seq)), Some((held_parent, held_seq))) => {
+            parent != held_parent || *seq != held_seq
+        }
+        (Some(_), None) => true,
+        (None, Some(_)) => !same_input,
+        (None, None) => false,
+    };
+    if !conflict {
+        return Ok(());
+    }
+    let held_as = match held {
+        Some((parent, seq)) => {
+            format!(" as the child at step {seq} of workflow instance `{parent}`")
+        }
+        None => " started outside any workflow".to_owned(),
+    };
+    let requested_as = match &launch.parent {
+        Some((parent, _, seq)) => {
+            format!(" as the child at step {seq} of workflow instance `{parent}`")
+        }
+        None => " from outside any workflow with other arguments".to_owned(),
+    };
+    Err(Error::IdConflict {
+        id: launch.id.clone(),
+        existing: row.name.clone(),
+        requested: launch.name.to_owned(),
+        held_as,
+        requested_as,
+    })
 }
 
 /// Whether two JSON texts encode the same value. Equal texts are the common
