@@ -150,3 +150,28 @@ pub async fn family(file: String) -> u32 {
     note_line(file, "parent".into()).await;
     n + 1
 }
+
+/// Messages and streams across crashes: streams 1, 2, 3 to `log` (crash
+/// points `streamed-1..3` after each), prints `RECEIVING`, takes a number
+/// from `inbox` (noting `got <n>` as a step), prints `DEADLINE_WAIT` and
+/// waits up to `deadline_ms` for a second one. Returns the first number and
+/// whether the second wait timed out.
+#[workflow]
+pub async fn mailbox(file: String, deadline_ms: u64) -> Result<(u32, bool), String> {
+    let fail = |e: keiro::Error| e.to_string();
+    for i in 1..=3u32 {
+        keiro::write_stream("log", &i).await.map_err(fail)?;
+        pause_at(&format!("streamed-{i}"));
+    }
+    println!("RECEIVING");
+    std::io::stdout().flush().ok();
+    let first = keiro::recv::<u32>("inbox").await.map_err(fail)?;
+    note_line(file, format!("got {first}")).await;
+    println!("DEADLINE_WAIT");
+    std::io::stdout().flush().ok();
+    let second = keiro::recv::<u32>("inbox")
+        .timeout(std::time::Duration::from_millis(deadline_ms))
+        .await
+        .map_err(fail)?;
+    Ok((first, second.is_none()))
+}
