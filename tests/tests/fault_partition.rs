@@ -102,6 +102,17 @@ async fn a_worker_partitioned_past_its_lease_does_not_journal_over_its_successor
         WORKFLOWS * STEPS as usize,
         "one journal row per step"
     );
+    assert_eq!(
+        before_heal.len(),
+        results.len(),
+        "journal rows added after B finished"
+    );
+    for (was, now) in before_heal.iter().zip(&results) {
+        assert_eq!(
+            was, now,
+            "a journaled step changed once A's held writes arrived"
+        );
+    }
     let mut per_workflow: HashMap<String, Vec<String>> = HashMap::new();
     for (id, _, result) in &results {
         per_workflow
@@ -136,7 +147,14 @@ async fn a_worker_partitioned_past_its_lease_does_not_journal_over_its_successor
     }
     assert!(taken_over > 0, "B took over no workflow");
     let reruns = assert_no_journaled_step_ran_again(&log, &ids, STEPS);
-    eprintln!("workflows B took over: {taken_over}; step bodies run more than once: {reruns}");
+    let a_after = entries
+        .iter()
+        .filter(|e| e.pid == a_pid && e.line > partition_line)
+        .count();
+    eprintln!(
+        "workflows B took over: {taken_over}; step bodies run more than once: {reruns}; \
+         bodies A began after the partition: {a_after}"
+    );
     a.kill().await;
     b.kill().await;
 }
