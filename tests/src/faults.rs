@@ -32,8 +32,7 @@ async fn journaled_steps(id: &str) -> usize {
     loop {
         match count_steps(id).await {
             Ok(count) => return count,
-            Err(error) if tokio::time::Instant::now() < deadline => {
-                eprintln!("journal check of {id} failed, retrying: {error}");
+            Err(_) if tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Err(error) => panic!("journal check of {id} failed for {CHECK_PATIENCE:?}: {error}"),
@@ -145,8 +144,8 @@ pub fn assert_no_journaled_step_ran_again(
     runs.values().filter(|&&count| count > 1).count()
 }
 
-/// The status of every instance, counted (`completed`, `running`, …), read
-/// with `sql` over the raw pool of `keiro`'s backend.
+/// How many instances are in each status (`completed`, `running`, …), read
+/// through the pool of `keiro`'s store.
 pub async fn status_counts(keiro: &Keiro) -> Result<BTreeMap<String, i64>, sqlx::Error> {
     let store = keiro.store();
     let rows: Vec<(String, i64)> = if let Some(pool) = store.postgres_pool() {
@@ -186,7 +185,8 @@ pub async fn wait_all_completed(keiro: &Keiro, expected: usize, limit: Duration)
     }
 }
 
-/// The journaled results of every step: `(workflow id, seq) -> result`.
+/// Every journal row as `(workflow id, seq, JSON result)`, ordered by id and
+/// seq.
 pub async fn journal_results(keiro: &Keiro) -> Result<Vec<(String, i64, String)>, sqlx::Error> {
     let store = keiro.store();
     if let Some(pool) = store.postgres_pool() {
