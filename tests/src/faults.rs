@@ -20,6 +20,11 @@ use crate::workflows::append_line;
 /// milliseconds (the builder's default when unset).
 pub const LEASE_MS_ENV: &str = "KEIRO_FAULT_LEASE_MS";
 
+/// The environment variable that, when set (to a `tracing` filter such as
+/// `keiro=debug`), makes fault workers log to stderr: for diagnosing a
+/// failing fault test.
+pub const LOG_ENV: &str = "KEIRO_FAULT_LOG";
+
 /// How long a step body keeps retrying its journal check while the database
 /// is unreachable before it gives up (and panics: a crash, retried later).
 const CHECK_PATIENCE: Duration = Duration::from_secs(60);
@@ -203,9 +208,17 @@ pub async fn journal_results(keiro: &Keiro) -> Result<Vec<(String, i64, String)>
 
 /// The body of the `fault_worker` binary: connects to `KEIRO_DATABASE_URL`
 /// under `KEIRO_EXECUTOR_ID` with the lease [`LEASE_MS_ENV`] gives, installs
-/// it as the process-wide runtime, starts the resume worker (50 ms poll),
+/// it as the process-wide runtime, logs to stderr when [`LOG_ENV`] is set,
+/// starts the resume worker (50 ms poll),
 /// prints `READY` and runs until killed.
 pub async fn run_fault_worker() {
+    if let Ok(filter) = std::env::var(LOG_ENV) {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .init();
+    }
     let url = std::env::var("KEIRO_DATABASE_URL").expect("KEIRO_DATABASE_URL");
     let mut builder = Keiro::builder(&url);
     if let Some(ms) = std::env::var(LEASE_MS_ENV)

@@ -11,13 +11,15 @@ use tokio::sync::watch;
 enum Mode {
     Forward,
     Blackhole,
+    Cut,
     Closed,
 }
 
 /// Forwards connections made to [`TcpProxy::addr`] to a target address until
 /// told to [`blackhole`](TcpProxy::blackhole): then open connections stay open
 /// but carry nothing either way (bytes already read are held back) and new
-/// connections are closed at once, until [`resume`](TcpProxy::resume).
+/// connections are closed at once, until [`resume`](TcpProxy::resume); or
+/// [`cut`](TcpProxy::cut): open connections are closed too.
 /// Dropping it closes everything.
 #[derive(Debug)]
 pub struct TcpProxy {
@@ -43,7 +45,7 @@ impl TcpProxy {
                         tokio::spawn(connect(client, target, modes.subscribe()));
                     }
                     // Refused: closed before a byte is exchanged.
-                    Mode::Blackhole => drop(client),
+                    Mode::Blackhole | Mode::Cut => drop(client),
                     Mode::Closed => return,
                 }
             }
@@ -61,7 +63,13 @@ impl TcpProxy {
         self.mode.send_replace(Mode::Blackhole);
     }
 
-    /// Forwards again, held bytes first.
+    /// Closes every open connection and refuses new ones: a partition the
+    /// client notices at once (its requests fail instead of hanging).
+    pub fn cut(&self) {
+        self.mode.send_replace(Mode::Cut);
+    }
+
+    /// Forwards again (held bytes first, after a blackhole).
     pub fn resume(&self) {
         self.mode.send_replace(Mode::Forward);
     }
@@ -113,7 +121,8 @@ async fn pump(
     }
 }
 
-/// Waits until the mode is `Forward` (true) or `Closed` (false).
+/// Waits until the mode is `Forward` (true) or `Cut` or `Closed` (false: the
+/// connection ends).
 async fn forwarding(mode: &mut watch::Receiver<Mode>) -> bool {
     let mode = mode
         .wait_for(|m| *m != Mode::Blackhole)
