@@ -5,8 +5,11 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 pub mod executors;
+pub mod faults;
+pub mod pg_cluster;
 pub mod process;
 pub mod shared_name;
+pub mod tcp_proxy;
 pub mod timers;
 pub mod workflows;
 

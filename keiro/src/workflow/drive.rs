@@ -93,7 +93,8 @@ pub(crate) async fn execute(
 
 /// Runs the body of `row`'s workflow with context `cx` until it returns, halts
 /// (`aborted`), is stopped or loses its lease, renewing the lease every third
-/// of `ttl`. The body's future is dropped before this returns.
+/// of `ttl`. A lease it could not renew for two thirds of `ttl` counts as
+/// lost: the run stops before the lease may lapse. The body's future is dropped before this returns.
 async fn drive(
     keiro: &Keiro,
     run: RunFn,
@@ -122,6 +123,8 @@ async fn drive(
         .instrument(span.clone()),
     );
     let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + ttl / 3, ttl / 3);
+    // When the last renewal that succeeded was sent (the claim, at first).
+    let mut renewed = tokio::time::Instant::now();
     let lease = Lease {
         owner: keiro.owner(),
         ttl_us: duration_us(ttl),
@@ -155,9 +158,17 @@ async fn drive(
             }
             _ = stop.wait() => return Ended::Stopped,
             _ = renew.tick() => {
+                let sent = tokio::time::Instant::now();
                 match keiro.raw_store().renew_lease(&row.id, lease).await {
-                    Ok(true) => {}
+                    Ok(true) => renewed = sent,
                     Ok(false) => return Ended::LeaseLost,
+                    // The lease may lapse before the next renewal: another
+                    // executor may claim the instance then, so this run must
+                    // not go on journaling (or running steps) under it.
+                    Err(error) if renewed.elapsed() + ttl / 3 >= ttl => {
+                        tracing::warn!(parent: &span, %error, "keiro could not renew a lease before it may lapse; stopping the run (it resumes once the store is back)");
+                        return Ended::LeaseLost;
+                    }
                     Err(error) => tracing::warn!(parent: &span, %error, "keiro could not renew a lease; retrying"),
                 }
             }

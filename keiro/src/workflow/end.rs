@@ -31,7 +31,8 @@ pub(crate) enum Ended {
     Cancelled,
     /// The next generation starts with this input.
     ContinueAsNew(String),
-    /// Another executor took the lease.
+    /// Another executor took the lease, or it could not be renewed before it
+    /// may lapse.
     LeaseLost,
 }
 

@@ -1,0 +1,293 @@
+//! A worker cut off from PostgreSQL for longer than its lease. Worker A (its
+//! own process) reaches a throwaway cluster through a TCP proxy; mid-run the
+//! proxy partitions it for longer than A's lease; worker B (another process,
+//! direct connection) takes over; then the proxy forwards again.
+//!
+//! Two partitions: a blackhole (open connections carry nothing, so A's
+//! requests hang, and new ones are refused) that lasts until B finished every
+//! workflow, releasing A's held writes only then; and a cut (connections
+//! closed and refused, so A's requests fail at once) healed while B is still
+//! running a step whose body A began before the cut, just before A's returns.
+//!
+//! A must not journal over B: journal rows present when the partition heals
+//! never change, every row added after it is B's, every A row comes from a
+//! step A began before the partition, within a workflow no A result follows
+//! a B result, each workflow completed once with its journal's results, and no
+//! step body (A's after the partition included) started after its result was
+//! journaled.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use keiro::Keiro;
+use keiro_tests::faults::{
+    assert_no_journaled_step_ran_again, checked_steps, journal_results, step_entries,
+    wait_all_completed, FaultWorker,
+};
+use keiro_tests::pg_cluster::{cluster_or_skip, PgCluster};
+use keiro_tests::tcp_proxy::TcpProxy;
+use keiro_tests::workflows::append_line;
+
+const WORKER: &str = env!("CARGO_BIN_EXE_fault_worker");
+const MARKER: &str = "PARTITION";
+
+/// A's and B's database, the proxy in front of it for A, and the log.
+struct Scene {
+    _cluster: PgCluster,
+    url: String,
+    proxy: TcpProxy,
+    keiro: Keiro,
+    _dir: tempfile::TempDir,
+    log: PathBuf,
+    run: String,
+    ids: Vec<String>,
+}
+
+impl Scene {
+    /// A fresh cluster, a proxy to it, and `workflows` instances of
+    /// `checked_steps(steps, pause_ms)` enqueued (nothing runs them yet).
+    async fn new(test: &str, workflows: usize, steps: u32, pause_ms: u64) -> Option<Scene> {
+        let cluster = cluster_or_skip(test)?;
+        let url = cluster.keiro_url();
+        let proxy = TcpProxy::start(([127, 0, 0, 1], cluster.port()).into()).await;
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("steps.log");
+        let run = uuid::Uuid::new_v4().simple().to_string();
+        let keiro = Keiro::builder(&url)
+            .executor_id(format!("partition-test-{run}"))
+            .connect()
+            .await
+            .unwrap();
+        let ids: Vec<String> = (0..workflows).map(|w| format!("wf-{w}")).collect();
+        for id in &ids {
+            checked_steps(
+                id.clone(),
+                steps,
+                log.to_str().unwrap().to_owned(),
+                pause_ms,
+            )
+            .id(id.clone())
+            .on(&keiro)
+            .enqueue()
+            .await
+            .unwrap();
+        }
+        Some(Scene {
+            _cluster: cluster,
+            url,
+            proxy,
+            keiro,
+            _dir: dir,
+            log,
+            run,
+            ids,
+        })
+    }
+
+    /// Worker A, through the proxy.
+    async fn start_a(&self, lease: Duration) -> FaultWorker {
+        let proxied = format!("postgres://postgres@{}/keiro_fault", self.proxy.addr());
+        FaultWorker::start(
+            WORKER,
+            &proxied,
+            &format!("partition-a-{}", self.run),
+            Some(lease),
+        )
+        .await
+    }
+
+    /// Worker B, direct.
+    async fn start_b(&self, lease: Duration) -> FaultWorker {
+        FaultWorker::start(
+            WORKER,
+            &self.url,
+            &format!("partition-b-{}", self.run),
+            Some(lease),
+        )
+        .await
+    }
+
+    /// Waits (30 s at most) until every workflow's step `n` began.
+    async fn wait_all_began(&self, n: u32) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while step_entries(&self.log).iter().filter(|e| e.n == n).count() < self.ids.len() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "A never reached step {n} of every workflow"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Marks the partition's start in the log (A's bodies logged before it
+    /// began before the partition).
+    fn mark_partition(&self) {
+        append_line(self.log.to_str().unwrap(), MARKER);
+    }
+
+    /// Every assertion of the module docs; `before_heal` is the journal as
+    /// read just before the proxy forwarded again. Returns how many workflows
+    /// B took over.
+    async fn assert_a_did_not_journal_over_b(
+        &self,
+        steps: u32,
+        before_heal: &[(String, i64, String)],
+        a_pid: &str,
+        b_pid: &str,
+    ) -> usize {
+        let lines = keiro_tests::process::lines_of(&self.log);
+        let partition_line = lines.iter().position(|l| l == MARKER).unwrap();
+        let entries = step_entries(&self.log);
+        let a_began_before: HashSet<(String, u32)> = entries
+            .iter()
+            .filter(|e| e.pid == a_pid && e.line < partition_line)
+            .map(|e| (e.id.clone(), e.n))
+            .collect();
+        let results = journal_results(&self.keiro).await.unwrap();
+        assert_eq!(
+            results.len(),
+            self.ids.len() * steps as usize,
+            "one journal row per step"
+        );
+        let earlier: HashMap<(&str, i64), &str> = before_heal
+            .iter()
+            .map(|(id, seq, result)| ((id.as_str(), *seq), result.as_str()))
+            .collect();
+        for (id, seq, result) in &results {
+            match earlier.get(&(id.as_str(), *seq)) {
+                Some(was) => assert_eq!(
+                    was, result,
+                    "workflow {id} seq {seq}: a journaled step changed after the partition healed"
+                ),
+                None => assert_eq!(
+                    serde_json::from_str::<String>(result).unwrap(),
+                    b_pid,
+                    "workflow {id} seq {seq}: journaled after the partition healed by a process \
+                     other than B ({b_pid}); A ({a_pid}) had lost its lease: A journaled over B"
+                ),
+            }
+        }
+        let mut per_workflow: HashMap<String, Vec<String>> = HashMap::new();
+        for (id, _, result) in &results {
+            per_workflow
+                .entry(id.clone())
+                .or_default()
+                .push(serde_json::from_str(result).unwrap());
+        }
+        let mut taken_over = 0;
+        for id in &self.ids {
+            let journaled = &per_workflow[id];
+            for (i, pid) in journaled.iter().enumerate() {
+                let n = i as u32 + 1;
+                assert!(
+                    *pid == b_pid || (*pid == a_pid && a_began_before.contains(&(id.clone(), n))),
+                    "workflow {id} step {n}: journaled result from process {pid} (A = {a_pid}, \
+                     B = {b_pid}) that A began only after the partition; journal {journaled:?}"
+                );
+            }
+            if let Some(first_b) = journaled.iter().position(|pid| *pid == b_pid) {
+                taken_over += 1;
+                assert!(
+                    journaled[first_b..].iter().all(|pid| *pid == b_pid),
+                    "workflow {id}: an A result after B took over: {journaled:?}"
+                );
+            }
+            let out: Vec<String> = self.keiro.handle(id).await.unwrap().result().await.unwrap();
+            assert_eq!(
+                &out, journaled,
+                "workflow {id}: output differs from its journal"
+            );
+        }
+        assert!(taken_over > 0, "B took over no workflow");
+        let reruns = assert_no_journaled_step_ran_again(&self.log, &self.ids, steps);
+        let a_after = entries
+            .iter()
+            .filter(|e| e.pid == a_pid && e.line > partition_line)
+            .count();
+        eprintln!(
+            "workflows B took over: {taken_over}; step bodies run more than once: {reruns}; \
+             bodies A began after the partition: {a_after}"
+        );
+        taken_over
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_blackholed_past_its_lease_does_not_journal_over_its_successor() {
+    const STEPS: u32 = 5;
+    const LEASE: Duration = Duration::from_secs(3);
+    let Some(scene) = Scene::new(
+        "a_worker_blackholed_past_its_lease_does_not_journal_over_its_successor",
+        16,
+        STEPS,
+        300,
+    )
+    .await
+    else {
+        return;
+    };
+    let a = scene.start_a(LEASE).await;
+    // Partition once A is inside every workflow (its second step began).
+    scene.wait_all_began(2).await;
+    scene.mark_partition();
+    scene.proxy.blackhole();
+
+    let b = scene.start_b(LEASE).await;
+    wait_all_completed(&scene.keiro, scene.ids.len(), Duration::from_secs(60)).await;
+    // Heal: A's held requests reach the database now. Give them time to land
+    // (a lease's worth of renewal periods).
+    let before_heal = journal_results(&scene.keiro).await.unwrap();
+    scene.proxy.resume();
+    tokio::time::sleep(LEASE).await;
+
+    scene
+        .assert_a_did_not_journal_over_b(STEPS, &before_heal, &a.pid(), &b.pid())
+        .await;
+    a.kill().await;
+    b.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_cut_off_past_its_lease_stops_instead_of_journaling_late() {
+    // One step of 9.5 s, a 4 s lease. A begins it (at E) and the cut follows
+    // at once: A's lease renewals fail from then on, its lease lapses by
+    // E + 4 s, and B claims the instance and runs the step itself (until
+    // E + 12 s at the earliest). The cut heals at E + 9.35 s, just before A's
+    // body returns (E + 9.5 s): a worker still running past its lease would
+    // journal the step then, ahead of B, and B would adopt A's result. A
+    // worker that cannot renew its lease must stop the run before it may
+    // lapse.
+    const STEPS: u32 = 1;
+    const PAUSE_MS: u64 = 9_500;
+    const LEASE: Duration = Duration::from_secs(4);
+    const HEAL_AFTER: Duration = Duration::from_millis(PAUSE_MS - 150);
+    let Some(scene) = Scene::new(
+        "a_worker_cut_off_past_its_lease_stops_instead_of_journaling_late",
+        4,
+        STEPS,
+        PAUSE_MS,
+    )
+    .await
+    else {
+        return;
+    };
+    let a = scene.start_a(LEASE).await;
+    scene.wait_all_began(1).await;
+    let began = tokio::time::Instant::now();
+    scene.mark_partition();
+    scene.proxy.cut();
+
+    let b = scene.start_b(LEASE).await;
+    tokio::time::sleep_until(began + HEAL_AFTER).await;
+    let before_heal = journal_results(&scene.keiro).await.unwrap();
+    scene.proxy.resume();
+    wait_all_completed(&scene.keiro, scene.ids.len(), Duration::from_secs(60)).await;
+
+    let taken_over = scene
+        .assert_a_did_not_journal_over_b(STEPS, &before_heal, &a.pid(), &b.pid())
+        .await;
+    assert_eq!(taken_over, scene.ids.len(), "B took over every workflow");
+    a.kill().await;
+    b.kill().await;
+}

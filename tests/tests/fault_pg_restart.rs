@@ -1,0 +1,96 @@
+//! PostgreSQL restarted under a running resume worker: a throwaway cluster on
+//! its own port (the suite's main cluster stays up) is restarted with
+//! `-m immediate`, then stopped with `-m immediate` for 2 s and started again,
+//! while one worker process drives 96 workflows of 5 steps. Every workflow
+//! completes without restarting the worker, and no step body starts after its
+//! result was journaled.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use keiro::Keiro;
+use keiro_tests::faults::{
+    assert_no_journaled_step_ran_again, checked_steps, journal_results, wait_all_completed,
+    FaultWorker,
+};
+use keiro_tests::pg_cluster::cluster_or_skip;
+
+const WORKER: &str = env!("CARGO_BIN_EXE_fault_worker");
+const WORKFLOWS: usize = 96;
+const STEPS: u32 = 5;
+const PAUSE_MS: u64 = 300;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workflows_complete_across_an_immediate_restart_and_an_outage() {
+    let Some(cluster) =
+        cluster_or_skip("workflows_complete_across_an_immediate_restart_and_an_outage")
+    else {
+        return;
+    };
+    let cluster = std::sync::Arc::new(cluster);
+    let url = cluster.keiro_url();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("steps.log");
+    let log_text = log.to_str().unwrap().to_owned();
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let keiro = Keiro::builder(&url)
+        .executor_id(format!("restart-test-{run}"))
+        .connect()
+        .await
+        .unwrap();
+    let mut worker = FaultWorker::start(WORKER, &url, &format!("restart-worker-{run}"), None).await;
+
+    let ids: Vec<String> = (0..WORKFLOWS).map(|w| format!("wf-{w}")).collect();
+    futures::stream::iter(ids.iter().cloned())
+        .map(|id| {
+            let call = checked_steps(id.clone(), STEPS, log_text.clone(), PAUSE_MS)
+                .id(id)
+                .on(&keiro);
+            async move { call.enqueue().await.map(|_| ()) }
+        })
+        .buffer_unordered(32)
+        .for_each(|enqueued| async move { enqueued.expect("enqueue") })
+        .await;
+
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let before = keiro_tests::faults::status_counts(&keiro).await;
+    let restarted = cluster.clone();
+    tokio::task::spawn_blocking(move || restarted.restart_immediate())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mid_run = keiro_tests::faults::status_counts(&keiro).await;
+    let stopped = cluster.clone();
+    tokio::task::spawn_blocking(move || {
+        stopped.stop_immediate();
+        std::thread::sleep(Duration::from_secs(2));
+        stopped.start();
+    })
+    .await
+    .unwrap();
+
+    wait_all_completed(&keiro, WORKFLOWS, Duration::from_secs(90)).await;
+    assert!(worker.is_running(), "the worker process died on the way");
+    let reruns = assert_no_journaled_step_ran_again(&log, &ids, STEPS);
+    let results = journal_results(&keiro).await.unwrap();
+    assert_eq!(
+        results.len(),
+        WORKFLOWS * STEPS as usize,
+        "one journal row per step"
+    );
+    let pids: std::collections::HashSet<String> = results
+        .iter()
+        .map(|(_, _, r)| serde_json::from_str(r).unwrap())
+        .collect();
+    assert_eq!(
+        pids,
+        [worker.pid()].into(),
+        "every step ran in the one worker"
+    );
+    eprintln!(
+        "before the restart: {before:?}; before the outage: {mid_run:?}; \
+         step bodies run more than once: {reruns}"
+    );
+    keiro.shutdown().await.unwrap();
+    worker.kill().await;
+}
