@@ -35,7 +35,9 @@ async fn order(order: String) -> Result<String, String> {
     keiro::set_event("stage", "reserving").await.map_err(fail)?;
     let held = reserve_stock(order.clone()).await;
     keiro::write_stream("log", &held).await.map_err(fail)?;
-    keiro::set_event("stage", "awaiting payment").await.map_err(fail)?;
+    keiro::set_event("stage", "awaiting payment")
+        .await
+        .map_err(fail)?;
     // Waits for the message, durably: the deadline survives crashes.
     let payment = keiro::recv::<Payment>("payment")
         .timeout(Duration::from_secs(3600))
