@@ -18,6 +18,7 @@
 //! elsewhere, the suspended-scale worker and multi-process workers.
 
 mod common;
+mod messages;
 mod raw;
 mod recovery;
 mod sleeps;
@@ -35,7 +36,7 @@ use keiro::SqliteSynchronous;
 use crate::common::{fail, parse_sync, Backend, BenchResult, Config};
 
 /// Every workload, in the order a full run takes them.
-const WORKLOADS: [&str; 10] = [
+const WORKLOADS: [&str; 12] = [
     "raw_commit_1",
     "raw_commit_16",
     "seq_0steps",
@@ -46,6 +47,8 @@ const WORKLOADS: [&str; 10] = [
     "wake_latency",
     "suspended_1m",
     "workers_1_2_4",
+    "message_latency",
+    "message_throughput",
 ];
 
 const USAGE: &str = "usage: keiro-bench --backend sqlite|postgres [--workload NAME] \
@@ -165,6 +168,8 @@ async fn bench(args: &[String]) -> BenchResult {
             "wake_latency" => wake::wake_latency(&cfg).await,
             "suspended_1m" => suspended::suspended_1m(&cfg).await,
             "workers_1_2_4" => workers::workers_1_2_4(&cfg).await,
+            "message_latency" => messages::message_latency(&cfg).await,
+            "message_throughput" => messages::message_throughput(&cfg).await,
             other => Err(fail(format!("unknown workload {other}"))),
         };
         eprintln!(
@@ -202,6 +207,7 @@ async fn child(started: Instant, args: &[String]) -> BenchResult {
             suspended::child_pass(url, sync(s)?, due_at).await
         }
         ["worker", url, executor] => workers::child_worker(url, executor).await,
+        ["message-sender", url, s] => messages::child_sender(url, sync(s)?).await,
         other => Err(fail(format!("unknown child command {other:?}"))),
     }
 }

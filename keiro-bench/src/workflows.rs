@@ -105,3 +105,33 @@ pub(crate) async fn bench_marks(file: String, workflow: u32) -> u32 {
     }
     last
 }
+
+/// The step after a received message: reports the message's age.
+#[step]
+pub(crate) async fn message_seen(sent_at_us: i64) -> bool {
+    crate::messages::received(sent_at_us);
+    true
+}
+
+/// Receives `count` messages (each its sender's clock), running
+/// [`message_seen`] after each; returns `count`.
+#[workflow(name = "bench_message_probe")]
+pub(crate) async fn message_probe(count: u32) -> Result<u32, String> {
+    for _ in 0..count {
+        let sent: i64 = keiro::recv("m").await.map_err(|e| e.to_string())?;
+        message_seen(sent).await;
+    }
+    Ok(count)
+}
+
+/// Receives `count` messages; returns how many it took.
+#[workflow(name = "bench_message_sink")]
+pub(crate) async fn message_sink(count: u32) -> u32 {
+    let mut got = 0;
+    for _ in 0..count {
+        if keiro::recv::<u32>("m").await.is_ok() {
+            got += 1;
+        }
+    }
+    got
+}

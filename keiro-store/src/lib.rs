@@ -86,7 +86,7 @@ pub fn wake_payload(id: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(format!("#{hash:016x}"))
 }
 pub use events::{EventRow, Publish, StreamEntry};
-pub use messages::{MessageRow, NewMessage, Receive, Received, SendOutcome};
+pub use messages::{MessageRow, NewMessage, Receive, Received, SendOutcome, Take, Taken};
 pub use model::{
     now_us, timer_sort_key, AppendOutcome, BlockReason, Blocked, Cancellation, ContinueAsNew,
     Crash, ExecutorRow, Finish, InstanceRow, InstanceStatus, Lease, NewInstance, NewTimer,
@@ -102,7 +102,7 @@ pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};
 pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};
 pub use timers::{cancel_timer_tx, schedule_timer_once_tx, schedule_timer_tx, TimerTx};
 pub use validate::{preview as preview_id, validate_id, validate_id_within, MAX_ID_BYTES};
-pub use writer::{CreateRequest, FinishRequest, JournalWriter};
+pub use writer::{CreateRequest, FinishRequest, JournalWriter, MessageRequest};
 
 /// A `Result` whose error is [`StoreError`].
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -8,10 +8,10 @@
 //! result and marks it taken in one transaction, so a message is delivered
 //! exactly once and a replay reads it back from the journal.
 
-use crate::journal::{get_step_on, insert_step_on, journal_once};
+use crate::journal::{get_step_on, insert_step_on, journal_once, unreadable_step};
 use crate::rows::{self, StoreRow};
 use crate::sql::Dialect;
-use crate::{now_us, InstanceStatus, Result, StepRow, Store, StoreError, Suspend};
+use crate::{now_us, AppendOutcome, InstanceStatus, Result, StepRow, Store, StoreError, Suspend};
 
 /// The statements of messages, events and streams, in one backend's dialect.
 #[derive(Debug)]
@@ -161,6 +161,49 @@ pub struct Receive<'a> {
     pub when_empty: Option<&'a str>,
 }
 
+impl Receive<'_> {
+    /// The receiving step's journal row with `result`.
+    fn step_row(&self, result: String) -> StepRow {
+        StepRow {
+            workflow_id: self.workflow_id.to_owned(),
+            generation: self.generation,
+            seq: self.seq,
+            name: self.name.to_owned(),
+            kind: self.kind.to_owned(),
+            result,
+        }
+    }
+}
+
+/// A message to take as a receiving step's result ([`Store::take_messages`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Take {
+    /// The receiving step's row: its result is `{"Ok":<payload>}`.
+    pub step: StepRow,
+    /// The message taken.
+    pub message_id: i64,
+}
+
+impl Take {
+    /// Taking `message` as `receive`'s step.
+    pub fn new(receive: &Receive<'_>, message: &MessageRow) -> Take {
+        Take {
+            step: receive.step_row(format!("{{\"Ok\":{}}}", message.payload)),
+            message_id: message.id,
+        }
+    }
+}
+
+/// What [`Store::take_messages`] did with one take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Taken {
+    /// The step's journaled row: the message taken now, or what the step
+    /// journaled before (then nothing was taken).
+    Journaled(StepRow),
+    /// The message was taken meanwhile by another step; nothing was written.
+    Gone,
+}
+
 /// What [`Store::receive_message`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Received {
@@ -185,159 +228,218 @@ impl Store {
     /// is suspended, in one transaction (journaling [`NewMessage::journal`]
     /// first when given).
     pub async fn send_message(&self, message: &NewMessage<'_>) -> Result<SendOutcome> {
+        let mut outcomes = self.send_messages(std::slice::from_ref(message)).await?;
+        outcomes.pop().ok_or_else(|| StoreError::Corrupt {
+            what: "a send of one message returned no outcome".into(),
+        })
+    }
+
+    /// Like [`Store::send_message`] for several messages, in one
+    /// transaction; one outcome per message, in order. A refused message
+    /// (missing or ended instance) writes nothing and does not fail the
+    /// others. Instances are locked in id order, so concurrent batches never
+    /// deadlock on each other.
+    pub async fn send_messages(&self, messages: &[NewMessage<'_>]) -> Result<Vec<SendOutcome>> {
         const OP: &str = "send_message";
-        crate::validate_id("workflow id", message.workflow_id)?;
-        crate::validate_id("message topic", message.topic)?;
-        if let Some(key) = message.idempotency_key {
-            crate::validate_id("idempotency key", key)?;
+        for message in messages {
+            crate::validate_id("workflow id", message.workflow_id)?;
+            crate::validate_id("message topic", message.topic)?;
+            if let Some(key) = message.idempotency_key {
+                crate::validate_id("idempotency key", key)?;
+            }
         }
+        let mut order: Vec<usize> = (0..messages.len()).collect();
+        order.sort_by_key(|&i| messages[i].workflow_id);
         let now = now_us();
         dispatch!(Store, self, |s, sql| {
             let talk = &sql.talk;
             let mut tx = s.begin(OP).await?;
-            let status: Option<String> = sqlx::query_scalar(&talk.instance_status_locked)
-                .bind(message.workflow_id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?;
-            let Some(status) = status else {
-                return Ok(SendOutcome::NotFound);
-            };
-            let status = rows::instance_status(message.workflow_id, &status)?;
-            if let Some(step) = message.journal {
-                if let Some(first) = journal_once((&mut *tx).into(), OP, step, now).await? {
-                    return Ok(SendOutcome::Replayed(first));
-                }
-            }
-            if status.is_final() {
-                return Ok(SendOutcome::Finished(status));
-            }
-            let id: Option<i64> = sqlx::query_scalar(&talk.insert_message)
-                .bind(message.workflow_id)
-                .bind(message.topic)
-                .bind(message.payload)
-                .bind(message.type_name)
-                .bind(message.idempotency_key)
-                .bind(now)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?;
-            let outcome = match id {
-                Some(id) => {
-                    if status == InstanceStatus::Suspended {
-                        sqlx::query(&talk.wake_if_suspended)
-                            .bind(message.workflow_id)
-                            .bind(now)
-                            .execute(&mut *tx)
-                            .await
-                            .map_err(StoreError::query(OP))?;
+            let mut outcomes: Vec<Option<SendOutcome>> = vec![None; messages.len()];
+            for &i in &order {
+                let message = &messages[i];
+                let status: Option<String> = sqlx::query_scalar(&talk.instance_status_locked)
+                    .bind(message.workflow_id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(StoreError::query(OP))?;
+                let status = status
+                    .map(|status| rows::instance_status(message.workflow_id, &status))
+                    .transpose()?;
+                let refusal = match status {
+                    None => Some(SendOutcome::NotFound),
+                    Some(status) if status.is_final() => Some(SendOutcome::Finished(status)),
+                    Some(_) => None,
+                };
+                let journal = message.journal;
+                let outcome = match (refusal, journal) {
+                    // A refused send writes nothing; a replay of a send that
+                    // went through before still reads as sent.
+                    (Some(refusal), Some(step)) => get_step_on(
+                        (&mut *tx).into(),
+                        OP,
+                        &step.workflow_id,
+                        step.generation,
+                        step.seq,
+                    )
+                    .await?
+                    .map_or(refusal, SendOutcome::Replayed),
+                    (Some(refusal), None) => refusal,
+                    (None, journal) => {
+                        let replayed = match journal {
+                            Some(step) => journal_once((&mut *tx).into(), OP, step, now).await?,
+                            None => None,
+                        };
+                        match replayed {
+                            Some(first) => SendOutcome::Replayed(first),
+                            None => {
+                                let id: Option<i64> = sqlx::query_scalar(&talk.insert_message)
+                                    .bind(message.workflow_id)
+                                    .bind(message.topic)
+                                    .bind(message.payload)
+                                    .bind(message.type_name)
+                                    .bind(message.idempotency_key)
+                                    .bind(now)
+                                    .fetch_optional(&mut *tx)
+                                    .await
+                                    .map_err(StoreError::query(OP))?;
+                                match id {
+                                    Some(id) => {
+                                        if status == Some(InstanceStatus::Suspended) {
+                                            sqlx::query(&talk.wake_if_suspended)
+                                                .bind(message.workflow_id)
+                                                .bind(now)
+                                                .execute(&mut *tx)
+                                                .await
+                                                .map_err(StoreError::query(OP))?;
+                                        }
+                                        SendOutcome::Sent(id)
+                                    }
+                                    None => SendOutcome::Duplicate,
+                                }
+                            }
+                        }
                     }
-                    SendOutcome::Sent(id)
-                }
-                None => SendOutcome::Duplicate,
-            };
+                };
+                outcomes[i] = Some(outcome);
+            }
             tx.commit().await.map_err(StoreError::query(OP))?;
-            Ok(outcome)
+            Ok(outcomes.into_iter().flatten().collect())
         })
     }
 
     /// Takes the next message of `receive.topic` as the result of step
-    /// `receive.seq`, journaling it and marking the message taken in one
-    /// transaction; when that step is journaled already, returns its row
+    /// `receive.seq`; when that step is journaled already, returns its row
     /// (a replay takes nothing). `accept` checks a message before it is
     /// taken (that its payload decodes into the awaited type): a refused
-    /// message stays queued.
+    /// message stays queued. With no message waiting it journals
+    /// [`Receive::when_empty`], if given.
+    ///
+    /// The message is read first, then taken by [`Store::take_messages`]
+    /// (journaling it as the step's result and marking it taken in one
+    /// transaction, only if it is still untaken), so many receivers' takes
+    /// can share one commit.
     pub async fn receive_message(
         &self,
         receive: &Receive<'_>,
         accept: &(dyn Fn(&MessageRow) -> std::result::Result<(), String> + Sync),
     ) -> Result<Received> {
-        const OP: &str = "receive_message";
-        let now = now_us();
-        dispatch!(Store, self, |s, sql| {
-            let talk = &sql.talk;
-            let mut tx = s.begin(OP).await?;
-            let journaled = get_step_on(
-                (&mut *tx).into(),
-                OP,
-                receive.workflow_id,
-                receive.generation,
-                receive.seq,
-            )
-            .await?;
-            if let Some(row) = journaled {
+        loop {
+            if let Some(row) = self
+                .get_step(receive.workflow_id, receive.generation, receive.seq)
+                .await?
+            {
                 return Ok(Received::Journaled(row));
             }
-            let next = sqlx::query(&talk.next_message)
-                .bind(receive.workflow_id)
-                .bind(receive.topic)
-                .fetch_optional(&mut *tx)
+            let Some(message) = self
+                .next_message(receive.workflow_id, receive.topic)
+                .await?
+            else {
+                let Some(result) = receive.when_empty else {
+                    return Ok(Received::Empty);
+                };
+                let row = receive.step_row(result.to_owned());
+                return Ok(Received::Journaled(
+                    match self.append_steps(std::slice::from_ref(&row)).await?.pop() {
+                        Some(AppendOutcome::Existing(first)) => first,
+                        _ => row,
+                    },
+                ));
+            };
+            if let Err(reason) = accept(&message) {
+                return Ok(Received::Refused { message, reason });
+            }
+            let take = Take::new(receive, &message);
+            match self.take_messages(std::slice::from_ref(&take)).await?.pop() {
+                Some(Taken::Journaled(row)) => return Ok(Received::Journaled(row)),
+                // Taken by a racing run under another step: look again.
+                Some(Taken::Gone) | None => continue,
+            }
+        }
+    }
+
+    /// The next untaken message of `topic` for instance `id`, if any (a
+    /// read; taking it is [`Store::take_messages`]).
+    pub async fn next_message(&self, id: &str, topic: &str) -> Result<Option<MessageRow>> {
+        const OP: &str = "next_message";
+        dispatch!(Store, self, |s, sql| {
+            let row = sqlx::query(&sql.talk.next_message)
+                .bind(id)
+                .bind(topic)
+                .fetch_optional(s.pool())
                 .await
                 .map_err(StoreError::query(OP))?;
-            let message = next
-                .as_ref()
-                .map(|row| message_row(receive, row))
-                .transpose()?;
-            let result = match &message {
-                Some(message) => {
-                    if let Err(reason) = accept(message) {
-                        return Ok(Received::Refused {
-                            message: message.clone(),
-                            reason,
-                        });
-                    }
-                    let taken = sqlx::query(&talk.consume_message)
-                        .bind(message.id)
-                        .bind(receive.generation)
-                        .bind(receive.seq)
-                        .bind(now)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(StoreError::query(OP))?
-                        .rows_affected();
-                    if taken != 1 {
-                        // A racing run of the same instance took it under
-                        // this step id first; its journaled row stands.
-                        drop(tx);
-                        return self.receive_replayed(receive).await;
-                    }
-                    format!("{{\"Ok\":{}}}", message.payload)
-                }
-                None => match receive.when_empty {
-                    Some(result) => result.to_owned(),
-                    None => return Ok(Received::Empty),
-                },
-            };
-            let row = StepRow {
-                workflow_id: receive.workflow_id.to_owned(),
-                generation: receive.generation,
-                seq: receive.seq,
-                name: receive.name.to_owned(),
-                kind: receive.kind.to_owned(),
-                result,
-            };
-            if !insert_step_on((&mut *tx).into(), OP, &row, now).await? {
-                drop(tx);
-                return self.receive_replayed(receive).await;
-            }
-            tx.commit().await.map_err(StoreError::query(OP))?;
-            Ok(Received::Journaled(row))
+            row.as_ref()
+                .map(|row| message_row(id, topic, row))
+                .transpose()
         })
     }
 
-    /// The row a racing run journaled for `receive`'s step.
-    async fn receive_replayed(&self, receive: &Receive<'_>) -> Result<Received> {
-        let row = self
-            .get_step(receive.workflow_id, receive.generation, receive.seq)
-            .await?
-            .ok_or_else(|| StoreError::Corrupt {
-                what: format!(
-                    "message of topic `{}` for workflow instance `{}` was taken by step {} \
-                     (generation {}), whose journal row cannot be read",
-                    receive.topic, receive.workflow_id, receive.seq, receive.generation
-                ),
-            })?;
-        Ok(Received::Journaled(row))
+    /// Takes each message as its receiving step's result, in one
+    /// transaction: journals the step (`{"Ok":<payload>}`) and marks the
+    /// message taken, only while it is untaken. A step journaled already
+    /// keeps its row ([`Taken::Journaled`] with it, nothing taken); a message
+    /// taken meanwhile by another step is [`Taken::Gone`].
+    pub async fn take_messages(&self, takes: &[Take]) -> Result<Vec<Taken>> {
+        const OP: &str = "take_messages";
+        let now = now_us();
+        dispatch!(Store, self, |s, sql| {
+            let mut tx = s.begin(OP).await?;
+            let mut taken = Vec::with_capacity(takes.len());
+            for take in takes {
+                let step = &take.step;
+                let journaled = get_step_on(
+                    (&mut *tx).into(),
+                    OP,
+                    &step.workflow_id,
+                    step.generation,
+                    step.seq,
+                )
+                .await?;
+                if let Some(row) = journaled {
+                    taken.push(Taken::Journaled(row));
+                    continue;
+                }
+                let marked = sqlx::query(&sql.talk.consume_message)
+                    .bind(take.message_id)
+                    .bind(step.generation)
+                    .bind(step.seq)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::query(OP))?
+                    .rows_affected();
+                if marked != 1 {
+                    taken.push(Taken::Gone);
+                    continue;
+                }
+                if !insert_step_on((&mut *tx).into(), OP, step, now).await? {
+                    return Err(unreadable_step(step));
+                }
+                taken.push(Taken::Journaled(step.clone()));
+            }
+            tx.commit().await.map_err(StoreError::query(OP))?;
+            Ok(taken)
+        })
     }
 
     /// Suspends like [`Store::suspend`], checking under the instance's row
@@ -391,14 +493,9 @@ impl Store {
     }
 }
 
-/// Reads a queued message for `receive`.
-fn message_row(receive: &Receive<'_>, row: &impl StoreRow) -> Result<MessageRow> {
-    let what = || {
-        format!(
-            "message of topic `{}` for workflow instance `{}`",
-            receive.topic, receive.workflow_id
-        )
-    };
+/// Reads a queued message of `topic` for instance `id`.
+fn message_row(id: &str, topic: &str, row: &impl StoreRow) -> Result<MessageRow> {
+    let what = || format!("message of topic `{topic}` for workflow instance `{id}`");
     Ok(MessageRow {
         id: row.int(what, "id")?,
         payload: row.text(what, "payload")?,

@@ -5,8 +5,8 @@
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    AppendOutcome, Finish, InstanceRow, InstanceStatus, Lease, NewInstance, ParentLink, Result,
-    StepRow, Store, StoreError,
+    AppendOutcome, Finish, InstanceRow, InstanceStatus, Lease, NewInstance, NewMessage, ParentLink,
+    Result, SendOutcome, StepRow, Store, StoreError, Take, Taken,
 };
 
 /// The most operations one batch carries.
@@ -46,7 +46,26 @@ pub struct FinishRequest {
     pub error: Option<String>,
 }
 
+/// An owned [`NewMessage`], to hand to the writer.
+#[derive(Debug, Clone)]
+pub struct MessageRequest {
+    /// The receiving instance.
+    pub workflow_id: String,
+    /// The queue within it.
+    pub topic: String,
+    /// The JSON-encoded message.
+    pub payload: String,
+    /// The sender's type.
+    pub type_name: Option<String>,
+    /// A send with a key already used for this instance is a no-op.
+    pub idempotency_key: Option<String>,
+    /// The sending step of a workflow, journaled with the message.
+    pub journal: Option<StepRow>,
+}
+
 enum Op {
+    Send(MessageRequest, oneshot::Sender<Result<SendOutcome>>),
+    Take(Take, oneshot::Sender<Result<Taken>>),
     Create(CreateRequest, oneshot::Sender<Result<(InstanceRow, bool)>>),
     Step(StepRow, oneshot::Sender<Result<AppendOutcome>>),
     Finish(FinishRequest, oneshot::Sender<Result<bool>>),
@@ -89,6 +108,22 @@ impl JournalWriter {
         answer.await.map_err(|_| StoreError::WriterStopped)?
     }
 
+    /// [`Store::send_message`] through the writer: concurrent sends share a
+    /// transaction.
+    pub async fn send_message(&self, request: MessageRequest) -> Result<SendOutcome> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Op::Send(request, reply))?;
+        answer.await.map_err(|_| StoreError::WriterStopped)?
+    }
+
+    /// [`Store::take_messages`] through the writer: concurrent receivers'
+    /// takes share a transaction.
+    pub async fn take_message(&self, take: Take) -> Result<Taken> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Op::Take(take, reply))?;
+        answer.await.map_err(|_| StoreError::WriterStopped)?
+    }
+
     /// [`Store::finish`] through the writer.
     pub async fn finish(&self, request: FinishRequest) -> Result<bool> {
         let (reply, answer) = oneshot::channel();
@@ -103,6 +138,8 @@ impl JournalWriter {
 
 async fn run(store: Store, mut receiver: mpsc::UnboundedReceiver<Op>) {
     let mut creates = Vec::new();
+    let mut sends = Vec::new();
+    let mut takes = Vec::new();
     let mut steps = Vec::new();
     let mut finishes = Vec::new();
     while let Some(first) = receiver.recv().await {
@@ -111,6 +148,8 @@ async fn run(store: Store, mut receiver: mpsc::UnboundedReceiver<Op>) {
         while let Some(op) = next.take() {
             match op {
                 Op::Create(request, reply) => creates.push((request, reply)),
+                Op::Send(request, reply) => sends.push((request, reply)),
+                Op::Take(take, reply) => takes.push((take, reply)),
                 Op::Step(row, reply) => steps.push((row, reply)),
                 Op::Finish(request, reply) => finishes.push((request, reply)),
             }
@@ -121,6 +160,14 @@ async fn run(store: Store, mut receiver: mpsc::UnboundedReceiver<Op>) {
         }
         if !creates.is_empty() {
             commit(&store, &mut creates).await;
+        }
+        // After the creates: a message may be for an instance created in
+        // the same round.
+        if !sends.is_empty() {
+            commit(&store, &mut sends).await;
+        }
+        if !takes.is_empty() {
+            commit(&store, &mut takes).await;
         }
         if !steps.is_empty() {
             commit(&store, &mut steps).await;
@@ -166,6 +213,34 @@ impl BatchWrite for CreateRequest {
             })
             .collect();
         store.create_instances(&news).await
+    }
+}
+
+impl BatchWrite for MessageRequest {
+    type Outcome = SendOutcome;
+
+    async fn write(store: &Store, members: &[&Self]) -> Result<Vec<Self::Outcome>> {
+        let messages: Vec<NewMessage<'_>> = members
+            .iter()
+            .map(|m| NewMessage {
+                workflow_id: &m.workflow_id,
+                topic: &m.topic,
+                payload: &m.payload,
+                type_name: m.type_name.as_deref(),
+                idempotency_key: m.idempotency_key.as_deref(),
+                journal: m.journal.as_ref(),
+            })
+            .collect();
+        store.send_messages(&messages).await
+    }
+}
+
+impl BatchWrite for Take {
+    type Outcome = Taken;
+
+    async fn write(store: &Store, members: &[&Self]) -> Result<Vec<Self::Outcome>> {
+        let takes: Vec<Take> = members.iter().map(|take| (*take).clone()).collect();
+        store.take_messages(&takes).await
     }
 }
 

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use keiro_store::{
-    now_us, AppendOutcome, MessageRow, NewMessage, Outcome, Receive, Received, SendOutcome, StepRow,
+    now_us, AppendOutcome, MessageRequest, MessageRow, Outcome, Receive, SendOutcome, StepRow,
+    Take, Taken,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -151,26 +152,24 @@ async fn receive<T: DeserializeOwned>(
     loop {
         let notified = waiter.notified();
         let expired = deadline.is_some_and(|d| now_us() >= d);
-        // A cheap read first: taking writes, so it runs only when there is
-        // something to take (or the deadline passed).
-        let waiting = match store.count_waiting_messages(&cx.id, topic).await {
-            Ok(n) => n > 0,
+        // A read first; taking (through the group-commit writer, shared
+        // with other receivers' takes) only when there is something to take.
+        let next = match store.next_message(&cx.id, topic).await {
+            Ok(next) => next,
             Err(e) => return halt(&cx, Halt::Error(Error::Store(e))).await,
         };
-        if waiting || expired {
-            let receive = Receive {
-                workflow_id: &cx.id,
-                generation: cx.generation,
-                seq,
-                name: topic,
-                kind: StepKind::Recv.as_str(),
-                topic,
-                when_empty: expired.then_some(TIMED_OUT),
-            };
-            match store.receive_message(&receive, &check).await {
-                Ok(Received::Journaled(row)) => return taken(&cx, seq, topic, &row),
-                Ok(Received::Empty) => {}
-                Ok(Received::Refused { message, reason }) => {
+        let receive = Receive {
+            workflow_id: &cx.id,
+            generation: cx.generation,
+            seq,
+            name: topic,
+            kind: StepKind::Recv.as_str(),
+            topic,
+            when_empty: None,
+        };
+        match next {
+            Some(message) => {
+                if let Err(reason) = check(&message) {
                     return Err(Error::MessageType(Box::new(TypeMismatch {
                         what: format!("the next message on topic `{topic}`"),
                         workflow: Some(cx.name.clone()),
@@ -180,8 +179,34 @@ async fn receive<T: DeserializeOwned>(
                         reason,
                     })));
                 }
-                Err(e) => return halt(&cx, Halt::Error(Error::Store(e))).await,
+                match cx
+                    .keiro
+                    .writer()
+                    .take_message(Take::new(&receive, &message))
+                    .await
+                {
+                    Ok(Taken::Journaled(row)) => return taken(&cx, seq, topic, &row),
+                    // A racing run of this instance took it: look again.
+                    Ok(Taken::Gone) => continue,
+                    Err(e) => return halt(&cx, Halt::Error(Error::Store(e))).await,
+                }
             }
+            None if expired => {
+                let row = StepRow {
+                    workflow_id: cx.id.clone(),
+                    generation: cx.generation,
+                    seq,
+                    name: topic.to_owned(),
+                    kind: StepKind::Recv.as_str().to_owned(),
+                    result: TIMED_OUT.to_owned(),
+                };
+                return match cx.keiro.writer().append(row.clone()).await {
+                    Ok(AppendOutcome::Inserted) => taken(&cx, seq, topic, &row),
+                    Ok(AppendOutcome::Existing(first)) => taken(&cx, seq, topic, &first),
+                    Err(e) => halt(&cx, Halt::Error(Error::Store(e))).await,
+                };
+            }
+            None => {}
         }
         let now = tokio::time::Instant::now();
         if now >= in_memory_until {
@@ -410,16 +435,17 @@ impl Keiro {
             Error::check_id("idempotency key", key)?;
         }
         let payload = sending.payload.as_ref().map_err(Clone::clone)?;
-        let message = NewMessage {
-            workflow_id: &sending.workflow_id,
-            topic: &sending.topic,
-            payload,
-            type_name: Some(sending.type_name),
-            idempotency_key: sending.idempotency_key.as_deref(),
-            journal,
+        let request = MessageRequest {
+            workflow_id: sending.workflow_id.clone(),
+            topic: sending.topic.clone(),
+            payload: payload.clone(),
+            type_name: Some(sending.type_name.to_owned()),
+            idempotency_key: sending.idempotency_key.clone(),
+            journal: journal.cloned(),
         };
         let store = self.raw_store();
-        match store.send_message(&message).await? {
+        // Through the group-commit writer: concurrent sends share a commit.
+        match self.writer().send_message(request).await? {
             SendOutcome::Sent(_) => {
                 // A receiver in memory here wakes at once; a suspended one
                 // is now due, for this process's resume worker or another's.
