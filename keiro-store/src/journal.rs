@@ -184,7 +184,10 @@ impl Store {
             let status = rows::instance_status(&row.workflow_id, &status)?;
             let ended = matches!(
                 status,
-                InstanceStatus::Completed | InstanceStatus::Failed | InstanceStatus::Cancelled
+                InstanceStatus::Completed
+                    | InstanceStatus::Failed
+                    | InstanceStatus::Cancelled
+                    | InstanceStatus::TimedOut
             );
             if ended || generation != row.generation {
                 // An answer given before the end still stands, and says so.
@@ -245,24 +248,39 @@ impl Store {
             if status.is_final() {
                 return Ok(Cancellation::AlreadyFinal(status));
             }
-            let ids: Vec<String> = sqlx::query_scalar(&sql.unfinished_tree)
+            let ended = end_tree((&mut *tx).into(), OP, id, InstanceStatus::Cancelled, now).await?;
+            tx.commit().await.map_err(StoreError::query(OP))?;
+            Ok(Cancellation::Cancelled(ended))
+        })
+    }
+
+    /// Ends an unfinished instance whose deadline has passed, and its
+    /// unfinished descendants, as [`InstanceStatus::TimedOut`] in one
+    /// transaction, like [`Store::cancel`]: each reports to its parent.
+    /// `Ok(None)` when the instance has no deadline or it has not passed yet.
+    pub async fn time_out(&self, id: &str) -> Result<Option<Cancellation>> {
+        const OP: &str = "time_out";
+        let now = now_us();
+        dispatch!(Store, self, |s, sql| {
+            let mut tx = s.begin(OP).await?;
+            let row: Option<(String, Option<i64>)> = sqlx::query_as(&sql.status_for_time_out)
                 .bind(id)
-                .fetch_all(&mut *tx)
+                .fetch_optional(&mut *tx)
                 .await
                 .map_err(StoreError::query(OP))?;
-            for cancelled in &ids {
-                sqlx::query(&sql.cancel_one)
-                    .bind(cancelled)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(StoreError::query(OP))?;
-                report_to_parent((&mut *tx).into(), cancelled, now).await?;
+            let Some((status, deadline)) = row else {
+                return Ok(Some(Cancellation::NotFound));
+            };
+            let status = rows::instance_status(id, &status)?;
+            if status.is_final() {
+                return Ok(Some(Cancellation::AlreadyFinal(status)));
             }
+            if deadline.map_or(true, |deadline| deadline > now) {
+                return Ok(None);
+            }
+            let ended = end_tree((&mut *tx).into(), OP, id, InstanceStatus::TimedOut, now).await?;
             tx.commit().await.map_err(StoreError::query(OP))?;
-            let mut ordered = vec![id.to_owned()];
-            ordered.extend(ids.into_iter().filter(|c| c != id));
-            Ok(Cancellation::Cancelled(ordered))
+            Ok(Some(Cancellation::Cancelled(ended)))
         })
     }
 
@@ -293,6 +311,43 @@ impl Store {
             .await?
             == 1)
     }
+}
+
+/// Ends the unfinished instance `id` and its unfinished descendants with
+/// `status` (cancelled or timed out), each reporting to its parent; returns
+/// their ids, `id` first.
+async fn end_tree(
+    conn: Conn<'_>,
+    op: &'static str,
+    id: &str,
+    status: InstanceStatus,
+    now: i64,
+) -> Result<Vec<String>> {
+    let error = match status {
+        InstanceStatus::TimedOut => "timed out at its deadline",
+        _ => "cancelled",
+    };
+    dispatch!(Conn, conn, |c, sql| {
+        let ids: Vec<String> = sqlx::query_scalar(&sql.unfinished_tree)
+            .bind(id)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(StoreError::query(op))?;
+        for ended in &ids {
+            sqlx::query(&sql.cancel_one)
+                .bind(ended)
+                .bind(now)
+                .bind(status.as_str())
+                .bind(error)
+                .execute(&mut *c)
+                .await
+                .map_err(StoreError::query(op))?;
+            report_to_parent((&mut *c).into(), ended, now).await?;
+        }
+        let mut ordered = vec![id.to_owned()];
+        ordered.extend(ids.into_iter().filter(|e| e != id));
+        Ok(ordered)
+    })
 }
 
 /// Reads one recorded step on `conn`.
@@ -404,7 +459,7 @@ pub(crate) async fn report_to_parent(conn: Conn<'_>, child: &str, now: i64) -> R
 
 /// The parameters of [`crate::sql::Statements::insert_instance`] for `new`:
 /// pending, or running under its lease when it has one.
-pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>; 11] {
+pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>; 12] {
     let (status, owner, expires) = match new.lease {
         Some(lease) => (
             InstanceStatus::Running,
@@ -425,6 +480,7 @@ pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>
         now,
         new.parent.map(|p| p.generation),
         new.signature,
+        new.deadline,
     ]
 }
 

@@ -33,6 +33,8 @@ pub(crate) enum Ended {
     ContinueAsNew(String),
     /// Another executor took the lease.
     LeaseLost,
+    /// The instance reached its deadline and was ended as timed out.
+    TimedOut,
 }
 
 /// Records `ended` for the claimed `row`: `Ok(Some(row))` when it finished or
@@ -51,6 +53,11 @@ pub(crate) async fn record(
             set_aside(keiro, &row, error).await
         }
         Ended::LeaseLost => Ok(None),
+        // Recorded already by `Keiro::time_out`.
+        Ended::TimedOut => {
+            crate::telemetry::run_ended(&row.name, InstanceStatus::TimedOut.as_str());
+            Ok(None)
+        }
         Ended::Stopped => {
             crate::telemetry::run_ended(&row.name, "stopped");
             store.release(&row.id, owner).await?;
