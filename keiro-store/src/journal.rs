@@ -156,76 +156,14 @@ impl Store {
     pub async fn resolve(&self, created: i64, kind: &str, row: &StepRow) -> Result<Resolution> {
         const OP: &str = "resolve";
         let now = now_us();
-        dispatch!(Store, self, |s, sql| {
+        dispatch!(Store, self, |s| {
             let mut tx = s.begin(OP).await?;
-            let exists = sqlx::query(&sql.step_of_kind_exists)
-                .bind(&row.workflow_id)
-                .bind(row.generation)
-                .bind(created)
-                .bind(kind)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?
-                .is_some();
-            if !exists {
-                return Ok(Resolution::Unknown);
+            let resolution = resolve_on((&mut *tx).into(), created, kind, row, now).await?;
+            // Anything else wrote nothing: the transaction is dropped.
+            if resolution == Resolution::Recorded {
+                tx.commit().await.map_err(StoreError::query(OP))?;
             }
-            // Locked (PostgreSQL; SQLite's write lock is held already) so a
-            // cancel or finish cannot slip in between this check and the
-            // insert: it waits for this transaction, or this one sees it.
-            let current: Option<(String, i64)> = sqlx::query_as(&sql.status_for_answer)
-                .bind(&row.workflow_id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?;
-            let Some((status, generation)) = current else {
-                return Ok(Resolution::Unknown);
-            };
-            let status = rows::instance_status(&row.workflow_id, &status)?;
-            let ended = matches!(
-                status,
-                InstanceStatus::Completed
-                    | InstanceStatus::Failed
-                    | InstanceStatus::Cancelled
-                    | InstanceStatus::TimedOut
-            );
-            if ended || generation != row.generation {
-                // An answer given before the end still stands, and says so.
-                let first = get_step_on(
-                    (&mut *tx).into(),
-                    OP,
-                    &row.workflow_id,
-                    row.generation,
-                    row.seq,
-                )
-                .await?;
-                return Ok(match first {
-                    Some(first) => Resolution::AlreadyResolved(first),
-                    None if generation != row.generation => Resolution::Continued(generation),
-                    None => Resolution::Finished(status),
-                });
-            }
-            if !insert_step_on((&mut *tx).into(), OP, row, now).await? {
-                let first = get_step_on(
-                    (&mut *tx).into(),
-                    OP,
-                    &row.workflow_id,
-                    row.generation,
-                    row.seq,
-                )
-                .await?
-                .ok_or_else(|| unreadable_step(row))?;
-                return Ok(Resolution::AlreadyResolved(first));
-            }
-            sqlx::query(&sql.wake_suspended)
-                .bind(&row.workflow_id)
-                .bind(row.generation)
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?;
-            tx.commit().await.map_err(StoreError::query(OP))?;
-            Ok(Resolution::Recorded)
+            Ok(resolution)
         })
     }
 
@@ -313,6 +251,21 @@ impl Store {
     }
 }
 
+/// Records a new instance on `conn`, or reads the existing one with its id
+/// (the backend's insert-or-read).
+pub(crate) async fn create_instance_on(
+    conn: Conn<'_>,
+    new: &NewInstance<'_>,
+    now: i64,
+) -> Result<(InstanceRow, bool)> {
+    match conn {
+        #[cfg(feature = "sqlite")]
+        Conn::Sqlite(c) => crate::sqlite::journal::create_on(c, new, now).await,
+        #[cfg(feature = "postgres")]
+        Conn::Postgres(c) => crate::postgres::journal::create_on(c, new, now).await,
+    }
+}
+
 /// Ends the unfinished instance `id` and its unfinished descendants with
 /// `status` (cancelled or timed out), each reporting to its parent; returns
 /// their ids, `id` first.
@@ -347,6 +300,87 @@ async fn end_tree(
         let mut ordered = vec![id.to_owned()];
         ordered.extend(ids.into_iter().filter(|e| e != id));
         Ok(ordered)
+    })
+}
+
+/// [`Store::resolve`] on `conn` (a transaction the caller commits when it
+/// returns [`Resolution::Recorded`]; anything else wrote nothing).
+pub(crate) async fn resolve_on(
+    conn: Conn<'_>,
+    created: i64,
+    kind: &str,
+    row: &StepRow,
+    now: i64,
+) -> Result<Resolution> {
+    const OP: &str = "resolve";
+    dispatch!(Conn, conn, |c, sql| {
+        let exists = sqlx::query(&sql.step_of_kind_exists)
+            .bind(&row.workflow_id)
+            .bind(row.generation)
+            .bind(created)
+            .bind(kind)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(StoreError::query(OP))?
+            .is_some();
+        if !exists {
+            return Ok(Resolution::Unknown);
+        }
+        // Locked (PostgreSQL; SQLite's write lock is held already) so a
+        // cancel or finish cannot slip in between this check and the
+        // insert: it waits for this transaction, or this one sees it.
+        let current: Option<(String, i64)> = sqlx::query_as(&sql.status_for_answer)
+            .bind(&row.workflow_id)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(StoreError::query(OP))?;
+        let Some((status, generation)) = current else {
+            return Ok(Resolution::Unknown);
+        };
+        let status = rows::instance_status(&row.workflow_id, &status)?;
+        let ended = matches!(
+            status,
+            InstanceStatus::Completed
+                | InstanceStatus::Failed
+                | InstanceStatus::Cancelled
+                | InstanceStatus::TimedOut
+        );
+        if ended || generation != row.generation {
+            // An answer given before the end still stands, and says so.
+            let first = get_step_on(
+                (&mut *c).into(),
+                OP,
+                &row.workflow_id,
+                row.generation,
+                row.seq,
+            )
+            .await?;
+            return Ok(match first {
+                Some(first) => Resolution::AlreadyResolved(first),
+                None if generation != row.generation => Resolution::Continued(generation),
+                None => Resolution::Finished(status),
+            });
+        }
+        if !insert_step_on((&mut *c).into(), OP, row, now).await? {
+            let first = get_step_on(
+                (&mut *c).into(),
+                OP,
+                &row.workflow_id,
+                row.generation,
+                row.seq,
+            )
+            .await?
+            .ok_or_else(|| unreadable_step(row))?;
+            return Ok(Resolution::AlreadyResolved(first));
+        }
+        sqlx::query(&sql.wake_suspended)
+            .bind(&row.workflow_id)
+            .bind(row.generation)
+            .bind(now)
+            .execute(&mut *c)
+            .await
+            .map_err(StoreError::query(OP))?;
+        Ok(Resolution::Recorded)
     })
 }
 

@@ -11,7 +11,7 @@
 use crate::journal::{get_step_on, insert_step_on, journal_once};
 use crate::rows::{self, StoreRow};
 use crate::sql::Dialect;
-use crate::{now_us, InstanceStatus, Result, StepRow, Store, StoreError, Suspend};
+use crate::{now_us, Conn, InstanceStatus, Result, StepRow, Store, StoreError, Suspend};
 
 /// The statements of messages, events and streams, in one backend's dialect.
 #[derive(Debug)]
@@ -186,57 +186,16 @@ impl Store {
     /// first when given).
     pub async fn send_message(&self, message: &NewMessage<'_>) -> Result<SendOutcome> {
         const OP: &str = "send_message";
-        crate::validate_id("workflow id", message.workflow_id)?;
-        crate::validate_id("message topic", message.topic)?;
-        if let Some(key) = message.idempotency_key {
-            crate::validate_id("idempotency key", key)?;
-        }
+        validate_message(message)?;
         let now = now_us();
-        dispatch!(Store, self, |s, sql| {
-            let talk = &sql.talk;
+        dispatch!(Store, self, |s| {
             let mut tx = s.begin(OP).await?;
-            let status: Option<String> = sqlx::query_scalar(&talk.instance_status_locked)
-                .bind(message.workflow_id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?;
-            let Some(status) = status else {
-                return Ok(SendOutcome::NotFound);
-            };
-            let status = rows::instance_status(message.workflow_id, &status)?;
-            if let Some(step) = message.journal {
-                if let Some(first) = journal_once((&mut *tx).into(), OP, step, now).await? {
-                    return Ok(SendOutcome::Replayed(first));
-                }
+            let outcome = send_message_on((&mut *tx).into(), message, now).await?;
+            // Anything else wrote nothing that must stay: the transaction is
+            // dropped.
+            if matches!(outcome, SendOutcome::Sent(_) | SendOutcome::Duplicate) {
+                tx.commit().await.map_err(StoreError::query(OP))?;
             }
-            if status.is_final() {
-                return Ok(SendOutcome::Finished(status));
-            }
-            let id: Option<i64> = sqlx::query_scalar(&talk.insert_message)
-                .bind(message.workflow_id)
-                .bind(message.topic)
-                .bind(message.payload)
-                .bind(message.type_name)
-                .bind(message.idempotency_key)
-                .bind(now)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?;
-            let outcome = match id {
-                Some(id) => {
-                    if status == InstanceStatus::Suspended {
-                        sqlx::query(&talk.wake_if_suspended)
-                            .bind(message.workflow_id)
-                            .bind(now)
-                            .execute(&mut *tx)
-                            .await
-                            .map_err(StoreError::query(OP))?;
-                    }
-                    SendOutcome::Sent(id)
-                }
-                None => SendOutcome::Duplicate,
-            };
-            tx.commit().await.map_err(StoreError::query(OP))?;
             Ok(outcome)
         })
     }
@@ -389,6 +348,72 @@ impl Store {
         )
         .await
     }
+}
+
+/// Checks `message` (ids and topic), for [`Store::send_message`] and the
+/// outbox.
+pub(crate) fn validate_message(message: &NewMessage<'_>) -> Result<()> {
+    crate::validate_id("workflow id", message.workflow_id)?;
+    crate::validate_id("message topic", message.topic)?;
+    if let Some(key) = message.idempotency_key {
+        crate::validate_id("idempotency key", key)?;
+    }
+    Ok(())
+}
+
+/// [`Store::send_message`] on `conn` (a transaction the caller commits when
+/// it returns [`SendOutcome::Sent`] or [`SendOutcome::Duplicate`]).
+pub(crate) async fn send_message_on(
+    conn: Conn<'_>,
+    message: &NewMessage<'_>,
+    now: i64,
+) -> Result<SendOutcome> {
+    const OP: &str = "send_message";
+    dispatch!(Conn, conn, |c, sql| {
+        let talk = &sql.talk;
+        let status: Option<String> = sqlx::query_scalar(&talk.instance_status_locked)
+            .bind(message.workflow_id)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(StoreError::query(OP))?;
+        let Some(status) = status else {
+            return Ok(SendOutcome::NotFound);
+        };
+        let status = rows::instance_status(message.workflow_id, &status)?;
+        if let Some(step) = message.journal {
+            if let Some(first) = journal_once((&mut *c).into(), OP, step, now).await? {
+                return Ok(SendOutcome::Replayed(first));
+            }
+        }
+        if status.is_final() {
+            return Ok(SendOutcome::Finished(status));
+        }
+        let id: Option<i64> = sqlx::query_scalar(&talk.insert_message)
+            .bind(message.workflow_id)
+            .bind(message.topic)
+            .bind(message.payload)
+            .bind(message.type_name)
+            .bind(message.idempotency_key)
+            .bind(now)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(StoreError::query(OP))?;
+        let outcome = match id {
+            Some(id) => {
+                if status == InstanceStatus::Suspended {
+                    sqlx::query(&talk.wake_if_suspended)
+                        .bind(message.workflow_id)
+                        .bind(now)
+                        .execute(&mut *c)
+                        .await
+                        .map_err(StoreError::query(OP))?;
+                }
+                SendOutcome::Sent(id)
+            }
+            None => SendOutcome::Duplicate,
+        };
+        Ok(outcome)
+    })
 }
 
 /// Reads a queued message for `receive`.

@@ -156,6 +156,59 @@ where
         Ok(WorkflowHandle::new(keiro, spec.id, None))
     }
 
+    /// Records the instance as pending inside the caller's own transaction on
+    /// keiro's database (the outbox pattern): it exists, for any resume
+    /// worker to run, exactly when `tx` commits, and not at all when it rolls
+    /// back. Otherwise like [`enqueue`](WorkflowCall::enqueue): idempotent on
+    /// the id (an existing instance must be the same call), takes no executor
+    /// identity.
+    ///
+    /// On PostgreSQL workers are notified at commit (`NOTIFY` inside the
+    /// transaction). On SQLite nothing can run at commit: a resume worker
+    /// finds the instance at its next poll. On SQLite begin the transaction
+    /// with `BEGIN IMMEDIATE` (`pool.begin_with("BEGIN IMMEDIATE")`).
+    ///
+    /// ```no_run
+    /// # #[keiro::workflow]
+    /// # async fn ship(order: u64) -> u64 { order }
+    /// # async fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut tx = pool.begin().await?;
+    /// sqlx::query("INSERT INTO orders (id) VALUES (42)").execute(&mut *tx).await?;
+    /// let handle = ship(42).id("ship-42").enqueue_tx(&mut tx).await?;
+    /// tx.commit().await?; // the order and its workflow, together
+    /// # let _ = handle;
+    /// # Ok(()) }
+    /// ```
+    pub async fn enqueue_tx<'t, 'c>(
+        self,
+        tx: impl Into<keiro_store::TimerTx<'t, 'c>>,
+    ) -> Result<WorkflowHandle<R>>
+    where
+        'c: 't,
+    {
+        let keiro = self.runtime().await?;
+        let spec = self.launch_spec()?;
+        let new = keiro_store::NewInstance {
+            id: &spec.id,
+            name: spec.name,
+            input: &spec.input,
+            signature: Some(&spec.signature),
+            parent: spec
+                .parent
+                .as_ref()
+                .map(|(id, generation, seq)| keiro_store::ParentLink {
+                    id,
+                    generation: *generation,
+                    seq: *seq,
+                }),
+            lease: None,
+            deadline: spec.deadline,
+        };
+        let (row, _) = keiro_store::create_instance_tx(tx, &new).await?;
+        check_attach(&row, &spec)?;
+        Ok(WorkflowHandle::new(keiro, spec.id, None))
+    }
+
     /// The encoded arguments.
     pub(crate) fn encoded_input(&self) -> Result<String> {
         self.input.clone()
