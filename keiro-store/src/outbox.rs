@@ -19,7 +19,7 @@ use crate::messages::{send_message_on, validate_message};
 use crate::validate::validate_id;
 use crate::{
     now_us, Conn, InstanceRow, NewInstance, NewMessage, Resolution, Result, SendOutcome, StepRow,
-    StoreError, TimerTx,
+    TimerTx,
 };
 
 impl<'c> TimerTx<'_, 'c> {
@@ -111,7 +111,10 @@ where
 async fn notify_on(conn: Conn<'_>, id: &str) -> Result<()> {
     match conn {
         #[cfg(feature = "sqlite")]
-        Conn::Sqlite(_) => Ok(()),
+        Conn::Sqlite(_) => {
+            let _ = id;
+            Ok(())
+        }
         #[cfg(feature = "postgres")]
         Conn::Postgres(c) => {
             sqlx::query("SELECT pg_notify($1, $2)")
@@ -119,7 +122,7 @@ async fn notify_on(conn: Conn<'_>, id: &str) -> Result<()> {
                 .bind(crate::wake_payload(id).as_ref())
                 .execute(c)
                 .await
-                .map_err(StoreError::query("notify"))?;
+                .map_err(crate::StoreError::query("notify"))?;
             Ok(())
         }
     }
