@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use keiro::{step, workflow, Error, Keiro, ResumeOptions, WorkflowStatus};
+use keiro_tests::process::CrashChild;
 use keiro_tests::{on_both_backends, ran, runs, Backend, TestDb};
 
 async fn runtime(db: &TestDb) -> Keiro {
@@ -297,7 +298,49 @@ async fn the_deadline_survives_a_restart(backend: Backend) {
     worker.shutdown().await;
 }
 
+const CHILD: &str = env!("CARGO_BIN_EXE_crash_workflow");
+
+async fn the_deadline_survives_a_sigkill(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let id = format!("deadline-{}", uuid::Uuid::new_v4().simple());
+    let executor = format!("deadline-test-{}", uuid::Uuid::new_v4().simple());
+    let started = Instant::now();
+    let args = ["deadline", &id, "60000", "2000"];
+    let mut first = CrashChild::start(CHILD, &db, &executor, &args, Some("sleep"));
+    first.line_starting("SLEEPING").await;
+    first.kill().await; // SIGKILL, mid-sleep, holding the lease
+    let watcher = db.keiro().await;
+    let deadline = watcher
+        .store()
+        .get_instance(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .deadline
+        .expect("stored before the crash");
+
+    // The same identity restarted (here, in this process) reclaims the
+    // instance at once, runs it on, and its driver ends it at the deadline.
+    let restarted = db.builder().executor_id(&executor).connect().await.unwrap();
+    let worker = restarted.resume_worker(fast_worker()).await.unwrap();
+    let err = tokio::time::timeout(
+        Duration::from_secs(20),
+        restarted.handle::<(u64, u64)>(&id).await.unwrap().result(),
+    )
+    .await
+    .unwrap()
+    .unwrap_err();
+    let elapsed = started.elapsed();
+    assert_timed_out(&err, &id, deadline);
+    assert!(elapsed >= Duration::from_millis(1_990), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(15), "{elapsed:?}");
+    let row = watcher.store().get_instance(&id).await.unwrap().unwrap();
+    assert_eq!(row.status.as_str(), "timed_out");
+    worker.shutdown().await;
+}
+
 on_both_backends!(
+    the_deadline_survives_a_sigkill,
     a_sleep_past_the_deadline_ends_at_the_deadline,
     a_running_step_loop_is_stopped,
     a_parent_deadline_cascades_to_its_children,

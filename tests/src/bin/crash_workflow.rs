@@ -5,6 +5,7 @@
 //! crash_workflow approval <id> <file>  run approval_flow(file) under <id>
 //! crash_workflow family <id> <file>    run family(file) under <id>
 //! crash_workflow sleep <id> <ms>   run sleepy(ms) under <id> in-process
+//! crash_workflow deadline <id> <ms> <timeout ms>  run sleepy(ms) under <id> with a timeout
 //! crash_workflow resume <id>       start the resume worker, wait for <id>, print DONE
 //! crash_workflow worker            run the resume worker until killed
 //! ```
@@ -57,6 +58,15 @@ async fn run(started: Instant) -> Result<(), keiro::Error> {
         ["sleep", id, millis] => {
             let millis: u64 = millis.parse().expect("sleep <id> <millis>");
             let out = sleepy(millis).id(*id).await?;
+            println!("DONE {}", serde_json::to_string(&out).unwrap());
+        }
+        ["deadline", id, millis, timeout] => {
+            let millis: u64 = millis.parse().expect("deadline <id> <millis> <timeout>");
+            let timeout: u64 = timeout.parse().expect("deadline <id> <millis> <timeout>");
+            let out = sleepy(millis)
+                .id(*id)
+                .timeout(Duration::from_millis(timeout))
+                .await?;
             println!("DONE {}", serde_json::to_string(&out).unwrap());
         }
         ["worker"] => {
