@@ -156,73 +156,14 @@ impl Store {
     pub async fn resolve(&self, created: i64, kind: &str, row: &StepRow) -> Result<Resolution> {
         const OP: &str = "resolve";
         let now = now_us();
-        dispatch!(Store, self, |s, sql| {
+        dispatch!(Store, self, |s| {
             let mut tx = s.begin(OP).await?;
-            let exists = sqlx::query(&sql.step_of_kind_exists)
-                .bind(&row.workflow_id)
-                .bind(row.generation)
-                .bind(created)
-                .bind(kind)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?
-                .is_some();
-            if !exists {
-                return Ok(Resolution::Unknown);
+            let resolution = resolve_on((&mut *tx).into(), created, kind, row, now).await?;
+            // Anything else wrote nothing: the transaction is dropped.
+            if resolution == Resolution::Recorded {
+                tx.commit().await.map_err(StoreError::query(OP))?;
             }
-            // Locked (PostgreSQL; SQLite's write lock is held already) so a
-            // cancel or finish cannot slip in between this check and the
-            // insert: it waits for this transaction, or this one sees it.
-            let current: Option<(String, i64)> = sqlx::query_as(&sql.status_for_answer)
-                .bind(&row.workflow_id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?;
-            let Some((status, generation)) = current else {
-                return Ok(Resolution::Unknown);
-            };
-            let status = rows::instance_status(&row.workflow_id, &status)?;
-            let ended = matches!(
-                status,
-                InstanceStatus::Completed | InstanceStatus::Failed | InstanceStatus::Cancelled
-            );
-            if ended || generation != row.generation {
-                // An answer given before the end still stands, and says so.
-                let first = get_step_on(
-                    (&mut *tx).into(),
-                    OP,
-                    &row.workflow_id,
-                    row.generation,
-                    row.seq,
-                )
-                .await?;
-                return Ok(match first {
-                    Some(first) => Resolution::AlreadyResolved(first),
-                    None if generation != row.generation => Resolution::Continued(generation),
-                    None => Resolution::Finished(status),
-                });
-            }
-            if !insert_step_on((&mut *tx).into(), OP, row, now).await? {
-                let first = get_step_on(
-                    (&mut *tx).into(),
-                    OP,
-                    &row.workflow_id,
-                    row.generation,
-                    row.seq,
-                )
-                .await?
-                .ok_or_else(|| unreadable_step(row))?;
-                return Ok(Resolution::AlreadyResolved(first));
-            }
-            sqlx::query(&sql.wake_suspended)
-                .bind(&row.workflow_id)
-                .bind(row.generation)
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?;
-            tx.commit().await.map_err(StoreError::query(OP))?;
-            Ok(Resolution::Recorded)
+            Ok(resolution)
         })
     }
 
@@ -245,24 +186,39 @@ impl Store {
             if status.is_final() {
                 return Ok(Cancellation::AlreadyFinal(status));
             }
-            let ids: Vec<String> = sqlx::query_scalar(&sql.unfinished_tree)
+            let ended = end_tree((&mut *tx).into(), OP, id, InstanceStatus::Cancelled, now).await?;
+            tx.commit().await.map_err(StoreError::query(OP))?;
+            Ok(Cancellation::Cancelled(ended))
+        })
+    }
+
+    /// Ends an unfinished instance whose deadline has passed, and its
+    /// unfinished descendants, as [`InstanceStatus::TimedOut`] in one
+    /// transaction, like [`Store::cancel`]: each reports to its parent.
+    /// `Ok(None)` when the instance has no deadline or it has not passed yet.
+    pub async fn time_out(&self, id: &str) -> Result<Option<Cancellation>> {
+        const OP: &str = "time_out";
+        let now = now_us();
+        dispatch!(Store, self, |s, sql| {
+            let mut tx = s.begin(OP).await?;
+            let row: Option<(String, Option<i64>)> = sqlx::query_as(&sql.status_for_time_out)
                 .bind(id)
-                .fetch_all(&mut *tx)
+                .fetch_optional(&mut *tx)
                 .await
                 .map_err(StoreError::query(OP))?;
-            for cancelled in &ids {
-                sqlx::query(&sql.cancel_one)
-                    .bind(cancelled)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(StoreError::query(OP))?;
-                report_to_parent((&mut *tx).into(), cancelled, now).await?;
+            let Some((status, deadline)) = row else {
+                return Ok(Some(Cancellation::NotFound));
+            };
+            let status = rows::instance_status(id, &status)?;
+            if status.is_final() {
+                return Ok(Some(Cancellation::AlreadyFinal(status)));
             }
+            if deadline.map_or(true, |deadline| deadline > now) {
+                return Ok(None);
+            }
+            let ended = end_tree((&mut *tx).into(), OP, id, InstanceStatus::TimedOut, now).await?;
             tx.commit().await.map_err(StoreError::query(OP))?;
-            let mut ordered = vec![id.to_owned()];
-            ordered.extend(ids.into_iter().filter(|c| c != id));
-            Ok(Cancellation::Cancelled(ordered))
+            Ok(Some(Cancellation::Cancelled(ended)))
         })
     }
 
@@ -293,6 +249,139 @@ impl Store {
             .await?
             == 1)
     }
+}
+
+/// Records a new instance on `conn`, or reads the existing one with its id
+/// (the backend's insert-or-read).
+pub(crate) async fn create_instance_on(
+    conn: Conn<'_>,
+    new: &NewInstance<'_>,
+    now: i64,
+) -> Result<(InstanceRow, bool)> {
+    match conn {
+        #[cfg(feature = "sqlite")]
+        Conn::Sqlite(c) => crate::sqlite::journal::create_on(c, new, now).await,
+        #[cfg(feature = "postgres")]
+        Conn::Postgres(c) => crate::postgres::journal::create_on(c, new, now).await,
+    }
+}
+
+/// Ends the unfinished instance `id` and its unfinished descendants with
+/// `status` (cancelled or timed out), each reporting to its parent; returns
+/// their ids, `id` first.
+async fn end_tree(
+    conn: Conn<'_>,
+    op: &'static str,
+    id: &str,
+    status: InstanceStatus,
+    now: i64,
+) -> Result<Vec<String>> {
+    let error = match status {
+        InstanceStatus::TimedOut => "timed out at its deadline",
+        _ => "cancelled",
+    };
+    dispatch!(Conn, conn, |c, sql| {
+        let ids: Vec<String> = sqlx::query_scalar(&sql.unfinished_tree)
+            .bind(id)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(StoreError::query(op))?;
+        for ended in &ids {
+            sqlx::query(&sql.cancel_one)
+                .bind(ended)
+                .bind(now)
+                .bind(status.as_str())
+                .bind(error)
+                .execute(&mut *c)
+                .await
+                .map_err(StoreError::query(op))?;
+            report_to_parent((&mut *c).into(), ended, now).await?;
+        }
+        let mut ordered = vec![id.to_owned()];
+        ordered.extend(ids.into_iter().filter(|e| e != id));
+        Ok(ordered)
+    })
+}
+
+/// [`Store::resolve`] on `conn` (a transaction the caller commits when it
+/// returns [`Resolution::Recorded`]; anything else wrote nothing).
+pub(crate) async fn resolve_on(
+    conn: Conn<'_>,
+    created: i64,
+    kind: &str,
+    row: &StepRow,
+    now: i64,
+) -> Result<Resolution> {
+    const OP: &str = "resolve";
+    dispatch!(Conn, conn, |c, sql| {
+        let exists = sqlx::query(&sql.step_of_kind_exists)
+            .bind(&row.workflow_id)
+            .bind(row.generation)
+            .bind(created)
+            .bind(kind)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(StoreError::query(OP))?
+            .is_some();
+        if !exists {
+            return Ok(Resolution::Unknown);
+        }
+        // Locked (PostgreSQL; SQLite's write lock is held already) so a
+        // cancel or finish cannot slip in between this check and the
+        // insert: it waits for this transaction, or this one sees it.
+        let current: Option<(String, i64)> = sqlx::query_as(&sql.status_for_answer)
+            .bind(&row.workflow_id)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(StoreError::query(OP))?;
+        let Some((status, generation)) = current else {
+            return Ok(Resolution::Unknown);
+        };
+        let status = rows::instance_status(&row.workflow_id, &status)?;
+        let ended = matches!(
+            status,
+            InstanceStatus::Completed
+                | InstanceStatus::Failed
+                | InstanceStatus::Cancelled
+                | InstanceStatus::TimedOut
+        );
+        if ended || generation != row.generation {
+            // An answer given before the end still stands, and says so.
+            let first = get_step_on(
+                (&mut *c).into(),
+                OP,
+                &row.workflow_id,
+                row.generation,
+                row.seq,
+            )
+            .await?;
+            return Ok(match first {
+                Some(first) => Resolution::AlreadyResolved(first),
+                None if generation != row.generation => Resolution::Continued(generation),
+                None => Resolution::Finished(status),
+            });
+        }
+        if !insert_step_on((&mut *c).into(), OP, row, now).await? {
+            let first = get_step_on(
+                (&mut *c).into(),
+                OP,
+                &row.workflow_id,
+                row.generation,
+                row.seq,
+            )
+            .await?
+            .ok_or_else(|| unreadable_step(row))?;
+            return Ok(Resolution::AlreadyResolved(first));
+        }
+        sqlx::query(&sql.wake_suspended)
+            .bind(&row.workflow_id)
+            .bind(row.generation)
+            .bind(now)
+            .execute(&mut *c)
+            .await
+            .map_err(StoreError::query(OP))?;
+        Ok(Resolution::Recorded)
+    })
 }
 
 /// Reads one recorded step on `conn`.
@@ -404,7 +493,7 @@ pub(crate) async fn report_to_parent(conn: Conn<'_>, child: &str, now: i64) -> R
 
 /// The parameters of [`crate::sql::Statements::insert_instance`] for `new`:
 /// pending, or running under its lease when it has one.
-pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>; 11] {
+pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>; 12] {
     let (status, owner, expires) = match new.lease {
         Some(lease) => (
             InstanceStatus::Running,
@@ -425,6 +514,7 @@ pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>
         now,
         new.parent.map(|p| p.generation),
         new.signature,
+        new.deadline,
     ]
 }
 

@@ -51,6 +51,7 @@ mod journal;
 mod messages;
 mod model;
 mod options;
+mod outbox;
 mod outcome;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -95,6 +96,7 @@ pub use model::{
     TimerUpdate,
 };
 pub use options::{SqliteSynchronous, StoreOptions};
+pub use outbox::{create_instance_tx, get_step_tx, resolve_tx, send_message_tx};
 pub use outcome::Outcome;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};

@@ -11,7 +11,9 @@
 use crate::journal::{get_step_on, insert_step_on, journal_once, unreadable_step};
 use crate::rows::{self, StoreRow};
 use crate::sql::Dialect;
-use crate::{now_us, AppendOutcome, InstanceStatus, Result, StepRow, Store, StoreError, Suspend};
+use crate::{
+    now_us, AppendOutcome, Conn, InstanceStatus, Result, StepRow, Store, StoreError, Suspend,
+};
 
 /// The statements of messages, events and streams, in one backend's dialect.
 #[derive(Debug)]
@@ -242,85 +244,16 @@ impl Store {
     pub async fn send_messages(&self, messages: &[NewMessage<'_>]) -> Result<Vec<SendOutcome>> {
         const OP: &str = "send_message";
         for message in messages {
-            crate::validate_id("workflow id", message.workflow_id)?;
-            crate::validate_id("message topic", message.topic)?;
-            if let Some(key) = message.idempotency_key {
-                crate::validate_id("idempotency key", key)?;
-            }
+            validate_message(message)?;
         }
         let mut order: Vec<usize> = (0..messages.len()).collect();
         order.sort_by_key(|&i| messages[i].workflow_id);
         let now = now_us();
-        dispatch!(Store, self, |s, sql| {
-            let talk = &sql.talk;
+        dispatch!(Store, self, |s| {
             let mut tx = s.begin(OP).await?;
             let mut outcomes: Vec<Option<SendOutcome>> = vec![None; messages.len()];
             for &i in &order {
-                let message = &messages[i];
-                let status: Option<String> = sqlx::query_scalar(&talk.instance_status_locked)
-                    .bind(message.workflow_id)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(StoreError::query(OP))?;
-                let status = status
-                    .map(|status| rows::instance_status(message.workflow_id, &status))
-                    .transpose()?;
-                let refusal = match status {
-                    None => Some(SendOutcome::NotFound),
-                    Some(status) if status.is_final() => Some(SendOutcome::Finished(status)),
-                    Some(_) => None,
-                };
-                let journal = message.journal;
-                let outcome = match (refusal, journal) {
-                    // A refused send writes nothing; a replay of a send that
-                    // went through before still reads as sent.
-                    (Some(refusal), Some(step)) => get_step_on(
-                        (&mut *tx).into(),
-                        OP,
-                        &step.workflow_id,
-                        step.generation,
-                        step.seq,
-                    )
-                    .await?
-                    .map_or(refusal, SendOutcome::Replayed),
-                    (Some(refusal), None) => refusal,
-                    (None, journal) => {
-                        let replayed = match journal {
-                            Some(step) => journal_once((&mut *tx).into(), OP, step, now).await?,
-                            None => None,
-                        };
-                        match replayed {
-                            Some(first) => SendOutcome::Replayed(first),
-                            None => {
-                                let id: Option<i64> = sqlx::query_scalar(&talk.insert_message)
-                                    .bind(message.workflow_id)
-                                    .bind(message.topic)
-                                    .bind(message.payload)
-                                    .bind(message.type_name)
-                                    .bind(message.idempotency_key)
-                                    .bind(now)
-                                    .fetch_optional(&mut *tx)
-                                    .await
-                                    .map_err(StoreError::query(OP))?;
-                                match id {
-                                    Some(id) => {
-                                        if status == Some(InstanceStatus::Suspended) {
-                                            sqlx::query(&talk.wake_if_suspended)
-                                                .bind(message.workflow_id)
-                                                .bind(now)
-                                                .execute(&mut *tx)
-                                                .await
-                                                .map_err(StoreError::query(OP))?;
-                                        }
-                                        SendOutcome::Sent(id)
-                                    }
-                                    None => SendOutcome::Duplicate,
-                                }
-                            }
-                        }
-                    }
-                };
-                outcomes[i] = Some(outcome);
+                outcomes[i] = Some(send_message_on((&mut *tx).into(), &messages[i], now).await?);
             }
             tx.commit().await.map_err(StoreError::query(OP))?;
             Ok(outcomes.into_iter().flatten().collect())
@@ -491,6 +424,86 @@ impl Store {
         )
         .await
     }
+}
+
+/// Checks `message` (ids and topic), for [`Store::send_message`] and the
+/// outbox.
+pub(crate) fn validate_message(message: &NewMessage<'_>) -> Result<()> {
+    crate::validate_id("workflow id", message.workflow_id)?;
+    crate::validate_id("message topic", message.topic)?;
+    if let Some(key) = message.idempotency_key {
+        crate::validate_id("idempotency key", key)?;
+    }
+    Ok(())
+}
+
+/// Sends `message` on `conn` (inside a transaction: the instance's row is
+/// locked until it ends). A refused message (missing or ended instance)
+/// writes nothing, so it may share a transaction with others; a replay of a
+/// send that went through before reads as [`SendOutcome::Replayed`].
+pub(crate) async fn send_message_on(
+    conn: Conn<'_>,
+    message: &NewMessage<'_>,
+    now: i64,
+) -> Result<SendOutcome> {
+    const OP: &str = "send_message";
+    dispatch!(Conn, conn, |c, sql| {
+        let talk = &sql.talk;
+        let status: Option<String> = sqlx::query_scalar(&talk.instance_status_locked)
+            .bind(message.workflow_id)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(StoreError::query(OP))?;
+        let status = status
+            .map(|status| rows::instance_status(message.workflow_id, &status))
+            .transpose()?;
+        let refusal = match status {
+            None => Some(SendOutcome::NotFound),
+            Some(status) if status.is_final() => Some(SendOutcome::Finished(status)),
+            Some(_) => None,
+        };
+        if let Some(refusal) = refusal {
+            let Some(step) = message.journal else {
+                return Ok(refusal);
+            };
+            let journaled = get_step_on(
+                (&mut *c).into(),
+                OP,
+                &step.workflow_id,
+                step.generation,
+                step.seq,
+            )
+            .await?;
+            return Ok(journaled.map_or(refusal, SendOutcome::Replayed));
+        }
+        if let Some(step) = message.journal {
+            if let Some(first) = journal_once((&mut *c).into(), OP, step, now).await? {
+                return Ok(SendOutcome::Replayed(first));
+            }
+        }
+        let id: Option<i64> = sqlx::query_scalar(&talk.insert_message)
+            .bind(message.workflow_id)
+            .bind(message.topic)
+            .bind(message.payload)
+            .bind(message.type_name)
+            .bind(message.idempotency_key)
+            .bind(now)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(StoreError::query(OP))?;
+        let Some(id) = id else {
+            return Ok(SendOutcome::Duplicate);
+        };
+        if status == Some(InstanceStatus::Suspended) {
+            sqlx::query(&talk.wake_if_suspended)
+                .bind(message.workflow_id)
+                .bind(now)
+                .execute(&mut *c)
+                .await
+                .map_err(StoreError::query(OP))?;
+        }
+        Ok(SendOutcome::Sent(id))
+    })
 }
 
 /// Reads a queued message of `topic` for instance `id`.

@@ -19,6 +19,8 @@ pub enum InstanceStatus {
     Cancelled,
     /// Set aside because the code no longer matches its journal.
     NonDeterministic,
+    /// Ended at its deadline (or an ancestor's) before it finished.
+    TimedOut,
 }
 
 impl InstanceStatus {
@@ -32,6 +34,7 @@ impl InstanceStatus {
             InstanceStatus::Failed => "failed",
             InstanceStatus::Cancelled => "cancelled",
             InstanceStatus::NonDeterministic => "nondeterministic",
+            InstanceStatus::TimedOut => "timed_out",
         }
     }
 
@@ -45,12 +48,13 @@ impl InstanceStatus {
             "failed" => InstanceStatus::Failed,
             "cancelled" => InstanceStatus::Cancelled,
             "nondeterministic" => InstanceStatus::NonDeterministic,
+            "timed_out" => InstanceStatus::TimedOut,
             _ => return None,
         })
     }
 
     /// Whether the instance will never run again on its own
-    /// (completed, failed, cancelled, or set aside).
+    /// (completed, failed, cancelled, timed out, or set aside).
     pub fn is_final(self) -> bool {
         matches!(
             self,
@@ -58,6 +62,7 @@ impl InstanceStatus {
                 | InstanceStatus::Failed
                 | InstanceStatus::Cancelled
                 | InstanceStatus::NonDeterministic
+                | InstanceStatus::TimedOut
         )
     }
 }
@@ -80,6 +85,11 @@ pub struct NewInstance<'a> {
     /// Claim the new row for this executor right away (`status = running`),
     /// or leave it `pending` for any worker when `None`.
     pub lease: Option<Lease<'a>>,
+    /// When it times out (µs since the Unix epoch): it and its unfinished
+    /// descendants then end as [`InstanceStatus::TimedOut`]. A child's stored
+    /// deadline is the earlier of this and its parent's. Fixed at creation:
+    /// creating an existing id keeps the stored one.
+    pub deadline: Option<i64>,
 }
 
 /// Where a child workflow reports its end: the parent step it fills.
@@ -167,6 +177,8 @@ pub struct InstanceRow {
     pub parent_id: Option<String>,
     /// The parent's step sequence number that awaits this child.
     pub parent_seq: Option<i64>,
+    /// When it times out (µs since the Unix epoch), if ever.
+    pub deadline: Option<i64>,
     /// When the row was created (µs since the Unix epoch).
     pub created_at: i64,
     /// When the row last changed (µs since the Unix epoch).

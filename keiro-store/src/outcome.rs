@@ -75,13 +75,17 @@ impl From<Result<Value, Value>> for Outcome {
 /// The SQL expression building a finished child's [`Outcome`] from its
 /// `keiro_workflows` row: `{"Ok":<output>}` when it returned (completed, or
 /// failed with an error value it returned), else `{"Err":{"status":…,
-/// "message":…}}`. `json_object` is the backend's JSON object constructor
+/// "message":…}}` (plus `"deadline"`, in µs, for a timed-out child).
+/// `json_object` is the backend's JSON object constructor
 /// (`json_object` on SQLite, `json_build_object` on PostgreSQL) and `as_text`
 /// what turns its result into text (empty, or `::text`).
 pub(crate) fn child_outcome_sql(json_object: &str, as_text: &str) -> String {
     format!(
         "CASE WHEN output IS NOT NULL AND status IN ('completed', 'failed') \
              THEN '{{\"Ok\":' || output || '}}' \
+             WHEN status = 'timed_out' \
+             THEN {json_object}('Err', {json_object}('status', status, \
+                 'message', COALESCE(error, ''), 'deadline', deadline)){as_text} \
              ELSE {json_object}('Err', {json_object}('status', status, \
                  'message', COALESCE(error, ''))){as_text} END"
     )

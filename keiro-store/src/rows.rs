@@ -99,6 +99,7 @@ impl FromRow for InstanceRow {
             wake_at: row.maybe_int(what, "wake_at")?,
             parent_id: row.maybe_text(what, "parent_id")?,
             parent_seq: row.maybe_int(what, "parent_seq")?,
+            deadline: row.maybe_int(what, "deadline")?,
             created_at: row.int(what, "created_at")?,
             updated_at: row.int(what, "updated_at")?,
             id,

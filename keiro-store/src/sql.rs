@@ -71,7 +71,7 @@ impl Dialect {
 /// The columns of an [`crate::InstanceRow`], in `SELECT` and `RETURNING` lists.
 pub(crate) const INSTANCE_COLUMNS: &str = "id, name, generation, status, input, first_input, \
      signature, output, error, attempts, lease_owner, lease_expires_at, wake_at, parent_id, \
-     parent_seq, created_at, updated_at";
+     parent_seq, deadline, created_at, updated_at";
 
 /// The columns of a [`crate::StepRow`].
 pub(crate) const STEP_COLUMNS: &str = "workflow_id, generation, seq, name, kind, result";
@@ -110,6 +110,7 @@ pub(crate) struct Statements {
     pub(crate) status_for_answer: String,
     pub(crate) unfinished_tree: String,
     pub(crate) cancel_one: String,
+    pub(crate) status_for_time_out: String,
     pub(crate) count_pending_awakeables: String,
     pub(crate) continue_as_new: String,
     pub(crate) requeue_set_aside: String,
@@ -181,13 +182,26 @@ impl Statements {
                  AND resume_lease_until > $3 RETURNING {TIMER_COLUMNS}"
             )
         };
+        // A child's deadline: the earlier of its own ($12) and its parent's.
+        let parent_deadline = format!("(SELECT deadline FROM {w} WHERE id = $7)");
+        // The time a suspended instance is due: `at`, or its deadline when
+        // that comes first (also when `at` is never).
+        let due_by_deadline = |at: &str| {
+            format!(
+                "CASE WHEN deadline IS NOT NULL AND ({at} IS NULL OR deadline < {at}) \
+                 THEN deadline ELSE {at} END"
+            )
+        };
         Statements {
             insert_instance: format!(
                 "INSERT INTO {w} (id, name, generation, status, input, attempts, lease_owner, \
                  lease_expires_at, wake_at, parent_id, parent_seq, parent_generation, \
-                 created_at, updated_at, signature) \
+                 created_at, updated_at, signature, deadline) \
                  VALUES ($1, $2, 0, $3, $4, 0, $5, $6, COALESCE($6, $9), $7, $8, $10, $9, $9, \
-                 $11) ON CONFLICT (id) DO NOTHING"
+                 $11, CASE WHEN {parent_deadline} IS NOT NULL \
+                     AND (CAST($12 AS BIGINT) IS NULL OR {parent_deadline} < $12) \
+                     THEN {parent_deadline} ELSE $12 END) \
+                 ON CONFLICT (id) DO NOTHING"
             ),
             get_instance: format!("SELECT {INSTANCE_COLUMNS} FROM {w} WHERE id = $1"),
             // Two racing claims on PostgreSQL: the second blocks on the row
@@ -250,10 +264,13 @@ impl Statements {
             ),
             suspend: format!(
                 "UPDATE {w} SET status = 'suspended', lease_owner = NULL, \
-                 lease_expires_at = NULL, updated_at = $5, \
-                 wake_at = CASE WHEN CAST($6 AS BIGINT) IS NOT NULL AND EXISTS (SELECT 1 FROM {s} \
-                     WHERE workflow_id = $1 AND generation = $2 AND seq = $6) THEN $5 ELSE $4 END \
-                 WHERE id = $1 AND generation = $2 AND lease_owner = $3 AND status = 'running'"
+                 lease_expires_at = NULL, updated_at = $5, wake_at = {} \
+                 WHERE id = $1 AND generation = $2 AND lease_owner = $3 AND status = 'running'",
+                due_by_deadline(&format!(
+                    "(CASE WHEN CAST($6 AS BIGINT) IS NOT NULL AND EXISTS (SELECT 1 FROM {s} \
+                     WHERE workflow_id = $1 AND generation = $2 AND seq = $6) \
+                     THEN CAST($5 AS BIGINT) ELSE CAST($4 AS BIGINT) END)"
+                ))
             ),
             status_for_cancel: format!("SELECT status FROM {w} WHERE id = $1{}", d.lock_row),
             status_for_answer: format!(
@@ -268,8 +285,12 @@ impl Statements {
                  SELECT w.id FROM {w} w JOIN tree ON w.id = tree.id WHERE w.{UNFINISHED}"
             ),
             cancel_one: format!(
-                "UPDATE {w} SET status = 'cancelled', error = 'cancelled', lease_owner = NULL, \
+                "UPDATE {w} SET status = $3, error = $4, lease_owner = NULL, \
                  lease_expires_at = NULL, wake_at = NULL, updated_at = $2 WHERE id = $1"
+            ),
+            status_for_time_out: format!(
+                "SELECT status, deadline FROM {w} WHERE id = $1{}",
+                d.lock_row
             ),
             count_pending_awakeables: format!(
                 "SELECT count(*) FROM {s} a JOIN {w} w \

@@ -27,6 +27,8 @@ pub struct CreateRequest {
     pub parent: Option<(String, i64, i64)>,
     /// The owner and TTL (µs) of a lease to take at once; `None` for pending.
     pub lease: Option<(String, i64)>,
+    /// When the instance times out (see [`NewInstance::deadline`]).
+    pub deadline: Option<i64>,
 }
 
 /// An owned [`Finish`], to hand to the writer.
@@ -210,6 +212,7 @@ impl BatchWrite for CreateRequest {
                     owner,
                     ttl_us: *ttl_us,
                 }),
+                deadline: r.deadline,
             })
             .collect();
         store.create_instances(&news).await

@@ -63,6 +63,7 @@ fn new_instance<'a>(id: &'a str, input: &'a str, lease: Option<Lease<'a>>) -> Ne
         signature: Some(CHECKOUT),
         parent: None,
         lease,
+        deadline: None,
     }
 }
 

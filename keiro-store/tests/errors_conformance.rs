@@ -83,6 +83,7 @@ fn new_instance(id: &str) -> NewInstance<'_> {
         signature: None,
         parent: None,
         lease: None,
+        deadline: None,
     }
 }
 

@@ -43,6 +43,7 @@ async fn leased(db: &TestDb, id: &str, owner: &str) {
             owner,
             ttl_us: 60_000_000,
         }),
+        deadline: None,
     };
     assert!(db.store.create_instance(&new).await.unwrap().1);
 }

@@ -184,6 +184,10 @@ async fn assert_same_instants_in_microseconds(store: &Store, now_ms: i64) {
         (due.created_at, due.updated_at),
         (us(now_ms - 60_000), us(now_ms - 30_000))
     );
+    assert_eq!(
+        due.deadline, None,
+        "0010: rows from before have no deadline"
+    );
     let running = store.get_instance("running").await.unwrap().unwrap();
     assert_eq!(running.lease_expires_at, Some(us(now_ms + 600_000)));
     assert_eq!(running.wake_at, Some(us(now_ms + 600_000)));

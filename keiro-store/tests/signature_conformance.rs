@@ -34,6 +34,7 @@ fn greeting<'a>(id: &'a str, signature: Option<&'a str>) -> NewInstance<'a> {
         signature,
         parent: None,
         lease: None,
+        deadline: None,
     }
 }
 
@@ -138,6 +139,7 @@ async fn find_blocked_reports_mismatched_signatures_and_unknown_names(db: &TestD
     db.store
         .create_instance(&NewInstance {
             lease: Some(lease("elsewhere")),
+            deadline: None,
             ..greeting("leased", Some(MINE))
         })
         .await
@@ -176,6 +178,7 @@ async fn continue_as_new_keeps_the_first_input(db: &TestDb) {
     db.store
         .create_instance(&NewInstance {
             lease: Some(lease("w1")),
+            deadline: None,
             ..greeting("counter", Some(MINE))
         })
         .await

@@ -46,6 +46,7 @@ async fn running(db: &TestDb, id: &str) {
         signature: None,
         parent: None,
         lease: Some(lease()),
+        deadline: None,
     };
     assert!(db.store.create_instance(&new).await.unwrap().1);
 }

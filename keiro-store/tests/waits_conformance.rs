@@ -42,6 +42,7 @@ async fn running(db: &TestDb, id: &str, parent: Option<ParentLink<'_>>) {
         signature: None,
         parent,
         lease: Some(lease()),
+        deadline: None,
     };
     assert!(db.store.create_instance(&new).await.unwrap().1);
 }
@@ -425,6 +426,7 @@ async fn the_writer_batches_creates_steps_and_finishes_of_many_workflows(db: &Te
                 signature: None,
                 parent: None,
                 lease: Some((OWNER.into(), 60_000_000)),
+                deadline: None,
             };
             let (row, created) = writer.create(create.clone()).await.unwrap();
             assert!(created && row.status == InstanceStatus::Running);

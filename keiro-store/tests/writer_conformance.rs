@@ -65,6 +65,7 @@ fn create(id: &str, input: &str) -> CreateRequest {
         signature: None,
         parent: None,
         lease: None,
+        deadline: None,
     }
 }
 
@@ -143,6 +144,7 @@ async fn a_refused_write_fails_alone(db: &TestDb) {
             signature: None,
             parent: None,
             lease: None,
+            deadline: None,
         })
         .await
         .unwrap();

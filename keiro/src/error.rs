@@ -90,6 +90,23 @@ pub enum Error {
         /// The instance id.
         id: String,
     },
+    /// The workflow reached its deadline (`call.timeout(..)` /
+    /// `call.deadline(..)`, its own or an ancestor's) before it finished; it
+    /// and its unfinished descendants ended as
+    /// [`WorkflowStatus::TimedOut`](crate::WorkflowStatus::TimedOut).
+    #[error(
+        "workflow `{name}` (id {id}) timed out at its deadline ({} s after the Unix epoch) \
+         before it finished; start it with a later `.timeout(..)` / `.deadline(..)`, or none",
+        .deadline.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    )]
+    TimedOut {
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+        /// When it timed out.
+        deadline: std::time::SystemTime,
+    },
     /// A child workflow could not produce a result.
     #[error("child workflow `{name}` (id {id}) of workflow {parent_id} failed: {source}")]
     ChildFailed {

@@ -67,8 +67,8 @@ pub use keiro_macros::{step, workflow};
 
 pub use context::{
     awakeable, close_stream, get_event, now, read_stream, recv, reject_awakeable,
-    resolve_awakeable, send, set_event, sleep, sleep_until, uuid, write_stream, Awakeable,
-    GetEvent, Recv, RecvTimeout, Sending, StepTimeout, StreamReader,
+    resolve_awakeable, resolve_awakeable_tx, send, send_tx, set_event, sleep, sleep_until, uuid,
+    write_stream, Awakeable, GetEvent, Recv, RecvTimeout, Sending, StepTimeout, StreamReader,
 };
 pub use error::{Error, Result, StoreError, TypeMismatch};
 pub use keiro_store::{SqliteSynchronous, MAX_ID_BYTES};

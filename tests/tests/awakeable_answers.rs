@@ -331,6 +331,7 @@ async fn an_awakeable_created_before_secrets_keeps_its_id(backend: Backend) {
             signature: None,
             parent: None,
             lease: None,
+            deadline: None,
         })
         .await
         .unwrap();

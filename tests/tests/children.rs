@@ -206,6 +206,7 @@ async fn a_child_with_no_steps_is_driven_by_the_worker(backend: Backend) {
             signature: None,
             parent: None,
             lease: Some(dead),
+            deadline: None,
         })
         .await
         .unwrap();
@@ -224,6 +225,7 @@ async fn a_child_with_no_steps_is_driven_by_the_worker(backend: Backend) {
             signature: None,
             parent: Some(link),
             lease: Some(dead),
+            deadline: None,
         })
         .await
         .unwrap();

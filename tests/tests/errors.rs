@@ -109,6 +109,7 @@ async fn an_unregistered_name_is_an_unknown_workflow_naming_the_fix(backend: Bac
             signature: None,
             parent: None,
             lease: None,
+            deadline: None,
         })
         .await
         .unwrap();

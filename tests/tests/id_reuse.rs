@@ -129,6 +129,7 @@ async fn equal_arguments_encoded_in_another_order_attach(backend: Backend) {
             signature: None,
             parent: None,
             lease: None,
+            deadline: None,
         })
         .await
         .unwrap();
@@ -176,6 +177,7 @@ async fn a_child_attaching_with_other_arguments_is_refused(backend: Backend) {
                     seq: 0,
                 }),
                 lease: None,
+                deadline: None,
             })
             .await
             .unwrap();
@@ -211,6 +213,7 @@ async fn an_id_of_another_binarys_same_named_workflow_is_refused(backend: Backen
             signature: Some(theirs),
             parent: None,
             lease: None,
+            deadline: None,
         })
         .await
         .unwrap();

@@ -124,6 +124,7 @@ async fn unknown_names_are_counted_every_pass_and_kept(backend: Backend) {
         signature: None,
         parent: None,
         lease: None,
+        deadline: None,
     };
     keiro::unstable::raw_store(&keiro)
         .create_instance(&new)
@@ -162,6 +163,7 @@ async fn live_foreign_leases_are_skipped_and_dead_ones_taken(backend: Backend) {
         signature: None,
         parent: None,
         lease: Some(lease),
+        deadline: None,
     };
     keiro::unstable::raw_store(&keiro)
         .create_instance(&new)
@@ -213,6 +215,7 @@ async fn racing_executors_converge_on_the_first_result(backend: Backend) {
         signature: None,
         parent: None,
         lease: Some(lease),
+        deadline: None,
     };
     keiro::unstable::raw_store(&keiro)
         .create_instance(&new)

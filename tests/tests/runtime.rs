@@ -233,6 +233,7 @@ async fn journal_entries_the_code_never_reaches_are_non_determinism(backend: Bac
             signature: None,
             parent: None,
             lease: None,
+            deadline: None,
         })
         .await
         .unwrap();
@@ -270,6 +271,7 @@ async fn undecodable_rows_are_refused_by_name_and_kept(backend: Backend) {
             signature: None,
             parent: None,
             lease: None,
+            deadline: None,
         })
         .await
         .unwrap();
@@ -312,6 +314,7 @@ async fn undecodable_rows_are_refused_by_name_and_kept(backend: Backend) {
             signature: None,
             parent: None,
             lease: None,
+            deadline: None,
         })
         .await
         .unwrap();

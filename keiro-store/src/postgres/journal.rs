@@ -185,29 +185,39 @@ impl PostgresStore {
         new: &NewInstance<'_>,
         now: i64,
     ) -> Result<(InstanceRow, bool)> {
-        const OP: &str = "create_instance";
-        let row = bind_all!(sqlx::query(&CREATE_INSTANCE), &new_instance_args(new, now))
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(StoreError::query(OP))?;
-        if let Some(row) = row {
-            let what = || format!("workflow instance `{}`", new.id);
-            let created = row.flag(what, "created")?;
-            return Ok((InstanceRow::from_row(&row)?, created));
-        }
-        let existing = sqlx::query(&SQL.get_instance)
-            .bind(new.id)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(StoreError::query(OP))?;
-        match existing.as_ref().map(InstanceRow::from_row).transpose()? {
-            Some(existing) => Ok((existing, false)),
-            None => Err(StoreError::Corrupt {
-                what: format!(
-                    "workflow instance `{}` conflicted on insert but cannot be read",
-                    new.id
-                ),
-            }),
-        }
+        create_on(conn, new, now).await
+    }
+}
+
+/// Records a new instance on `conn` (insert-or-read in one statement), or
+/// reads the existing one with its id.
+pub(crate) async fn create_on(
+    conn: &mut PgConnection,
+    new: &NewInstance<'_>,
+    now: i64,
+) -> Result<(InstanceRow, bool)> {
+    const OP: &str = "create_instance";
+    let row = bind_all!(sqlx::query(&CREATE_INSTANCE), &new_instance_args(new, now))
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(StoreError::query(OP))?;
+    if let Some(row) = row {
+        let what = || format!("workflow instance `{}`", new.id);
+        let created = row.flag(what, "created")?;
+        return Ok((InstanceRow::from_row(&row)?, created));
+    }
+    let existing = sqlx::query(&SQL.get_instance)
+        .bind(new.id)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(StoreError::query(OP))?;
+    match existing.as_ref().map(InstanceRow::from_row).transpose()? {
+        Some(existing) => Ok((existing, false)),
+        None => Err(StoreError::Corrupt {
+            what: format!(
+                "workflow instance `{}` conflicted on insert but cannot be read",
+                new.id
+            ),
+        }),
     }
 }

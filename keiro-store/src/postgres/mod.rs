@@ -6,8 +6,8 @@
 //! `UPDATE` that takes the lease, which PostgreSQL re-evaluates on the locked
 //! row when two claims race.
 
-mod journal;
-mod notify;
+pub(crate) mod journal;
+pub(crate) mod notify;
 mod resume;
 
 use std::str::FromStr;

@@ -6,7 +6,7 @@ use super::PostgresStore;
 use crate::{Result, StoreError};
 
 /// The channel resume workers listen on.
-const WAKE_CHANNEL: &str = "keiro_wake";
+pub(crate) const WAKE_CHANNEL: &str = "keiro_wake";
 
 /// The channel every timer schedule notifies (in the statement that writes
 /// the timer, see [`crate::sql::Dialect::timer_channel`]).

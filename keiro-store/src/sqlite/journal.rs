@@ -100,21 +100,30 @@ impl SqliteStore {
         new: &NewInstance<'_>,
         now: i64,
     ) -> Result<(InstanceRow, bool)> {
-        const OP: &str = "create_instance";
-        let inserted = bind_all!(
-            sqlx::query(&SQL.insert_instance),
-            &new_instance_args(new, now)
-        )
-        .execute(&mut *conn)
-        .await
-        .map_err(StoreError::query(OP))?
-        .rows_affected()
-            == 1;
-        let row = sqlx::query(&SQL.get_instance)
-            .bind(new.id)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(StoreError::query(OP))?;
-        Ok((InstanceRow::from_row(&row)?, inserted))
+        create_on(conn, new, now).await
     }
+}
+
+/// Records a new instance on `conn`, or reads the existing one with its id.
+pub(crate) async fn create_on(
+    conn: &mut SqliteConnection,
+    new: &NewInstance<'_>,
+    now: i64,
+) -> Result<(InstanceRow, bool)> {
+    const OP: &str = "create_instance";
+    let inserted = bind_all!(
+        sqlx::query(&SQL.insert_instance),
+        &new_instance_args(new, now)
+    )
+    .execute(&mut *conn)
+    .await
+    .map_err(StoreError::query(OP))?
+    .rows_affected()
+        == 1;
+    let row = sqlx::query(&SQL.get_instance)
+        .bind(new.id)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(StoreError::query(OP))?;
+    Ok((InstanceRow::from_row(&row)?, inserted))
 }

@@ -4,7 +4,7 @@
 //! lock up front, so their reads and writes are never interleaved with
 //! another writer's.
 
-mod journal;
+pub(crate) mod journal;
 mod resume;
 
 use std::str::FromStr;

@@ -182,78 +182,151 @@ impl Keiro {
     }
 
     async fn answer(&self, id: &str, answer: Outcome, found: Option<&str>) -> Result<()> {
-        // A workflow id and its suffix (generation, step, secret).
-        Error::check_id_within("awakeable id", id, crate::MAX_ID_BYTES + 128)?;
-        let unknown = || Error::UnknownAwakeable { id: id.to_owned() };
-        let parsed = AwakeableId::parse(id).ok_or_else(unknown)?;
+        let parsed = parse_answer_id(id)?;
         let store = self.raw_store();
         let creation = store
             .get_step(&parsed.workflow, parsed.generation, parsed.seq)
-            .await?
-            .filter(|row| row.kind == StepKind::Awakeable.as_str())
-            .ok_or_else(unknown)?;
-        let created = Created::from_text(&creation.result).ok_or_else(unknown)?;
-        // A wrong secret is as unknown as a wrong workflow: which part was
-        // wrong is not told.
-        if !parsed.carries(created.secret()) {
-            return Err(unknown());
-        }
-        let encoded = answer.encode();
-        if let Some(found) = found {
-            if !created.accepts_type(found) {
-                return Err(Error::AwakeableTypeMismatch {
-                    id: id.to_owned(),
-                    expected: created.type_name().to_owned(),
-                    found: found.to_owned(),
-                });
-            }
-            check_decodes(created.type_name(), &encoded).map_err(|message| {
-                Error::AwakeableAnswerInvalid {
-                    id: id.to_owned(),
-                    expected: created.type_name().to_owned(),
-                    found: found.to_owned(),
-                    message,
-                }
-            })?;
-        }
-        let row = StepRow {
-            workflow_id: parsed.workflow.clone(),
-            generation: parsed.generation,
-            seq: parsed.seq + 1,
-            name: "awakeable".to_owned(),
-            kind: RESOLUTION_KIND.to_owned(),
-            result: encoded,
-        };
-        match store
+            .await?;
+        let row = answer_row(id, &parsed, creation, answer, found)?;
+        let resolution = store
             .resolve(parsed.seq, StepKind::Awakeable.as_str(), &row)
-            .await?
-        {
-            Resolution::Recorded => {
-                self.step_recorded(&parsed.workflow);
-                // The answer is committed: a lost notification only costs
-                // latency (workers poll), so it never fails the answer.
-                if let Err(error) = store.wake_workers(&parsed.workflow).await {
-                    tracing::warn!(%error, "keiro could not notify an awakeable's answer");
-                }
-                Ok(())
-            }
-            Resolution::AlreadyResolved(_) => Err(Error::AlreadyResolved { id: id.to_owned() }),
-            Resolution::Unknown => Err(unknown()),
-            Resolution::Finished(status) => Err(Error::AwakeableWorkflowFinished {
-                id: id.to_owned(),
-                workflow_id: parsed.workflow,
-                status: status.as_str().to_owned(),
-            }),
-            Resolution::Continued(now) => Err(Error::AwakeableWorkflowFinished {
-                id: id.to_owned(),
-                workflow_id: parsed.workflow,
-                status: format!(
-                    "past generation {} (continued as new; now generation {now})",
-                    parsed.generation
-                ),
-            }),
+            .await?;
+        answered(id, parsed.workflow.clone(), parsed.generation, resolution)?;
+        self.step_recorded(&parsed.workflow);
+        // The answer is committed: a lost notification only costs latency
+        // (workers poll), so it never fails the answer.
+        if let Err(error) = store.wake_workers(&parsed.workflow).await {
+            tracing::warn!(%error, "keiro could not notify an awakeable's answer");
         }
+        Ok(())
     }
+}
+
+/// Checks and takes apart an awakeable id given to answer it.
+fn parse_answer_id(id: &str) -> Result<AwakeableId> {
+    // A workflow id and its suffix (generation, step, secret).
+    Error::check_id_within("awakeable id", id, crate::MAX_ID_BYTES + 128)?;
+    AwakeableId::parse(id).ok_or_else(|| Error::UnknownAwakeable { id: id.to_owned() })
+}
+
+/// The journal row answering awakeable `id` with `answer` (of type `found`,
+/// when a value), given its creation step as recorded: refused when there
+/// is none, the secret is wrong, or the type differs from the awaited one.
+fn answer_row(
+    id: &str,
+    parsed: &AwakeableId,
+    creation: Option<StepRow>,
+    answer: Outcome,
+    found: Option<&str>,
+) -> Result<StepRow> {
+    let unknown = || Error::UnknownAwakeable { id: id.to_owned() };
+    let creation = creation
+        .filter(|row| row.kind == StepKind::Awakeable.as_str())
+        .ok_or_else(unknown)?;
+    let created = Created::from_text(&creation.result).ok_or_else(unknown)?;
+    // A wrong secret is as unknown as a wrong workflow: which part was
+    // wrong is not told.
+    if !parsed.carries(created.secret()) {
+        return Err(unknown());
+    }
+    let encoded = answer.encode();
+    if let Some(found) = found {
+        if !created.accepts_type(found) {
+            return Err(Error::AwakeableTypeMismatch {
+                id: id.to_owned(),
+                expected: created.type_name().to_owned(),
+                found: found.to_owned(),
+            });
+        }
+        check_decodes(created.type_name(), &encoded).map_err(|message| {
+            Error::AwakeableAnswerInvalid {
+                id: id.to_owned(),
+                expected: created.type_name().to_owned(),
+                found: found.to_owned(),
+                message,
+            }
+        })?;
+    }
+    Ok(StepRow {
+        workflow_id: parsed.workflow.clone(),
+        generation: parsed.generation,
+        seq: parsed.seq + 1,
+        name: "awakeable".to_owned(),
+        kind: RESOLUTION_KIND.to_owned(),
+        result: encoded,
+    })
+}
+
+/// What the store's `resolution` of awakeable `id` (of instance `workflow`,
+/// generation `generation`) means to the answerer: `Ok` once recorded.
+fn answered(id: &str, workflow: String, generation: i64, resolution: Resolution) -> Result<()> {
+    match resolution {
+        Resolution::Recorded => Ok(()),
+        Resolution::AlreadyResolved(_) => Err(Error::AlreadyResolved { id: id.to_owned() }),
+        Resolution::Unknown => Err(Error::UnknownAwakeable { id: id.to_owned() }),
+        Resolution::Finished(status) => Err(Error::AwakeableWorkflowFinished {
+            id: id.to_owned(),
+            workflow_id: workflow,
+            status: status.as_str().to_owned(),
+        }),
+        Resolution::Continued(now) => Err(Error::AwakeableWorkflowFinished {
+            id: id.to_owned(),
+            workflow_id: workflow,
+            status: format!(
+                "past generation {generation} (continued as new; now generation {now})"
+            ),
+        }),
+    }
+}
+
+/// Answers awakeable `id` with `value` inside the caller's own transaction
+/// on keiro's database (the outbox pattern): the answer is recorded, and
+/// the workflow made due, exactly when `tx` commits, and not at all when it
+/// rolls back. Refused like [`Keiro::resolve_awakeable`] (then nothing was
+/// written). Needs no runtime.
+///
+/// On PostgreSQL the workflow's process is notified at commit (`NOTIFY`
+/// inside the transaction). On SQLite nothing can run at commit: a workflow
+/// waiting in memory, or a resume worker, finds the answer when it next
+/// looks (its poll interval). On SQLite begin the transaction with
+/// `BEGIN IMMEDIATE` (`pool.begin_with("BEGIN IMMEDIATE")`).
+///
+/// ```no_run
+/// # async fn demo(pool: sqlx::PgPool, id: String) -> Result<(), Box<dyn std::error::Error>> {
+/// let mut tx = pool.begin().await?;
+/// sqlx::query("UPDATE orders SET approved = true WHERE id = 42").execute(&mut *tx).await?;
+/// keiro::resolve_awakeable_tx(&mut tx, &id, &true).await?;
+/// tx.commit().await?; // the approval and the answer, together
+/// # Ok(()) }
+/// ```
+pub async fn resolve_awakeable_tx<'t, 'c, T: Serialize + ?Sized>(
+    tx: impl Into<keiro_store::TimerTx<'t, 'c>>,
+    id: &str,
+    value: &T,
+) -> Result<()>
+where
+    'c: 't,
+{
+    let value = crate::json::to_value(value, || format!("the answer to awakeable `{id}` holds"))?;
+    let parsed = parse_answer_id(id)?;
+    let mut tx = tx.into();
+    let creation = keiro_store::get_step_tx(
+        tx.reborrow(),
+        &parsed.workflow,
+        parsed.generation,
+        parsed.seq,
+    )
+    .await?;
+    let row = answer_row(
+        id,
+        &parsed,
+        creation,
+        Outcome::Ok(value),
+        Some(std::any::type_name::<T>()),
+    )?;
+    let resolution =
+        keiro_store::resolve_tx(tx, parsed.seq, StepKind::Awakeable.as_str(), &row).await?;
+    answered(id, parsed.workflow, parsed.generation, resolution)
 }
 
 /// Answers awakeable `id` with `value`, through the process-wide runtime

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use keiro_store::{
-    now_us, AppendOutcome, MessageRequest, MessageRow, Outcome, Receive, SendOutcome, StepRow,
-    Take, Taken,
+    now_us, AppendOutcome, MessageRequest, MessageRow, NewMessage, Outcome, Receive, SendOutcome,
+    StepRow, Take, Taken,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -445,27 +445,87 @@ impl Keiro {
         };
         let store = self.raw_store();
         // Through the group-commit writer: concurrent sends share a commit.
-        match self.writer().send_message(request).await? {
-            SendOutcome::Sent(_) => {
-                // A receiver in memory here wakes at once; a suspended one
-                // is now due, for this process's resume worker or another's.
-                self.step_recorded(&sending.workflow_id);
-                self.wake_resume_worker();
-                // The message is committed: a lost notification costs only
-                // latency (receivers poll), so it never fails the send.
-                if let Err(error) = store.wake_workers(&sending.workflow_id).await {
-                    tracing::warn!(%error, "keiro could not notify a message's receiver");
-                }
-                Ok(())
+        if sent(
+            &sending.workflow_id,
+            self.writer().send_message(request).await?,
+        )? {
+            // A receiver in memory here wakes at once; a suspended one
+            // is now due, for this process's resume worker or another's.
+            self.step_recorded(&sending.workflow_id);
+            self.wake_resume_worker();
+            // The message is committed: a lost notification costs only
+            // latency (receivers poll), so it never fails the send.
+            if let Err(error) = store.wake_workers(&sending.workflow_id).await {
+                tracing::warn!(%error, "keiro could not notify a message's receiver");
             }
-            SendOutcome::Duplicate | SendOutcome::Replayed(_) => Ok(()),
-            SendOutcome::NotFound => Err(Error::NotFound {
-                id: sending.workflow_id.clone(),
-            }),
-            SendOutcome::Finished(status) => Err(Error::NotReceiving {
-                id: sending.workflow_id.clone(),
-                status: status.as_str().to_owned(),
-            }),
         }
+        Ok(())
     }
+}
+
+/// What a send's `outcome` means to the sender: `Ok(true)` when a message
+/// was queued now, `Ok(false)` when it was before (idempotency key, replay).
+fn sent(workflow_id: &str, outcome: SendOutcome) -> Result<bool> {
+    match outcome {
+        SendOutcome::Sent(_) => Ok(true),
+        SendOutcome::Duplicate | SendOutcome::Replayed(_) => Ok(false),
+        SendOutcome::NotFound => Err(Error::NotFound {
+            id: workflow_id.to_owned(),
+        }),
+        SendOutcome::Finished(status) => Err(Error::NotReceiving {
+            id: workflow_id.to_owned(),
+            status: status.as_str().to_owned(),
+        }),
+    }
+}
+
+/// Sends `value` on `topic` to workflow instance `workflow_id` inside the
+/// caller's own transaction on keiro's database (the outbox pattern): the
+/// message is queued, and a suspended receiver made due, exactly when `tx`
+/// commits, and not at all when it rolls back. Refused like [`send`] (an
+/// unknown id is [`Error::NotFound`], an ended instance
+/// [`Error::NotReceiving`]; then nothing was written). Needs no runtime;
+/// meant for code outside workflows (inside one, [`send`] is journaled).
+///
+/// On PostgreSQL the receiver's process is notified at commit (`NOTIFY`
+/// inside the transaction). On SQLite nothing can run at commit: a receiver
+/// waiting in memory finds the message at its next look (every few
+/// milliseconds), a suspended one when a resume worker next polls. On
+/// SQLite begin the transaction with `BEGIN IMMEDIATE`
+/// (`pool.begin_with("BEGIN IMMEDIATE")`), so it holds the write lock from
+/// its first statement.
+///
+/// ```no_run
+/// # async fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+/// let mut tx = pool.begin().await?;
+/// sqlx::query("UPDATE accounts SET paid = true WHERE id = 7").execute(&mut *tx).await?;
+/// keiro::send_tx(&mut tx, "order-42", "payment", &1999_u64).await?;
+/// tx.commit().await?; // the payment and the message, together
+/// # Ok(()) }
+/// ```
+pub async fn send_tx<'t, 'c, T: Serialize + ?Sized>(
+    tx: impl Into<keiro_store::TimerTx<'t, 'c>>,
+    workflow_id: &str,
+    topic: &str,
+    value: &T,
+) -> Result<()>
+where
+    'c: 't,
+{
+    Error::check_id("workflow id", workflow_id)?;
+    Error::check_id("message topic", topic)?;
+    let payload = crate::json::to_json(value, || format!("the message on topic `{topic}`"))?;
+    let message = NewMessage {
+        workflow_id,
+        topic,
+        payload: &payload,
+        type_name: Some(std::any::type_name::<T>()),
+        idempotency_key: None,
+        journal: None,
+    };
+    sent(
+        workflow_id,
+        keiro_store::send_message_tx(tx, &message).await?,
+    )?;
+    Ok(())
 }

@@ -25,11 +25,13 @@ use tokio::sync::oneshot;
 use crate::runtime::lock;
 use crate::{Error, Keiro};
 
-pub use awakeable::{awakeable, reject_awakeable, resolve_awakeable, Awakeable};
+pub use awakeable::{
+    awakeable, reject_awakeable, resolve_awakeable, resolve_awakeable_tx, Awakeable,
+};
 pub use events::{
     close_stream, get_event, read_stream, set_event, write_stream, GetEvent, StreamReader,
 };
-pub use messages::{recv, send, Recv, RecvTimeout, Sending};
+pub use messages::{recv, send, send_tx, Recv, RecvTimeout, Sending};
 pub use sleep::{sleep, sleep_until};
 pub(crate) use step::{record, run_step, StepKind};
 

@@ -4,6 +4,7 @@
 use std::future::IntoFuture;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use keiro_store::CreateRequest;
 use serde::de::DeserializeOwned;
@@ -30,7 +31,17 @@ pub struct WorkflowCall<R> {
     pub(crate) id: Option<String>,
     keiro: Option<Keiro>,
     pub(crate) parent: ParentSlot,
+    deadline: Option<CallDeadline>,
     _output: PhantomData<fn() -> R>,
+}
+
+/// When a call's instance times out, as the caller said it.
+#[derive(Debug, Clone, Copy)]
+enum CallDeadline {
+    /// This long after the instance is recorded.
+    After(Duration),
+    /// At this time.
+    At(SystemTime),
 }
 
 impl<R> std::fmt::Debug for WorkflowCall<R> {
@@ -62,6 +73,7 @@ where
             id: None,
             keiro: None,
             parent,
+            deadline: None,
             _output: PhantomData,
         }
     }
@@ -73,6 +85,27 @@ where
     /// [`Error::IdConflict`].
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
+        self
+    }
+
+    /// Gives the instance at most `timeout` from when it is recorded: then it
+    /// and its unfinished descendants end as
+    /// [`WorkflowStatus::TimedOut`](crate::WorkflowStatus::TimedOut) (no step
+    /// body starts after that; a run in progress is stopped like a
+    /// cancellation) and [`result`](WorkflowHandle::result) returns
+    /// [`Error::TimedOut`]. See [`WorkflowCall::deadline`].
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.deadline = Some(CallDeadline::After(timeout));
+        self
+    }
+
+    /// Times the instance out at `deadline` (see [`WorkflowCall::timeout`]).
+    /// The deadline is stored with the instance when it is first recorded,
+    /// so it survives restarts; a later call attaching to the same id keeps
+    /// the stored one. A child's deadline is the earlier of its own and its
+    /// parent's.
+    pub fn deadline(mut self, deadline: SystemTime) -> Self {
+        self.deadline = Some(CallDeadline::At(deadline));
         self
     }
 
@@ -108,6 +141,7 @@ where
                 signature: Some(spec.signature.clone()),
                 parent: spec.parent.clone(),
                 lease: None,
+                deadline: spec.deadline,
             })
             .await?;
         check_attach(&row, &spec)?;
@@ -119,6 +153,59 @@ where
                 tracing::warn!(%error, "keiro could not notify an enqueue");
             }
         }
+        Ok(WorkflowHandle::new(keiro, spec.id, None))
+    }
+
+    /// Records the instance as pending inside the caller's own transaction on
+    /// keiro's database (the outbox pattern): it exists, for any resume
+    /// worker to run, exactly when `tx` commits, and not at all when it rolls
+    /// back. Otherwise like [`enqueue`](WorkflowCall::enqueue): idempotent on
+    /// the id (an existing instance must be the same call), takes no executor
+    /// identity.
+    ///
+    /// On PostgreSQL workers are notified at commit (`NOTIFY` inside the
+    /// transaction). On SQLite nothing can run at commit: a resume worker
+    /// finds the instance at its next poll. On SQLite begin the transaction
+    /// with `BEGIN IMMEDIATE` (`pool.begin_with("BEGIN IMMEDIATE")`).
+    ///
+    /// ```no_run
+    /// # #[keiro::workflow]
+    /// # async fn ship(order: u64) -> u64 { order }
+    /// # async fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut tx = pool.begin().await?;
+    /// sqlx::query("INSERT INTO orders (id) VALUES (42)").execute(&mut *tx).await?;
+    /// let handle = ship(42).id("ship-42").enqueue_tx(&mut tx).await?;
+    /// tx.commit().await?; // the order and its workflow, together
+    /// # let _ = handle;
+    /// # Ok(()) }
+    /// ```
+    pub async fn enqueue_tx<'t, 'c>(
+        self,
+        tx: impl Into<keiro_store::TimerTx<'t, 'c>>,
+    ) -> Result<WorkflowHandle<R>>
+    where
+        'c: 't,
+    {
+        let keiro = self.runtime().await?;
+        let spec = self.launch_spec()?;
+        let new = keiro_store::NewInstance {
+            id: &spec.id,
+            name: spec.name,
+            input: &spec.input,
+            signature: Some(&spec.signature),
+            parent: spec
+                .parent
+                .as_ref()
+                .map(|(id, generation, seq)| keiro_store::ParentLink {
+                    id,
+                    generation: *generation,
+                    seq: *seq,
+                }),
+            lease: None,
+            deadline: spec.deadline,
+        };
+        let (row, _) = keiro_store::create_instance_tx(tx, &new).await?;
+        check_attach(&row, &spec)?;
         Ok(WorkflowHandle::new(keiro, spec.id, None))
     }
 
@@ -171,6 +258,12 @@ where
                 .parent
                 .as_ref()
                 .map(|(cx, seq)| (cx.id.clone(), cx.generation, *seq)),
+            deadline: self.deadline.map(|deadline| match deadline {
+                CallDeadline::After(timeout) => {
+                    keiro_store::now_us().saturating_add(crate::time::duration_us(timeout))
+                }
+                CallDeadline::At(at) => crate::time::to_us(at),
+            }),
         })
     }
 

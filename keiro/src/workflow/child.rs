@@ -132,6 +132,8 @@ where
             struct Failure {
                 status: String,
                 message: String,
+                #[serde(default)]
+                deadline: Option<i64>,
             }
             let end = match Outcome::decode_as::<R, Failure>(&row.result) {
                 Ok(end) => end,
@@ -150,6 +152,11 @@ where
                     let (name, id) = (self.name.to_owned(), self.id.clone());
                     let source = match failure.status.as_str() {
                         "cancelled" => Error::Cancelled { name, id },
+                        "timed_out" => Error::TimedOut {
+                            name,
+                            id,
+                            deadline: crate::time::from_us(failure.deadline.unwrap_or(0)),
+                        },
                         _ => Error::Failed {
                             name,
                             id,

@@ -16,7 +16,15 @@ use crate::context::{self, Halt, WorkflowContext};
 use crate::panic::panic_message;
 use crate::registry::{RunFn, WorkflowInput};
 use crate::shutdown::Stop;
-use crate::time::duration_us;
+use crate::time::{duration_us, until_us};
+use keiro_store::now_us;
+use tokio::time::Instant;
+
+/// A deadline timer's wait for an instance without a deadline.
+const NEVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// How soon a failed attempt to time out a run is tried again.
+const RETRY_TIME_OUT: Duration = Duration::from_millis(100);
 use crate::{Error, Keiro, Result};
 
 /// Runs the instance once in this process: `claimed`, or whatever this
@@ -77,6 +85,11 @@ pub(crate) async fn execute(
             .load_journal(&row.id, row.generation)
             .await?
     };
+    // Claimed past its deadline (it was due then): end it, never run it.
+    if row.deadline.is_some_and(|deadline| deadline <= now_us()) {
+        keiro.time_out(&row.id).await?;
+        return Ok(keiro.raw_store().get_instance(&row.id).await?);
+    }
     let (cx, aborted) = WorkflowContext::new(
         keiro.clone(),
         row.name.clone(),
@@ -88,6 +101,9 @@ pub(crate) async fn execute(
     // finds the run.
     let _live = keiro.inflight().enter(&cx);
     let ended = drive(keiro, run, &row, &cx, aborted, keiro.lease_ttl(), stop).await;
+    if let Ended::TimedOut = ended {
+        return Ok(keiro.raw_store().get_instance(&row.id).await?);
+    }
     end::record(keiro, row, ended).await
 }
 
@@ -129,6 +145,12 @@ async fn drive(
         owner: keiro.owner(),
         ttl_us: duration_us(ttl),
     };
+    // The run is stopped at the instance's deadline, wherever its body is.
+    let deadline = tokio::time::sleep(match row.deadline {
+        Some(deadline) => until_us(deadline, now_us()),
+        None => NEVER,
+    });
+    tokio::pin!(deadline);
     loop {
         tokio::select! {
             biased;
@@ -157,6 +179,17 @@ async fn drive(
                 };
             }
             _ = stop.wait() => return Ended::Stopped,
+            _ = &mut deadline => {
+                match keiro.time_out(&row.id).await {
+                    Ok(true) => return Ended::TimedOut,
+                    // Ended by someone else meanwhile (it times out once).
+                    Ok(false) => deadline.as_mut().reset(Instant::now() + RETRY_TIME_OUT),
+                    Err(error) => {
+                        tracing::warn!(parent: &span, %error, "keiro could not time out a workflow; retrying");
+                        deadline.as_mut().reset(Instant::now() + RETRY_TIME_OUT);
+                    }
+                }
+            }
             _ = renew.tick() => {
                 let sent = tokio::time::Instant::now();
                 match keiro.raw_store().renew_lease(&row.id, lease).await {

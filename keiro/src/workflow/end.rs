@@ -34,6 +34,8 @@ pub(crate) enum Ended {
     /// Another executor took the lease, or it could not be renewed before it
     /// may lapse.
     LeaseLost,
+    /// The instance reached its deadline and was ended as timed out.
+    TimedOut,
 }
 
 /// Records `ended` for the claimed `row`: `Ok(Some(row))` when it finished or
@@ -52,6 +54,11 @@ pub(crate) async fn record(
             set_aside(keiro, &row, error).await
         }
         Ended::LeaseLost => Ok(None),
+        // Recorded already by `Keiro::time_out`.
+        Ended::TimedOut => {
+            crate::telemetry::run_ended(&row.name, InstanceStatus::TimedOut.as_str());
+            Ok(None)
+        }
         Ended::Stopped => {
             crate::telemetry::run_ended(&row.name, "stopped");
             store.release(&row.id, owner).await?;

@@ -27,6 +27,9 @@ pub enum WorkflowStatus {
     Failed,
     /// Cancelled.
     Cancelled,
+    /// Ended at its deadline, or an ancestor's, before it finished
+    /// (`call.timeout(..)` / `call.deadline(..)`).
+    TimedOut,
     /// Set aside because the code no longer matches its journal; the journal is
     /// untouched and [`Keiro::resume`] puts it back in line once fixed.
     NonDeterministic {
@@ -46,6 +49,7 @@ impl WorkflowStatus {
             InstanceStatus::Completed => WorkflowStatus::Completed,
             InstanceStatus::Failed => WorkflowStatus::Failed,
             InstanceStatus::Cancelled => WorkflowStatus::Cancelled,
+            InstanceStatus::TimedOut => WorkflowStatus::TimedOut,
             InstanceStatus::NonDeterministic => {
                 let (_, expected, found) = nondeterminism_of(row);
                 WorkflowStatus::NonDeterministic { expected, found }
@@ -54,7 +58,8 @@ impl WorkflowStatus {
         }
     }
 
-    /// Whether the instance is done (completed, failed, cancelled or set aside).
+    /// Whether the instance is done (completed, failed, cancelled, timed out or
+    /// set aside).
     pub fn is_final(&self) -> bool {
         !matches!(
             self,
@@ -171,6 +176,11 @@ pub(crate) fn outcome_of<R: serde::de::DeserializeOwned>(row: &InstanceRow) -> R
         (InstanceStatus::Cancelled, _) => Err(Error::Cancelled {
             name: row.name.clone(),
             id: row.id.clone(),
+        }),
+        (InstanceStatus::TimedOut, _) => Err(Error::TimedOut {
+            name: row.name.clone(),
+            id: row.id.clone(),
+            deadline: crate::time::from_us(row.deadline.unwrap_or(row.updated_at)),
         }),
         (InstanceStatus::NonDeterministic, _) => {
             let (seq, expected, found) = nondeterminism_of(row);

@@ -26,6 +26,8 @@ pub(crate) struct Launch {
     pub(crate) signature: String,
     /// The parent instance, its generation and its step seq, for a child.
     pub(crate) parent: Option<(String, i64, i64)>,
+    /// When the instance times out (µs since the Unix epoch), if ever.
+    pub(crate) deadline: Option<i64>,
 }
 
 /// Records the instance (or finds the existing one with this id, which must
@@ -52,6 +54,7 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
             signature: Some(launch.signature.clone()),
             parent: launch.parent.clone(),
             lease: Some((lease.owner.to_owned(), lease.ttl_us)),
+            deadline: launch.deadline,
         })
         .await?;
     check_attach(&row, &launch)?;

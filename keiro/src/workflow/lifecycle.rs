@@ -49,6 +49,45 @@ impl Keiro {
         }
     }
 
+    /// Ends instance `id` and its unfinished descendants as timed out when its
+    /// deadline has passed, through the cancellation path: running ones in
+    /// this process stop at once, elsewhere within a lease renewal, and a
+    /// parent awaiting the instance gets [`Error::TimedOut`] from its child
+    /// call. Returns whether this call ended it (`false`: the deadline has
+    /// not passed, or the instance had ended already).
+    pub(crate) async fn time_out(&self, id: &str) -> Result<bool> {
+        let Some(keiro_store::Cancellation::Cancelled(ids)) = self.raw_store().time_out(id).await?
+        else {
+            return Ok(false);
+        };
+        for ended in &ids {
+            if let Some(cx) = self.inflight().live(ended) {
+                cx.halt(Halt::Cancelled);
+            }
+            self.step_recorded(ended);
+        }
+        tracing::info!(
+            id,
+            ended = ids.len(),
+            "keiro timed out a workflow at its deadline"
+        );
+        // The instance may be a child whose own deadline came first: its
+        // parent runs on, and learns of the end at once.
+        let row = self.raw_store().get_instance(id).await?;
+        if let Some(parent) = row.and_then(|row| row.parent_id) {
+            self.step_recorded(&parent);
+            if let Err(error) = self.raw_store().wake_workers(&parent).await {
+                tracing::debug!(%error, "keiro could not notify a parent's process");
+            }
+        }
+        for ended in &ids {
+            if let Err(error) = self.raw_store().wake_workers(ended).await {
+                tracing::debug!(%error, "keiro could not notify a timed-out workflow's followers");
+            }
+        }
+        Ok(true)
+    }
+
     /// Puts an instance that was set aside for non-determinism back in line,
     /// journal intact, so the fixed code resumes it: the next call with its id
     /// (or a resume worker) runs it. Errors when no such instance is set aside.

@@ -6,6 +6,7 @@
 //! crash_workflow family <id> <file>    run family(file) under <id>
 //! crash_workflow sleep <id> <ms>   run sleepy(ms) under <id> in-process
 //! crash_workflow mailbox <id> <file> <ms>  run mailbox(file, ms) under <id>
+//! crash_workflow deadline <id> <ms> <timeout ms>  run sleepy(ms) under <id> with a timeout
 //! crash_workflow resume <id>       start the resume worker, wait for <id>, print DONE
 //! crash_workflow worker            run the resume worker until killed
 //! ```
@@ -63,6 +64,15 @@ async fn run(started: Instant) -> Result<(), keiro::Error> {
         ["mailbox", id, file, millis] => {
             let millis: u64 = millis.parse().expect("mailbox <id> <file> <millis>");
             let out = mailbox(file.to_string(), millis).id(*id).await?;
+            println!("DONE {}", serde_json::to_string(&out).unwrap());
+        }
+        ["deadline", id, millis, timeout] => {
+            let millis: u64 = millis.parse().expect("deadline <id> <millis> <timeout>");
+            let timeout: u64 = timeout.parse().expect("deadline <id> <millis> <timeout>");
+            let out = sleepy(millis)
+                .id(*id)
+                .timeout(Duration::from_millis(timeout))
+                .await?;
             println!("DONE {}", serde_json::to_string(&out).unwrap());
         }
         ["worker"] => {

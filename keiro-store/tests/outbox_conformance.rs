@@ -1,0 +1,180 @@
+//! Conformance of the outbox, on both backends: a message, a new instance or
+//! an awaitable's resolution written in the caller's transaction exists
+//! exactly when that transaction commits.
+
+#[macro_use]
+mod support;
+
+use keiro_store::{
+    create_instance_tx, resolve_tx, send_message_tx, InstanceStatus, Lease, NewInstance,
+    NewMessage, Resolution, SendOutcome, StepRow, Store,
+};
+use support::TestDb;
+
+conformance!(
+    a_message_is_sent_only_when_the_callers_transaction_commits,
+    an_instance_exists_only_when_the_callers_transaction_commits,
+    a_resolution_is_recorded_only_when_the_callers_transaction_commits,
+);
+
+/// Runs `$body` with `$tx`, a transaction of `$store`'s own pool, then
+/// commits it when `$commit`, else rolls it back; yields the body's value.
+macro_rules! in_tx {
+    ($store:expr, $commit:expr, |$tx:ident| $body:expr) => {
+        match $store {
+            Store::Sqlite(s) => {
+                let mut $tx = s.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+                let out = $body;
+                if $commit {
+                    $tx.commit().await.unwrap();
+                } else {
+                    $tx.rollback().await.unwrap();
+                }
+                out
+            }
+            Store::Postgres(p) => {
+                let mut $tx = p.pool().begin().await.unwrap();
+                let out = $body;
+                if $commit {
+                    $tx.commit().await.unwrap();
+                } else {
+                    $tx.rollback().await.unwrap();
+                }
+                out
+            }
+        }
+    };
+}
+
+fn instance<'a>(id: &'a str, lease: Option<Lease<'a>>) -> NewInstance<'a> {
+    NewInstance {
+        id,
+        name: "flow",
+        input: "[]",
+        signature: None,
+        parent: None,
+        lease,
+        deadline: None,
+    }
+}
+
+const LEASE: Lease<'static> = Lease {
+    owner: "w1",
+    ttl_us: 60_000_000,
+};
+
+async fn a_message_is_sent_only_when_the_callers_transaction_commits(db: &TestDb) {
+    assert!(
+        db.store
+            .create_instance(&instance("rx", Some(LEASE)))
+            .await
+            .unwrap()
+            .1
+    );
+    let message = NewMessage {
+        workflow_id: "rx",
+        topic: "t",
+        payload: "1",
+        type_name: Some("u32"),
+        idempotency_key: None,
+        journal: None,
+    };
+    let sent = in_tx!(&db.store, false, |tx| send_message_tx(&mut tx, &message)
+        .await
+        .unwrap());
+    assert!(matches!(sent, SendOutcome::Sent(_)), "{sent:?}");
+    assert_eq!(db.store.count_waiting_messages("rx", "t").await.unwrap(), 0);
+    let sent = in_tx!(&db.store, true, |tx| send_message_tx(&mut tx, &message)
+        .await
+        .unwrap());
+    assert!(matches!(sent, SendOutcome::Sent(_)), "{sent:?}");
+    assert_eq!(db.store.count_waiting_messages("rx", "t").await.unwrap(), 1);
+    let missing = NewMessage {
+        workflow_id: "nobody",
+        ..message
+    };
+    let refused = in_tx!(&db.store, true, |tx| send_message_tx(&mut tx, &missing)
+        .await
+        .unwrap());
+    assert_eq!(refused, SendOutcome::NotFound);
+}
+
+async fn an_instance_exists_only_when_the_callers_transaction_commits(db: &TestDb) {
+    let (row, created) = in_tx!(&db.store, false, |tx| create_instance_tx(
+        &mut tx,
+        &instance("queued", None)
+    )
+    .await
+    .unwrap());
+    assert!(created);
+    assert_eq!(row.status, InstanceStatus::Pending);
+    assert_eq!(db.store.get_instance("queued").await.unwrap(), None);
+    let (_, created) = in_tx!(&db.store, true, |tx| {
+        let first = create_instance_tx(&mut tx, &instance("queued", None))
+            .await
+            .unwrap();
+        let again = create_instance_tx(&mut tx, &instance("queued", None))
+            .await
+            .unwrap();
+        assert!(!again.1, "the second create reads the first");
+        first
+    });
+    assert!(created);
+    let row = db.store.get_instance("queued").await.unwrap().unwrap();
+    assert_eq!(row.status, InstanceStatus::Pending);
+}
+
+async fn a_resolution_is_recorded_only_when_the_callers_transaction_commits(db: &TestDb) {
+    assert!(
+        db.store
+            .create_instance(&instance("waiter", Some(LEASE)))
+            .await
+            .unwrap()
+            .1
+    );
+    let step = |seq: i64, kind: &str, result: &str| StepRow {
+        workflow_id: "waiter".into(),
+        generation: 0,
+        seq,
+        name: "awakeable".into(),
+        kind: kind.into(),
+        result: result.into(),
+    };
+    db.store
+        .append_steps(&[step(0, "awakeable", "\"created\"")])
+        .await
+        .unwrap();
+    let answer = step(1, "resolution", "{\"Ok\":true}");
+    let resolution = in_tx!(&db.store, false, |tx| resolve_tx(
+        &mut tx,
+        0,
+        "awakeable",
+        &answer
+    )
+    .await
+    .unwrap());
+    assert_eq!(resolution, Resolution::Recorded);
+    assert_eq!(db.store.get_step("waiter", 0, 1).await.unwrap(), None);
+    let resolution = in_tx!(&db.store, true, |tx| resolve_tx(
+        &mut tx,
+        0,
+        "awakeable",
+        &answer
+    )
+    .await
+    .unwrap());
+    assert_eq!(resolution, Resolution::Recorded);
+    assert_eq!(
+        db.store.get_step("waiter", 0, 1).await.unwrap(),
+        Some(answer.clone())
+    );
+    let again = in_tx!(&db.store, true, |tx| resolve_tx(
+        &mut tx,
+        0,
+        "awakeable",
+        &answer
+    )
+    .await
+    .unwrap());
+    assert!(matches!(again, Resolution::AlreadyResolved(_)), "{again:?}");
+}
