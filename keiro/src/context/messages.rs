@@ -96,6 +96,9 @@ pub struct RecvTimeout<T> {
     deadline: SystemTime,
 }
 
+impl<T: DeserializeOwned + Send + 'static> super::Durable for Recv<T> {}
+impl<T: DeserializeOwned + Send + 'static> super::Durable for RecvTimeout<T> {}
+
 impl<T: DeserializeOwned + Send + 'static> IntoFuture for Recv<T> {
     type Output = Result<T>;
     type IntoFuture = BoxFuture<'static, Result<T>>;

@@ -10,6 +10,7 @@ mod awakeable_id;
 mod awakeable_record;
 mod events;
 mod messages;
+mod select;
 mod sleep;
 mod step;
 mod timeout;
@@ -25,11 +26,13 @@ use tokio::sync::oneshot;
 use crate::runtime::lock;
 use crate::{Error, Keiro};
 
-pub use awakeable::{awakeable, reject_awakeable, resolve_awakeable, Awakeable};
+pub use awakeable::{awakeable, reject_awakeable, resolve_awakeable, Awakeable, AwakeableTimeout};
 pub use events::{
     close_stream, get_event, read_stream, set_event, write_stream, GetEvent, StreamReader,
 };
 pub use messages::{recv, send, Recv, RecvTimeout, Sending};
+pub(crate) use select::{with_deadline, Wake};
+pub use select::{branch, durable, BranchFuture, Durable, DurableFuture, Select};
 pub use sleep::{sleep, sleep_until};
 pub(crate) use step::{record, run_step, StepKind};
 
@@ -150,6 +153,9 @@ pub(crate) enum Halt {
         /// The message topic it waits on: a message there makes it due.
         topic: Option<String>,
     },
+    /// The workflow waits on several things at once (a `keiro::select!`):
+    /// due at the first of them.
+    SuspendAny(Wake),
     /// The instance was cancelled; stop without recording anything more.
     Cancelled,
     /// End this generation and start the next with this input.
@@ -203,6 +209,11 @@ impl WorkflowContext {
         self.next_seq.fetch_add(1, Ordering::SeqCst)
     }
 
+    /// Allocates two consecutive step ids; returns the first.
+    pub(crate) fn next_seq_pair(&self) -> i64 {
+        self.next_seq.fetch_add(2, Ordering::SeqCst)
+    }
+
     /// How many step ids this run has allocated.
     pub(crate) fn allocated(&self) -> i64 {
         self.next_seq.load(Ordering::SeqCst)
@@ -232,6 +243,10 @@ impl WorkflowContext {
     /// Stops the run early: the runner drops the workflow's future and records
     /// why. Only the first halt counts.
     pub(crate) fn halt(&self, halt: Halt) {
+        // Inside a select's branch a suspension is only that branch's wish.
+        let Some(halt) = select::intercept(halt) else {
+            return;
+        };
         if let Some(sender) = lock(&self.abort).take() {
             let _ = sender.send(halt);
         }

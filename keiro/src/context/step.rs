@@ -48,6 +48,8 @@ pub(crate) enum StepKind {
     Stream,
     /// `keiro::get_event()` read from a workflow: the value it saw.
     GetEvent,
+    /// `keiro::select!`: the index of the winning branch.
+    Select,
 }
 
 impl StepKind {
@@ -64,6 +66,7 @@ impl StepKind {
             StepKind::Event => "set_event",
             StepKind::Stream => "write_stream",
             StepKind::GetEvent => "get_event",
+            StepKind::Select => "select",
         }
     }
 }
