@@ -18,10 +18,9 @@ pub(super) fn expand(input: &SelectInput) -> TokenStream {
         .collect();
     let futures = input.branches.iter().zip(&variants).map(|(branch, variant)| {
         let future = &branch.future;
-        // The check sits on the user's expression, so a branch that is not a
-        // keiro future is reported there.
-        let checked = quote_spanned!(future.span()=> ::keiro::__private::durable(#future));
-        quote!(::keiro::__private::branch(#checked, __KeiroSelected::#variant))
+        // Spanned at the user's expression, so a branch that is not a keiro
+        // future (`branch` requires `Durable`) is reported there, once.
+        quote_spanned!(future.span()=> ::keiro::__private::branch(#future, __KeiroSelected::#variant))
     });
     let arms = input.branches.iter().zip(&variants).map(|(branch, variant)| {
         let (pat, handler) = (&branch.pat, &branch.handler);

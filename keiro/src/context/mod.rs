@@ -32,7 +32,7 @@ pub use events::{
 };
 pub use messages::{recv, send, Recv, RecvTimeout, Sending};
 pub(crate) use select::{with_deadline, Wake};
-pub use select::{branch, durable, BranchFuture, Durable, DurableFuture, Select};
+pub use select::{branch, BranchFuture, Durable, DurableFuture, Select};
 pub use sleep::{sleep, sleep_until};
 pub(crate) use step::{record, run_step, StepKind};
 

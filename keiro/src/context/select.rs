@@ -269,7 +269,8 @@ fn out_of_range(cx: &WorkflowContext, seq: i64, winner: usize, branches: usize) 
     }
 }
 
-/// Wraps a branch's future so every branch of a select has one output type.
+/// Wraps a branch's future so every branch of a select has one output type;
+/// only keiro futures ([`Durable`]) are accepted.
 pub fn branch<'a, D, O>(durable: D, wrap: fn(D::Output) -> O) -> BranchFuture<'a, O>
 where
     D: Durable + IntoFuture,
@@ -279,11 +280,6 @@ where
 {
     let future = durable.into_future();
     Box::pin(async move { wrap(future.await) })
-}
-
-/// Checks that a select branch is a keiro future (a spanned error if not).
-pub fn durable<D: Durable>(durable: D) -> D {
-    durable
 }
 
 /// A boxed keiro future: what `#[step]` calls and `keiro::sleep` return.
