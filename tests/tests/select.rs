@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use keiro::{step, workflow, Keiro, ResumeOptions, WorkflowStatus};
+use keiro_tests::process::{lines_of, CrashChild};
 use keiro_tests::{on_both_backends, Backend, TestDb};
 
 /// How often each keyed step body started.
@@ -373,6 +374,30 @@ async fn outside_a_workflow_select_is_a_plain_race(backend: Backend) {
     assert!(began.elapsed() < Duration::from_secs(10));
 }
 
+
+/// The child process of the crash test.
+const CHILD: &str = env!("CARGO_BIN_EXE_crash_workflow");
+
+async fn killed_right_after_the_winner_is_journaled_takes_the_same_branch(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("effects.log");
+    let executor = format!("select-crash-{}", uuid::Uuid::new_v4().simple());
+    let id = fresh("select-crash");
+    let args = ["select", &id, file.to_str().unwrap()];
+    let mut first = CrashChild::start(CHILD, &db, &executor, &args, Some("after-select"));
+    first.line_starting("CRASH_POINT").await;
+    first.kill().await; // SIGKILL, the sleep's win journaled
+    assert_eq!(lines_of(&file), ["race step"]);
+    // Restarted without the slowdown: the step would now win at once, but
+    // the journaled winner stands, and the losing step does not run again.
+    let (out, _) = CrashChild::start(CHILD, &db, &executor, &["resume", &id], None)
+        .done()
+        .await;
+    assert_eq!(out, serde_json::json!("sleep"));
+    assert_eq!(lines_of(&file), ["race step", "won sleep"]);
+}
+
 on_both_backends!(
     the_journaled_winner_is_taken_on_replay,
     a_step_beats_a_long_sleep,
@@ -381,4 +406,5 @@ on_both_backends!(
     an_awakeable_timeout_yields_the_answer_or_none,
     a_child_handle_timeout_yields_the_result_or_none,
     outside_a_workflow_select_is_a_plain_race,
+    killed_right_after_the_winner_is_journaled_takes_the_same_branch,
 );

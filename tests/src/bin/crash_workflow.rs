@@ -5,6 +5,7 @@
 //! crash_workflow approval <id> <file>  run approval_flow(file) under <id>
 //! crash_workflow family <id> <file>    run family(file) under <id>
 //! crash_workflow sleep <id> <ms>   run sleepy(ms) under <id> in-process
+//! crash_workflow select <id> <file>   run select_race(file) under <id>
 //! crash_workflow resume <id>       start the resume worker, wait for <id>, print DONE
 //! crash_workflow worker            run the resume worker until killed
 //! ```
@@ -13,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use keiro::ResumeOptions;
-use keiro_tests::workflows::{approval_flow, family, five_steps, sleepy};
+use keiro_tests::workflows::{approval_flow, family, five_steps, select_race, sleepy};
 
 #[tokio::main]
 async fn main() {
@@ -57,6 +58,10 @@ async fn run(started: Instant) -> Result<(), keiro::Error> {
         ["sleep", id, millis] => {
             let millis: u64 = millis.parse().expect("sleep <id> <millis>");
             let out = sleepy(millis).id(*id).await?;
+            println!("DONE {}", serde_json::to_string(&out).unwrap());
+        }
+        ["select", id, file] => {
+            let out = select_race(file.to_string()).id(*id).await?;
             println!("DONE {}", serde_json::to_string(&out).unwrap());
         }
         ["worker"] => {
