@@ -119,7 +119,10 @@ mod tests {
 
     #[test]
     fn a_missing_arrow_says_what_a_branch_looks_like() {
-        let error = SelectInput::parse(quote!(v = a() v)).err().unwrap().to_string();
+        let error = SelectInput::parse(quote!(v = a() v))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(error.contains("expected `=>` after the future"), "{error}");
     }
 }

@@ -128,12 +128,19 @@ fn fresh(prefix: &str) -> String {
 /// The winner's index journaled by the select whose decision is step `seq`.
 async fn decision(keiro: &Keiro, id: &str, seq: i64) -> String {
     let store = keiro::unstable::raw_store(keiro);
-    let row = store.get_step(id, 0, seq).await.unwrap().expect("journaled");
+    let row = store
+        .get_step(id, 0, seq)
+        .await
+        .unwrap()
+        .expect("journaled");
     assert_eq!((row.kind.as_str(), row.name.as_str()), ("select", "select"));
     row.result
 }
 
-async fn wait_for_status(handle: &keiro::WorkflowHandle<impl serde::de::DeserializeOwned>, want: WorkflowStatus) {
+async fn wait_for_status(
+    handle: &keiro::WorkflowHandle<impl serde::de::DeserializeOwned>,
+    want: WorkflowStatus,
+) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while handle.status().await.unwrap() != want {
         assert!(Instant::now() < deadline, "never {want:?}");
@@ -162,7 +169,11 @@ async fn the_journaled_winner_is_taken_on_replay(backend: Backend) {
     // The replay took the journaled sleep although the step, polled first,
     // now completes at once.
     assert_eq!(out, "sleep");
-    assert_eq!(runs(&format!("{key}/crash")), 2, "it crashed, then replayed");
+    assert_eq!(
+        runs(&format!("{key}/crash")),
+        2,
+        "it crashed, then replayed"
+    );
     assert_eq!(
         runs(&format!("{key}/slow")),
         1,
@@ -373,7 +384,6 @@ async fn outside_a_workflow_select_is_a_plain_race(backend: Backend) {
     assert_eq!(out, 1);
     assert!(began.elapsed() < Duration::from_secs(10));
 }
-
 
 /// The child process of the crash test.
 const CHILD: &str = env!("CARGO_BIN_EXE_crash_workflow");

@@ -22,10 +22,14 @@ pub(super) fn expand(input: &SelectInput) -> TokenStream {
         // future (`branch` requires `Durable`) is reported there, once.
         quote_spanned!(future.span()=> ::keiro::__private::branch(#future, __KeiroSelected::#variant))
     });
-    let arms = input.branches.iter().zip(&variants).map(|(branch, variant)| {
-        let (pat, handler) = (&branch.pat, &branch.handler);
-        quote!(__KeiroSelected::#variant(#pat) => #handler,)
-    });
+    let arms = input
+        .branches
+        .iter()
+        .zip(&variants)
+        .map(|(branch, variant)| {
+            let (pat, handler) = (&branch.pat, &branch.handler);
+            quote!(__KeiroSelected::#variant(#pat) => #handler,)
+        });
     quote! {
         {
             #[allow(non_camel_case_types, clippy::enum_variant_names)]

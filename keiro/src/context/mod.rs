@@ -31,8 +31,8 @@ pub use events::{
     close_stream, get_event, read_stream, set_event, write_stream, GetEvent, StreamReader,
 };
 pub use messages::{recv, send, Recv, RecvTimeout, Sending};
-pub(crate) use select::{with_deadline, Wake};
 pub use select::{branch, BranchFuture, Durable, DurableFuture, Select};
+pub(crate) use select::{with_deadline, Wake};
 pub use sleep::{sleep, sleep_until};
 pub(crate) use step::{record, run_step, StepKind};
 

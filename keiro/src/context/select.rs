@@ -168,7 +168,11 @@ impl Select {
         // Another executor journaled another winner first: its branch stands.
         let winner = recorded as usize;
         if winner >= branches.len() {
-            return halt(&cx, Halt::Error(out_of_range(&cx, seq, winner, branches.len()))).await;
+            return halt(
+                &cx,
+                Halt::Error(out_of_range(&cx, seq, winner, branches.len())),
+            )
+            .await;
         }
         drop(output);
         let future = branches.swap_remove(winner);
