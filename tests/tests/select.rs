@@ -76,6 +76,21 @@ async fn step_or_sleep(n: u32) -> u32 {
     }
 }
 
+#[step]
+async fn slow_step(ms: u64) -> u64 {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    ms
+}
+
+/// A step taking `step_ms` against a sleep of `sleep_ms`.
+#[workflow]
+async fn slow_step_or_sleep(step_ms: u64, sleep_ms: u64) -> Option<u64> {
+    keiro::select! {
+        v = slow_step(step_ms) => Some(v),
+        _ = keiro::sleep(Duration::from_millis(sleep_ms)) => None,
+    }
+}
+
 /// A message on "go" against a sleep of `ms`.
 #[workflow]
 async fn message_or_sleep(ms: u64) -> Result<Option<String>, String> {
@@ -195,6 +210,40 @@ async fn a_step_beats_a_long_sleep(backend: Backend) {
     // Replaying the finished journal gives the same answer.
     let again = step_or_sleep(21).id(&id).on(&keiro).await.unwrap();
     assert_eq!(again, 42);
+}
+
+async fn a_sleep_longer_than_suspend_after_still_beats_a_slow_step(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db
+        .builder()
+        .suspend_after(Duration::from_millis(50))
+        .connect()
+        .await
+        .unwrap();
+    // The sleep would suspend alone, but the step is still running: it
+    // waits in memory and wins at its deadline.
+    let began = Instant::now();
+    let id = fresh("bounded-step");
+    let out = slow_step_or_sleep(20_000, 300)
+        .id(&id)
+        .on(&keiro)
+        .await
+        .unwrap();
+    assert_eq!(out, None);
+    let took = began.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    assert_eq!(decision(&keiro, &id, 0).await, "1");
+    // And a step that ends first wins, after the sleep asked to suspend.
+    let id = fresh("quick-step");
+    let out = slow_step_or_sleep(200, 20_000)
+        .id(&id)
+        .on(&keiro)
+        .await
+        .unwrap();
+    assert_eq!(out, Some(200));
 }
 
 async fn a_message_wins_across_a_suspension(backend: Backend) {
@@ -411,6 +460,7 @@ async fn killed_right_after_the_winner_is_journaled_takes_the_same_branch(backen
 on_both_backends!(
     the_journaled_winner_is_taken_on_replay,
     a_step_beats_a_long_sleep,
+    a_sleep_longer_than_suspend_after_still_beats_a_slow_step,
     a_message_wins_across_a_suspension,
     a_sleep_wins_across_a_suspension,
     an_awakeable_timeout_yields_the_answer_or_none,

@@ -85,7 +85,7 @@ pub(crate) async fn wait_for_step(
         return checked(cx, seq, kind, name, row).await;
     }
     let waiter = cx.keiro.waiter(&cx.id);
-    let deadline = tokio::time::Instant::now() + cx.suspend_after;
+    let mut deadline = tokio::time::Instant::now() + cx.suspend_after;
     loop {
         let notified = waiter.notified();
         match cx
@@ -105,7 +105,12 @@ pub(crate) async fn wait_for_step(
                 awaiting: Some(seq),
                 topic: None,
             };
-            return halt(cx, halt_with).await;
+            match select::intercept(halt_with) {
+                Some(halt_with) => return halt(cx, halt_with).await,
+                // A select's branch: its wish is filed; it keeps waiting here
+                // until the select suspends the run or another branch wins.
+                None => deadline = now + cx.suspend_after,
+            }
         }
         tokio::select! {
             _ = notified => {}

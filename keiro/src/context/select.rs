@@ -8,9 +8,9 @@
 //! branch in order and journals the index of the first to complete.
 //!
 //! A branch that would suspend the workflow (a long sleep, an unanswered
-//! awakeable, an empty topic) only files its wake condition here; the run
-//! suspends when every branch still pending has filed one, with all of them
-//! merged, so it is due again at the first one.
+//! awakeable, an empty topic) only files its wake condition here and keeps
+//! waiting in memory; the run suspends when every branch has filed one, with
+//! all of them merged, so it is due again at the first one.
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -100,7 +100,10 @@ tokio::task_local! {
 }
 
 /// Inside a select's branch, files a suspension request with the select
-/// instead of suspending the run; `None` then. Anything else passes through.
+/// instead of suspending the run; `None` then, and the branch may keep
+/// waiting in memory (the waits do: a branch that has filed still wins if
+/// what it waits for comes before the others have filed too). Anything else
+/// passes through.
 pub(crate) fn intercept(halt: Halt) -> Option<Halt> {
     let Some(wake) = Wake::of(&halt) else {
         return Some(halt);

@@ -93,12 +93,17 @@ pub(super) async fn wait_until(cx: &Arc<WorkflowContext>, deadline: i64) {
     }
     if left > cx.suspend_after {
         // The journal and the row share one unit: the deadline is the wake time.
-        cx.halt(Halt::Suspend {
+        let suspend = Halt::Suspend {
             wake_at: Some(deadline),
             awaiting: None,
             topic: None,
-        });
-        std::future::pending::<()>().await;
+        };
+        // In a select's branch the wish is filed and the sleep goes on in
+        // memory, until the select suspends the run or another branch wins.
+        if let Some(suspend) = super::select::intercept(suspend) {
+            cx.halt(suspend);
+            std::future::pending::<()>().await;
+        }
     }
     sleep_to(target).await;
 }
