@@ -91,6 +91,37 @@ async fn slow_step_or_sleep(step_ms: u64, sleep_ms: u64) -> Option<u64> {
     }
 }
 
+/// Journals, as another executor would, that the select at step 1 of
+/// instance `id` was won by its branch 1.
+#[step]
+async fn decide_elsewhere(url: String, id: String) -> bool {
+    let other = Keiro::connect(&url).await.expect("connect");
+    let decision = keiro_store::StepRow {
+        workflow_id: id,
+        generation: 0,
+        seq: 1,
+        name: "select".into(),
+        kind: "select".into(),
+        result: "1".into(),
+    };
+    keiro::unstable::raw_store(&other)
+        .append_steps(&[decision])
+        .await
+        .expect("append");
+    other.store().close().await;
+    true
+}
+
+/// A select another executor decided while this run was under way.
+#[workflow]
+async fn decided_elsewhere(url: String, id: String) -> String {
+    decide_elsewhere(url, id).await;
+    keiro::select! {
+        v = quick(1) => format!("step {v}"),
+        _ = keiro::sleep(Duration::from_millis(200)) => "sleep".to_owned(),
+    }
+}
+
 /// A message on "go" against a sleep of `ms`.
 #[workflow]
 async fn message_or_sleep(ms: u64) -> Result<Option<String>, String> {
@@ -244,6 +275,21 @@ async fn a_sleep_longer_than_suspend_after_still_beats_a_slow_step(backend: Back
         .await
         .unwrap();
     assert_eq!(out, Some(200));
+}
+
+async fn a_winner_another_executor_journaled_first_stands(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let id = fresh("elsewhere");
+    // The step wins here, but the journal already names the sleep: the run
+    // follows the sleep's branch.
+    let out = decided_elsewhere(db.url.clone(), id.clone())
+        .id(&id)
+        .on(&keiro)
+        .await
+        .unwrap();
+    assert_eq!(out, "sleep");
+    assert_eq!(decision(&keiro, &id, 1).await, "1");
 }
 
 async fn a_message_wins_across_a_suspension(backend: Backend) {
@@ -461,6 +507,7 @@ on_both_backends!(
     the_journaled_winner_is_taken_on_replay,
     a_step_beats_a_long_sleep,
     a_sleep_longer_than_suspend_after_still_beats_a_slow_step,
+    a_winner_another_executor_journaled_first_stands,
     a_message_wins_across_a_suspension,
     a_sleep_wins_across_a_suspension,
     an_awakeable_timeout_yields_the_answer_or_none,

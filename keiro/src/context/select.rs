@@ -93,6 +93,63 @@ type Filed = Arc<Mutex<Vec<Option<Wake>>>>;
 struct Branch {
     filed: Filed,
     index: usize,
+    decision: Decision,
+}
+
+/// A select's decision while its branches run: a winning step journals it
+/// with its own row ([`claim_win`]), saving the select a commit.
+#[derive(Clone)]
+struct Decision {
+    cx: Arc<WorkflowContext>,
+    seq: i64,
+    state: Arc<Mutex<Claim>>,
+}
+
+/// Which branch claimed the win, and the winner then journaled.
+#[derive(Debug, Default)]
+struct Claim {
+    by: Option<usize>,
+    journaled: Option<u32>,
+}
+
+/// The win a step completing in a select's branch claims for it: the
+/// decision's step id and the branch's index, to journal with the step's
+/// row; [`Won::journaled`] reports the winner the journal then holds.
+pub(crate) struct Won {
+    /// The decision's step id.
+    pub(crate) seq: i64,
+    /// The claiming branch's index.
+    pub(crate) index: u32,
+    state: Arc<Mutex<Claim>>,
+}
+
+impl Won {
+    /// Tells the select which winner the journal holds (the claimed one, or
+    /// one another executor journaled first).
+    pub(crate) fn journaled(self, winner: u32) {
+        lock(&self.state).journaled = Some(winner);
+    }
+}
+
+/// A step of workflow `cx` completing inside a select's branch, while no
+/// other branch has claimed the win: the win, for the step to journal the
+/// decision with its own row. `None` elsewhere.
+pub(crate) fn claim_win(cx: &Arc<WorkflowContext>) -> Option<Won> {
+    let branch = BRANCH.try_with(Branch::clone).ok()?;
+    let decision = branch.decision;
+    if !Arc::ptr_eq(&decision.cx, cx) {
+        return None;
+    }
+    let mut claim = lock(&decision.state);
+    if claim.by.is_some() {
+        return None;
+    }
+    claim.by = Some(branch.index);
+    Some(Won {
+        seq: decision.seq,
+        index: u32::try_from(branch.index).ok()?,
+        state: decision.state.clone(),
+    })
 }
 
 tokio::task_local! {
@@ -162,9 +219,26 @@ impl Select {
             return (winner, future.await);
         }
         let filed: Filed = Arc::new(Mutex::new(vec![None; branches.len()]));
-        let (first, output) = first_of(&mut branches, Some((&cx, &filed))).await;
+        let decision = Decision {
+            cx: cx.clone(),
+            seq,
+            state: Arc::default(),
+        };
+        let watch = Watch {
+            filed: &filed,
+            decision: &decision,
+        };
+        let (first, output) = first_of(&mut branches, Some(watch)).await;
         let index = u32::try_from(first).unwrap_or(u32::MAX);
-        let recorded: u32 = record(&cx, seq, StepKind::Select, NAME, index).await;
+        let claimed = {
+            let claim = lock(&decision.state);
+            claim.journaled.filter(|_| claim.by == Some(first))
+        };
+        let recorded: u32 = match claimed {
+            // The winning step journaled the decision with its own row.
+            Some(recorded) => recorded,
+            None => record(&cx, seq, StepKind::Select, NAME, index).await,
+        };
         if recorded == index {
             return (first, output);
         }
@@ -213,22 +287,27 @@ pub(crate) async fn with_deadline<T: Send>(
 /// The journaled name of a select's decision.
 const NAME: &str = "select";
 
+/// What a select inside a workflow shares with its branches.
+#[derive(Clone, Copy)]
+struct Watch<'a> {
+    filed: &'a Filed,
+    decision: &'a Decision,
+}
+
 /// Polls `branches` in order until one completes. Inside a workflow
-/// (`filed` given), a branch asking to suspend files its wake condition, and
+/// (`watch` given), a branch asking to suspend files its wake condition, and
 /// the run suspends once every branch has, on all of them.
-async fn first_of<O>(
-    branches: &mut [BranchFuture<'_, O>],
-    filed: Option<(&Arc<WorkflowContext>, &Filed)>,
-) -> (usize, O) {
+async fn first_of<O>(branches: &mut [BranchFuture<'_, O>], watch: Option<Watch<'_>>) -> (usize, O) {
     let mut suspended = false;
     std::future::poll_fn(|task| {
         for (index, branch) in branches.iter_mut().enumerate() {
-            let polled = match filed {
+            let polled = match &watch {
                 None => branch.as_mut().poll(task),
-                Some((_, filed)) => {
+                Some(watch) => {
                     let scope = Branch {
-                        filed: filed.clone(),
+                        filed: watch.filed.clone(),
                         index,
+                        decision: watch.decision.clone(),
                     };
                     BRANCH.sync_scope(scope, || branch.as_mut().poll(task))
                 }
@@ -237,7 +316,8 @@ async fn first_of<O>(
                 return Poll::Ready((index, output));
             }
         }
-        if let Some((cx, filed)) = filed {
+        if let Some(Watch { filed, decision }) = &watch {
+            let cx = &decision.cx;
             if !suspended {
                 let merged = lock(filed)
                     .iter()
