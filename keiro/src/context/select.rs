@@ -376,12 +376,13 @@ pub struct DurableFuture<T>(BoxFuture<T>);
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 impl<T> DurableFuture<T> {
-    /// Wraps `future`.
-    pub fn new(future: impl Future<Output = T> + Send + 'static) -> Self {
+    /// Wraps `future`, one of keiro's own.
+    pub(crate) fn new(future: impl Future<Output = T> + Send + 'static) -> Self {
         DurableFuture(Box::pin(future))
     }
 
-    /// Wraps an already boxed `future`.
+    /// Wraps an already boxed `future`: what `#[step]` expands to.
+    #[doc(hidden)]
     pub fn boxed(future: BoxFuture<T>) -> Self {
         DurableFuture(future)
     }
