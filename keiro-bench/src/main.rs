@@ -21,6 +21,7 @@ mod common;
 mod messages;
 mod raw;
 mod recovery;
+mod select;
 mod sleeps;
 mod suspended;
 mod throughput;
@@ -36,12 +37,13 @@ use keiro::SqliteSynchronous;
 use crate::common::{fail, parse_sync, Backend, BenchResult, Config};
 
 /// Every workload, in the order a full run takes them.
-const WORKLOADS: [&str; 12] = [
+const WORKLOADS: [&str; 13] = [
     "raw_commit_1",
     "raw_commit_16",
     "seq_0steps",
     "seq_10steps",
     "concurrent_3steps",
+    "select_overhead",
     "sleep_10x100ms",
     "recovery",
     "wake_latency",
@@ -163,6 +165,7 @@ async fn bench(args: &[String]) -> BenchResult {
             "seq_0steps" => throughput::sequential(&cfg, true, false).await,
             "seq_10steps" => throughput::sequential(&cfg, false, true).await,
             "concurrent_3steps" => throughput::concurrent(&cfg).await,
+            "select_overhead" => select::select_overhead(&cfg).await,
             "sleep_10x100ms" => sleeps::sleep_10x100ms(&cfg).await,
             "recovery" => recovery::recovery(&cfg).await,
             "wake_latency" => wake::wake_latency(&cfg).await,

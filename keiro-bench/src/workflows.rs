@@ -135,3 +135,17 @@ pub(crate) async fn message_sink(count: u32) -> u32 {
     }
     got
 }
+
+/// `count` `keiro::select!`s of a no-op step against an hour-long sleep
+/// (the step wins each); returns the sum of `0..count`.
+#[workflow(name = "bench_selects")]
+pub(crate) async fn bench_selects(count: u32) -> u32 {
+    let mut total = 0;
+    for n in 0..count {
+        total += keiro::select! {
+            v = noop(n) => v,
+            _ = keiro::sleep(Duration::from_secs(3600)) => 0,
+        };
+    }
+    total
+}

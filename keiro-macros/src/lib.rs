@@ -15,6 +15,7 @@ mod check;
 mod diag;
 mod expand;
 mod model;
+mod select;
 
 use proc_macro::TokenStream;
 
@@ -254,4 +255,39 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn step(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::step(args.into(), item.into()).into()
+}
+
+/// Races keiro futures durably: the first branch to complete wins, and its
+/// index is journaled, so every replay of the workflow takes the same branch
+/// (the others are dropped; a losing step stops at its next await, and a
+/// result it journaled anyway is kept, never re-run, and ignored).
+///
+/// Each branch is `<pattern> = <keiro future> => <handler>`: a `#[step]`
+/// call, `keiro::sleep`, an awakeable, `keiro::recv`, a child workflow call
+/// or a `ChildHandle` (and their `.timeout(..)`s). Long waits suspend the
+/// workflow until the first of them is due. Outside a workflow it is a plain
+/// race (the first to complete, polled in order).
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// #[keiro::step]
+/// async fn charge(cents: u64) -> Result<String, String> {
+///     Ok(format!("charged {cents}"))
+/// }
+///
+/// #[keiro::workflow]
+/// async fn pay(cents: u64) -> Result<String, String> {
+///     keiro::select! {
+///         receipt = charge(cents) => receipt,
+///         cancel = keiro::recv::<String>("cancel") => {
+///             Err(format!("cancelled: {}", cancel.map_err(|e| e.to_string())?))
+///         }
+///         _ = keiro::sleep(Duration::from_secs(30)) => Err("the charge took too long".into()),
+///     }
+/// }
+/// ```
+#[proc_macro]
+pub fn select(input: TokenStream) -> TokenStream {
+    expand::select(input.into()).into()
 }

@@ -60,6 +60,7 @@ mod rows;
 mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod suspend;
 mod timers;
 mod validate;
 mod writer;

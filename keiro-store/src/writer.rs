@@ -103,6 +103,23 @@ impl JournalWriter {
         answer.await.map_err(|_| StoreError::WriterStopped)?
     }
 
+    /// Records several step results, queued together so they usually share
+    /// one commit, and waits until all are committed; each outcome as
+    /// [`JournalWriter::append`] gives it.
+    pub async fn append_together(&self, rows: Vec<StepRow>) -> Result<Vec<AppendOutcome>> {
+        let mut answers = Vec::with_capacity(rows.len());
+        for row in rows {
+            let (reply, answer) = oneshot::channel();
+            self.send(Op::Step(row, reply))?;
+            answers.push(answer);
+        }
+        let mut outcomes = Vec::with_capacity(answers.len());
+        for answer in answers {
+            outcomes.push(answer.await.map_err(|_| StoreError::WriterStopped)??);
+        }
+        Ok(outcomes)
+    }
+
     /// [`Store::create_instance`] through the writer.
     pub async fn create(&self, request: CreateRequest) -> Result<(InstanceRow, bool)> {
         let (reply, answer) = oneshot::channel();

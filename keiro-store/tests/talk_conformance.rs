@@ -27,6 +27,8 @@ conformance!(
     a_send_from_a_workflow_is_journaled_with_the_message,
     events_keep_the_last_value_and_write_once_per_step,
     streams_append_in_order_close_once_and_write_once_per_step,
+    a_select_suspend_is_due_at_once_when_any_wake_condition_holds,
+    an_answer_or_send_racing_a_select_suspend_is_never_missed,
 );
 
 const OWNER: &str = "w1";
@@ -562,4 +564,101 @@ async fn streams_append_in_order_close_once_and_write_once_per_step(db: &TestDb)
         .await
         .unwrap()
         .is_empty());
+}
+
+/// A select suspends on all its branches' conditions: due at its earliest
+/// wake time, or at once when any awaited step or topic already has what it
+/// waits for.
+async fn a_select_suspend_is_due_at_once_when_any_wake_condition_holds(db: &TestDb) {
+    let later = keiro_store::now_us() + 60_000_000;
+    let select = |id| Suspend {
+        wake_at: Some(later),
+        ..suspension(id)
+    };
+    let topics = ["a".to_owned(), "b".to_owned()];
+    // Nothing has happened: it sleeps until its earliest wake time.
+    running(db, "none").await;
+    db.store
+        .send_message(&message("none", "other", "1"))
+        .await
+        .unwrap();
+    assert!(db
+        .store
+        .suspend_for_any(&select("none"), &[3, 5], &topics)
+        .await
+        .unwrap());
+    let row = db.store.get_instance("none").await.unwrap().unwrap();
+    assert_eq!(row.status, InstanceStatus::Suspended);
+    assert_eq!(row.wake_at, Some(later));
+    // The second awaited step was recorded meanwhile.
+    running(db, "step").await;
+    db.store
+        .append_steps(&[step("step", 5, "resolution", "{\"Ok\":1}")])
+        .await
+        .unwrap();
+    let before = keiro_store::now_us();
+    assert!(db
+        .store
+        .suspend_for_any(&select("step"), &[3, 5], &topics)
+        .await
+        .unwrap());
+    let row = db.store.get_instance("step").await.unwrap().unwrap();
+    assert!(row.wake_at.is_some_and(|w| w >= before && w < later));
+    // A message waits on the second topic.
+    running(db, "topic").await;
+    db.store
+        .send_message(&message("topic", "b", "1"))
+        .await
+        .unwrap();
+    assert!(db
+        .store
+        .suspend_for_any(&select("topic"), &[3, 5], &topics)
+        .await
+        .unwrap());
+    let row = db.store.get_instance("topic").await.unwrap().unwrap();
+    assert!(row.wake_at.is_some_and(|w| w >= before && w < later));
+    // Without the lease nothing changes.
+    assert!(!db
+        .store
+        .suspend_for_any(&select("topic"), &[3], &topics)
+        .await
+        .unwrap());
+}
+
+async fn an_answer_or_send_racing_a_select_suspend_is_never_missed(db: &TestDb) {
+    for round in 0..40 {
+        let id = format!("select-race-{round}");
+        running(db, &id).await;
+        // The awaitable the select waits on (step 0), answered at step 1.
+        db.store
+            .append_steps(&[step(&id, 0, "awakeable", "\"u32\"")])
+            .await
+            .unwrap();
+        let to_suspend = suspension(&id);
+        let topics = ["t".to_owned()];
+        let suspended = if round % 2 == 0 {
+            let answer = step(&id, 1, "resolution", "{\"Ok\":1}");
+            let (answered, suspended) = tokio::join!(
+                db.store.resolve(0, "awakeable", &answer),
+                db.store.suspend_for_any(&to_suspend, &[1], &topics),
+            );
+            assert_eq!(answered.unwrap(), keiro_store::Resolution::Recorded);
+            suspended
+        } else {
+            let to_send = message(&id, "t", "1");
+            let (sent, suspended) = tokio::join!(
+                db.store.send_message(&to_send),
+                db.store.suspend_for_any(&to_suspend, &[1], &topics),
+            );
+            assert!(matches!(sent.unwrap(), SendOutcome::Sent(_)));
+            suspended
+        };
+        let row = db.store.get_instance(&id).await.unwrap().unwrap();
+        if suspended.unwrap() {
+            assert_eq!(row.status, InstanceStatus::Suspended, "round {round}");
+            assert!(row.wake_at.is_some(), "round {round}: the wake was missed");
+        } else {
+            assert_eq!(row.status, InstanceStatus::Running, "round {round}");
+        }
+    }
 }

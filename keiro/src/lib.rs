@@ -65,11 +65,15 @@ pub mod __private;
 #[doc(inline)]
 pub use keiro_macros::{step, workflow};
 
+#[doc(inline)]
+pub use keiro_macros::select;
+
 pub use context::{
     awakeable, close_stream, get_event, now, read_stream, recv, reject_awakeable,
     resolve_awakeable, resolve_awakeable_tx, send, send_tx, set_event, sleep, sleep_until, uuid,
     write_stream, Awakeable, GetEvent, Recv, RecvTimeout, Sending, StepTimeout, StreamReader,
 };
+pub use context::{AwakeableTimeout, DurableFuture};
 pub use error::{Error, Result, StoreError, TypeMismatch};
 pub use keiro_store::{SqliteSynchronous, MAX_ID_BYTES};
 pub use runtime::{
@@ -78,7 +82,7 @@ pub use runtime::{
 };
 pub use uuid::Uuid;
 pub use workflow::{
-    cancel, continue_as_new, handle, spawn, CancelOutcome, ChildHandle, WorkflowCall,
+    cancel, continue_as_new, handle, spawn, CancelOutcome, ChildHandle, ChildTimeout, WorkflowCall,
     WorkflowHandle, WorkflowStatus,
 };
 

@@ -175,3 +175,28 @@ pub async fn mailbox(file: String, deadline_ms: u64) -> Result<(u32, bool), Stri
         .map_err(fail)?;
     Ok((first, second.is_none()))
 }
+
+/// Appends `race step` to `file`; slow (it loses the race) while
+/// [`CRASH_AT_ENV`] is set, as in the process that is killed, and instant
+/// afterwards, so a restarted run would take it if it raced again.
+#[step]
+pub async fn race_step(file: String) -> u32 {
+    append_line(&file, "race step");
+    if std::env::var(CRASH_AT_ENV).is_ok() {
+        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+    }
+    7
+}
+
+/// Races [`race_step`] against a 200 ms sleep, blocks at `after-select`
+/// (the decision is journaled), then notes the winner in `file`.
+#[workflow]
+pub async fn select_race(file: String) -> String {
+    let won = keiro::select! {
+        v = race_step(file.clone()) => format!("step {v}"),
+        _ = keiro::sleep(std::time::Duration::from_millis(200)) => "sleep".to_owned(),
+    };
+    pause_at("after-select");
+    note_line(file, format!("won {won}")).await;
+    won
+}

@@ -2,6 +2,7 @@
 //! `::keiro::__private::…` paths (and `::core::…`), so it works whatever the
 //! user's crate has in scope.
 
+mod select;
 mod step;
 mod workflow;
 
@@ -17,6 +18,14 @@ pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
     match WorkflowFn::parse(args, item.clone()) {
         Ok(func) => workflow::expand(&func),
         Err(err) => diag::with_item(item, err),
+    }
+}
+
+/// `select!`: the expansion, or the errors.
+pub(crate) fn select(input: TokenStream) -> TokenStream {
+    match crate::select::SelectInput::parse(input) {
+        Ok(parsed) => select::expand(&parsed),
+        Err(err) => err.to_compile_error(),
     }
 }
 

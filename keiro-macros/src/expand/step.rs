@@ -168,7 +168,12 @@ pub(super) fn expand(step: &StepFn) -> TokenStream {
             ::std::boxed::Box<dyn ::core::future::Future<Output = #ret> + ::core::marker::Send>,
         >
     };
-    let future = quote!(impl ::core::future::Future<Output = #ret> + ::core::marker::Send);
+    // A keiro future: `keiro::select!` can race it durably.
+    let future = quote! {
+        impl ::core::future::Future<Output = #ret>
+            + ::core::marker::Send
+            + ::keiro::__private::Durable
+    };
 
     quote! {
         #(#attrs)*
@@ -180,7 +185,7 @@ pub(super) fn expand(step: &StepFn) -> TokenStream {
             #timeout_assert
             #(#arg_asserts)*
             let __keiro_step: #boxed_ty = #boxed;
-            __keiro_step
+            ::keiro::__private::DurableFuture::boxed(__keiro_step)
         }
     }
 }

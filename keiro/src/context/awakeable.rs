@@ -4,6 +4,7 @@
 use std::future::{Future, IntoFuture};
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use keiro_store::{Outcome, Resolution, StepRow};
 use serde::de::DeserializeOwned;
@@ -11,7 +12,8 @@ use serde::Serialize;
 
 use super::awakeable_id::AwakeableId;
 use super::awakeable_record::{check_decodes, know_decoder, Created};
-use super::{claim_seqs, run_step, wait_for_step, StepKind, WorkflowContext};
+use super::select::with_deadline;
+use super::{claim_seqs, run_step, wait_for_step, Durable, StepKind, WorkflowContext};
 use crate::registry::BoxFuture;
 use crate::{Error, Keiro, Result};
 
@@ -105,6 +107,75 @@ where
         }
     }
 }
+
+impl<T: DeserializeOwned + Send + 'static> Awakeable<T> {
+    /// Waits for the answer at most `duration` (from now, journaled when the
+    /// wait first runs: a crash or replay keeps the original deadline);
+    /// `Ok(None)` once it has passed unanswered. An answer given later is
+    /// recorded but nobody reads it.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// #[keiro::workflow]
+    /// async fn approve(cents: u64) -> Result<bool, String> {
+    ///     let approval = keiro::awakeable::<bool>().await;
+    ///     // Nobody answered within a day: refuse.
+    ///     let answer = approval
+    ///         .timeout(Duration::from_secs(86_400))
+    ///         .await
+    ///         .map_err(|e| e.to_string())?;
+    ///     Ok(answer.unwrap_or(false))
+    /// }
+    /// ```
+    pub fn timeout(self, duration: Duration) -> AwakeableTimeout<T> {
+        AwakeableTimeout {
+            deadline: SystemTime::now() + duration,
+            // The deadline, and which came first.
+            slot: claim_seqs(2),
+            awakeable: self,
+        }
+    }
+}
+
+/// An [`Awakeable`] with a deadline ([`Awakeable::timeout`]); yields
+/// `Ok(None)` when it passes first.
+#[must_use = "an awakeable does nothing until it is awaited"]
+pub struct AwakeableTimeout<T> {
+    awakeable: Awakeable<T>,
+    deadline: SystemTime,
+    slot: Option<(Arc<WorkflowContext>, i64)>,
+}
+
+impl<T> std::fmt::Debug for AwakeableTimeout<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwakeableTimeout")
+            .field("id", &self.awakeable.id)
+            .field("deadline", &self.deadline)
+            .finish()
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> IntoFuture for AwakeableTimeout<T> {
+    type Output = Result<Option<T>>;
+    type IntoFuture = BoxFuture<'static, Result<Option<T>>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let (Some((cx, seq)), Some(_)) = (self.slot, &self.awakeable.slot) else {
+                return Err(Error::NotInWorkflow {
+                    op: "awaiting keiro::awakeable().timeout(..)".into(),
+                    instead: "outside a workflow it has nobody to wake",
+                });
+            };
+            with_deadline(cx, seq, self.deadline, self.awakeable.into_future())
+                .await
+                .transpose()
+        })
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> Durable for Awakeable<T> {}
+impl<T: DeserializeOwned + Send + 'static> Durable for AwakeableTimeout<T> {}
 
 impl<T> IntoFuture for Awakeable<T>
 where

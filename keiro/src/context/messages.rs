@@ -97,6 +97,9 @@ pub struct RecvTimeout<T> {
     deadline: SystemTime,
 }
 
+impl<T: DeserializeOwned + Send + 'static> super::Durable for Recv<T> {}
+impl<T: DeserializeOwned + Send + 'static> super::Durable for RecvTimeout<T> {}
+
 impl<T: DeserializeOwned + Send + 'static> IntoFuture for Recv<T> {
     type Output = Result<T>;
     type IntoFuture = BoxFuture<'static, Result<T>>;
@@ -143,7 +146,7 @@ async fn receive<T: DeserializeOwned>(
     }
     let store = cx.keiro.raw_store();
     let waiter = cx.keiro.waiter(&cx.id);
-    let in_memory_until = tokio::time::Instant::now() + cx.suspend_after;
+    let mut in_memory_until = tokio::time::Instant::now() + cx.suspend_after;
     let check = |message: &MessageRow| {
         serde_json::from_str::<T>(&message.payload)
             .map(drop)
@@ -215,7 +218,12 @@ async fn receive<T: DeserializeOwned>(
                 awaiting: None,
                 topic: Some(topic.to_owned()),
             };
-            return halt(&cx, suspend).await;
+            match super::select::intercept(suspend) {
+                Some(suspend) => return halt(&cx, suspend).await,
+                // A select's branch: its wish is filed; it keeps waiting here
+                // until the select suspends the run or another branch wins.
+                None => in_memory_until = now + cx.suspend_after,
+            }
         }
         let mut nap = RECV_POLL.min(in_memory_until - now);
         if let Some(d) = deadline {

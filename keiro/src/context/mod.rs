@@ -10,6 +10,7 @@ mod awakeable_id;
 mod awakeable_record;
 mod events;
 mod messages;
+mod select;
 mod sleep;
 mod step;
 mod timeout;
@@ -27,11 +28,14 @@ use crate::{Error, Keiro};
 
 pub use awakeable::{
     awakeable, reject_awakeable, resolve_awakeable, resolve_awakeable_tx, Awakeable,
+    AwakeableTimeout,
 };
 pub use events::{
     close_stream, get_event, read_stream, set_event, write_stream, GetEvent, StreamReader,
 };
 pub use messages::{recv, send, send_tx, Recv, RecvTimeout, Sending};
+pub use select::{branch, BranchFuture, Durable, DurableFuture, Select};
+pub(crate) use select::{with_deadline, Wake};
 pub use sleep::{sleep, sleep_until};
 pub(crate) use step::{record, run_step, StepKind};
 
@@ -84,7 +88,7 @@ pub(crate) async fn wait_for_step(
         return checked(cx, seq, kind, name, row).await;
     }
     let waiter = cx.keiro.waiter(&cx.id);
-    let deadline = tokio::time::Instant::now() + cx.suspend_after;
+    let mut deadline = tokio::time::Instant::now() + cx.suspend_after;
     loop {
         let notified = waiter.notified();
         match cx
@@ -104,7 +108,12 @@ pub(crate) async fn wait_for_step(
                 awaiting: Some(seq),
                 topic: None,
             };
-            return halt(cx, halt_with).await;
+            match select::intercept(halt_with) {
+                Some(halt_with) => return halt(cx, halt_with).await,
+                // A select's branch: its wish is filed; it keeps waiting here
+                // until the select suspends the run or another branch wins.
+                None => deadline = now + cx.suspend_after,
+            }
         }
         tokio::select! {
             _ = notified => {}
@@ -152,6 +161,9 @@ pub(crate) enum Halt {
         /// The message topic it waits on: a message there makes it due.
         topic: Option<String>,
     },
+    /// The workflow waits on several things at once (a `keiro::select!`):
+    /// due at the first of them.
+    SuspendAny(Wake),
     /// The instance was cancelled; stop without recording anything more.
     Cancelled,
     /// End this generation and start the next with this input.
@@ -205,6 +217,11 @@ impl WorkflowContext {
         self.next_seq.fetch_add(1, Ordering::SeqCst)
     }
 
+    /// Allocates two consecutive step ids; returns the first.
+    pub(crate) fn next_seq_pair(&self) -> i64 {
+        self.next_seq.fetch_add(2, Ordering::SeqCst)
+    }
+
     /// How many step ids this run has allocated.
     pub(crate) fn allocated(&self) -> i64 {
         self.next_seq.load(Ordering::SeqCst)
@@ -234,6 +251,10 @@ impl WorkflowContext {
     /// Stops the run early: the runner drops the workflow's future and records
     /// why. Only the first halt counts.
     pub(crate) fn halt(&self, halt: Halt) {
+        // Inside a select's branch a suspension is only that branch's wish.
+        let Some(halt) = select::intercept(halt) else {
+            return;
+        };
         if let Some(sender) = lock(&self.abort).take() {
             let _ = sender.send(halt);
         }

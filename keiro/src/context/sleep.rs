@@ -1,11 +1,10 @@
 //! Durable sleep: the deadline is journaled the first time, so a replay (after
 //! a crash, a redeploy or a suspension) wakes at the original deadline.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::{claim_seq, record, Halt, StepKind, WorkflowContext};
+use super::{claim_seq, record, DurableFuture, Halt, StepKind, WorkflowContext};
 use crate::time::to_us;
 
 /// Waits for `duration`. Inside a workflow the deadline is journaled when the
@@ -29,23 +28,23 @@ use crate::time::to_us;
 ///     send_reminder(user).await
 /// }
 /// ```
-pub fn sleep(duration: Duration) -> impl Future<Output = ()> + Send {
+pub fn sleep(duration: Duration) -> DurableFuture<()> {
     let slot = claim_seq();
     let deadline = SystemTime::now() + duration;
-    async move {
+    DurableFuture::new(async move {
         match slot {
             None => tokio::time::sleep(duration).await,
             Some((cx, seq)) => durable_wait(cx, seq, deadline).await,
         }
-    }
+    })
 }
 
 /// Waits until `when`. Inside a workflow the deadline is journaled, and a wait
 /// longer than the runtime's `suspend_after` suspends the workflow (see
 /// [`sleep`]). Outside a workflow it is `tokio::time::sleep` until then.
-pub fn sleep_until(when: SystemTime) -> impl Future<Output = ()> + Send {
+pub fn sleep_until(when: SystemTime) -> DurableFuture<()> {
     let slot = claim_seq();
-    async move {
+    DurableFuture::new(async move {
         match slot {
             None => {
                 let left = when.duration_since(SystemTime::now()).unwrap_or_default();
@@ -53,7 +52,7 @@ pub fn sleep_until(when: SystemTime) -> impl Future<Output = ()> + Send {
             }
             Some((cx, seq)) => durable_wait(cx, seq, when).await,
         }
-    }
+    })
 }
 
 /// How long until `deadline` (µs since the epoch), as a monotonic instant.
@@ -86,7 +85,7 @@ async fn durable_wait(cx: Arc<WorkflowContext>, seq: i64, deadline: SystemTime) 
     }
 }
 
-async fn wait_until(cx: &Arc<WorkflowContext>, deadline: i64) {
+pub(super) async fn wait_until(cx: &Arc<WorkflowContext>, deadline: i64) {
     let target = instant_of(deadline);
     let left = target.saturating_duration_since(Instant::now());
     if left.is_zero() {
@@ -94,12 +93,17 @@ async fn wait_until(cx: &Arc<WorkflowContext>, deadline: i64) {
     }
     if left > cx.suspend_after {
         // The journal and the row share one unit: the deadline is the wake time.
-        cx.halt(Halt::Suspend {
+        let suspend = Halt::Suspend {
             wake_at: Some(deadline),
             awaiting: None,
             topic: None,
-        });
-        std::future::pending::<()>().await;
+        };
+        // In a select's branch the wish is filed and the sleep goes on in
+        // memory, until the select suspends the run or another branch wins.
+        if let Some(suspend) = super::select::intercept(suspend) {
+            cx.halt(suspend);
+            std::future::pending::<()>().await;
+        }
     }
     sleep_to(target).await;
 }

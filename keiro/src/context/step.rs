@@ -9,6 +9,7 @@ use keiro_store::{AppendOutcome, StepRow};
 use serde::{de::DeserializeOwned, Serialize};
 use tracing::Instrument;
 
+use super::select::Won;
 use super::{claim_seq, describe, scope, WorkflowContext};
 use crate::Error;
 
@@ -48,6 +49,8 @@ pub(crate) enum StepKind {
     Stream,
     /// `keiro::get_event()` read from a workflow: the value it saw.
     GetEvent,
+    /// `keiro::select!`: the index of the winning branch.
+    Select,
 }
 
 impl StepKind {
@@ -64,6 +67,7 @@ impl StepKind {
             StepKind::Event => "set_event",
             StepKind::Stream => "write_stream",
             StepKind::GetEvent => "get_event",
+            StepKind::Select => "select",
         }
     }
 }
@@ -157,6 +161,13 @@ where
     let span = tracing::debug_span!("keiro.step", name, seq, replayed = false);
     async move {
         let value = scope(None, execute).await;
+        // The first step to complete in a select's branch journals the
+        // select's decision with its own row: one commit, not two.
+        if kind == StepKind::Step {
+            if let Some(won) = super::select::claim_win(&cx) {
+                return record_winning(&cx, seq, name, value, won).await;
+            }
+        }
         record(&cx, seq, kind, name, value).await
     }
     .instrument(span)
@@ -187,14 +198,7 @@ where
         Ok(json) => json,
         Err(error) => return halt(cx, error).await,
     };
-    let row = StepRow {
-        workflow_id: cx.id.clone(),
-        generation: cx.generation,
-        seq,
-        name: name.to_owned(),
-        kind: kind.as_str().to_owned(),
-        result,
-    };
+    let row = step_row(cx, seq, kind, name, result);
     match cx.keiro.writer().append(row).await {
         Ok(AppendOutcome::Inserted) => {
             crate::telemetry::step(name, false);
@@ -203,6 +207,80 @@ where
         // Another executor recorded this step first: its result wins.
         Ok(AppendOutcome::Existing(first)) => replay(cx, seq, kind, name, &first).await,
         Err(e) => halt(cx, Error::Store(e)).await,
+    }
+}
+
+fn step_row(cx: &WorkflowContext, seq: i64, kind: StepKind, name: &str, result: String) -> StepRow {
+    StepRow {
+        workflow_id: cx.id.clone(),
+        generation: cx.generation,
+        seq,
+        name: name.to_owned(),
+        kind: kind.as_str().to_owned(),
+        result,
+    }
+}
+
+/// Journals step `seq`'s `value` together with the decision of the select
+/// whose win it claimed (`won`), and returns it (or the result another
+/// executor recorded first); tells the select which winner stands.
+async fn record_winning<R>(
+    cx: &Arc<WorkflowContext>,
+    seq: i64,
+    name: &'static str,
+    value: R,
+    won: Won,
+) -> R
+where
+    R: Serialize + DeserializeOwned,
+{
+    let kind = StepKind::Step;
+    let what = || {
+        format!(
+            "{} (#{seq}) of workflow `{}` id `{}` returned",
+            describe(kind.as_str(), name),
+            cx.name,
+            cx.id
+        )
+    };
+    let result = match crate::json::to_json(&value, what) {
+        Ok(json) => json,
+        Err(error) => return halt(cx, error).await,
+    };
+    let rows = vec![
+        step_row(cx, seq, kind, name, result),
+        step_row(
+            cx,
+            won.seq,
+            StepKind::Select,
+            "select",
+            won.index.to_string(),
+        ),
+    ];
+    let (step, decision) = match cx.keiro.writer().append_together(rows).await {
+        Ok(outcomes) => match <[AppendOutcome; 2]>::try_from(outcomes) {
+            Ok([step, decision]) => (step, decision),
+            Err(_) => {
+                let error = Error::Internal("the writer answered a pair with another count".into());
+                return halt(cx, error).await;
+            }
+        },
+        Err(e) => return halt(cx, Error::Store(e)).await,
+    };
+    let winner = match decision {
+        AppendOutcome::Inserted => won.index,
+        // Another executor decided this select first: its winner stands.
+        AppendOutcome::Existing(first) => {
+            replay(cx, won.seq, StepKind::Select, "select", &first).await
+        }
+    };
+    won.journaled(winner);
+    match step {
+        AppendOutcome::Inserted => {
+            crate::telemetry::step(name, false);
+            value
+        }
+        AppendOutcome::Existing(first) => replay(cx, seq, kind, name, &first).await,
     }
 }
 

@@ -281,6 +281,11 @@ where
     }
 }
 
+impl<R> crate::context::Durable for WorkflowCall<R> where
+    R: Serialize + DeserializeOwned + Send + 'static
+{
+}
+
 impl<R> IntoFuture for WorkflowCall<R>
 where
     R: Serialize + DeserializeOwned + Send + 'static,

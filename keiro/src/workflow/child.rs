@@ -6,13 +6,16 @@
 use std::future::IntoFuture;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use keiro_store::Outcome;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::launch::launch;
-use crate::context::{halt, wait_for_step, Halt, StepKind, WorkflowContext};
+use crate::context::{
+    halt, wait_for_step, with_deadline, Durable, Halt, StepKind, WorkflowContext,
+};
 use crate::registry::BoxFuture;
 use crate::{Error, Result, WorkflowCall};
 
@@ -117,6 +120,67 @@ where
     }
     Ok(handle)
 }
+
+impl<R: DeserializeOwned + Send + 'static> ChildHandle<R> {
+    /// Waits for the child's end at most `duration` (from now, journaled
+    /// when the wait first runs: a crash or replay keeps the original
+    /// deadline); `Ok(None)` once it has passed with the child still
+    /// running. The child keeps running; its end is recorded but nobody
+    /// reads it (cancel it with [`crate::cancel`] if it should stop).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// #[keiro::workflow]
+    /// async fn render(page: String) -> String {
+    ///     page
+    /// }
+    ///
+    /// #[keiro::workflow]
+    /// async fn site(page: String) -> Result<String, String> {
+    ///     let child = keiro::spawn(render(page)).await.map_err(|e| e.to_string())?;
+    ///     let child_id = child.id().to_owned();
+    ///     match child.timeout(Duration::from_secs(60)).await.map_err(|e| e.to_string())? {
+    ///         Some(html) => Ok(html),
+    ///         None => Err(format!("{child_id} took longer than a minute")),
+    ///     }
+    /// }
+    /// ```
+    pub fn timeout(self, duration: Duration) -> ChildTimeout<R> {
+        ChildTimeout {
+            deadline: SystemTime::now() + duration,
+            // The deadline, and which came first.
+            seq: self.cx.next_seq_pair(),
+            handle: self,
+        }
+    }
+}
+
+/// A [`ChildHandle`] with a deadline ([`ChildHandle::timeout`]); yields
+/// `Ok(None)` when it passes first.
+#[must_use = "a child is joined only by awaiting its handle"]
+#[derive(Debug)]
+pub struct ChildTimeout<R> {
+    handle: ChildHandle<R>,
+    deadline: SystemTime,
+    seq: i64,
+}
+
+impl<R: DeserializeOwned + Send + 'static> IntoFuture for ChildTimeout<R> {
+    type Output = Result<Option<R>>;
+    type IntoFuture = BoxFuture<'static, Result<Option<R>>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let cx = self.handle.cx.clone();
+        Box::pin(async move {
+            with_deadline(cx, self.seq, self.deadline, self.handle.into_future())
+                .await
+                .transpose()
+        })
+    }
+}
+
+impl<R: DeserializeOwned + Send + 'static> Durable for ChildHandle<R> {}
+impl<R: DeserializeOwned + Send + 'static> Durable for ChildTimeout<R> {}
 
 impl<R> IntoFuture for ChildHandle<R>
 where

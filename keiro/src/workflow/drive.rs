@@ -160,6 +160,7 @@ async fn drive(
                     Ok(Halt::Suspend { wake_at, awaiting, topic }) => {
                         Ended::Suspended(wake_at, awaiting, topic)
                     }
+                    Ok(Halt::SuspendAny(wake)) => Ended::SuspendedOnAny(wake),
                     Ok(Halt::Cancelled) => Ended::Cancelled,
                     Ok(Halt::ContinueAsNew { input }) => Ended::ContinueAsNew(input),
                     Err(_) => Ended::Errored(Error::Internal(

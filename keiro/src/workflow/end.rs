@@ -25,6 +25,9 @@ pub(crate) enum Ended {
     /// The run waits: until this time, for this step to be recorded, or for
     /// a message on this topic.
     Suspended(Option<i64>, Option<i64>, Option<String>),
+    /// The run waits on several things (a `keiro::select!`): due at the
+    /// first of them.
+    SuspendedOnAny(crate::context::Wake),
     /// The runtime or worker is shutting down.
     Stopped,
     /// The instance was cancelled.
@@ -86,6 +89,26 @@ pub(crate) async fn record(
             let mut waiting = released(row);
             waiting.status = InstanceStatus::Suspended;
             waiting.wake_at = wake_at;
+            Ok(Some(waiting))
+        }
+        Ended::SuspendedOnAny(wake) => {
+            crate::telemetry::run_ended(&row.name, "suspended");
+            let suspend = Suspend {
+                id: &row.id,
+                generation: row.generation,
+                owner,
+                wake_at: wake.wake_at,
+                awaiting: None,
+            };
+            if !store
+                .suspend_for_any(&suspend, &wake.steps, &wake.topics)
+                .await?
+            {
+                return Ok(None);
+            }
+            let mut waiting = released(row);
+            waiting.status = InstanceStatus::Suspended;
+            waiting.wake_at = wake.wake_at;
             Ok(Some(waiting))
         }
         // Recorded already by whoever cancelled it; the caller re-reads the row.

@@ -12,6 +12,6 @@ pub(crate) mod launch;
 mod lifecycle;
 
 pub use call::WorkflowCall;
-pub use child::{spawn, ChildHandle};
+pub use child::{spawn, ChildHandle, ChildTimeout};
 pub use handle::{handle, WorkflowHandle, WorkflowStatus};
 pub use lifecycle::{cancel, continue_as_new, CancelOutcome};

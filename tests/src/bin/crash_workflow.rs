@@ -7,6 +7,7 @@
 //! crash_workflow sleep <id> <ms>   run sleepy(ms) under <id> in-process
 //! crash_workflow mailbox <id> <file> <ms>  run mailbox(file, ms) under <id>
 //! crash_workflow deadline <id> <ms> <timeout ms>  run sleepy(ms) under <id> with a timeout
+//! crash_workflow select <id> <file>   run select_race(file) under <id>
 //! crash_workflow resume <id>       start the resume worker, wait for <id>, print DONE
 //! crash_workflow worker            run the resume worker until killed
 //! ```
@@ -15,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use keiro::ResumeOptions;
-use keiro_tests::workflows::{approval_flow, family, five_steps, mailbox, sleepy};
+use keiro_tests::workflows::{approval_flow, family, five_steps, mailbox, select_race, sleepy};
 
 #[tokio::main]
 async fn main() {
@@ -73,6 +74,10 @@ async fn run(started: Instant) -> Result<(), keiro::Error> {
                 .id(*id)
                 .timeout(Duration::from_millis(timeout))
                 .await?;
+            println!("DONE {}", serde_json::to_string(&out).unwrap());
+        }
+        ["select", id, file] => {
+            let out = select_race(file.to_string()).id(*id).await?;
             println!("DONE {}", serde_json::to_string(&out).unwrap());
         }
         ["worker"] => {
