@@ -152,7 +152,8 @@ pub async fn family(file: String) -> u32 {
 }
 
 /// Messages and streams across crashes: streams 1, 2, 3 to `log` (crash
-/// points `streamed-1..3` after each), prints `RECEIVING`, takes a number
+/// points `streamed-1..3` after each), sets event `stage` to `receiving`,
+/// prints `RECEIVING`, takes a number
 /// from `inbox` (noting `got <n>` as a step), prints `DEADLINE_WAIT` and
 /// waits up to `deadline_ms` for a second one. Returns the first number and
 /// whether the second wait timed out.
@@ -163,6 +164,7 @@ pub async fn mailbox(file: String, deadline_ms: u64) -> Result<(u32, bool), Stri
         keiro::write_stream("log", &i).await.map_err(fail)?;
         pause_at(&format!("streamed-{i}"));
     }
+    keiro::set_event("stage", "receiving").await.map_err(fail)?;
     println!("RECEIVING");
     std::io::stdout().flush().ok();
     let first = keiro::recv::<u32>("inbox").await.map_err(fail)?;

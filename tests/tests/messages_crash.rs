@@ -1,8 +1,9 @@
-//! Messages and streams across real crashes (SIGKILL of the child process
-//! running the workflow), on both backends: a message sent while the
-//! receiver's process is dead is received after restart, a stream written
-//! across a crash has no gaps and no duplicates, and a receive deadline
-//! crossing a kill fires at the original deadline.
+//! Messages, events and streams across processes and real crashes (SIGKILL
+//! of the child process running the workflow), on both backends: events and
+//! streams are read from this process while the child's workflow runs, a
+//! message sent while the receiver's process is dead is received after
+//! restart, a stream written across a crash has no gaps and no duplicates,
+//! and a receive deadline crossing a kill fires at the original deadline.
 
 use std::time::{Duration, Instant};
 
@@ -57,6 +58,24 @@ async fn a_receive_deadline_crossing_a_kill_keeps_its_original_time(backend: Bac
     let args = ["mailbox", id, file.to_str().unwrap(), "4000"];
     let mut first = CrashChild::start(CHILD, &db, &executor, &args, None);
     first.line_starting("RECEIVING").await;
+    // Read from this process while the workflow runs in the child.
+    let stage: Option<String> = keiro.get_event(id, "stage").await.unwrap();
+    assert_eq!(stage.as_deref(), Some("receiving"));
+    let mut log = keiro.read_stream::<u32>(id, "log");
+    let mut so_far = Vec::new();
+    for _ in 0..3 {
+        let next = tokio::time::timeout(Duration::from_secs(10), log.next()).await;
+        so_far.push(
+            next.expect("an entry")
+                .expect("the stream goes on")
+                .unwrap(),
+        );
+    }
+    assert_eq!(
+        so_far,
+        vec![1, 2, 3],
+        "read while the child's workflow runs"
+    );
     keiro.send(id, "inbox", &5u32).await.unwrap();
     first.line_starting("DEADLINE_WAIT").await;
     let waiting_since = Instant::now();
