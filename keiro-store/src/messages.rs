@@ -8,9 +8,9 @@
 //! result and marks it taken in one transaction, so a message is delivered
 //! exactly once and a replay reads it back from the journal.
 
-use crate::journal::{get_step_on, insert_step_on, journal_once, unreadable_step};
+use crate::journal::{get_step_on, insert_step_on, journal_once, step_args, unreadable_step};
 use crate::rows::{self, StoreRow};
-use crate::sql::Dialect;
+use crate::sql::{Dialect, STEP_COLUMNS};
 use crate::{
     now_us, AppendOutcome, Conn, InstanceStatus, Result, StepRow, Store, StoreError, Suspend,
 };
@@ -31,6 +31,16 @@ pub(crate) struct TalkStatements {
     pub(crate) stream_closed: String,
     pub(crate) insert_stream_entry: String,
     pub(crate) read_stream: String,
+    /// With modifying CTEs: a send without a journal step in one statement
+    /// (locks the instance, queues the message if it is unfinished, makes
+    /// it due if suspended; returns its status and the message id).
+    pub(crate) send_one: Option<String>,
+    /// With modifying CTEs: a take in one statement (marks the message taken
+    /// unless the step is journaled, journals the step; returns a row when
+    /// it took the message).
+    pub(crate) take_one: Option<String>,
+    /// Whether [`TalkStatements::send_one`] notifies the receiver's process.
+    pub(crate) notifies: bool,
 }
 
 impl TalkStatements {
@@ -39,7 +49,51 @@ impl TalkStatements {
         let table = |name: &str| format!("{}{name}", d.tables);
         let (w, m) = (table("workflows"), table("messages"));
         let (e, st) = (table("events"), table("streams"));
+        let s = table("steps");
+        // The wake tests the status `w` read under the row lock (the latest
+        // version), not the row's status column, which the statement sees
+        // as of its snapshot: a receiver that suspended while this send
+        // waited for the lock is then still woken.
+        // The receiver's process is notified in the same statement (PostgreSQL
+        // delivers it at commit): no round trip of its own per message.
+        let notify = match d.wake_channel {
+            Some(channel) => format!("SELECT pg_notify('{channel}', $7) FROM ins"),
+            None => "SELECT 1 FROM ins WHERE false".to_owned(),
+        };
+        let send_one = d.modifying_ctes.then(|| {
+            format!(
+                "WITH w AS (SELECT status FROM {w} WHERE id = $1 FOR UPDATE), \
+                 ins AS (INSERT INTO {m} (workflow_id, topic, payload, type_name, \
+                     idempotency_key, sent_at) \
+                     SELECT $1, $2, $3, $4, $5, $6 FROM w \
+                     WHERE w.status IN ('pending', 'running', 'suspended') \
+                     ON CONFLICT DO NOTHING RETURNING id), \
+                 wake AS (UPDATE {w} SET wake_at = $6, updated_at = $6 \
+                     WHERE id = $1 AND (SELECT status FROM w) = 'suspended' \
+                     AND EXISTS (SELECT 1 FROM ins)), \
+                 notified AS ({notify}) \
+                 SELECT (SELECT status FROM w) AS status, (SELECT id FROM ins) AS id, \
+                     (SELECT COUNT(*) FROM notified) AS notified"
+            )
+        });
+        // No `ON CONFLICT` on the step: a step journaled by a racing run
+        // after the check fails the statement, so the message is never
+        // marked taken without its step.
+        let take_one = d.modifying_ctes.then(|| {
+            format!(
+                "WITH taken AS (UPDATE {m} SET consumed_generation = $2, consumed_seq = $3, \
+                     consumed_at = $7 \
+                     WHERE id = $8 AND consumed_at IS NULL AND NOT EXISTS (SELECT 1 FROM {s} \
+                         WHERE workflow_id = $1 AND generation = $2 AND seq = $3) \
+                     RETURNING id) \
+                 INSERT INTO {s} ({STEP_COLUMNS}, created_at) \
+                 SELECT $1, $2, $3, $4, $5, $6, $7 FROM taken RETURNING seq"
+            )
+        });
         TalkStatements {
+            notifies: d.wake_channel.is_some(),
+            send_one,
+            take_one,
             instance_status_locked: format!("SELECT status FROM {w} WHERE id = $1{}", d.lock_row),
             insert_message: format!(
                 "INSERT INTO {m} (workflow_id, topic, payload, type_name, idempotency_key, \
@@ -340,6 +394,28 @@ impl Store {
             let mut taken = Vec::with_capacity(takes.len());
             for take in takes {
                 let step = &take.step;
+                if let Some(take_one) = &sql.talk.take_one {
+                    let took = bind_all!(sqlx::query(take_one), &step_args(step, now))
+                        .bind(take.message_id)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(StoreError::query(OP))?
+                        .is_some();
+                    if took {
+                        taken.push(Taken::Journaled(step.clone()));
+                        continue;
+                    }
+                    let journaled = get_step_on(
+                        (&mut *tx).into(),
+                        OP,
+                        &step.workflow_id,
+                        step.generation,
+                        step.seq,
+                    )
+                    .await?;
+                    taken.push(journaled.map_or(Taken::Gone, Taken::Journaled));
+                    continue;
+                }
                 let journaled = get_step_on(
                     (&mut *tx).into(),
                     OP,
@@ -415,6 +491,15 @@ impl Store {
         })
     }
 
+    /// Whether [`Store::send_message`] (and the writer's batched sends)
+    /// notify the receiver's process themselves for a message sent without
+    /// a journal step: PostgreSQL does, in the statement that queues it, so
+    /// the caller need not call [`Store::wake_workers`] after it.
+    pub fn notifies_sends(&self) -> bool {
+        dispatch!(Store, self, |_s, sql| sql.talk.send_one.is_some()
+            && sql.talk.notifies)
+    }
+
     /// How many messages of `topic` wait, untaken, for instance `id`.
     pub async fn count_waiting_messages(&self, id: &str, topic: &str) -> Result<u64> {
         self.count(
@@ -449,6 +534,29 @@ pub(crate) async fn send_message_on(
     const OP: &str = "send_message";
     dispatch!(Conn, conn, |c, sql| {
         let talk = &sql.talk;
+        if let (Some(send_one), None) = (&talk.send_one, message.journal) {
+            let (status, id, _notified): (Option<String>, Option<i64>, i64) =
+                sqlx::query_as(send_one)
+                    .bind(message.workflow_id)
+                    .bind(message.topic)
+                    .bind(message.payload)
+                    .bind(message.type_name)
+                    .bind(message.idempotency_key)
+                    .bind(now)
+                    .bind(crate::wake_payload(message.workflow_id).as_ref())
+                    .fetch_one(&mut *c)
+                    .await
+                    .map_err(StoreError::query(OP))?;
+            let Some(status) = status else {
+                return Ok(SendOutcome::NotFound);
+            };
+            let status = rows::instance_status(message.workflow_id, &status)?;
+            return Ok(match id {
+                Some(id) => SendOutcome::Sent(id),
+                None if status.is_final() => SendOutcome::Finished(status),
+                None => SendOutcome::Duplicate,
+            });
+        }
         let status: Option<String> = sqlx::query_scalar(&talk.instance_status_locked)
             .bind(message.workflow_id)
             .fetch_optional(&mut *c)

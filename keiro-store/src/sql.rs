@@ -38,6 +38,13 @@ pub(crate) struct Dialect {
     /// Whether an instance's insert-or-read is one statement, so creating
     /// one alone needs no transaction.
     pub(crate) create_is_one_statement: bool,
+    /// Whether `WITH` may hold `INSERT`/`UPDATE` (PostgreSQL), so a
+    /// message's send or take is one round trip instead of several.
+    pub(crate) modifying_ctes: bool,
+    /// The channel a sent message notifies in the statement that queues it
+    /// (PostgreSQL, delivered at commit); `None` where workers share the
+    /// process.
+    pub(crate) wake_channel: Option<&'static str>,
     /// The channel a new or moved timer notifies in the statement that writes
     /// it (PostgreSQL); `None` where workers share the process.
     pub(crate) timer_channel: Option<&'static str>,
@@ -64,6 +71,8 @@ impl Dialect {
             registered_match,
             registered_rows,
             create_is_one_statement: false,
+            modifying_ctes: false,
+            wake_channel: None,
         }
     }
 }

@@ -39,6 +39,8 @@ const DIALECT: Dialect = Dialect {
     find_text: "strpos",
     timer_channel: Some(notify::TIMER_CHANNEL),
     create_is_one_statement: true,
+    modifying_ctes: true,
+    wake_channel: Some(notify::WAKE_CHANNEL),
     ..Dialect::plain("keiro.", resume::REGISTERED_MATCH, resume::registered_rows)
 };
 

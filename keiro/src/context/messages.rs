@@ -29,8 +29,14 @@ use crate::{Error, Keiro, Result};
 const TIMED_OUT: &str = "{\"Err\":\"timed out\"}";
 
 /// How often a workflow waiting in memory for a message looks at the store
-/// when nothing wakes it sooner.
+/// when nothing wakes it sooner: at first, doubling while nothing comes, up
+/// to [`RECV_POLL_MAX`]. A send wakes the receiver at once (in this process,
+/// and through `NOTIFY` on PostgreSQL), so polling only covers a lost
+/// notification, or a send from another process on SQLite; backing off
+/// keeps a hundred idle receivers from querying the store thousands of
+/// times a second.
 const RECV_POLL: Duration = Duration::from_millis(20);
+const RECV_POLL_MAX: Duration = Duration::from_millis(200);
 
 /// Takes the next message on `topic` for the current workflow, as a `T`.
 /// Awaiting it waits as long as it takes: in memory for the runtime's
@@ -147,6 +153,7 @@ async fn receive<T: DeserializeOwned>(
     let store = cx.keiro.raw_store();
     let waiter = cx.keiro.waiter(&cx.id);
     let mut in_memory_until = tokio::time::Instant::now() + cx.suspend_after;
+    let mut poll = RECV_POLL;
     let check = |message: &MessageRow| {
         serde_json::from_str::<T>(&message.payload)
             .map(drop)
@@ -225,12 +232,13 @@ async fn receive<T: DeserializeOwned>(
                 None => in_memory_until = now + cx.suspend_after,
             }
         }
-        let mut nap = RECV_POLL.min(in_memory_until - now);
+        let mut nap = poll.min(in_memory_until - now);
+        poll = (poll * 2).min(RECV_POLL_MAX);
         if let Some(d) = deadline {
             nap = nap.min(Duration::from_micros((d - now_us()).max(0) as u64));
         }
         tokio::select! {
-            _ = notified => {}
+            _ = notified => poll = RECV_POLL,
             _ = tokio::time::sleep(nap) => {}
         }
     }
@@ -462,13 +470,24 @@ impl Keiro {
             self.step_recorded(&sending.workflow_id);
             self.wake_resume_worker();
             // The message is committed: a lost notification costs only
-            // latency (receivers poll), so it never fails the send.
-            if let Err(error) = store.wake_workers(&sending.workflow_id).await {
+            // latency (receivers poll), so it never fails the send. On
+            // PostgreSQL a send without journal step notified in its own
+            // statement.
+            let notified = journal.is_none() && store.notifies_sends();
+            if let Err(error) = notified_or(store, &sending.workflow_id, notified).await {
                 tracing::warn!(%error, "keiro could not notify a message's receiver");
             }
         }
         Ok(())
     }
+}
+
+/// Notifies the workers of `id`'s instance unless that was `done` already.
+async fn notified_or(store: &keiro_store::Store, id: &str, done: bool) -> keiro_store::Result<()> {
+    if done {
+        return Ok(());
+    }
+    store.wake_workers(id).await
 }
 
 /// What a send's `outcome` means to the sender: `Ok(true)` when a message
