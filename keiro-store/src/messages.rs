@@ -8,9 +8,9 @@
 //! result and marks it taken in one transaction, so a message is delivered
 //! exactly once and a replay reads it back from the journal.
 
-use crate::journal::{get_step_on, insert_step_on, journal_once, step_args, unreadable_step};
+use crate::journal::{get_step_on, insert_step_on, journal_once, unreadable_step};
 use crate::rows::{self, StoreRow};
-use crate::sql::{Dialect, STEP_COLUMNS};
+use crate::sql::Dialect;
 use crate::{
     now_us, AppendOutcome, Conn, InstanceStatus, Result, StepRow, Store, StoreError, Suspend,
 };
@@ -35,10 +35,6 @@ pub(crate) struct TalkStatements {
     /// (locks the instance, queues the message if it is unfinished, makes
     /// it due if suspended; returns its status and the message id).
     pub(crate) send_one: Option<String>,
-    /// With modifying CTEs: a take in one statement (marks the message taken
-    /// unless the step is journaled, journals the step; returns a row when
-    /// it took the message).
-    pub(crate) take_one: Option<String>,
     /// Whether [`TalkStatements::send_one`] notifies the receiver's process.
     pub(crate) notifies: bool,
 }
@@ -49,7 +45,6 @@ impl TalkStatements {
         let table = |name: &str| format!("{}{name}", d.tables);
         let (w, m) = (table("workflows"), table("messages"));
         let (e, st) = (table("events"), table("streams"));
-        let s = table("steps");
         // The wake tests the status `w` read under the row lock (the latest
         // version), not the row's status column, which the statement sees
         // as of its snapshot: a receiver that suspended while this send
@@ -76,24 +71,9 @@ impl TalkStatements {
                      (SELECT COUNT(*) FROM notified) AS notified"
             )
         });
-        // No `ON CONFLICT` on the step: a step journaled by a racing run
-        // after the check fails the statement, so the message is never
-        // marked taken without its step.
-        let take_one = d.modifying_ctes.then(|| {
-            format!(
-                "WITH taken AS (UPDATE {m} SET consumed_generation = $2, consumed_seq = $3, \
-                     consumed_at = $7 \
-                     WHERE id = $8 AND consumed_at IS NULL AND NOT EXISTS (SELECT 1 FROM {s} \
-                         WHERE workflow_id = $1 AND generation = $2 AND seq = $3) \
-                     RETURNING id) \
-                 INSERT INTO {s} ({STEP_COLUMNS}, created_at) \
-                 SELECT $1, $2, $3, $4, $5, $6, $7 FROM taken RETURNING seq"
-            )
-        });
         TalkStatements {
             notifies: d.wake_channel.is_some(),
             send_one,
-            take_one,
             instance_status_locked: format!("SELECT status FROM {w} WHERE id = $1{}", d.lock_row),
             insert_message: format!(
                 "INSERT INTO {m} (workflow_id, topic, payload, type_name, idempotency_key, \
@@ -300,6 +280,14 @@ impl Store {
         for message in messages {
             validate_message(message)?;
         }
+        #[cfg(feature = "postgres")]
+        if let Store::Postgres(pg) = self {
+            // One statement (and one commit) for the whole batch, unless a
+            // workflow's send, journaled with its message, is among them.
+            if messages.iter().all(|m| m.journal.is_none()) {
+                return pg.send_messages_at_once(messages).await;
+            }
+        }
         let mut order: Vec<usize> = (0..messages.len()).collect();
         order.sort_by_key(|&i| messages[i].workflow_id);
         let now = now_us();
@@ -388,34 +376,16 @@ impl Store {
     /// taken meanwhile by another step is [`Taken::Gone`].
     pub async fn take_messages(&self, takes: &[Take]) -> Result<Vec<Taken>> {
         const OP: &str = "take_messages";
+        #[cfg(feature = "postgres")]
+        if let Store::Postgres(pg) = self {
+            return pg.take_messages(takes).await;
+        }
         let now = now_us();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             let mut taken = Vec::with_capacity(takes.len());
             for take in takes {
                 let step = &take.step;
-                if let Some(take_one) = &sql.talk.take_one {
-                    let took = bind_all!(sqlx::query(take_one), &step_args(step, now))
-                        .bind(take.message_id)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err(StoreError::query(OP))?
-                        .is_some();
-                    if took {
-                        taken.push(Taken::Journaled(step.clone()));
-                        continue;
-                    }
-                    let journaled = get_step_on(
-                        (&mut *tx).into(),
-                        OP,
-                        &step.workflow_id,
-                        step.generation,
-                        step.seq,
-                    )
-                    .await?;
-                    taken.push(journaled.map_or(Taken::Gone, Taken::Journaled));
-                    continue;
-                }
                 let journaled = get_step_on(
                     (&mut *tx).into(),
                     OP,

@@ -25,6 +25,7 @@ conformance!(
     a_refused_message_stays_queued,
     an_empty_queue_journals_the_deadline_result_only_when_asked,
     a_send_from_a_workflow_is_journaled_with_the_message,
+    a_batch_of_sends_answers_each_message_in_order,
     events_keep_the_last_value_and_write_once_per_step,
     streams_append_in_order_close_once_and_write_once_per_step,
     a_select_suspend_is_due_at_once_when_any_wake_condition_holds,
@@ -454,6 +455,82 @@ async fn a_send_from_a_workflow_is_journaled_with_the_message(db: &TestDb) {
         SendOutcome::NotFound
     );
     assert_eq!(db.store.get_step("sender", 0, 3).await.unwrap(), None);
+}
+
+async fn a_batch_of_sends_answers_each_message_in_order(db: &TestDb) {
+    running(db, "a").await;
+    running(db, "b").await;
+    running(db, "done").await;
+    assert!(db
+        .store
+        .finish(&Finish {
+            id: "done",
+            generation: 0,
+            owner: OWNER,
+            status: InstanceStatus::Completed,
+            output: Some("1"),
+            error: None,
+        })
+        .await
+        .unwrap());
+    assert!(db
+        .store
+        .suspend_for_message(&suspension("b"), "t")
+        .await
+        .unwrap());
+    let keyed = |payload| NewMessage {
+        idempotency_key: Some("k"),
+        ..message("a", "t", payload)
+    };
+    let batch = [
+        message("a", "t", "1"),
+        message("nobody", "t", "2"),
+        keyed("3"),
+        message("done", "t", "4"),
+        keyed("5"),
+        message("b", "t", "6"),
+        message("a", "t", "7"),
+    ];
+    let outcomes = db.store.send_messages(&batch).await.unwrap();
+    let kinds: Vec<&str> = outcomes
+        .iter()
+        .map(|o| match o {
+            SendOutcome::Sent(_) => "sent",
+            SendOutcome::Duplicate => "duplicate",
+            SendOutcome::NotFound => "not found",
+            SendOutcome::Finished(_) => "finished",
+            SendOutcome::Replayed(_) => "replayed",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "sent",
+            "not found",
+            "sent",
+            "finished",
+            "duplicate",
+            "sent",
+            "sent"
+        ]
+    );
+    // Each instance's messages keep the batch's order.
+    for (seq, expected) in [(0, "1"), (1, "3"), (2, "7")] {
+        let got = take(db, "a", seq, "t").await;
+        assert_eq!(
+            got,
+            Some(format!("{{\"Ok\":{expected}}}")),
+            "message {seq} of a"
+        );
+    }
+    assert_eq!(take(db, "a", 3, "t").await, None);
+    // The suspended receiver was made due.
+    let b = db.store.get_instance("b").await.unwrap().unwrap();
+    assert!(b.wake_at.is_some(), "b was not woken");
+    assert_eq!(
+        db.store.count_waiting_messages("done", "t").await.unwrap(),
+        0
+    );
 }
 
 async fn events_keep_the_last_value_and_write_once_per_step(db: &TestDb) {

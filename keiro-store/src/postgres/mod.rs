@@ -7,6 +7,7 @@
 //! row when two claims race.
 
 pub(crate) mod journal;
+mod messages;
 pub(crate) mod notify;
 mod resume;
 
