@@ -44,6 +44,44 @@ async fn closer(_tag: String) -> Result<(), String> {
     keiro::recv::<()>("finish").await.map_err(|e| e.to_string())
 }
 
+/// Writes 1, 2, 3 to stream "nums" and ends.
+#[workflow]
+async fn producer(_tag: String) -> Result<(), String> {
+    for n in 1..=3u32 {
+        keiro::write_stream("nums", &n)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+static CONSUMER_RUNS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Panics the first time it runs for `key` (a crash after the reads).
+#[keiro::step]
+async fn crash_once_after_reading(key: String) -> bool {
+    let mut runs = CONSUMER_RUNS.lock().unwrap();
+    let first = !runs.contains(&key);
+    runs.push(key.clone());
+    drop(runs);
+    if first {
+        panic!("crash after reading the stream of {key}");
+    }
+    true
+}
+
+/// Reads another workflow's stream inside a workflow, then crashes once.
+#[workflow]
+async fn consumer(from: String) -> Result<Vec<u32>, String> {
+    let mut items = keiro::read_stream::<u32>(from.clone(), "nums");
+    let mut got = Vec::new();
+    while let Some(item) = items.next().await {
+        got.push(item.map_err(|e| e.to_string())?);
+    }
+    crash_once_after_reading(from).await;
+    Ok(got)
+}
+
 fn fresh(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
 }
@@ -162,7 +200,48 @@ async fn a_closed_stream_ends_its_readers_and_takes_no_more(backend: Backend) {
     handle.result().await.unwrap().unwrap();
 }
 
+async fn a_stream_read_inside_a_workflow_is_journaled_item_by_item(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.builder().max_attempts(3).connect().await.unwrap();
+    let worker = keiro
+        .resume_worker(
+            keiro::ResumeOptions::default()
+                .poll_interval(Duration::from_millis(50))
+                .log(|_| {}),
+        )
+        .await
+        .unwrap();
+    let from = fresh("producer");
+    producer("x".into())
+        .id(&from)
+        .on(&keiro)
+        .await
+        .unwrap()
+        .unwrap();
+    let id = fresh("consumer");
+    let handle = consumer(from.clone())
+        .id(&id)
+        .on(&keiro)
+        .enqueue()
+        .await
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(20), handle.result())
+        .await
+        .expect("the consumer recovers from its crash")
+        .unwrap();
+    assert_eq!(out, Ok(vec![1, 2, 3]));
+    // Three values and the end, each journaled once, replayed after the crash.
+    let journal = keiro.store().load_journal(&id, 0).await.unwrap();
+    let reads = journal
+        .iter()
+        .filter(|row| row.kind == "read_stream")
+        .count();
+    assert_eq!(reads, 4, "{journal:?}");
+    worker.shutdown().await;
+}
+
 on_both_backends!(
+    a_stream_read_inside_a_workflow_is_journaled_item_by_item,
     events_and_streams_are_read_from_outside_while_the_workflow_runs,
     an_unset_event_is_none_and_a_wrong_type_is_refused,
     a_closed_stream_ends_its_readers_and_takes_no_more,

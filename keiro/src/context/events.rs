@@ -300,12 +300,112 @@ async fn read_event(
     }
 }
 
-/// Reading a workflow's events or streams inside a workflow is not journaled
-/// yet, so a replay could see another value: refused.
-fn outside_only(op: &str) -> Error {
-    Error::NotInWorkflow {
-        op: format!("{op} inside a workflow"),
-        instead: "read it in a #[step] (whose result is journaled), or outside workflows",
+/// Inside a workflow, a stream's values as journaled steps: each item read
+/// (a value, or the end) is journaled when first read, so a replay yields
+/// the same items without reading the stream again.
+fn journaled_stream<T: DeserializeOwned + Send + 'static>(
+    cx: Arc<WorkflowContext>,
+    id: String,
+    key: String,
+) -> impl Stream<Item = Result<T>> + Send {
+    struct Reading {
+        cx: Arc<WorkflowContext>,
+        id: String,
+        key: String,
+        position: i64,
+        done: bool,
+    }
+    let reading = Reading {
+        cx,
+        id,
+        key,
+        position: 0,
+        done: false,
+    };
+    futures::stream::unfold(reading, |mut r| async move {
+        if r.done {
+            return None;
+        }
+        let seq = r.cx.next_seq();
+        let name = format!("stream {}", r.key);
+        let kind = StepKind::ReadStream;
+        let row = match r.cx.recorded(seq) {
+            Some(row) => row,
+            None => {
+                let read = next_entry(&r.cx.keiro, &r.id, &r.key, r.position).await;
+                let result = match read {
+                    Ok(Some((value, _))) => format!("{{\"Ok\":{value}}}"),
+                    Ok(None) => "{\"Err\":\"end\"}".to_owned(),
+                    Err(Error::Store(e)) => return halt(&r.cx, Halt::Error(Error::Store(e))).await,
+                    Err(other) => {
+                        r.done = true;
+                        return Some((Err(other), r));
+                    }
+                };
+                let row = StepRow {
+                    workflow_id: r.cx.id.clone(),
+                    generation: r.cx.generation,
+                    seq,
+                    name: name.clone(),
+                    kind: kind.as_str().to_owned(),
+                    result,
+                };
+                match r.cx.keiro.writer().append(row.clone()).await {
+                    Ok(AppendOutcome::Inserted) => row,
+                    Ok(AppendOutcome::Existing(first)) => first,
+                    Err(e) => return halt(&r.cx, Halt::Error(Error::Store(e))).await,
+                }
+            }
+        };
+        if row.kind != kind.as_str() || row.name != name {
+            r.done = true;
+            let found = super::describe(kind.as_str(), &name);
+            return Some((Err(r.cx.non_deterministic(seq, &row, found)), r));
+        }
+        match keiro_store::Outcome::decode_as::<T, String>(&row.result) {
+            Ok(Ok(value)) => {
+                r.position += 1;
+                Some((Ok(value), r))
+            }
+            Ok(Err(_)) => None,
+            Err(e) => {
+                r.done = true;
+                let what = format!("entry {} of stream `{}`", r.position, r.key);
+                let error = decode_published::<T>(&r.id, what, &row.result, None)
+                    .err()
+                    .unwrap_or_else(|| Error::decode("a journaled stream entry", e));
+                Some((Err(error), r))
+            }
+        }
+    })
+}
+
+/// The entry of stream `key` of instance `id` at `position` (its value and
+/// writer's type), waiting until it is written; `None` at the stream's end
+/// (closed, or the workflow ended with no entry there).
+async fn next_entry(
+    keiro: &Keiro,
+    id: &str,
+    key: &str,
+    position: i64,
+) -> Result<Option<(String, Option<String>)>> {
+    Error::check_id("workflow id", id)?;
+    Error::check_id("stream key", key)?;
+    let store = keiro.raw_store();
+    let mut nap = READ_POLL_MIN;
+    loop {
+        let ended = match store.get_instance(id).await? {
+            Some(row) => row.status.is_final(),
+            None => return Err(Error::NotFound { id: id.to_owned() }),
+        };
+        if let Some(entry) = store.read_stream(id, key, position, 1).await?.pop() {
+            return Ok(entry.value.map(|value| (value, entry.type_name)));
+        }
+        if ended {
+            return Ok(None);
+        }
+        tokio::time::sleep(nap).await;
+        nap = (nap * 2).min(READ_POLL_MAX);
     }
 }
 
@@ -332,7 +432,8 @@ fn decode_published<T: DeserializeOwned>(
 /// process-wide runtime: every value in order, from the first, ending after
 /// the stream is closed or the workflow has ended. Values not yet written are
 /// waited for. An item that does not decode into `T` is an
-/// [`Error::MessageType`] item; reading goes on after it.
+/// [`Error::MessageType`] item. Inside a workflow each item read (a value, or
+/// the end) is journaled as a step, so a replay yields the same items.
 pub fn read_stream<T: DeserializeOwned + Send + 'static>(
     workflow_id: impl Into<String>,
     key: impl Into<String>,
@@ -384,6 +485,7 @@ impl<T: DeserializeOwned + Send + 'static> StreamReader<T> {
             nap: Duration,
             done: bool,
         }
+        let (id_for_journal, key_for_journal) = (id.clone(), key.clone());
         let state = State {
             keiro,
             id,
@@ -457,12 +559,11 @@ impl<T: DeserializeOwned + Send + 'static> StreamReader<T> {
                 }
             }
         });
-        let inner: Pin<Box<dyn Stream<Item = Result<T>> + Send>> = if inside_workflow {
-            Box::pin(futures::stream::once(async {
-                Err(outside_only("keiro::read_stream"))
-            }))
-        } else {
-            Box::pin(values)
+        let inner: Pin<Box<dyn Stream<Item = Result<T>> + Send>> = match super::current() {
+            Some(cx) if inside_workflow => {
+                Box::pin(journaled_stream(cx, id_for_journal, key_for_journal))
+            }
+            _ => Box::pin(values),
         };
         StreamReader { inner }
     }

@@ -49,6 +49,9 @@ pub(crate) enum StepKind {
     Stream,
     /// `keiro::get_event()` read from a workflow: the value it saw.
     GetEvent,
+    /// An item of `keiro::read_stream()` read from a workflow: a value, or
+    /// the stream's end.
+    ReadStream,
     /// `keiro::select!`: the index of the winning branch.
     Select,
 }
@@ -67,6 +70,7 @@ impl StepKind {
             StepKind::Event => "set_event",
             StepKind::Stream => "write_stream",
             StepKind::GetEvent => "get_event",
+            StepKind::ReadStream => "read_stream",
             StepKind::Select => "select",
         }
     }
