@@ -260,6 +260,17 @@ pub enum Received {
 }
 
 impl Store {
+    /// The PostgreSQL store, when this is one: for the batch statements only
+    /// it has.
+    #[cfg(feature = "postgres")]
+    fn as_postgres(&self) -> Option<&crate::PostgresStore> {
+        match self {
+            Store::Postgres(pg) => Some(pg),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
     /// Queues a message for an unfinished instance and makes it due when it
     /// is suspended, in one transaction (journaling [`NewMessage::journal`]
     /// first when given).
@@ -281,7 +292,7 @@ impl Store {
             validate_message(message)?;
         }
         #[cfg(feature = "postgres")]
-        if let Store::Postgres(pg) = self {
+        if let Some(pg) = self.as_postgres() {
             // One statement (and one commit) for the whole batch, unless a
             // workflow's send, journaled with its message, is among them.
             if messages.iter().all(|m| m.journal.is_none()) {
@@ -377,7 +388,7 @@ impl Store {
     pub async fn take_messages(&self, takes: &[Take]) -> Result<Vec<Taken>> {
         const OP: &str = "take_messages";
         #[cfg(feature = "postgres")]
-        if let Store::Postgres(pg) = self {
+        if let Some(pg) = self.as_postgres() {
             return pg.take_messages(takes).await;
         }
         let now = now_us();
