@@ -48,6 +48,7 @@ mod query;
 mod error;
 mod events;
 mod journal;
+mod listing;
 mod messages;
 mod model;
 mod options;
@@ -88,6 +89,7 @@ pub fn wake_payload(id: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(format!("#{hash:016x}"))
 }
 pub use events::{EventRow, Publish, StreamEntry};
+pub use listing::ListQuery;
 pub use messages::{MessageRow, NewMessage, Receive, Received, SendOutcome, Take, Taken};
 pub use model::{
     now_us, timer_sort_key, AppendOutcome, BlockReason, Blocked, Cancellation, ContinueAsNew,

@@ -422,6 +422,15 @@ pub enum Error {
     /// An invariant inside keiro was broken: a bug in keiro, please report it.
     #[error("internal keiro error (a bug in keiro, please report it): {0}")]
     Internal(String),
+    /// A listing was given a cursor keiro did not make, or one from a
+    /// listing in the other order.
+    #[error("invalid listing cursor `{cursor}`: {reason}")]
+    InvalidCursor {
+        /// The cursor given (its start).
+        cursor: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A message was sent to an instance that has ended; nothing was queued.
     #[error(
         "workflow instance `{id}` has ended ({status}) and takes no more messages; nothing was \

@@ -47,6 +47,7 @@ mod context;
 mod error;
 pub mod inspect;
 mod json;
+mod operate;
 mod panic;
 mod registry;
 mod resume;
@@ -76,6 +77,7 @@ pub use context::{
 pub use context::{AwakeableTimeout, DurableFuture};
 pub use error::{Error, Result, StoreError, TypeMismatch};
 pub use keiro_store::{SqliteSynchronous, MAX_ID_BYTES};
+pub use operate::{list, ListFilter, Page, StepOutcome, StepRecord, WorkflowSummary, MAX_PAGE};
 pub use runtime::{
     global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL, EXECUTOR_ID_ENV,
     SQLITE_SYNCHRONOUS_ENV,
