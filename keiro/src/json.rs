@@ -47,6 +47,27 @@ pub(crate) fn to_json<T: Serialize + ?Sized>(
     }
 }
 
+/// Refuses `json` when it is longer than `limit` bytes with
+/// [`Error::PayloadTooLarge`] naming `workflow`, `id` and `step` (which value).
+pub(crate) fn check_size(
+    json: &str,
+    limit: usize,
+    workflow: &str,
+    id: &str,
+    step: impl FnOnce() -> String,
+) -> Result<()> {
+    if json.len() <= limit {
+        return Ok(());
+    }
+    Err(Error::PayloadTooLarge {
+        workflow: workflow.to_owned(),
+        id: id.to_owned(),
+        step: step(),
+        size: json.len(),
+        limit,
+    })
+}
+
 /// [`to_json`], read back as a `serde_json::Value`.
 pub(crate) fn to_value<T: Serialize + ?Sized>(
     value: &T,
