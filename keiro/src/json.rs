@@ -698,6 +698,25 @@ mod tests {
         assert!(reason.starts_with("NaN at `.we\\\"ird`"), "{reason}");
     }
 
+    #[test]
+    fn sizes_up_to_the_limit_pass_and_one_byte_more_is_refused() {
+        let step = || "the input".to_owned();
+        assert!(check_size("\"abc\"", 5, "w", "i", step).is_ok());
+        match check_size("\"abcd\"", 5, "w", "i", step) {
+            Err(Error::PayloadTooLarge {
+                workflow,
+                id,
+                step,
+                size,
+                limit,
+            }) => {
+                assert_eq!((workflow.as_str(), id.as_str()), ("w", "i"));
+                assert_eq!((step.as_str(), size, limit), ("the input", 6, 5));
+            }
+            other => panic!("expected PayloadTooLarge, got {other:?}"),
+        }
+    }
+
     /// `[[[…]]]` nested `depth` levels deep.
     fn nested(depth: usize) -> serde_json::Value {
         let mut value = serde_json::Value::Null;
