@@ -391,6 +391,30 @@ pub enum Error {
         /// What in the value cannot be stored, where, and what to do.
         reason: String,
     },
+    /// A value is larger, encoded as JSON, than the runtime's payload limit
+    /// ([`KeiroBuilder::max_payload_bytes`](crate::KeiroBuilder::max_payload_bytes),
+    /// default 1 MiB). Refused before it is written: nothing was stored. For
+    /// a step result or a workflow's return value the instance is failed with
+    /// this error, as every attempt would produce the same value.
+    #[error(
+        "{step} of workflow `{workflow}` id `{id}` is {size} bytes as JSON, over the payload \
+         limit of {limit} bytes; nothing was stored: keep large data outside keiro (a file or \
+         blob store) and journal its key, or raise KeiroBuilder::max_payload_bytes"
+    )]
+    PayloadTooLarge {
+        /// The workflow whose value it is (for a message, the sender's, or
+        /// `(outside a workflow)`).
+        workflow: String,
+        /// The instance's id (for a message, the recipient's).
+        id: String,
+        /// Which value: ``step `charge` (#2) result``, `input`, `output`,
+        /// ``message on topic `t` ``, ``event `k` ``, ``stream `k` ``.
+        step: String,
+        /// Its encoded length in bytes.
+        size: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
     /// [`crate::continue_as_new`] was given a call of another workflow.
     #[error(
         "workflow `{name}` (id {id}) cannot continue as `{requested}`; continue_as_new \

@@ -47,6 +47,27 @@ pub(crate) fn to_json<T: Serialize + ?Sized>(
     }
 }
 
+/// Refuses `json` when it is longer than `limit` bytes with
+/// [`Error::PayloadTooLarge`] naming `workflow`, `id` and `step` (which value).
+pub(crate) fn check_size(
+    json: &str,
+    limit: usize,
+    workflow: &str,
+    id: &str,
+    step: impl FnOnce() -> String,
+) -> Result<()> {
+    if json.len() <= limit {
+        return Ok(());
+    }
+    Err(Error::PayloadTooLarge {
+        workflow: workflow.to_owned(),
+        id: id.to_owned(),
+        step: step(),
+        size: json.len(),
+        limit,
+    })
+}
+
 /// [`to_json`], read back as a `serde_json::Value`.
 pub(crate) fn to_value<T: Serialize + ?Sized>(
     value: &T,
@@ -675,6 +696,25 @@ mod tests {
         map.insert("we\"ird", Some(f64::NAN));
         let reason = refused(&map);
         assert!(reason.starts_with("NaN at `.we\\\"ird`"), "{reason}");
+    }
+
+    #[test]
+    fn sizes_up_to_the_limit_pass_and_one_byte_more_is_refused() {
+        let step = || "the input".to_owned();
+        assert!(check_size("\"abc\"", 5, "w", "i", step).is_ok());
+        match check_size("\"abcd\"", 5, "w", "i", step) {
+            Err(Error::PayloadTooLarge {
+                workflow,
+                id,
+                step,
+                size,
+                limit,
+            }) => {
+                assert_eq!((workflow.as_str(), id.as_str()), ("w", "i"));
+                assert_eq!((step.as_str(), size, limit), ("the input", 6, 5));
+            }
+            other => panic!("expected PayloadTooLarge, got {other:?}"),
+        }
     }
 
     /// `[[[…]]]` nested `depth` levels deep.

@@ -79,8 +79,8 @@ pub use error::{Error, Result, StoreError, TypeMismatch};
 pub use keiro_store::{SqliteSynchronous, MAX_ID_BYTES};
 pub use operate::{list, ListFilter, Page, StepOutcome, StepRecord, WorkflowSummary, MAX_PAGE};
 pub use runtime::{
-    global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL, EXECUTOR_ID_ENV,
-    SQLITE_SYNCHRONOUS_ENV,
+    global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL,
+    DEFAULT_MAX_PAYLOAD_BYTES, EXECUTOR_ID_ENV, SQLITE_SYNCHRONOUS_ENV,
 };
 pub use uuid::Uuid;
 pub use workflow::{

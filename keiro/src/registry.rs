@@ -88,6 +88,15 @@ impl WorkflowOutput {
             Some(cx) => format!("workflow `{}` id `{}` returned", cx.name, cx.id),
             None => "a workflow returned".to_owned(),
         })?;
+        if let Some(cx) = crate::context::current() {
+            crate::json::check_size(
+                &json,
+                cx.keiro.max_payload_bytes(),
+                &cx.name,
+                &cx.id,
+                || "the return value (output)".to_owned(),
+            )?;
+        }
         Ok(WorkflowOutput { json, is_err })
     }
 }

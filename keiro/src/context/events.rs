@@ -115,6 +115,18 @@ async fn publish(
         _ => "stream key",
     };
     Error::check_id(what, key)?;
+    if let Some(json) = &value {
+        crate::json::check_size(
+            json,
+            cx.keiro.max_payload_bytes(),
+            &cx.name,
+            &cx.id,
+            || match kind {
+                StepKind::Event => format!("the value of event `{key}`"),
+                _ => format!("a value for stream `{key}`"),
+            },
+        )?;
+    }
     let row = match cx.recorded(seq) {
         Some(row) => row,
         None => {

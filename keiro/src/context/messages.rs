@@ -451,6 +451,16 @@ impl Keiro {
             Error::check_id("idempotency key", key)?;
         }
         let payload = sending.payload.as_ref().map_err(Clone::clone)?;
+        let sender = crate::context::current();
+        crate::json::check_size(
+            payload,
+            self.max_payload_bytes(),
+            sender
+                .as_ref()
+                .map_or("(outside a workflow)", |cx| &cx.name),
+            &sending.workflow_id,
+            || format!("the message on topic `{}`", sending.topic),
+        )?;
         let request = MessageRequest {
             workflow_id: sending.workflow_id.clone(),
             topic: sending.topic.clone(),
@@ -542,6 +552,13 @@ where
     Error::check_id("workflow id", workflow_id)?;
     Error::check_id("message topic", topic)?;
     let payload = crate::json::to_json(value, || format!("the message on topic `{topic}`"))?;
+    let limit = match crate::runtime::try_global() {
+        Some(keiro) => keiro.max_payload_bytes(),
+        None => crate::DEFAULT_MAX_PAYLOAD_BYTES,
+    };
+    crate::json::check_size(&payload, limit, "(outside a workflow)", workflow_id, || {
+        format!("the message on topic `{topic}`")
+    })?;
     let message = NewMessage {
         workflow_id,
         topic,

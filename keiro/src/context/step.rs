@@ -202,6 +202,9 @@ where
         Ok(json) => json,
         Err(error) => return halt(cx, error).await,
     };
+    if let Err(error) = check_step_size(cx, seq, kind, name, &result) {
+        return halt(cx, error).await;
+    }
     let row = step_row(cx, seq, kind, name, result);
     match cx.keiro.writer().append(row).await {
         Ok(AppendOutcome::Inserted) => {
@@ -212,6 +215,19 @@ where
         Ok(AppendOutcome::Existing(first)) => replay(cx, seq, kind, name, &first).await,
         Err(e) => halt(cx, Error::Store(e)).await,
     }
+}
+
+/// Refuses a step result over the runtime's payload limit.
+fn check_step_size(
+    cx: &WorkflowContext,
+    seq: i64,
+    kind: StepKind,
+    name: &str,
+    json: &str,
+) -> crate::Result<()> {
+    crate::json::check_size(json, cx.keiro.max_payload_bytes(), &cx.name, &cx.id, || {
+        format!("the result of {} (#{seq})", describe(kind.as_str(), name))
+    })
 }
 
 fn step_row(cx: &WorkflowContext, seq: i64, kind: StepKind, name: &str, result: String) -> StepRow {
@@ -251,6 +267,9 @@ where
         Ok(json) => json,
         Err(error) => return halt(cx, error).await,
     };
+    if let Err(error) = check_step_size(cx, seq, kind, name, &result) {
+        return halt(cx, error).await;
+    }
     let rows = vec![
         step_row(cx, seq, kind, name, result),
         step_row(

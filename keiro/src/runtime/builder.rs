@@ -46,10 +46,14 @@ impl Keiro {
             max_attempts: 5,
             suspend_after: Duration::from_secs(1),
             no_worker_timeout: Duration::from_secs(30),
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             store: StoreOptions::default(),
         }
     }
 }
+
+/// The default of [`KeiroBuilder::max_payload_bytes`]: 1 MiB.
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 
 /// Settings for [`Keiro::builder`]. Its `Debug` shows the URL with every
 /// credential replaced by `***` (see [`keiro_store::redact_url`]).
@@ -61,6 +65,7 @@ pub struct KeiroBuilder {
     max_attempts: u32,
     suspend_after: Duration,
     no_worker_timeout: Duration,
+    max_payload_bytes: usize,
     store: StoreOptions,
 }
 
@@ -73,6 +78,7 @@ impl std::fmt::Debug for KeiroBuilder {
             .field("max_attempts", &self.max_attempts)
             .field("suspend_after", &self.suspend_after)
             .field("no_worker_timeout", &self.no_worker_timeout)
+            .field("max_payload_bytes", &self.max_payload_bytes)
             .field("store", &self.store)
             .finish()
     }
@@ -133,6 +139,17 @@ impl KeiroBuilder {
         self
     }
 
+    /// The largest value, in bytes of its JSON encoding, this runtime writes
+    /// (default [`DEFAULT_MAX_PAYLOAD_BYTES`], 1 MiB): a workflow's input or
+    /// return value, a step's result (`Ok` or `Err`), a message, an event or
+    /// a stream value. A larger one is refused before it is written with
+    /// [`Error::PayloadTooLarge`]; a step result or return value over it
+    /// fails the instance. Must be at least 1.
+    pub fn max_payload_bytes(mut self, n: usize) -> Self {
+        self.max_payload_bytes = n;
+        self
+    }
+
     /// SQLite durability (default [`SqliteSynchronous::Full`]).
     pub fn sqlite_synchronous(mut self, sync: SqliteSynchronous) -> Self {
         self.store.sqlite_synchronous = sync;
@@ -160,6 +177,12 @@ impl KeiroBuilder {
             return Err(Error::invalid_option(
                 "max_attempts",
                 "0 would fail every instance before it runs; use at least 1 (default 5)",
+            ));
+        }
+        if self.max_payload_bytes == 0 {
+            return Err(Error::invalid_option(
+                "max_payload_bytes",
+                "0 would refuse every value, even `null`; use at least 1 (default 1 MiB)",
             ));
         }
         if matches!(&self.executor_id, Some(id) if id.trim().is_empty()) {
@@ -197,6 +220,7 @@ impl KeiroBuilder {
                 max_attempts: self.max_attempts,
                 suspend_after: self.suspend_after,
                 no_worker_timeout: self.no_worker_timeout,
+                max_payload_bytes: self.max_payload_bytes,
                 serving: OnceCell::new(),
                 executor: OnceCell::new(),
                 stop: watch::channel(false).0,

@@ -112,3 +112,8 @@ fn env_database_url() -> (String, bool) {
         _ => (DEFAULT_DATABASE_URL.to_owned(), false),
     }
 }
+
+/// The process-wide runtime if one is set up, without creating one.
+pub(crate) fn try_global() -> Option<Keiro> {
+    GLOBAL.get().cloned()
+}

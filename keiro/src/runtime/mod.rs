@@ -29,7 +29,8 @@ use crate::registry::Registry;
 use inflight::{InFlight, Waiter};
 use listener::Wakes;
 
-pub use builder::KeiroBuilder;
+pub use builder::{KeiroBuilder, DEFAULT_MAX_PAYLOAD_BYTES};
+pub(crate) use global::try_global;
 pub use global::{
     global, init, DATABASE_URL_ENV, DEFAULT_DATABASE_URL, EXECUTOR_ID_ENV, SQLITE_SYNCHRONOUS_ENV,
 };
@@ -58,6 +59,8 @@ struct Inner {
     /// How long a caller waits on a due instance that no live worker serves
     /// before `result()` says so.
     no_worker_timeout: Duration,
+    /// The largest encoded value written (`KeiroBuilder::max_payload_bytes`).
+    max_payload_bytes: usize,
     /// Set once this process's resume worker has recorded the workflow names
     /// it serves.
     serving: OnceCell<()>,
@@ -148,6 +151,11 @@ impl Keiro {
     /// How long a claim on an instance run here lasts without renewal.
     pub(crate) fn lease_ttl(&self) -> Duration {
         self.inner.lease_ttl
+    }
+
+    /// The largest encoded value this runtime writes, in bytes.
+    pub(crate) fn max_payload_bytes(&self) -> usize {
+        self.inner.max_payload_bytes
     }
 
     /// How many crashes an instance run here may have before it is failed.

@@ -120,7 +120,7 @@ where
     /// belongs to another workflow or call (see [`WorkflowCall::id`]).
     pub async fn start(self) -> Result<WorkflowHandle<R>> {
         let keiro = self.runtime().await?;
-        let launch_spec = self.launch_spec()?;
+        let launch_spec = self.launch_spec(keiro.max_payload_bytes())?;
         let id = launch_spec.id.clone();
         launch(&keiro, launch_spec).await?;
         Ok(WorkflowHandle::new(keiro, id, Some(self.run)))
@@ -131,7 +131,7 @@ where
     /// fleet of workers). Idempotent on the id; takes no executor identity.
     pub async fn enqueue(self) -> Result<WorkflowHandle<R>> {
         let keiro = self.runtime().await?;
-        let spec = self.launch_spec()?;
+        let spec = self.launch_spec(keiro.max_payload_bytes())?;
         let (row, created) = keiro
             .writer()
             .create(CreateRequest {
@@ -187,7 +187,7 @@ where
         'c: 't,
     {
         let keiro = self.runtime().await?;
-        let spec = self.launch_spec()?;
+        let spec = self.launch_spec(keiro.max_payload_bytes())?;
         let new = keiro_store::NewInstance {
             id: &spec.id,
             name: spec.name,
@@ -224,7 +224,8 @@ where
 
     /// The instance to launch: the given id, else a deterministic one inside a
     /// workflow (`<parent id>/<step seq>`), else a fresh UUID.
-    pub(crate) fn launch_spec(&self) -> Result<Launch> {
+    /// The input is refused when longer than `max_payload_bytes`.
+    pub(crate) fn launch_spec(&self, max_payload_bytes: usize) -> Result<Launch> {
         let id = match (&self.id, &self.parent) {
             (Some(id), _) => id.clone(),
             (None, Some((cx, seq))) => format!("{}/{seq}", cx.id),
@@ -247,6 +248,9 @@ where
                 reason,
             },
             other => other,
+        })?;
+        crate::json::check_size(&input, max_payload_bytes, self.name, &id, || {
+            "the input (arguments)".to_owned()
         })?;
         Ok(Launch {
             name: self.name,
@@ -271,7 +275,7 @@ where
         match self.parent.clone() {
             None => {
                 let keiro = self.runtime().await?;
-                let spec = self.launch_spec()?;
+                let spec = self.launch_spec(keiro.max_payload_bytes())?;
                 let id = spec.id.clone();
                 let row = wait(&keiro, &id, launch(&keiro, spec).await?, Some(self.run)).await?;
                 outcome_of(&row)

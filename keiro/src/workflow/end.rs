@@ -137,8 +137,10 @@ pub(crate) async fn record(
         }
         // A value that cannot be journaled is a bug in the workflow's code
         // that every attempt would hit again: fail it now, saying why.
-        Ended::Aborted(error @ Error::NotJournalable { .. })
-        | Ended::Errored(error @ Error::NotJournalable { .. }) => fail(keiro, row, error).await,
+        Ended::Aborted(error @ (Error::NotJournalable { .. } | Error::PayloadTooLarge { .. }))
+        | Ended::Errored(error @ (Error::NotJournalable { .. } | Error::PayloadTooLarge { .. })) => {
+            fail(keiro, row, error).await
+        }
         Ended::Aborted(error) | Ended::Errored(error) if error.is_transient() => {
             let _ = store.release(&row.id, owner).await;
             Err(error)

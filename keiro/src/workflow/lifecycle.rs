@@ -159,5 +159,12 @@ where
         });
     }
     let input = call.encoded_input()?;
+    crate::json::check_size(
+        &input,
+        cx.keiro.max_payload_bytes(),
+        &cx.name,
+        &cx.id,
+        || "the input of its next generation (continue_as_new)".to_owned(),
+    )?;
     halt(&cx, Halt::ContinueAsNew { input }).await
 }
