@@ -50,6 +50,7 @@ mod events;
 mod journal;
 mod messages;
 mod model;
+mod operate;
 mod options;
 mod outbox;
 mod outcome;
@@ -96,6 +97,7 @@ pub use model::{
     ScheduleOutcome, StepRow, Suspend, TimerListKind, TimerQuery, TimerRow, TimerStatus,
     TimerUpdate,
 };
+pub use operate::{Fork, Retry};
 pub use options::{SqliteSynchronous, StoreOptions};
 pub use outbox::{create_instance_tx, get_step_tx, resolve_tx, send_message_tx};
 pub use outcome::Outcome;
