@@ -51,6 +51,7 @@ mod journal;
 mod listing;
 mod messages;
 mod model;
+mod operate;
 mod options;
 mod outbox;
 mod outcome;
@@ -98,6 +99,7 @@ pub use model::{
     ScheduleOutcome, StepRow, Suspend, TimerListKind, TimerQuery, TimerRow, TimerStatus,
     TimerUpdate,
 };
+pub use operate::{Fork, Retry};
 pub use options::{SqliteSynchronous, StoreOptions};
 pub use outbox::{create_instance_tx, get_step_tx, resolve_tx, send_message_tx};
 pub use outcome::Outcome;

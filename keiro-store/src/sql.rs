@@ -166,6 +166,8 @@ pub(crate) struct Statements {
     pub(crate) recover_expired_timer_resumes: String,
     // Messages, events and streams.
     pub(crate) talk: crate::messages::TalkStatements,
+    // Retry and fork.
+    pub(crate) operate: crate::operate::OperateStatements,
 }
 
 impl Statements {
@@ -475,6 +477,7 @@ impl Statements {
             ),
             timers_table: t,
             talk: crate::messages::TalkStatements::new(d),
+            operate: crate::operate::OperateStatements::new(d),
         }
     }
 }

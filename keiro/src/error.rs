@@ -356,6 +356,21 @@ pub enum Error {
         /// Its status, e.g. `completed`.
         status: String,
     },
+    /// [`crate::Keiro::retry`] was asked for an instance that is not failed
+    /// after its crash attempts nor cancelled; nothing changed.
+    #[error(
+        "workflow `{name}` (id {id}) is {status} and cannot be retried: only an instance that \
+         failed after its crash attempts, or was cancelled, is; `keiro.fork` starts a new run \
+         from its journal"
+    )]
+    NotRetryable {
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+        /// Its status, e.g. `running` or `completed`.
+        status: String,
+    },
     /// A workflow was given an empty instance id.
     #[error(
         "workflow `{name}` was given an empty id; give it a non-empty one, or none for a \

@@ -87,6 +87,7 @@ pub use workflow::{
     cancel, continue_as_new, handle, spawn, CancelOutcome, ChildHandle, ChildTimeout, WorkflowCall,
     WorkflowHandle, WorkflowStatus,
 };
+pub use workflow::{fork, retry, ForkFrom};
 
 /// Keeps the workflows of crates this binary depends on but never names.
 ///

@@ -10,8 +10,10 @@ mod end;
 mod handle;
 pub(crate) mod launch;
 mod lifecycle;
+mod operate;
 
 pub use call::WorkflowCall;
 pub use child::{spawn, ChildHandle, ChildTimeout};
 pub use handle::{handle, WorkflowHandle, WorkflowStatus};
 pub use lifecycle::{cancel, continue_as_new, CancelOutcome};
+pub use operate::{fork, retry, ForkFrom};

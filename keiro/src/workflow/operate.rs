@@ -1,0 +1,109 @@
+//! Repairing instances from outside: [`Keiro::retry`] runs a failed or
+//! cancelled instance again from its journal, [`Keiro::fork`] starts a new
+//! instance from a prefix of another's journal.
+
+use crate::{Error, Keiro, Result};
+
+/// Where [`Keiro::fork`] starts the new instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ForkFrom {
+    /// Copy the journal entries before this seq (the `n`-th recorded entry,
+    /// counting from 0): the new instance replays them and runs the code from
+    /// this entry on.
+    Step(i64),
+}
+
+impl Keiro {
+    /// Runs instance `id` again from its journal when it is failed (its crash
+    /// attempts exhausted, or by an error keiro raised) or cancelled: its
+    /// recorded steps are kept and not run again, its attempts reset, and a
+    /// resume worker (in this process or another linking the workflow) runs
+    /// it from there. Anything else (unfinished, completed, timed out, set
+    /// aside, or failed because the workflow returned `Err`) is refused with
+    /// [`Error::NotRetryable`] naming its status; an unknown id with
+    /// [`Error::NotFound`].
+    pub async fn retry(&self, id: &str) -> Result<()> {
+        Error::check_id("workflow id", id)?;
+        let status = match self.raw_store().retry(id).await? {
+            keiro_store::Retry::Retried => {
+                tracing::info!(id, "keiro put a workflow back in line to retry it");
+                self.wake_resume_worker();
+                if let Err(error) = self.raw_store().wake_workers(id).await {
+                    tracing::debug!(%error, "keiro could not notify workers of a retry");
+                }
+                return Ok(());
+            }
+            keiro_store::Retry::NotFound => return Err(Error::NotFound { id: id.to_owned() }),
+            keiro_store::Retry::ReturnedError => {
+                "failed because it returned `Err` (a replay returns it again)".to_owned()
+            }
+            keiro_store::Retry::NotRetryable(status) => status.as_str().to_owned(),
+            _ => "in a state this version of keiro does not retry".to_owned(),
+        };
+        let name = self
+            .raw_store()
+            .get_instance(id)
+            .await?
+            .map_or_else(|| "?".to_owned(), |row| row.name);
+        Err(Error::NotRetryable {
+            name,
+            id: id.to_owned(),
+            status,
+        })
+    }
+
+    /// Starts a new instance of `id`'s workflow with the same input and the
+    /// entries of `id`'s current journal before `from` copied, run by the
+    /// current code from there; `id` is left as it is. Returns the new
+    /// instance's id, `"{id}-fork-{uuid}"`. [`Error::NotFound`] for an
+    /// unknown `id`. Use [`Keiro::fork_as`] to choose the new id.
+    pub async fn fork(&self, id: &str, from: ForkFrom) -> Result<String> {
+        let new_id = format!("{id}-fork-{}", uuid::Uuid::new_v4());
+        self.fork_as(id, from, &new_id).await?;
+        Ok(new_id)
+    }
+
+    /// [`Keiro::fork`] under the id `new_id`; an instance that already has
+    /// that id is refused with [`Error::IdConflict`] and nothing is written.
+    pub async fn fork_as(&self, id: &str, from: ForkFrom, new_id: &str) -> Result<()> {
+        Error::check_id("workflow id", id)?;
+        Error::check_id("workflow id", new_id)?;
+        let ForkFrom::Step(seq) = from;
+        match self.raw_store().fork(id, seq, new_id).await? {
+            keiro_store::Fork::Forked { steps } => {
+                tracing::info!(id, new_id, seq, steps, "keiro forked a workflow");
+                self.wake_resume_worker();
+                if let Err(error) = self.raw_store().wake_workers(new_id).await {
+                    tracing::debug!(%error, "keiro could not notify workers of a fork");
+                }
+                Ok(())
+            }
+            keiro_store::Fork::NotFound => Err(Error::NotFound { id: id.to_owned() }),
+            _ => {
+                let name = |row: Option<keiro_store::InstanceRow>| {
+                    row.map_or_else(|| "?".to_owned(), |row| row.name)
+                };
+                Err(Error::IdConflict {
+                    id: new_id.to_owned(),
+                    existing: name(self.raw_store().get_instance(new_id).await?),
+                    requested: name(self.raw_store().get_instance(id).await?),
+                    held_as: String::new(),
+                    requested_as: format!(" as a fork of instance `{id}`"),
+                })
+            }
+        }
+    }
+}
+
+/// Retries instance `id` through the process-wide runtime (see
+/// [`Keiro::retry`]).
+pub async fn retry(id: &str) -> Result<()> {
+    crate::runtime::global().await?.retry(id).await
+}
+
+/// Forks instance `id` through the process-wide runtime (see
+/// [`Keiro::fork`]).
+pub async fn fork(id: &str, from: ForkFrom) -> Result<String> {
+    crate::runtime::global().await?.fork(id, from).await
+}
