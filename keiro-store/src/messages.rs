@@ -439,37 +439,9 @@ impl Store {
     /// receiver never sleeps past a message. Returns whether it applied (the
     /// lease was still held).
     pub async fn suspend_for_message(&self, suspend: &Suspend<'_>, topic: &str) -> Result<bool> {
-        const OP: &str = "suspend_for_message";
-        let now = now_us();
-        dispatch!(Store, self, |s, sql| {
-            let mut tx = s.begin(OP).await?;
-            sqlx::query(&sql.talk.instance_status_locked)
-                .bind(suspend.id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?;
-            let waiting = sqlx::query(&sql.talk.message_waiting)
-                .bind(suspend.id)
-                .bind(topic)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?
-                .is_some();
-            let applied = sqlx::query(&sql.suspend)
-                .bind(suspend.id)
-                .bind(suspend.generation)
-                .bind(suspend.owner)
-                .bind(if waiting { Some(now) } else { suspend.wake_at })
-                .bind(now)
-                .bind(suspend.awaiting)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?
-                .rows_affected()
-                == 1;
-            tx.commit().await.map_err(StoreError::query(OP))?;
-            Ok(applied)
-        })
+        // One wake condition of the general case.
+        self.suspend_for_any(suspend, &[], &[topic.to_owned()])
+            .await
     }
 
     /// Whether [`Store::send_message`] (and the writer's batched sends)
