@@ -8,7 +8,7 @@ use std::time::Duration;
 use keiro_store::{now_us, GcCounts, GcCursor, GcPolicy, GcRequest};
 
 use crate::time::duration_us;
-use crate::{Error, Keiro, Result};
+use crate::{Error, Keiro, Result, ResumeEvent, ResumeLog};
 
 /// The most root instances one batch may delete.
 pub const MAX_GC_BATCH: usize = 10_000;
@@ -182,6 +182,21 @@ impl Keiro {
             match progress.next {
                 Some(next) => cursor = next,
                 None => return Ok(summary),
+            }
+        }
+    }
+
+    /// The resume worker's periodic gc: runs `retention` now and then every
+    /// `interval`, reporting each run to `log`; a failure waits for the next
+    /// interval. Runs until aborted.
+    pub(crate) async fn gc_every(self, retention: Retention, interval: Duration, log: ResumeLog) {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            match self.gc(&retention).await {
+                Ok(summary) => log(&ResumeEvent::Gc(summary)),
+                Err(error) => log(&ResumeEvent::GcFailed { error }),
             }
         }
     }
