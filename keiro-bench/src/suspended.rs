@@ -174,11 +174,11 @@ async fn scale(cfg: &Config, url: &str, sleeping: i64) -> BenchResult<Report> {
     })
 }
 
-/// Inserts `n` copies of the template (`<prefix>-<i>`), with its journaled
-/// sleep; with `due`, the copies wake at `due` (µs since the Unix epoch), which
-/// is also their journaled sleep deadline (the journal and the row share the
-/// unit).
-async fn bulk_insert(
+/// Inserts `n` copies of the template instance `tpl` (`<prefix>-<i>`), with
+/// its journal; with `due`, the copies wake at `due` (µs since the Unix
+/// epoch), which is also their journaled sleep deadline (the journal and the
+/// row share the unit).
+pub(crate) async fn bulk_insert(
     store: &Store,
     backend: Backend,
     prefix: &str,
@@ -226,10 +226,16 @@ async fn bulk_insert(
     if rows != n as u64 {
         return Err(fail(format!("inserted {rows} {prefix} instances, not {n}")));
     }
+    let per_copy = count(
+        store,
+        &format!("SELECT count(*) FROM {steps} WHERE workflow_id = 'tpl'"),
+    )
+    .await?;
     let rows = execute(store, &steps_sql).await?;
-    if rows != n as u64 {
+    if rows != (n * per_copy) as u64 {
         return Err(fail(format!(
-            "inserted {rows} {prefix} journal rows, not {n}"
+            "inserted {rows} {prefix} journal rows, not {}",
+            n * per_copy
         )));
     }
     Ok(())

@@ -101,6 +101,33 @@ pub(crate) async fn sequential(cfg: &Config, emit_0: bool, emit_10: bool) -> Ben
     Ok(())
 }
 
+/// Runs workflows of 3 no-op steps with ids `{tag}-0`, `{tag}-1`, …, at most
+/// [`IN_FLIGHT`] at once, until `n` have started or `stop()` says so (asked
+/// before each start); waits for those started and returns how many
+/// completed.
+pub(crate) async fn concurrent_3steps(
+    keiro: &Keiro,
+    tag: &str,
+    n: u32,
+    stop: impl Fn() -> bool,
+) -> BenchResult<u32> {
+    let mut runs = futures::stream::iter(0..n)
+        .take_while(|_| std::future::ready(!stop()))
+        .map(|i| {
+            let keiro = keiro.clone();
+            async move { bench_steps(3).id(format!("{tag}-{i}")).on(&keiro).await }
+        })
+        .buffer_unordered(IN_FLIGHT);
+    let mut completed = 0;
+    while let Some(out) = runs.next().await {
+        if out? != 3 {
+            return Err(fail("bench_steps(3) returned a wrong sum"));
+        }
+        completed += 1;
+    }
+    Ok(completed)
+}
+
 /// `concurrent_3steps`: 2,000 workflows of 3 no-op steps, at most 64 in flight.
 pub(crate) async fn concurrent(cfg: &Config) -> BenchResult {
     let backend = cfg.backend;
@@ -114,17 +141,7 @@ pub(crate) async fn concurrent(cfg: &Config) -> BenchResult {
         )
         .await?;
         let started = Instant::now();
-        let mut runs = futures::stream::iter(0..CONCURRENT_WORKFLOWS)
-            .map(|i| {
-                let keiro = keiro.clone();
-                async move { bench_steps(3).id(format!("c-{i}")).on(&keiro).await }
-            })
-            .buffer_unordered(IN_FLIGHT);
-        while let Some(out) = runs.next().await {
-            if out? != 3 {
-                return Err(fail("bench_steps(3) returned a wrong sum"));
-            }
-        }
+        concurrent_3steps(&keiro, "c", CONCURRENT_WORKFLOWS, || false).await?;
         let secs = started.elapsed().as_secs_f64();
         let step_rows = count(
             keiro::unstable::raw_store(&keiro),

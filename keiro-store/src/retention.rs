@@ -43,7 +43,7 @@ const TIMER_STATUSES: [&str; 2] = ["fired", "cancelled"];
 pub(crate) struct RetentionStatements {
     /// Per [`ROOT_STATUSES`] entry: one page of root instances of that
     /// status changed before `$1`, after `($2, $3)` in `(updated_at, id)`
-    /// order, at most `$4`.
+    /// order, at most `$4`: id, last change and generation.
     roots: [String; 4],
     /// Instances with older generations, after id `$1`, at most `$2`.
     continued: String,
@@ -69,11 +69,11 @@ impl RetentionStatements {
         let (w, t) = (table("workflows"), table("timers"));
         let roots = ROOT_STATUSES.map(|status| {
             format!(
-                "SELECT id, updated_at FROM {w} \
+                "SELECT id, updated_at, generation FROM {w} \
                  WHERE parent_id IS NULL \
                  AND status IN ('completed', 'timed_out', 'failed', 'cancelled') \
                  AND status = '{status}' AND updated_at < $1 \
-                 AND (updated_at > $2 OR (updated_at = $2 AND id > $3)) \
+                 AND (updated_at, id) > ($2, $3) \
                  ORDER BY updated_at, id LIMIT $4"
             )
         });
@@ -82,7 +82,7 @@ impl RetentionStatements {
                 "SELECT id, updated_at FROM {t} \
                  WHERE status IN ('fired', 'cancelled') \
                  AND status = '{status}' AND updated_at < $1 \
-                 AND (updated_at > $2 OR (updated_at = $2 AND id > $3)) \
+                 AND (updated_at, id) > ($2, $3) \
                  ORDER BY updated_at, id LIMIT $4"
             )
         });
@@ -102,18 +102,16 @@ impl RetentionStatements {
         }
     }
 
-    /// Every instance of the trees under the roots bound from `$1`: its
-    /// root, id, status and generation.
-    fn trees(&self, roots: usize) -> String {
-        let w = &self.workflows;
+    /// The children of the instances bound from `$1`: id, parent id, status
+    /// and generation. One level at a time rather than one recursive query:
+    /// each level is a plain probe of the parent index, whatever the
+    /// planner's statistics say, and most trees are a lone root.
+    fn children(&self, parents: usize) -> String {
         format!(
-            "WITH RECURSIVE tree(root, id) AS ( \
-                 SELECT id, id FROM {w} WHERE id IN ({}) \
-                 UNION ALL SELECT tree.root, c.id FROM {w} c JOIN tree ON c.parent_id = tree.id \
-             ) \
-             SELECT tree.root, tree.id, w.status, w.generation \
-             FROM tree JOIN {w} w ON w.id = tree.id",
-            placeholders(1, roots)
+            "SELECT id, parent_id, status, generation FROM {} \
+             WHERE parent_id IS NOT NULL AND parent_id IN ({})",
+            self.workflows,
+            placeholders(1, parents)
         )
     }
 
@@ -271,6 +269,8 @@ pub struct GcProgress {
     pub counts: GcCounts,
     /// Where the next batch starts; `None` when the run is done.
     pub next: Option<GcCursor>,
+    /// How long the batch's transaction took.
+    pub took: std::time::Duration,
 }
 
 /// One batch's work order: the policy and where to start. Owned, so it can be
@@ -354,6 +354,7 @@ impl Store {
     /// or counted and rolled back when `policy.dry_run`.
     pub async fn gc_batch(&self, request: GcRequest) -> Result<GcProgress> {
         let GcRequest { policy, mut cursor } = request;
+        let started = std::time::Instant::now();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             let mut conn: Conn<'_> = (&mut *tx).into();
@@ -381,6 +382,7 @@ impl Store {
             Ok(GcProgress {
                 counts,
                 next: more.then_some(cursor),
+                took: started.elapsed(),
             })
         })
     }
@@ -403,17 +405,11 @@ async fn batch_on(
             let cutoff = policy.cutoff(ROOT_STATUSES[i]);
             let page = fetch_as!(
                 conn,
-                (String, i64),
+                (String, i64, i64),
                 &r.roots[i],
                 &args![cutoff, at, after_id.as_str(), limit]
             )?;
-            let roots: Vec<&str> = page.iter().map(|(id, _)| id.as_str()).collect();
-            let mut members: Vec<Member> = Vec::new();
-            for chunk in roots.chunks(IDS_PER_STATEMENT) {
-                let args: Vec<Arg<'_>> = chunk.iter().map(|id| Arg::Text(id)).collect();
-                let text = r.trees(chunk.len());
-                members.extend(fetch_as!(conn, Member, &text, &args)?);
-            }
+            let members = trees(conn, r, ROOT_STATUSES[i], &page).await?;
             let mut doomed = doomed_trees(&members);
             if !r.lock_row.is_empty() && !doomed.is_empty() {
                 lock_doomed(conn, r, &mut doomed).await?;
@@ -442,7 +438,7 @@ async fn batch_on(
             // The instances last: a tree's rows above went while its
             // instances still named them.
             counts.instances = execute_for_ids(conn, delete(&r.workflows, "id"), &[], &ids).await?;
-            if let Some((id, at)) = page.last() {
+            if let Some((id, at, _)) = page.last() {
                 cursor.after = Some((*at, id.clone()));
             }
             Ok((counts, page.len() as i64 >= limit))
@@ -486,6 +482,42 @@ async fn batch_on(
             Ok((counts, page.len() as i64 >= limit))
         }
     }
+}
+
+/// Every instance of the trees under `roots` (id, last change, generation;
+/// all of `status`), level by level.
+async fn trees(
+    conn: &mut Conn<'_>,
+    r: &RetentionStatements,
+    status: &str,
+    roots: &[(String, i64, i64)],
+) -> Result<Vec<Member>> {
+    let mut members: Vec<Member> = roots
+        .iter()
+        .map(|(id, _, generation)| (id.clone(), id.clone(), status.to_owned(), *generation))
+        .collect();
+    // The last level found: each instance's id and its root.
+    let mut level: HashMap<String, String> = roots
+        .iter()
+        .map(|(id, ..)| (id.clone(), id.clone()))
+        .collect();
+    while !level.is_empty() {
+        let parents: Vec<&str> = level.keys().map(String::as_str).collect();
+        let mut next = HashMap::new();
+        for chunk in parents.chunks(IDS_PER_STATEMENT) {
+            let args: Vec<Arg<'_>> = chunk.iter().map(|id| Arg::Text(id)).collect();
+            let text = r.children(chunk.len());
+            for (id, parent, status, generation) in
+                fetch_as!(conn, (String, String, String, i64), &text, &args)?
+            {
+                let root = level[&parent].clone();
+                members.push((root.clone(), id.clone(), status, generation));
+                next.insert(id, root);
+            }
+        }
+        level = next;
+    }
+    Ok(members)
 }
 
 /// Locks the rows of `doomed` (PostgreSQL), then drops every tree in which

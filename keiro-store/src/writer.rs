@@ -2,6 +2,9 @@
 //! writes (new instances, step results, finished instances) into shared
 //! transactions.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
@@ -85,6 +88,8 @@ enum Op {
 #[derive(Debug, Clone)]
 pub struct JournalWriter {
     sender: mpsc::UnboundedSender<Op>,
+    /// Rounds that committed workflow writes (see [`JournalWriter::rounds`]).
+    rounds: Arc<AtomicU64>,
 }
 
 impl JournalWriter {
@@ -92,8 +97,16 @@ impl JournalWriter {
     /// clone of the returned handle is dropped.
     pub fn spawn(store: Store) -> JournalWriter {
         let (sender, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(run(store, receiver));
-        JournalWriter { sender }
+        let rounds = Arc::new(AtomicU64::new(0));
+        tokio::spawn(run(store, receiver, rounds.clone()));
+        JournalWriter { sender, rounds }
+    }
+
+    /// How many rounds of workflow writes (anything but gc batches) the
+    /// writer has begun so far. A gc caller that sees it move while a batch
+    /// ran knows workflows are writing in this process, and yields to them.
+    pub fn rounds(&self) -> u64 {
+        self.rounds.load(Ordering::Relaxed)
     }
 
     /// Records one step result and waits until it is committed. If the step id
@@ -165,7 +178,7 @@ impl JournalWriter {
     }
 }
 
-async fn run(store: Store, mut receiver: mpsc::UnboundedReceiver<Op>) {
+async fn run(store: Store, mut receiver: mpsc::UnboundedReceiver<Op>, rounds: Arc<AtomicU64>) {
     let mut creates = Vec::new();
     let mut sends = Vec::new();
     let mut takes = Vec::new();
@@ -188,6 +201,9 @@ async fn run(store: Store, mut receiver: mpsc::UnboundedReceiver<Op>) {
                 next = receiver.try_recv().ok();
                 queued += 1;
             }
+        }
+        if queued > gcs.len() {
+            rounds.fetch_add(1, Ordering::Relaxed);
         }
         if !creates.is_empty() {
             commit(&store, &mut creates).await;

@@ -13,6 +13,11 @@ use crate::{Error, Keiro, Result, ResumeEvent, ResumeLog};
 /// The most root instances one batch may delete.
 pub const MAX_GC_BATCH: usize = 10_000;
 
+/// While this process's workflows write, gc pauses this many times as long
+/// as its last batch took before the next, leaving them at least four
+/// fifths of the database's time (and the SQLite writer's).
+const PAUSE_FACTOR: u32 = 4;
+
 /// What [`Keiro::gc`] deletes. Built with [`Retention::finished_older_than`]
 /// and chained setters:
 ///
@@ -163,7 +168,11 @@ impl Keiro {
     /// Each batch is one short transaction of at most `batch_size` roots with
     /// their trees. On SQLite batches go through the runtime's journal
     /// writer and take turns with workflow writes (one batch per commit
-    /// round); on PostgreSQL a batch locks only the finished rows it deletes.
+    /// round); on PostgreSQL a batch locks only the finished rows it
+    /// deletes. While workflows of this process write, gc pauses four times
+    /// as long as its last batch took before the next, so they keep at
+    /// least four fifths of the database's time; otherwise batches run back
+    /// to back.
     /// A dry run runs the same batches and rolls each back. Invalid settings
     /// are [`Error::InvalidOption`].
     pub async fn gc(&self, retention: &Retention) -> Result<GcSummary> {
@@ -173,6 +182,7 @@ impl Keiro {
         let mut summary = GcSummary::default();
         loop {
             let request = GcRequest { policy, cursor };
+            let rounds = self.writer().rounds();
             let progress = if self.raw_store().backend() == "sqlite" {
                 self.writer().gc_batch(request).await?
             } else {
@@ -182,6 +192,9 @@ impl Keiro {
             match progress.next {
                 Some(next) => cursor = next,
                 None => return Ok(summary),
+            }
+            if self.writer().rounds() != rounds {
+                tokio::time::sleep(progress.took * PAUSE_FACTOR).await;
             }
         }
     }
