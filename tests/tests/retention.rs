@@ -4,7 +4,12 @@
 
 use std::time::Duration;
 
-use keiro::{step, workflow, GcSummary, Keiro, Retention};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use keiro::{
+    step, workflow, GcSummary, Keiro, ResumeEvent, ResumeOptions, Retention, WorkflowStatus,
+};
 use keiro_store::now_us;
 use keiro_tests::{on_both_backends, Backend, TestDb};
 
@@ -446,9 +451,289 @@ async fn invalid_retention_is_refused(backend: Backend) {
     }
 }
 
+/// Continues as new until `n` is 0, a step per generation, then waits on
+/// an awakeable nobody resolves.
+#[workflow]
+async fn generations(n: u32) -> Result<u32, String> {
+    add(n, 0).await?;
+    if n > 0 {
+        return keiro::continue_as_new(generations(n - 1))
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    keiro::awakeable::<u32>()
+        .await
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Waits (at most 20 s) until `done` holds.
+async fn eventually<F, Fut>(what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !done().await {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn old_generations_of_a_running_instance_go_its_current_one_stays(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    // The worker runs each generation after the first.
+    let worker = keiro
+        .resume_worker(ResumeOptions::default().poll_interval(Duration::from_millis(20)))
+        .await
+        .unwrap();
+    let handle = generations(3)
+        .id("gens")
+        .on(&keiro)
+        .enqueue()
+        .await
+        .unwrap();
+    let journal = |generation: i64| {
+        let keiro = keiro.clone();
+        async move {
+            count(
+                &keiro,
+                &format!(
+                    "SELECT count(*) FROM {{t}}steps WHERE workflow_id = 'gens' \
+                     AND generation = {generation}"
+                ),
+            )
+            .await
+        }
+    };
+    // Generation 3 journaled its step and its awakeable.
+    eventually("generation 3 to wait", || async { journal(3).await >= 2 }).await;
+    let old: i64 = count(
+        &keiro,
+        "SELECT count(*) FROM {t}steps WHERE workflow_id = 'gens' AND generation < 3",
+    )
+    .await;
+    assert!(
+        old >= 3,
+        "a step (and the continuation) per old generation: {old}"
+    );
+    let current = journal(3).await;
+    sql(
+        &keiro,
+        "UPDATE {t}steps SET created_at = created_at - 7200000000",
+    )
+    .await;
+    let summary = keiro
+        .gc(&Retention::finished_older_than(HOUR))
+        .await
+        .unwrap();
+    assert_eq!(summary.old_generation_steps, old as u64, "{summary:?}");
+    assert_eq!(summary.instances, 0, "{summary:?}");
+    for generation in 0..3 {
+        assert_eq!(journal(generation).await, 0, "generation {generation}");
+    }
+    assert_eq!(journal(3).await, current, "the current generation is kept");
+    let row = keiro.store().get_instance("gens").await.unwrap().unwrap();
+    assert_eq!(row.generation, 3);
+    let status = handle.status().await.unwrap();
+    assert!(
+        matches!(status, WorkflowStatus::Running | WorkflowStatus::Suspended),
+        "{status:?}"
+    );
+    worker.shutdown().await;
+}
+
+/// Inserts `n` completed root instances `old-{i}`, three journal rows each,
+/// last changed two hours ago.
+async fn prefill_finished(keiro: &Keiro, n: u32) {
+    let at = now_us() - 2 * HOUR_US;
+    let series =
+        format!("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {n})");
+    let inserted = sql(
+        keiro,
+        &format!(
+            "{series} INSERT INTO {{t}}workflows (id, name, generation, status, input, output, \
+             attempts, created_at, updated_at) \
+             SELECT 'old-' || i, 'three_adds', 0, 'completed', '[1]', '{{\"Ok\":4}}', 0, {at}, {at} \
+             FROM n"
+        ),
+    )
+    .await;
+    assert_eq!(inserted, u64::from(n));
+    for seq in 1..=3 {
+        sql(
+            keiro,
+            &format!(
+                "{series} INSERT INTO {{t}}steps (workflow_id, generation, seq, name, kind, \
+                 result, created_at) \
+                 SELECT 'old-' || i, 0, {seq}, 'add', 'step', '{{\"Ok\":2}}', {at} FROM n"
+            ),
+        )
+        .await;
+    }
+}
+
+async fn a_worker_keeps_completing_workflows_while_a_large_gc_runs(backend: Backend) {
+    const OLD: u32 = 20_000;
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    prefill_finished(&keiro, OLD).await;
+    let worker = keiro
+        .resume_worker(ResumeOptions::default().poll_interval(Duration::from_millis(20)))
+        .await
+        .unwrap();
+    let gc = {
+        let keiro = keiro.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let summary = keiro
+                .gc(&Retention::finished_older_than(HOUR).batch_size(500))
+                .await
+                .unwrap();
+            (summary, started.elapsed())
+        })
+    };
+    // Waves of 20 enqueued workflows, each wave bounded in time, until gc
+    // is done (at most 200 waves).
+    let mut waves_beside_gc = 0;
+    let mut started = 0;
+    for wave in 0..200u32 {
+        let mut handles = Vec::new();
+        for k in 0..20u32 {
+            let id = format!("new-{wave}-{k}");
+            handles.push(three_adds(k).id(id).on(&keiro).enqueue().await.unwrap());
+        }
+        started += handles.len();
+        let wave_started = Instant::now();
+        for (k, handle) in handles.iter().enumerate() {
+            let out = tokio::time::timeout(Duration::from_secs(30), handle.result())
+                .await
+                .unwrap_or_else(|_| panic!("wave {wave}: workflow {k} still running after 30 s"))
+                .unwrap();
+            assert_eq!(out, Ok(k as u32 + 3));
+        }
+        assert!(
+            wave_started.elapsed() < Duration::from_secs(30),
+            "wave {wave} took {:?}",
+            wave_started.elapsed()
+        );
+        if gc.is_finished() {
+            break;
+        }
+        waves_beside_gc += 1;
+    }
+    let (summary, took) = tokio::time::timeout(Duration::from_secs(120), gc)
+        .await
+        .expect("gc of 20,000 instances ends within 120 s")
+        .unwrap();
+    assert_eq!(summary.instances, u64::from(OLD), "{summary:?}");
+    assert_eq!(summary.steps, 3 * u64::from(OLD), "{summary:?}");
+    assert!(summary.batches >= 40, "{summary:?}");
+    assert!(
+        waves_beside_gc >= 1,
+        "gc ({took:?}) ended before a wave of workflows completed"
+    );
+    assert_eq!(
+        count(
+            &keiro,
+            "SELECT count(*) FROM {t}workflows WHERE id LIKE 'new-%'"
+        )
+        .await,
+        started as i64,
+        "every new workflow is kept"
+    );
+    assert_eq!(
+        count(
+            &keiro,
+            "SELECT count(*) FROM {t}workflows WHERE id LIKE 'old-%'"
+        )
+        .await,
+        0
+    );
+    worker.shutdown().await;
+}
+
+async fn the_worker_runs_gc_every_interval_and_survives_its_failures(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let events: Arc<Mutex<Vec<ResumeEvent>>> = Arc::default();
+    let log = events.clone();
+    let worker = keiro
+        .resume_worker(
+            ResumeOptions::default()
+                .retention(Retention::finished_older_than(Duration::ZERO))
+                .gc_interval(Duration::from_millis(100))
+                .log(move |event| {
+                    if matches!(event, ResumeEvent::Gc(_) | ResumeEvent::GcFailed { .. }) {
+                        log.lock().unwrap().push(event.clone());
+                    }
+                }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(three_adds(1).id("first").on(&keiro).await.unwrap(), Ok(4));
+    eventually("the first instance to go", || async {
+        !exists(&keiro, "first").await
+    })
+    .await;
+    let deleted: u64 = events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|event| match event {
+            ResumeEvent::Gc(summary) => summary.instances,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(deleted, 1);
+
+    // A failing gc is reported, and the worker goes on running workflows.
+    sql(&keiro, "ALTER TABLE {t}timers RENAME TO timers_away").await;
+    let failures = || {
+        events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| matches!(e, ResumeEvent::GcFailed { .. }))
+            .count()
+    };
+    eventually("a failed gc", || async { failures() >= 2 }).await;
+    let handle = three_adds(2)
+        .id("second")
+        .on(&keiro)
+        .enqueue()
+        .await
+        .unwrap();
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(20), handle.result())
+            .await
+            .unwrap()
+            .unwrap(),
+        Ok(5)
+    );
+    let renamed = match backend {
+        Backend::Sqlite => "ALTER TABLE timers_away RENAME TO keiro_timers",
+        Backend::Postgres => "ALTER TABLE keiro.timers_away RENAME TO timers",
+    };
+    sql(&keiro, renamed).await;
+    // The next interval's gc succeeds again and deletes the second one.
+    eventually("the second instance to go", || async {
+        !exists(&keiro, "second").await
+    })
+    .await;
+    worker.shutdown().await;
+}
+
 on_both_backends!(
     old_finished_instances_go_new_ones_stay,
     gc_keeps_everything_unfinished_and_deletes_finished_trees,
     dry_run_counts_what_a_real_run_then_deletes,
     invalid_retention_is_refused,
+    old_generations_of_a_running_instance_go_its_current_one_stays,
+    a_worker_keeps_completing_workflows_while_a_large_gc_runs,
+    the_worker_runs_gc_every_interval_and_survives_its_failures,
 );
