@@ -106,7 +106,7 @@ pub use outbox::{create_instance_tx, get_step_tx, resolve_tx, send_message_tx};
 pub use outcome::Outcome;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};
-pub use retention::{GcCounts, GcCursor, GcPolicy, GcProgress, GcRequest};
+pub use retention::{GcCursor, GcPolicy, GcProgress, GcRequest, GcSummary};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};
 pub use timers::{cancel_timer_tx, schedule_timer_once_tx, schedule_timer_tx, TimerTx};

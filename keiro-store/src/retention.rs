@@ -236,37 +236,57 @@ impl Phase {
     }
 }
 
-/// The rows one batch deleted (or, in a dry run, would delete).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What a gc run deleted (or, in a dry run, would delete); one batch's share
+/// in [`GcProgress::summary`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
-pub struct GcCounts {
-    /// Instances (roots and their descendants).
+pub struct GcSummary {
+    /// Instances: finished roots and all their descendants.
     pub instances: u64,
-    /// Journal rows of those instances, every generation.
+    /// Journal rows of those instances (every generation).
     pub steps: u64,
-    /// Messages addressed to them, and messages consumed by old generations.
+    /// Messages addressed to those instances, and messages consumed by old
+    /// generations of instances that stay.
     pub messages: u64,
-    /// Their events.
+    /// Events of those instances.
     pub events: u64,
-    /// Their stream entries.
+    /// Stream entries of those instances.
     pub stream_entries: u64,
-    /// Finished process-manager timers.
+    /// Fired and cancelled process-manager timers.
     pub timers: u64,
     /// Journal rows of old generations of instances that stay.
     pub old_generation_steps: u64,
+    /// Transactions run.
+    pub batches: u64,
 }
 
-impl GcCounts {
-    fn is_empty(&self) -> bool {
-        *self == GcCounts::default()
+impl GcSummary {
+    /// Whether nothing was (or would be) deleted.
+    pub fn is_empty(&self) -> bool {
+        GcSummary {
+            batches: self.batches,
+            ..GcSummary::default()
+        } == *self
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &GcSummary) {
+        self.instances += other.instances;
+        self.steps += other.steps;
+        self.messages += other.messages;
+        self.events += other.events;
+        self.stream_entries += other.stream_entries;
+        self.timers += other.timers;
+        self.old_generation_steps += other.old_generation_steps;
+        self.batches += other.batches;
     }
 }
 
 /// What [`Store::gc_batch`] did.
 #[derive(Debug, Clone)]
 pub struct GcProgress {
-    /// What it deleted.
-    pub counts: GcCounts,
+    /// What it deleted, in one batch.
+    pub summary: GcSummary,
     /// Where the next batch starts; `None` when the run is done.
     pub next: Option<GcCursor>,
     /// How long the batch's transaction took.
@@ -358,7 +378,7 @@ impl Store {
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             let mut conn: Conn<'_> = (&mut *tx).into();
-            let (counts, more) = loop {
+            let (mut summary, more) = loop {
                 let (counts, full) =
                     batch_on(&mut conn, &sql.retention, &policy, &mut cursor).await?;
                 if full {
@@ -379,8 +399,9 @@ impl Store {
             } else {
                 tx.commit().await.map_err(StoreError::query(OP))?;
             }
+            summary.batches = 1;
             Ok(GcProgress {
-                counts,
+                summary,
                 next: more.then_some(cursor),
                 took: started.elapsed(),
             })
@@ -395,10 +416,10 @@ async fn batch_on(
     r: &RetentionStatements,
     policy: &GcPolicy,
     cursor: &mut GcCursor,
-) -> Result<(GcCounts, bool)> {
+) -> Result<(GcSummary, bool)> {
     let limit = policy.batch_size.max(1);
     let (at, after_id) = cursor.after.clone().unwrap_or((i64::MIN, String::new()));
-    let mut counts = GcCounts::default();
+    let mut counts = GcSummary::default();
     match cursor.phase {
         phase @ (Phase::Roots0 | Phase::Roots1 | Phase::Roots2 | Phase::Roots3) => {
             let i = phase as usize;

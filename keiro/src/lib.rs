@@ -77,9 +77,10 @@ pub use context::{
 };
 pub use context::{AwakeableTimeout, DurableFuture};
 pub use error::{Error, Result, StoreError, TypeMismatch};
+pub use keiro_store::GcSummary;
 pub use keiro_store::{SqliteSynchronous, MAX_ID_BYTES};
 pub use operate::{list, ListFilter, Page, StepOutcome, StepRecord, WorkflowSummary, MAX_PAGE};
-pub use retention::{gc, GcSummary, Retention, MAX_GC_BATCH};
+pub use retention::{gc, Retention, MAX_GC_BATCH};
 pub use runtime::{
     global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL,
     DEFAULT_MAX_PAYLOAD_BYTES, EXECUTOR_ID_ENV, SQLITE_SYNCHRONOUS_ENV,

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use keiro_store::{now_us, GcCounts, GcCursor, GcPolicy, GcRequest};
+use keiro_store::{now_us, GcCursor, GcPolicy, GcRequest, GcSummary};
 
 use crate::time::duration_us;
 use crate::{Error, Keiro, Result, ResumeEvent, ResumeLog};
@@ -106,50 +106,6 @@ impl Retention {
     }
 }
 
-/// What [`Keiro::gc`] deleted (or, in a dry run, would delete).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub struct GcSummary {
-    /// Instances: finished roots and all their descendants.
-    pub instances: u64,
-    /// Journal rows of those instances (every generation).
-    pub steps: u64,
-    /// Messages addressed to those instances, and messages consumed by old
-    /// generations of instances that stay.
-    pub messages: u64,
-    /// Events of those instances.
-    pub events: u64,
-    /// Stream entries of those instances.
-    pub stream_entries: u64,
-    /// Fired and cancelled process-manager timers.
-    pub timers: u64,
-    /// Journal rows of old generations of instances that stay.
-    pub old_generation_steps: u64,
-    /// Transactions run.
-    pub batches: u64,
-}
-
-impl GcSummary {
-    /// Whether nothing was (or would be) deleted.
-    pub fn is_empty(&self) -> bool {
-        GcSummary {
-            batches: self.batches,
-            ..GcSummary::default()
-        } == *self
-    }
-
-    fn add(&mut self, counts: &GcCounts) {
-        self.instances += counts.instances;
-        self.steps += counts.steps;
-        self.messages += counts.messages;
-        self.events += counts.events;
-        self.stream_entries += counts.stream_entries;
-        self.timers += counts.timers;
-        self.old_generation_steps += counts.old_generation_steps;
-        self.batches += 1;
-    }
-}
-
 impl Keiro {
     /// Deletes what `retention` selects, in batches, and says what went.
     ///
@@ -188,7 +144,7 @@ impl Keiro {
             } else {
                 self.raw_store().gc_batch(request).await?
             };
-            summary.add(&progress.counts);
+            summary.add(&progress.summary);
             match progress.next {
                 Some(next) => cursor = next,
                 None => return Ok(summary),

@@ -19,6 +19,7 @@ CREATE INDEX timers_final
     WHERE status IN ('fired', 'cancelled');
 
 -- Every message of an instance, consumed or not (the waiting index holds
--- only unconsumed ones), by the generation that consumed it.
+-- only unconsumed ones). Not keyed on the consuming generation: taking a
+-- message then changes no column of this index.
 CREATE INDEX messages_workflow
-    ON keiro.messages (workflow_id, consumed_generation);
+    ON keiro.messages (workflow_id);
