@@ -125,6 +125,16 @@ impl RetentionStatements {
         )
     }
 
+    /// Deletes the timers bound from `$1` that are still fired or cancelled
+    /// (PostgreSQL re-checks the status of a row changed since the scan).
+    fn delete_timers(&self, ids: usize) -> String {
+        format!(
+            "DELETE FROM {} WHERE status IN ('fired', 'cancelled') AND id IN ({})",
+            self.timers_table,
+            placeholders(1, ids)
+        )
+    }
+
     /// Deletes the journal rows of generations below the current one of the
     /// instances bound from `$2`, created before `$1`.
     fn delete_old_steps(&self, ids: usize) -> String {
@@ -495,8 +505,7 @@ async fn batch_on(
                 &args![policy.finished_before, at, after_id.as_str(), limit]
             )?;
             let ids: Vec<&str> = page.iter().map(|(id, _)| id.as_str()).collect();
-            counts.timers =
-                execute_for_ids(conn, |n| delete_of(&r.timers_table, "id", n), &[], &ids).await?;
+            counts.timers = execute_for_ids(conn, |n| r.delete_timers(n), &[], &ids).await?;
             if let Some((id, at)) = page.last() {
                 cursor.after = Some((*at, id.clone()));
             }

@@ -121,6 +121,9 @@ impl Keiro {
     /// the finished age whatever the instance's status; so do fired and
     /// cancelled process-manager timers.
     ///
+    /// Deleted ids are free again: a workflow or once-only timer started
+    /// later under one of them starts afresh.
+    ///
     /// Each batch is one short transaction of at most `batch_size` roots with
     /// their trees. On SQLite batches go through the runtime's journal
     /// writer and take turns with workflow writes (one batch per commit
