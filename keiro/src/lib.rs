@@ -87,7 +87,7 @@ pub use workflow::{
     cancel, continue_as_new, handle, spawn, CancelOutcome, ChildHandle, ChildTimeout, WorkflowCall,
     WorkflowHandle, WorkflowStatus,
 };
-pub use workflow::{fork, retry, ForkFrom};
+pub use workflow::{fork, retry, ForkCall, ForkFrom};
 
 /// Keeps the workflows of crates this binary depends on but never names.
 ///
