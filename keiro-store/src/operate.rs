@@ -2,9 +2,10 @@
 //! cancelled instance back in line with its journal, [`Store::fork`] starts a
 //! new instance from a prefix of another's journal.
 
-use crate::sql::Dialect;
+use crate::rows::{FromRow, StoreRow};
+use crate::sql::{Dialect, STEP_COLUMNS};
 use crate::validate::validate_id;
-use crate::{now_us, rows, InstanceStatus, Result, Store, StoreError};
+use crate::{now_us, rows, InstanceStatus, Result, StepRow, Store, StoreError};
 
 /// The statements of [`Store::retry`] and [`Store::fork`].
 #[derive(Debug)]
@@ -19,6 +20,8 @@ pub(crate) struct OperateStatements {
     fork_instance: String,
     /// Copies the source's journal prefix under the fork's id.
     fork_steps: String,
+    /// One generation's journal with how each entry ran.
+    journal_entries: String,
 }
 
 impl OperateStatements {
@@ -46,11 +49,51 @@ impl OperateStatements {
                  ON CONFLICT (id) DO NOTHING"
             ),
             fork_steps: format!(
-                "INSERT INTO {s} (workflow_id, generation, seq, name, kind, result, created_at) \
-                 SELECT $2, 0, seq, name, kind, result, created_at FROM {s} \
-                 WHERE workflow_id = $1 AND generation = $3 AND seq < $4"
+                "INSERT INTO {s} (workflow_id, generation, seq, name, kind, result, created_at, \
+                 attempts, started_at) \
+                 SELECT $2, 0, seq, name, kind, result, created_at, attempts, started_at \
+                 FROM {s} WHERE workflow_id = $1 AND generation = $3 AND seq < $4"
+            ),
+            journal_entries: format!(
+                "SELECT {STEP_COLUMNS}, created_at, attempts, started_at FROM {s} \
+                 WHERE workflow_id = $1 AND generation = $2 ORDER BY seq"
             ),
         }
+    }
+}
+
+/// One journal entry as operators see it ([`Store::load_journal_entries`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalEntry {
+    /// The entry.
+    pub row: StepRow,
+    /// How many times a step's body ran to reach it (`None` for entries that
+    /// run no body, and for entries recorded before keiro kept it).
+    pub attempts: Option<u32>,
+    /// When a step body's first attempt began (µs since the Unix epoch).
+    pub started_at: Option<i64>,
+    /// When it was recorded (µs).
+    pub recorded_at: i64,
+}
+
+impl FromRow for JournalEntry {
+    fn from_row(r: &impl StoreRow) -> Result<Self> {
+        let row = StepRow::from_row(r)?;
+        let what = || {
+            format!(
+                "step {} of workflow instance `{}` (generation {})",
+                row.seq, row.workflow_id, row.generation
+            )
+        };
+        let attempts = r
+            .maybe_int(what, "attempts")?
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+        Ok(JournalEntry {
+            attempts,
+            started_at: r.maybe_int(what, "started_at")?,
+            recorded_at: r.int(what, "created_at")?,
+            row,
+        })
     }
 }
 
@@ -120,6 +163,25 @@ impl Store {
                 .map_err(StoreError::query(OP))?;
             tx.commit().await.map_err(StoreError::query(OP))?;
             Ok(Retry::Retried)
+        })
+    }
+
+    /// Every journal entry of generation `generation` of instance `id`, in
+    /// order, with how and when each ran.
+    pub async fn load_journal_entries(
+        &self,
+        id: &str,
+        generation: i64,
+    ) -> Result<Vec<JournalEntry>> {
+        const OP: &str = "load_journal_entries";
+        dispatch!(Store, self, |s, sql| {
+            let rows = sqlx::query(&sql.operate.journal_entries)
+                .bind(id)
+                .bind(generation)
+                .fetch_all(s.pool())
+                .await
+                .map_err(StoreError::query(OP))?;
+            rows.iter().map(JournalEntry::from_row).collect()
         })
     }
 

@@ -77,7 +77,9 @@ pub use context::{
 pub use context::{AwakeableTimeout, DurableFuture};
 pub use error::{Error, Result, StoreError, TypeMismatch};
 pub use keiro_store::{SqliteSynchronous, MAX_ID_BYTES};
-pub use operate::{list, ListFilter, Page, StepOutcome, StepRecord, WorkflowSummary, MAX_PAGE};
+pub use operate::{
+    list, ListFilter, Page, StepOutcome, StepRecord, WaitKind, WaitingOn, WorkflowSummary, MAX_PAGE,
+};
 pub use runtime::{
     global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL,
     DEFAULT_MAX_PAYLOAD_BYTES, EXECUTOR_ID_ENV, SQLITE_SYNCHRONOUS_ENV,
