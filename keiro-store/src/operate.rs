@@ -12,6 +12,9 @@ use crate::{now_us, rows, InstanceStatus, Result, StepRow, Store, StoreError};
 pub(crate) struct OperateStatements {
     /// The status and output of one instance, its row locked.
     status_for_retry: String,
+    /// The name of an instance's parent when the parent's journal holds the
+    /// instance's result already.
+    parent_recorded: String,
     /// Puts one instance back to `pending`, due now, attempts reset.
     retry: String,
     /// The name and generation of the instance forked from, its row locked.
@@ -32,6 +35,11 @@ impl OperateStatements {
         );
         OperateStatements {
             status_for_retry: format!("SELECT status, output FROM {w} WHERE id = $1{}", d.lock_row),
+            parent_recorded: format!(
+                "SELECT p.id, p.name FROM {w} c JOIN {w} p ON p.id = c.parent_id \
+                 WHERE c.id = $1 AND EXISTS (SELECT 1 FROM {s} WHERE workflow_id = c.parent_id \
+                 AND generation = c.parent_generation AND seq = c.parent_seq)"
+            ),
             retry: format!(
                 "UPDATE {w} SET status = 'pending', attempts = 0, error = NULL, output = NULL, \
                  lease_owner = NULL, lease_expires_at = NULL, wake_at = $2, updated_at = $2 \
@@ -98,7 +106,7 @@ impl FromRow for JournalEntry {
 }
 
 /// What [`Store::retry`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Retry {
     /// The instance is `pending` again, due now, its journal kept.
@@ -111,6 +119,16 @@ pub enum Retry {
     /// The instance is `failed` because its workflow returned `Err`: its
     /// journal would replay to the same error, so it is not retried.
     ReturnedError,
+    /// The instance is a child whose parent recorded its result already:
+    /// a new result would never reach the parent, so it is not retried.
+    ParentRecorded {
+        /// The child's status (failed or cancelled).
+        status: InstanceStatus,
+        /// The parent's id.
+        parent_id: String,
+        /// The parent's workflow name.
+        parent_name: String,
+    },
 }
 
 /// What [`Store::fork`] did.
@@ -134,7 +152,8 @@ impl Store {
     /// attempts, or by an error keiro raised: not by its workflow returning
     /// `Err`) or `cancelled`: `pending`, due now, attempts reset, error,
     /// output and lease cleared, its journal kept so recorded steps are not
-    /// run again. Anything else is left alone and named in the outcome.
+    /// run again. Anything else is left alone and named in the outcome, as
+    /// is a child whose parent's journal holds its result already.
     pub async fn retry(&self, id: &str) -> Result<Retry> {
         const OP: &str = "retry";
         validate_id("workflow id", id)?;
@@ -150,10 +169,26 @@ impl Store {
             let Some((status, output)) = row else {
                 return Ok(Retry::NotFound);
             };
-            match rows::instance_status(id, &status)? {
+            let status = rows::instance_status(id, &status)?;
+            match status {
                 InstanceStatus::Failed if output.is_some() => return Ok(Retry::ReturnedError),
                 InstanceStatus::Failed | InstanceStatus::Cancelled => {}
                 other => return Ok(Retry::NotRetryable(other)),
+            }
+            // A child whose parent still waits for it reports its new result
+            // when it ends, as the first would have; one whose parent has its
+            // result already would report into nothing.
+            let recorded: Option<(String, String)> = sqlx::query_as(&sql.operate.parent_recorded)
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(StoreError::query(OP))?;
+            if let Some((parent_id, parent_name)) = recorded {
+                return Ok(Retry::ParentRecorded {
+                    status,
+                    parent_id,
+                    parent_name,
+                });
             }
             sqlx::query(&sql.operate.retry)
                 .bind(id)

@@ -25,7 +25,11 @@ impl Keiro {
     /// it from there. Anything else (unfinished, completed, timed out, set
     /// aside, or failed because the workflow returned `Err`) is refused with
     /// [`Error::NotRetryable`] naming its status; an unknown id with
-    /// [`Error::NotFound`].
+    /// [`Error::NotFound`]. A child runs again only while its parent still
+    /// waits for it (its result is not in the parent's journal): its new
+    /// result then reaches the parent as a first one would; a child whose
+    /// parent recorded its result already is refused with
+    /// [`Error::NotRetryable`] naming the parent (retry or fork the parent).
     pub async fn retry(&self, id: &str) -> Result<()> {
         Error::check_id("workflow id", id)?;
         let status = match self.raw_store().retry(id).await? {
@@ -42,6 +46,15 @@ impl Keiro {
                 "failed because it returned `Err` (a replay returns it again)".to_owned()
             }
             keiro_store::Retry::NotRetryable(status) => status.as_str().to_owned(),
+            keiro_store::Retry::ParentRecorded {
+                status,
+                parent_id,
+                parent_name,
+            } => format!(
+                "{} but its parent `{parent_name}` (id {parent_id}) {}",
+                status.as_str(),
+                crate::error::PARENT_RECORDED
+            ),
             _ => "in a state this version of keiro does not retry".to_owned(),
         };
         let name = self
