@@ -44,10 +44,12 @@ pub(crate) async fn list_page(cfg: &Config) -> BenchResult {
             .status(WorkflowStatus::Running)
             .limit(PAGE);
         let two_first = time_page(&keiro, &two).await?;
+        let any = time_page(&keiro, &ListFilter::default().limit(PAGE)).await?;
         let figures = [
             (first, "first", "failed"),
             (deep, "25,000 rows deep, from a cursor", "failed"),
             (two_first, "first", "failed,running"),
+            (any, "first", "any"),
         ];
         for (ms, page, statuses) in figures {
             cfg.emit(

@@ -14,8 +14,10 @@ ALTER TABLE keiro.workflows ADD COLUMN waiting_name TEXT;
 ALTER TABLE keiro.steps ADD COLUMN attempts BIGINT;
 ALTER TABLE keiro.steps ADD COLUMN started_at BIGINT;
 
--- Keyset pages of `keiro.list` filtered by status or by workflow name, in
--- creation order either way: one index range scan per page.
+-- Keyset pages of `keiro.list`, unfiltered or filtered by status or by
+-- workflow name, in creation order either way: one index range scan per page.
+CREATE INDEX workflows_created
+    ON keiro.workflows (created_at, id);
 CREATE INDEX workflows_status_created
     ON keiro.workflows (status, created_at, id);
 CREATE INDEX workflows_name_created

@@ -14,8 +14,10 @@ ALTER TABLE keiro_workflows ADD COLUMN waiting_name TEXT;
 ALTER TABLE keiro_steps ADD COLUMN attempts INTEGER;
 ALTER TABLE keiro_steps ADD COLUMN started_at INTEGER;
 
--- Keyset pages of `keiro.list` filtered by status or by workflow name, in
--- creation order either way: one index range scan per page.
+-- Keyset pages of `keiro.list`, unfiltered or filtered by status or by
+-- workflow name, in creation order either way: one index range scan per page.
+CREATE INDEX keiro_workflows_created
+    ON keiro_workflows (created_at, id);
 CREATE INDEX keiro_workflows_status_created
     ON keiro_workflows (status, created_at, id);
 CREATE INDEX keiro_workflows_name_created
