@@ -18,6 +18,7 @@
 //! elsewhere, the suspended-scale worker and multi-process workers.
 
 mod common;
+mod listing;
 mod messages;
 mod raw;
 mod recovery;
@@ -38,7 +39,7 @@ use keiro::SqliteSynchronous;
 use crate::common::{fail, parse_sync, Backend, BenchResult, Config};
 
 /// Every workload, in the order a full run takes them.
-const WORKLOADS: [&str; 14] = [
+const WORKLOADS: [&str; 15] = [
     "raw_commit_1",
     "raw_commit_16",
     "seq_0steps",
@@ -52,6 +53,7 @@ const WORKLOADS: [&str; 14] = [
     "workers_1_2_4",
     "message_latency",
     "message_throughput",
+    "list_page",
     "gc_rate",
 ];
 
@@ -175,6 +177,7 @@ async fn bench(args: &[String]) -> BenchResult {
             "workers_1_2_4" => workers::workers_1_2_4(&cfg).await,
             "message_latency" => messages::message_latency(&cfg).await,
             "message_throughput" => messages::message_throughput(&cfg).await,
+            "list_page" => listing::list_page(&cfg).await,
             "gc_rate" => retention::gc_rate(&cfg).await,
             other => Err(fail(format!("unknown workload {other}"))),
         };
