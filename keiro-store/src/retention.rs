@@ -36,14 +36,17 @@ const ROOT_STATUSES: [&str; 4] = ["completed", "timed_out", "failed", "cancelled
 const TIMER_STATUSES: [&str; 2] = ["fired", "cancelled"];
 
 /// The statements of [`Store::gc_batch`]. The status of a scan is spelled
-/// into its text, beside the partial index's own condition, so that SQLite
-/// (which matches a partial index's `WHERE` term by term) uses migration
-/// 0011's indexes.
+/// into its text, beside the partial index's own condition where it has
+/// one, so that SQLite (which matches a partial index's `WHERE` term by
+/// term) uses it.
 #[derive(Debug)]
 pub(crate) struct RetentionStatements {
     /// Per [`ROOT_STATUSES`] entry: one page of root instances of that
-    /// status changed before `$1`, after `($2, $3)` in `(updated_at, id)`
-    /// order, at most `$4`: id, last change and generation.
+    /// status last changed before `$1`, after `($2, $3)` in `(created_at,
+    /// id)` order, at most `$4`: id, creation time and generation. It scans
+    /// the `(status, created_at, id)` index listing keeps (migration 0012),
+    /// bounded by the cutoff as an instance changes after it is created; an
+    /// index of its own would cost every finishing instance an index write.
     roots: [String; 4],
     /// Instances with older generations, after id `$1`, at most `$2`.
     continued: String,
@@ -69,12 +72,11 @@ impl RetentionStatements {
         let (w, t) = (table("workflows"), table("timers"));
         let roots = ROOT_STATUSES.map(|status| {
             format!(
-                "SELECT id, updated_at, generation FROM {w} \
-                 WHERE parent_id IS NULL \
-                 AND status IN ('completed', 'timed_out', 'failed', 'cancelled') \
-                 AND status = '{status}' AND updated_at < $1 \
-                 AND (updated_at, id) > ($2, $3) \
-                 ORDER BY updated_at, id LIMIT $4"
+                "SELECT id, created_at, generation FROM {w} \
+                 WHERE status = '{status}' AND created_at < $1 \
+                 AND (created_at, id) > ($2, $3) \
+                 AND parent_id IS NULL AND updated_at < $1 \
+                 ORDER BY created_at, id LIMIT $4"
             )
         });
         let timers = TIMER_STATUSES.map(|status| {
@@ -207,7 +209,7 @@ impl GcPolicy {
 #[derive(Debug, Clone, Default)]
 pub struct GcCursor {
     phase: Phase,
-    /// The last `(updated_at, id)` (roots, timers) or id (old generations)
+    /// The last `(created_at, id)` (roots), `(updated_at, id)` (timers) or id (old generations)
     /// of the phase scanned so far.
     after: Option<(i64, String)>,
     /// In a dry run: the instances with old generations that an earlier
@@ -514,8 +516,8 @@ async fn batch_on(
     }
 }
 
-/// Every instance of the trees under `roots` (id, last change, generation;
-/// all of `status`), level by level.
+/// Every instance of the trees under `roots` (id, creation time,
+/// generation; all of `status`), level by level.
 async fn trees(
     conn: &mut Conn<'_>,
     r: &RetentionStatements,

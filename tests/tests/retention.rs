@@ -62,13 +62,15 @@ async fn count(keiro: &Keiro, text: &str) -> i64 {
         .unwrap())
 }
 
-/// Moves instance `id`'s last change `secs` seconds into the past.
+/// Moves instance `id`'s creation and last change `secs` seconds into the
+/// past.
 async fn age(keiro: &Keiro, id: &str, secs: i64) {
     let changed = sql(
         keiro,
         &format!(
-            "UPDATE {{t}}workflows SET updated_at = updated_at - {} WHERE id = '{id}'",
-            secs * 1_000_000
+            "UPDATE {{t}}workflows SET created_at = created_at - {us}, \
+             updated_at = updated_at - {us} WHERE id = '{id}'",
+            us = secs * 1_000_000
         ),
     )
     .await;
@@ -241,6 +243,13 @@ async fn fixture(keiro: &Keiro) -> GcSummary {
     // Finished, but too young: kept.
     instance(keiro, "young", None, "completed", 0, young).await;
     steps(keiro, "young", 0, 1, 1, young).await;
+    // Created long ago, finished a minute ago: kept (age is the last change).
+    instance(keiro, "late-finish", None, "completed", 0, young).await;
+    sql(
+        keiro,
+        &format!("UPDATE {{t}}workflows SET created_at = {older} WHERE id = 'late-finish'"),
+    )
+    .await;
     instance(keiro, "timed-out", None, "timed_out", 0, old).await;
     // Failed and cancelled ones age by their own, longer cutoff.
     instance(keiro, "failed-2h", None, "failed", 0, old).await;
@@ -345,6 +354,7 @@ async fn gc_keeps_everything_unfinished_and_deletes_finished_trees(backend: Back
             "detached",
             "detached/1",
             "failed-2h",
+            "late-finish",
             "pending-root",
             "set-aside",
             "waiting",

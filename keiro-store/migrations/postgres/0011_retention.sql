@@ -1,12 +1,7 @@
--- Retention (keiro.gc). Each index serves one of its scans and holds only
--- the rows that scan can delete, so the hot path pays for them only when an
--- instance finishes, a timer ends or a message is written.
-
--- Finished root instances by age, per status. The gc scan repeats the
--- `WHERE` term by term, as the SQLite twin of this migration needs.
-CREATE INDEX workflows_finished_roots
-    ON keiro.workflows (status, updated_at, id)
-    WHERE parent_id IS NULL AND status IN ('completed', 'timed_out', 'failed', 'cancelled');
+-- Retention (keiro.gc). Each index serves one of its scans; the partial ones
+-- hold only the rows that scan can delete. Finished roots are found through
+-- the (status, created_at, id) index of migration 0012, so a finishing
+-- instance pays for no index of gc's.
 
 -- Instances continued as new, whose older generations' journals age out.
 CREATE INDEX workflows_continued
