@@ -72,8 +72,8 @@ pub(crate) enum Command {
         /// The awakeable's id, as the workflow handed it out.
         awakeable_id: String,
         /// The answer, as JSON (a string needs its quotes: '"yes"').
-        #[arg(value_parser = parse_json)]
-        json: serde_json::Value,
+        #[arg(value_name = "JSON", value_parser = parse_json)]
+        value: serde_json::Value,
     },
     /// Reject an awakeable: the workflow's await returns an error with REASON.
     Reject {
@@ -89,8 +89,8 @@ pub(crate) enum Command {
         /// The topic it receives on.
         topic: String,
         /// The message, as JSON.
-        #[arg(value_parser = parse_json)]
-        json: serde_json::Value,
+        #[arg(value_name = "JSON", value_parser = parse_json)]
+        value: serde_json::Value,
         /// Makes a repeated send with the same key a no-op.
         #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,

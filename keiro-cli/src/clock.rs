@@ -77,6 +77,20 @@ pub(crate) fn span(from: SystemTime, to: SystemTime) -> String {
     }
 }
 
+/// How long ago `time` was, compactly: `850ms`, `12s`, `4m05s`, `3h20m`,
+/// `2d04h` (a time in the future reads as now: `0ms`).
+pub(crate) fn age(time: SystemTime, now: SystemTime) -> String {
+    let d = now.duration_since(time).unwrap_or_default();
+    let s = d.as_secs();
+    match s {
+        0 => format!("{}ms", d.as_millis()),
+        1..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..=86_399 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +107,17 @@ mod tests {
         assert_eq!(short(leap), "2000-02-29 00:00:00");
         let before = UNIX_EPOCH - Duration::from_micros(1);
         assert_eq!(rfc3339(before), "1969-12-31T23:59:59.999999Z");
+    }
+
+    #[test]
+    fn ages() {
+        let t = UNIX_EPOCH;
+        assert_eq!(age(t, t + Duration::from_millis(850)), "850ms");
+        assert_eq!(age(t, t + Duration::from_secs(12)), "12s");
+        assert_eq!(age(t, t + Duration::from_secs(245)), "4m05s");
+        assert_eq!(age(t, t + Duration::from_secs(12_000)), "3h20m");
+        assert_eq!(age(t, t + Duration::from_secs(187_200)), "2d04h");
+        assert_eq!(age(t + Duration::from_secs(1), t), "0ms");
     }
 
     #[test]

@@ -7,6 +7,9 @@ pub(crate) const WIDTH: usize = 100;
 /// Spaces between two columns.
 const GAP: usize = 2;
 
+/// How narrow the last column gets before any other column gives way.
+const LAST_KEPT: usize = 20;
+
 /// A table of text cells under a header row.
 #[derive(Debug)]
 pub(crate) struct Table {
@@ -37,16 +40,22 @@ impl Table {
                 *w = (*w).max(cell.chars().count());
             }
         }
-        // Shrink the widest column until the line fits; never below its
-        // header or 4 characters (then the line may stay too wide, which
-        // only a table of very many columns would need).
+        // The last column (free text: an error, a value) gives way first,
+        // down to `LAST_KEPT`; then the widest column, so ids stay whole
+        // as long as possible. Never below a header or 4 characters (then
+        // the line may stay too wide, which only very many columns need).
         let floor: Vec<usize> = self
             .headers
             .iter()
             .map(|h| h.chars().count().max(4))
             .collect();
         let gaps = GAP * widths.len().saturating_sub(1);
-        while widths.iter().sum::<usize>() + gaps > WIDTH {
+        let over = |widths: &[usize]| (widths.iter().sum::<usize>() + gaps).saturating_sub(WIDTH);
+        if let Some(last) = widths.len().checked_sub(1) {
+            let keep = widths[last].min(LAST_KEPT).max(floor[last]);
+            widths[last] -= over(&widths).min(widths[last] - keep);
+        }
+        while over(&widths) > 0 {
             let Some(widest) = (0..widths.len())
                 .filter(|&i| widths[i] > floor[i])
                 .max_by_key(|&i| (widths[i], i))
@@ -66,7 +75,7 @@ impl Table {
                 } else {
                     let pad = width - cell.chars().count() + GAP;
                     line.push_str(&cell);
-                    line.extend(std::iter::repeat_n(' ', pad));
+                    line.push_str(&" ".repeat(pad));
                 }
             }
             out.push_str(line.trim_end());
@@ -132,14 +141,28 @@ mod tests {
     }
 
     #[test]
-    fn the_widest_column_gives_way_first() {
+    fn the_last_column_gives_way_first_then_the_widest() {
+        let mut table = Table::new(&["ID", "NAME", "DETAIL"]);
+        table.row(vec!["i".repeat(60), "n".repeat(10), "d".repeat(60)]);
+        let text = table.render();
+        let line = text.lines().nth(1).unwrap();
+        assert_eq!(line.chars().count(), WIDTH);
+        // The id fits whole beside a shortened detail.
+        assert!(line.starts_with(&format!("{}  {}  ", "i".repeat(60), "n".repeat(10))));
+        assert!(line.ends_with('…'), "{line}");
+
         let mut table = Table::new(&["ID", "NAME", "DETAIL"]);
         table.row(vec!["i".repeat(80), "n".repeat(10), "d".repeat(60)]);
         let text = table.render();
         let line = text.lines().nth(1).unwrap();
         assert_eq!(line.chars().count(), WIDTH);
-        // The name is short and kept whole; the two long ones share the rest.
-        assert!(line.contains(&format!(" {} ", "n".repeat(10))), "{line}");
+        // Past that, the widest (the id) gives way; the name stays whole
+        // and the detail keeps its share.
+        assert!(line.contains(&format!("  {}  ", "n".repeat(10))), "{line}");
+        assert!(
+            line.ends_with(&format!("{}…", "d".repeat(LAST_KEPT - 1))),
+            "{line}"
+        );
         assert_eq!(line.matches('…').count(), 2, "{line}");
     }
 

@@ -50,14 +50,15 @@ fn filter(args: &ListArgs) -> Result<ListFilter, Failure> {
 /// `keiro list`: one page, and how to get the next.
 pub(crate) async fn list(keiro: &Keiro, args: &ListArgs) -> Result<Report, Failure> {
     let page = keiro.list(&filter(args)?).await?;
-    let mut table = Table::new(&["ID", "NAME", "STATUS", "ATT", "UPDATED", "DETAIL"]);
+    let now = SystemTime::now();
+    let mut table = Table::new(&["ID", "NAME", "STATUS", "ATT", "CHANGED", "DETAIL"]);
     for s in &page.items {
         table.row(vec![
             s.id.clone(),
             s.name.clone(),
             render::status_name(&s.status).to_owned(),
             s.attempts.to_string(),
-            clock::short(s.updated_at),
+            format!("{} ago", clock::age(s.updated_at, now)),
             render::detail(s),
         ]);
     }

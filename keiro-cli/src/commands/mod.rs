@@ -23,9 +23,10 @@ pub(crate) async fn dispatch(keiro: &Keiro, command: Command) -> Result<Report, 
         Command::Fork { id, from, new_id } => {
             repair::fork(keiro, &id, from, new_id.as_deref()).await
         }
-        Command::Resolve { awakeable_id, json } => {
-            messages::resolve(keiro, &awakeable_id, json).await
-        }
+        Command::Resolve {
+            awakeable_id,
+            value,
+        } => messages::resolve(keiro, &awakeable_id, value).await,
         Command::Reject {
             awakeable_id,
             reason,
@@ -33,9 +34,9 @@ pub(crate) async fn dispatch(keiro: &Keiro, command: Command) -> Result<Report, 
         Command::Send {
             id,
             topic,
-            json,
+            value,
             idempotency_key,
-        } => messages::send(keiro, &id, &topic, &json, idempotency_key).await,
+        } => messages::send(keiro, &id, &topic, &value, idempotency_key).await,
         Command::Timers(command) => timers::run(keiro, command).await,
         Command::Migrate => Err(Failure::Usage(
             "`keiro migrate` runs before connecting; this is a bug in the keiro command".into(),
