@@ -58,6 +58,7 @@ mod outcome;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod resume;
+mod retention;
 mod rows;
 mod schema;
 mod sql;
@@ -106,6 +107,7 @@ pub use outbox::{create_instance_tx, get_step_tx, resolve_tx, send_message_tx};
 pub use outcome::Outcome;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};
+pub use retention::{GcCounts, GcCursor, GcPolicy, GcProgress, GcRequest};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};
 pub use timers::{cancel_timer_tx, schedule_timer_once_tx, schedule_timer_tx, TimerTx};

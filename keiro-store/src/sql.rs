@@ -168,6 +168,8 @@ pub(crate) struct Statements {
     pub(crate) talk: crate::messages::TalkStatements,
     // Retry and fork.
     pub(crate) operate: crate::operate::OperateStatements,
+    // Retention.
+    pub(crate) retention: crate::retention::RetentionStatements,
 }
 
 impl Statements {
@@ -478,6 +480,7 @@ impl Statements {
             timers_table: t,
             talk: crate::messages::TalkStatements::new(d),
             operate: crate::operate::OperateStatements::new(d),
+            retention: crate::retention::RetentionStatements::new(d),
         }
     }
 }

@@ -5,8 +5,8 @@
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    AppendOutcome, Finish, InstanceRow, InstanceStatus, Lease, NewInstance, NewMessage, ParentLink,
-    Result, SendOutcome, StepRow, Store, StoreError, Take, Taken,
+    AppendOutcome, Finish, GcProgress, GcRequest, InstanceRow, InstanceStatus, Lease, NewInstance,
+    NewMessage, ParentLink, Result, SendOutcome, StepRow, Store, StoreError, Take, Taken,
 };
 
 /// The most operations one batch carries.
@@ -71,6 +71,7 @@ enum Op {
     Create(CreateRequest, oneshot::Sender<Result<(InstanceRow, bool)>>),
     Step(StepRow, oneshot::Sender<Result<AppendOutcome>>),
     Finish(FinishRequest, oneshot::Sender<Result<bool>>),
+    Gc(GcRequest, oneshot::Sender<Result<GcProgress>>),
 }
 
 /// Commits the runtime's writes in shared transactions.
@@ -150,6 +151,15 @@ impl JournalWriter {
         answer.await.map_err(|_| StoreError::WriterStopped)?
     }
 
+    /// [`Store::gc_batch`] through the writer: the batch runs after the
+    /// round's workflow writes, so a long gc run takes turns with them (one
+    /// batch per round) instead of contending for SQLite's write lock.
+    pub async fn gc_batch(&self, request: GcRequest) -> Result<GcProgress> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Op::Gc(request, reply))?;
+        answer.await.map_err(|_| StoreError::WriterStopped)?
+    }
+
     fn send(&self, op: Op) -> Result<()> {
         self.sender.send(op).map_err(|_| StoreError::WriterStopped)
     }
@@ -161,6 +171,7 @@ async fn run(store: Store, mut receiver: mpsc::UnboundedReceiver<Op>) {
     let mut takes = Vec::new();
     let mut steps = Vec::new();
     let mut finishes = Vec::new();
+    let mut gcs = Vec::new();
     while let Some(first) = receiver.recv().await {
         let mut queued = 1;
         let mut next = Some(first);
@@ -171,6 +182,7 @@ async fn run(store: Store, mut receiver: mpsc::UnboundedReceiver<Op>) {
                 Op::Take(take, reply) => takes.push((take, reply)),
                 Op::Step(row, reply) => steps.push((row, reply)),
                 Op::Finish(request, reply) => finishes.push((request, reply)),
+                Op::Gc(request, reply) => gcs.push((request, reply)),
             }
             if queued < MAX_BATCH {
                 next = receiver.try_recv().ok();
@@ -193,6 +205,12 @@ async fn run(store: Store, mut receiver: mpsc::UnboundedReceiver<Op>) {
         }
         if !finishes.is_empty() {
             commit(&store, &mut finishes).await;
+        }
+        // Last, each in its own transaction: a gc caller sends its next
+        // batch only once told about this one, so it never runs two batches
+        // in a row while workflow writes wait.
+        for (request, reply) in gcs.drain(..) {
+            let _ = reply.send(store.gc_batch(request).await);
         }
     }
 }

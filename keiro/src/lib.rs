@@ -51,6 +51,7 @@ mod operate;
 mod panic;
 mod registry;
 mod resume;
+mod retention;
 mod runtime;
 mod shutdown;
 mod signature;
@@ -78,6 +79,7 @@ pub use context::{AwakeableTimeout, DurableFuture};
 pub use error::{Error, Result, StoreError, TypeMismatch};
 pub use keiro_store::{SqliteSynchronous, MAX_ID_BYTES};
 pub use operate::{list, ListFilter, Page, StepOutcome, StepRecord, WorkflowSummary, MAX_PAGE};
+pub use retention::{gc, GcSummary, Retention, MAX_GC_BATCH};
 pub use runtime::{
     global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL,
     DEFAULT_MAX_PAYLOAD_BYTES, EXECUTOR_ID_ENV, SQLITE_SYNCHRONOUS_ENV,

@@ -29,6 +29,10 @@ impl Keiro {
         self.listen_for_wakes();
         let keiro = self.clone();
         let join = tokio::spawn(async move {
+            let gc = options.retention.clone().map(|retention| {
+                let (keiro, log) = (keiro.clone(), options.log.clone());
+                tokio::spawn(keiro.gc_every(retention, options.gc_interval, log))
+            });
             let mut stop = Stop::of_worker(&keiro, watched);
             loop {
                 keiro.listen_for_wakes();
@@ -51,6 +55,10 @@ impl Keiro {
                     _ = keiro.resume_wake().notified() => {}
                     _ = stop.draining() => break,
                 }
+            }
+            if let Some(gc) = gc {
+                // A batch cut short rolls back; the next worker's gc redoes it.
+                gc.abort();
             }
         });
         Ok(ResumeWorker {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::report::{log_to_tracing, ResumeEvent, ResumeLog};
-use crate::{Error, Result};
+use crate::{Error, Result, Retention};
 
 /// Settings of the resume worker: what it does, not what an instance is.
 /// The lease TTL and crash attempts of the instances it runs are the
@@ -41,6 +41,14 @@ pub struct ResumeOptions {
     pub batch_size: usize,
     /// Where events go (default: `tracing`).
     pub log: ResumeLog,
+    /// What the worker deletes every [`ResumeOptions::gc_interval`] with
+    /// [`crate::Keiro::gc`] (default `None`: nothing). It runs beside the
+    /// passes, reports [`ResumeEvent::Gc`] or [`ResumeEvent::GcFailed`] and
+    /// tries again next interval after a failure.
+    pub retention: Option<Retention>,
+    /// How often the worker runs [`ResumeOptions::retention`]: first when it
+    /// starts, then every interval (default 1 h).
+    pub gc_interval: Duration,
 }
 
 impl std::fmt::Debug for ResumeOptions {
@@ -49,6 +57,8 @@ impl std::fmt::Debug for ResumeOptions {
             .field("poll_interval", &self.poll_interval)
             .field("concurrency", &self.concurrency)
             .field("batch_size", &self.batch_size)
+            .field("retention", &self.retention)
+            .field("gc_interval", &self.gc_interval)
             .finish_non_exhaustive()
     }
 }
@@ -60,6 +70,8 @@ impl Default for ResumeOptions {
             concurrency: 32,
             batch_size: 512,
             log: Arc::new(log_to_tracing),
+            retention: None,
+            gc_interval: Duration::from_secs(3600),
         }
     }
 }
@@ -89,6 +101,18 @@ impl ResumeOptions {
         self
     }
 
+    /// Sets [`ResumeOptions::retention`]: the worker runs gc periodically.
+    pub fn retention(mut self, retention: Retention) -> Self {
+        self.retention = Some(retention);
+        self
+    }
+
+    /// Sets [`ResumeOptions::gc_interval`].
+    pub fn gc_interval(mut self, interval: Duration) -> Self {
+        self.gc_interval = interval;
+        self
+    }
+
     /// How many instances one pass claims.
     pub(super) fn claim_limit(&self) -> i64 {
         self.batch_size
@@ -115,6 +139,15 @@ impl ResumeOptions {
                 "ResumeOptions::batch_size",
                 "a pass must claim at least one instance; use 1 or more (default 512)",
             ));
+        }
+        if self.retention.is_some() && self.gc_interval.is_zero() {
+            return Err(Error::invalid_option(
+                "ResumeOptions::gc_interval",
+                "a zero gc interval would run gc back to back; use at least 1 ms (default 1 h)",
+            ));
+        }
+        if let Some(retention) = &self.retention {
+            retention.validate()?;
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::Error;
+use crate::{Error, GcSummary};
 
 /// What the worker reports to its log hook.
 #[derive(Debug, Clone)]
@@ -66,13 +66,21 @@ pub enum ResumeEvent {
     },
     /// A pass ended.
     Pass(ResumeSummary),
+    /// The periodic gc ([`crate::ResumeOptions::retention`]) ran.
+    Gc(GcSummary),
+    /// The periodic gc failed; it runs again next interval.
+    GcFailed {
+        /// What failed.
+        error: Error,
+    },
 }
 
 impl ResumeEvent {
     /// What went wrong, as a [`enum@Error`] (whose sentence says what to do):
     /// an unknown name is [`Error::UnknownWorkflow`], a signature mismatch
     /// [`Error::SignatureMismatch`], an instance marked failed
-    /// [`Error::Failed`]; `None` for [`ResumeEvent::Pass`].
+    /// [`Error::Failed`]; `None` for [`ResumeEvent::Pass`] and
+    /// [`ResumeEvent::Gc`].
     pub fn error(&self) -> Option<Error> {
         match self {
             ResumeEvent::UnknownName { name, id } => Some(Error::UnknownWorkflow {
@@ -97,8 +105,9 @@ impl ResumeEvent {
             }),
             ResumeEvent::TransientError { error, .. }
             | ResumeEvent::Crashed { error, .. }
-            | ResumeEvent::PassFailed { error } => Some(error.clone()),
-            ResumeEvent::Pass(_) => None,
+            | ResumeEvent::PassFailed { error }
+            | ResumeEvent::GcFailed { error } => Some(error.clone()),
+            ResumeEvent::Pass(_) | ResumeEvent::Gc(_) => None,
         }
     }
 }
@@ -136,6 +145,20 @@ pub(super) fn log_to_tracing(event: &ResumeEvent) {
         ),
         ResumeEvent::PassFailed { error } => {
             tracing::warn!(%error, "keiro resume worker: pass failed")
+        }
+        ResumeEvent::Gc(summary) => tracing::info!(
+            instances = summary.instances,
+            steps = summary.steps,
+            messages = summary.messages,
+            events = summary.events,
+            stream_entries = summary.stream_entries,
+            timers = summary.timers,
+            old_generation_steps = summary.old_generation_steps,
+            batches = summary.batches,
+            "keiro resume worker: gc done"
+        ),
+        ResumeEvent::GcFailed { error } => {
+            tracing::warn!(%error, "keiro resume worker: gc failed; retrying next interval")
         }
         ResumeEvent::Pass(summary) => tracing::debug!(
             discovered = summary.discovered,

@@ -1,0 +1,208 @@
+//! Retention: [`Keiro::gc`] deletes what finished long ago (instances with
+//! their journals, children, messages, events and stream entries; journals of
+//! old generations; finished process-manager timers), in short batches, so
+//! the journal stops growing forever.
+
+use std::time::Duration;
+
+use keiro_store::{now_us, GcCounts, GcCursor, GcPolicy, GcRequest};
+
+use crate::time::duration_us;
+use crate::{Error, Keiro, Result, ResumeEvent, ResumeLog};
+
+/// The most root instances one batch may delete.
+pub const MAX_GC_BATCH: usize = 10_000;
+
+/// What [`Keiro::gc`] deletes. Built with [`Retention::finished_older_than`]
+/// and chained setters:
+///
+/// ```
+/// use std::time::Duration;
+/// use keiro::Retention;
+///
+/// let day = Duration::from_secs(24 * 3600);
+/// let retention = Retention::finished_older_than(30 * day)
+///     .failed_older_than(90 * day)
+///     .batch_size(1000);
+/// assert_eq!(retention.batch_size, 1000);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Retention {
+    /// Completed and timed-out instances last changed longer ago than this
+    /// go; so do journal rows of old generations (of any instance) created
+    /// longer ago, and fired or cancelled timers last changed longer ago.
+    pub finished_older_than: Duration,
+    /// Failed and cancelled instances last changed longer ago than this go
+    /// (`None`: [`Retention::finished_older_than`]). Keeping them longer
+    /// leaves time to look into them.
+    pub failed_older_than: Option<Duration>,
+    /// Root instances (with their trees) per delete transaction, 1..=10,000
+    /// (default 500). Smaller batches hold locks for less time.
+    pub batch_size: usize,
+    /// Count what would be deleted and delete nothing.
+    pub dry_run: bool,
+}
+
+impl Retention {
+    /// Deletes instances finished longer ago than `age` (failed and cancelled
+    /// ones too, unless [`Retention::failed_older_than`] says otherwise), in
+    /// batches of 500.
+    pub fn finished_older_than(age: Duration) -> Retention {
+        Retention {
+            finished_older_than: age,
+            failed_older_than: None,
+            batch_size: 500,
+            dry_run: false,
+        }
+    }
+
+    /// Sets [`Retention::failed_older_than`].
+    pub fn failed_older_than(mut self, age: Duration) -> Self {
+        self.failed_older_than = Some(age);
+        self
+    }
+
+    /// Sets [`Retention::batch_size`].
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.batch_size = n;
+        self
+    }
+
+    /// Counts without deleting ([`Retention::dry_run`]).
+    pub fn dry_run(mut self) -> Self {
+        self.dry_run = true;
+        self
+    }
+
+    /// Refuses settings gc cannot run with.
+    pub fn validate(&self) -> Result<()> {
+        if self.batch_size == 0 || self.batch_size > MAX_GC_BATCH {
+            return Err(Error::invalid_option(
+                "Retention::batch_size",
+                format!(
+                    "{} root instances per batch; use 1..={MAX_GC_BATCH} (default 500)",
+                    self.batch_size
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The store's policy for a run starting at `now` (µs).
+    fn policy(&self, now: i64) -> GcPolicy {
+        let failed = self.failed_older_than.unwrap_or(self.finished_older_than);
+        GcPolicy {
+            finished_before: now.saturating_sub(duration_us(self.finished_older_than)),
+            failed_before: now.saturating_sub(duration_us(failed)),
+            batch_size: self.batch_size as i64,
+            dry_run: self.dry_run,
+        }
+    }
+}
+
+/// What [`Keiro::gc`] deleted (or, in a dry run, would delete).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct GcSummary {
+    /// Instances: finished roots and all their descendants.
+    pub instances: u64,
+    /// Journal rows of those instances (every generation).
+    pub steps: u64,
+    /// Messages addressed to those instances, and messages consumed by old
+    /// generations of instances that stay.
+    pub messages: u64,
+    /// Events of those instances.
+    pub events: u64,
+    /// Stream entries of those instances.
+    pub stream_entries: u64,
+    /// Fired and cancelled process-manager timers.
+    pub timers: u64,
+    /// Journal rows of old generations of instances that stay.
+    pub old_generation_steps: u64,
+    /// Transactions run.
+    pub batches: u64,
+}
+
+impl GcSummary {
+    /// Whether nothing was (or would be) deleted.
+    pub fn is_empty(&self) -> bool {
+        GcSummary {
+            batches: self.batches,
+            ..GcSummary::default()
+        } == *self
+    }
+
+    fn add(&mut self, counts: &GcCounts) {
+        self.instances += counts.instances;
+        self.steps += counts.steps;
+        self.messages += counts.messages;
+        self.events += counts.events;
+        self.stream_entries += counts.stream_entries;
+        self.timers += counts.timers;
+        self.old_generation_steps += counts.old_generation_steps;
+        self.batches += 1;
+    }
+}
+
+impl Keiro {
+    /// Deletes what `retention` selects, in batches, and says what went.
+    ///
+    /// Only root instances (no parent) are candidates: completed and
+    /// timed-out ones last changed before `now - finished_older_than`, failed
+    /// and cancelled ones before `now - failed_older_than`. A root goes with
+    /// its whole tree of descendants (journals of every generation, messages
+    /// addressed to them, events, stream entries), and only when every
+    /// instance of the tree is finished: nothing pending, running, suspended
+    /// or set aside is ever deleted, nor a finished child of an unfinished
+    /// root. Journal rows of generations below an instance's current one
+    /// (continue-as-new), and the messages those generations consumed, go by
+    /// the finished age whatever the instance's status; so do fired and
+    /// cancelled process-manager timers.
+    ///
+    /// Each batch is one short transaction of at most `batch_size` roots with
+    /// their trees. On SQLite batches go through the runtime's journal
+    /// writer and take turns with workflow writes (one batch per commit
+    /// round); on PostgreSQL a batch locks only the finished rows it deletes.
+    /// A dry run runs the same batches and rolls each back. Invalid settings
+    /// are [`Error::InvalidOption`].
+    pub async fn gc(&self, retention: &Retention) -> Result<GcSummary> {
+        retention.validate()?;
+        let policy = retention.policy(now_us());
+        let mut cursor = GcCursor::default();
+        let mut summary = GcSummary::default();
+        loop {
+            let request = GcRequest { policy, cursor };
+            let progress = if self.raw_store().backend() == "sqlite" {
+                self.writer().gc_batch(request).await?
+            } else {
+                self.raw_store().gc_batch(request).await?
+            };
+            summary.add(&progress.counts);
+            match progress.next {
+                Some(next) => cursor = next,
+                None => return Ok(summary),
+            }
+        }
+    }
+
+    /// The resume worker's periodic gc: runs `retention` now and then every
+    /// `interval`, reporting each run to `log`; a failure waits for the next
+    /// interval. Runs until aborted.
+    pub(crate) async fn gc_every(self, retention: Retention, interval: Duration, log: ResumeLog) {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            match self.gc(&retention).await {
+                Ok(summary) => log(&ResumeEvent::Gc(summary)),
+                Err(error) => log(&ResumeEvent::GcFailed { error }),
+            }
+        }
+    }
+}
+
+/// [`Keiro::gc`] on the process-wide runtime.
+pub async fn gc(retention: &Retention) -> Result<GcSummary> {
+    crate::runtime::global().await?.gc(retention).await
+}
