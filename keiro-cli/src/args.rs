@@ -98,6 +98,11 @@ pub(crate) enum Command {
     /// Inspect and repair process-manager timers.
     #[command(subcommand)]
     Timers(TimersCommand),
+    /// Delete what finished long ago: root instances with their whole tree
+    /// (journals, messages, events, stream entries), journals of old
+    /// generations, fired and cancelled timers. Nothing unfinished is ever
+    /// deleted. Runs in short batches beside live workers.
+    Gc(GcArgs),
     /// Run the schema migrations and print the schema version. The other
     /// commands never migrate: on an older schema they ask for this first.
     Migrate,
@@ -131,6 +136,26 @@ pub(crate) struct ListArgs {
     /// Oldest first.
     #[arg(long)]
     pub(crate) oldest_first: bool,
+}
+
+/// `keiro gc`'s retention.
+#[derive(Debug, Args)]
+pub(crate) struct GcArgs {
+    /// Delete completed and timed-out instances last changed longer ago than
+    /// this (30s, 15m, 1h, 30d, 2w); also the age for old generations and
+    /// finished timers.
+    #[arg(long, value_name = "AGE", value_parser = crate::duration::parse)]
+    pub(crate) finished_older_than: Duration,
+    /// Keep failed and cancelled instances this long instead (default: the
+    /// same age).
+    #[arg(long, value_name = "AGE", value_parser = crate::duration::parse)]
+    pub(crate) failed_older_than: Option<Duration>,
+    /// Root instances per delete transaction.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=keiro::MAX_GC_BATCH as i64))]
+    pub(crate) batch_size: u32,
+    /// Count what would be deleted and delete nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
 }
 
 /// `keiro timers …`.

@@ -21,6 +21,7 @@ on_both_backends!(
     cancel_retry_resume_and_fork_change_the_rows,
     answers_and_messages_make_instances_due,
     timers_pages_and_repairs,
+    gc_dry_run_then_real,
 );
 
 // ---------------------------------------------------------------- workflows
@@ -811,4 +812,72 @@ async fn timers_pages_and_repairs(backend: Backend) {
     let out = run(Some(&db.url), &["timers", "requeue", &id]).await.ok();
     assert!(out.contains(&format!("timer {id} is scheduled")), "{out}");
     assert_eq!(timer_row(&t, &id).await.status, TimerStatus::Scheduled);
+}
+
+async fn gc_dry_run_then_real(backend: Backend) {
+    let f = Fixture::new(backend).await;
+    // Nothing finished an hour ago.
+    let json = f
+        .keiro_cmd(&["gc", "--finished-older-than", "1h", "--json"])
+        .await
+        .json();
+    assert_eq!(
+        (json["instances"].as_u64(), json["dry_run"].as_bool()),
+        (Some(0), Some(false))
+    );
+
+    // Completed ones at once, failed ones after an hour: a dry run counts
+    // the completed three-step instance and deletes nothing.
+    let age = ["--finished-older-than", "0s", "--failed-older-than", "1h"];
+    let dry: Vec<&str> = ["gc", "--dry-run"].into_iter().chain(age).collect();
+    let counted = f
+        .keiro_cmd(&[dry.as_slice(), &["--json"]].concat())
+        .await
+        .json();
+    assert_eq!(counted["dry_run"], true);
+    assert_eq!(
+        (counted["instances"].as_u64(), counted["steps"].as_u64()),
+        (Some(1), Some(3))
+    );
+    f.keiro_cmd(&["show", &f.done]).await.ok();
+    let text = f.keiro_cmd(&dry).await.ok();
+    assert!(text.starts_with("dry run: nothing was deleted"), "{text}");
+    assert_fits(&text);
+
+    let real: Vec<&str> = ["gc"].into_iter().chain(age).collect();
+    let text = f.keiro_cmd(&real).await.ok();
+    assert!(text.starts_with("deleted\n"), "{text}");
+    let instances = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("instances"))
+        .unwrap();
+    assert!(instances.ends_with(" 1"), "{text}");
+    f.keiro_cmd(&["show", &f.done]).await.fails(1);
+    // The failed one is younger than its hour; nothing unfinished goes.
+    let left = f.keiro_cmd(&["list", "--json"]).await.json();
+    let left: BTreeSet<String> = ids_of(&left).into_iter().collect();
+    let expected: BTreeSet<String> = [&f.crashed, &f.waiting[0], &f.waiting[1], &f.mailbox]
+        .into_iter()
+        .cloned()
+        .collect();
+    assert_eq!(left, expected);
+    // Counted as the dry run said; a second run finds nothing.
+    let again = f
+        .keiro_cmd(&[real.as_slice(), &["--json"]].concat())
+        .await
+        .json();
+    assert_eq!(again["instances"], 0);
+
+    let error = f
+        .keiro_cmd(&["gc", "--finished-older-than", "30d", "--batch-size", "0"])
+        .await
+        .fails(2);
+    assert!(error.contains("--batch-size"), "{error}");
+    let error = f.keiro_cmd(&["gc"]).await.fails(2);
+    assert!(error.contains("--finished-older-than"), "{error}");
+    let error = f
+        .keiro_cmd(&["gc", "--finished-older-than", "30 days"])
+        .await
+        .fails(2);
+    assert!(error.contains("`30 days` is not a duration"), "{error}");
 }

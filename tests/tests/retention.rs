@@ -101,7 +101,6 @@ async fn old_finished_instances_go_new_ones_stay(backend: Backend) {
     assert_eq!(count(&keiro, "SELECT count(*) FROM {t}steps").await, 3);
 }
 
-
 /// µs in a minute and an hour.
 const MINUTE_US: i64 = 60_000_000;
 const HOUR_US: i64 = 60 * MINUTE_US;
@@ -311,7 +310,14 @@ async fn ids(keiro: &Keiro, table: &str, column: &str) -> Vec<String> {
 /// A picture of every table gc touches.
 async fn snapshot(keiro: &Keiro) -> Vec<(String, i64)> {
     let mut counts = Vec::new();
-    for table in ["workflows", "steps", "messages", "events", "streams", "timers"] {
+    for table in [
+        "workflows",
+        "steps",
+        "messages",
+        "events",
+        "streams",
+        "timers",
+    ] {
         let n = count(keiro, &format!("SELECT count(*) FROM {{t}}{table}")).await;
         counts.push((table.to_owned(), n));
     }
@@ -346,9 +352,7 @@ async fn gc_keeps_everything_unfinished_and_deletes_finished_trees(backend: Back
         async move {
             count(
                 &keiro,
-                &format!(
-                    "SELECT count(*) FROM {{t}}steps WHERE workflow_id = '{id}'"
-                ),
+                &format!("SELECT count(*) FROM {{t}}steps WHERE workflow_id = '{id}'"),
             )
             .await
         }
@@ -418,7 +422,10 @@ async fn dry_run_counts_what_a_real_run_then_deletes(backend: Backend) {
         assert_eq!(counts(&dry), gone, "batch_size {batch_size}: {dry:?}");
         assert_eq!(snapshot(&keiro).await, before, "a dry run deletes nothing");
     }
-    let dry = keiro.gc(&retention().batch_size(3).dry_run()).await.unwrap();
+    let dry = keiro
+        .gc(&retention().batch_size(3).dry_run())
+        .await
+        .unwrap();
     let real = keiro.gc(&retention().batch_size(3)).await.unwrap();
     assert_eq!(real, dry, "the same counts, the same batches");
     assert_ne!(snapshot(&keiro).await, before);

@@ -1,5 +1,6 @@
 //! One module per group of commands; [`dispatch`] picks the one asked for.
 
+mod gc;
 mod instances;
 mod messages;
 mod repair;
@@ -38,6 +39,7 @@ pub(crate) async fn dispatch(keiro: &Keiro, command: Command) -> Result<Report, 
             idempotency_key,
         } => messages::send(keiro, &id, &topic, &value, idempotency_key).await,
         Command::Timers(command) => timers::run(keiro, command).await,
+        Command::Gc(args) => gc::run(keiro, &args).await,
         Command::Migrate => Err(Failure::Usage(
             "`keiro migrate` runs before connecting; this is a bug in the keiro command".into(),
         )),
