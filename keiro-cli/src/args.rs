@@ -7,10 +7,16 @@ use clap::{Args, Parser, Subcommand};
 /// The environment variable naming the database (as for every keiro process).
 pub(crate) const DATABASE_ENV: &str = keiro::DATABASE_URL_ENV;
 
-/// Operate keiro: list and inspect workflow instances, retry, fork or cancel
-/// them, answer their awakeables, send them messages, repair process-manager
-/// timers and delete old journals. Works on the database rows alone: it
-/// never runs a workflow (a worker that links the workflow does).
+/// Operate keiro: inspect, repair and clean up workflow instances.
+///
+/// List and inspect workflow instances, retry, fork or cancel them, answer
+/// their awakeables, send them messages, repair process-manager timers and
+/// delete old journals. Works on the database rows alone: it never runs a
+/// workflow (a worker that links the workflow does), and only `keiro
+/// migrate` changes the schema.
+///
+/// Exit codes: 0 success, 1 refused operation, unknown id or store error,
+/// 2 bad usage.
 #[derive(Debug, Parser)]
 #[command(name = "keiro", version, max_term_width = 100)]
 pub(crate) struct Cli {
@@ -41,20 +47,26 @@ pub(crate) enum Command {
         /// The instance id.
         id: String,
     },
-    /// Run a failed (crash attempts exhausted) or cancelled instance again
-    /// from its journal: journaled steps are kept, attempts reset. A worker
-    /// that links the workflow runs it.
+    /// Run a failed or cancelled instance again from its journal.
+    ///
+    /// For an instance failed after its crash attempts, or cancelled:
+    /// journaled steps are kept, attempts reset. A worker that links the
+    /// workflow runs it.
     Retry {
         /// The instance id.
         id: String,
     },
-    /// Put an instance set aside for non-determinism back in line, journal
-    /// intact, once the code is fixed.
+    /// Put an instance set aside for non-determinism back in line.
+    ///
+    /// Its journal is kept as it is; a worker running the fixed code
+    /// resumes it.
     Resume {
         /// The instance id.
         id: String,
     },
-    /// Start a new instance with the same input and the journal copied up to
+    /// Start a new instance from a prefix of another's journal.
+    ///
+    /// The new instance has the same input and the journal copied up to
     /// (not including) step SEQ; a worker runs the current code from there.
     Fork {
         /// The instance to fork.
@@ -66,8 +78,10 @@ pub(crate) enum Command {
         #[arg(long = "id", value_name = "NEW")]
         new_id: Option<String>,
     },
-    /// Answer an awakeable with a JSON value. Its type is checked when the
-    /// workflow reads it: one that does not decode fails that read.
+    /// Answer an awakeable with a JSON value.
+    ///
+    /// Its type is checked when the workflow reads it: a value that does not
+    /// decode into the awaited type fails that read.
     Resolve {
         /// The awakeable's id, as the workflow handed it out.
         awakeable_id: String,
@@ -98,13 +112,17 @@ pub(crate) enum Command {
     /// Inspect and repair process-manager timers.
     #[command(subcommand)]
     Timers(TimersCommand),
-    /// Delete what finished long ago: root instances with their whole tree
-    /// (journals, messages, events, stream entries), journals of old
-    /// generations, fired and cancelled timers. Nothing unfinished is ever
-    /// deleted. Runs in short batches beside live workers.
+    /// Delete what finished long ago.
+    ///
+    /// Root instances with their whole tree (journals, messages, events,
+    /// stream entries), journals of old generations, fired and cancelled
+    /// timers. Nothing unfinished is ever deleted. Runs in short batches
+    /// beside live workers.
     Gc(GcArgs),
-    /// Run the schema migrations and print the schema version. The other
-    /// commands never migrate: on an older schema they ask for this first.
+    /// Run the schema migrations and print the schema version.
+    ///
+    /// The other commands never migrate: on an older schema they ask for
+    /// this first.
     Migrate,
 }
 
@@ -173,8 +191,9 @@ pub(crate) enum TimersCommand {
     },
     /// Dead-lettered timers, in the order they died.
     Dead(TimerPageArgs),
-    /// Put a stuck (firing) or dead timer back in line at its fire time; a
-    /// dead one starts over with zero attempts.
+    /// Put a stuck (firing) or dead timer back in line at its fire time.
+    ///
+    /// A dead one starts over with zero attempts.
     Requeue {
         /// The timer id.
         id: String,
@@ -184,9 +203,10 @@ pub(crate) enum TimersCommand {
         /// The timer id.
         id: String,
     },
-    /// Resume a dead timer: back in line with zero attempts, for a worker to
-    /// fire again. Refused for a timer that is not dead (a stuck one: use
-    /// requeue) or that a foreground resume claim holds.
+    /// Resume a dead timer: back in line with zero attempts.
+    ///
+    /// A worker fires it again. Refused for a timer that is not dead (a
+    /// stuck one: use requeue) or that a foreground resume claim holds.
     Resume {
         /// The timer id.
         id: String,

@@ -85,6 +85,22 @@ impl Table {
     }
 }
 
+impl Table {
+    /// One page of a listing: the table (or `none` when it has no rows),
+    /// then, when another page follows, how to ask for it.
+    pub(crate) fn page(&self, none: &str, next_cursor: Option<&str>) -> String {
+        let mut text = if self.rows.is_empty() {
+            format!("{none}\n")
+        } else {
+            self.render()
+        };
+        if let Some(cursor) = next_cursor {
+            text.push_str(&format!("more: add --cursor {cursor}\n"));
+        }
+        text
+    }
+}
+
 /// `text` cut to `width` characters, ending in `…` when cut.
 pub(crate) fn fit(text: &str, width: usize) -> String {
     if text.chars().count() <= width {

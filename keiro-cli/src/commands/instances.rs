@@ -62,14 +62,7 @@ pub(crate) async fn list(keiro: &Keiro, args: &ListArgs) -> Result<Report, Failu
             render::detail(s),
         ]);
     }
-    let mut human = if page.items.is_empty() {
-        "no workflow instances match\n".to_owned()
-    } else {
-        table.render()
-    };
-    if let Some(cursor) = &page.next_cursor {
-        human.push_str(&format!("more: add --cursor {cursor}\n"));
-    }
+    let human = table.page("no workflow instances match", page.next_cursor.as_deref());
     Ok(Report {
         human,
         json: json!({

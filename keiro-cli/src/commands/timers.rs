@@ -82,14 +82,7 @@ fn page_report(
             t.last_error.clone().unwrap_or_default(),
         ]);
     }
-    let mut human = if page.items.is_empty() {
-        "no timers match\n".to_owned()
-    } else {
-        table.render()
-    };
-    if let Some(cursor) = &page.next_cursor {
-        human.push_str(&format!("more: add --cursor {cursor}\n"));
-    }
+    let human = table.page("no timers match", page.next_cursor.as_deref());
     Report {
         human,
         json: json!({
