@@ -16,6 +16,7 @@ mod duration;
 mod render;
 mod table;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -77,12 +78,21 @@ fn main() -> ExitCode {
     let json = cli.json;
     match runtime.block_on(run(cli)) {
         Ok(report) => {
-            if json {
-                println!("{:#}", report.json);
+            let text = if json {
+                format!("{:#}\n", report.json)
             } else {
-                print!("{}", report.human);
+                report.human
+            };
+            // A reader that stops early (`keiro list | head`) closes the
+            // pipe: not a failure of the command.
+            let mut stdout = std::io::stdout().lock();
+            match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+                Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+                    eprintln!("keiro: cannot write the output: {error}");
+                    ExitCode::from(1)
+                }
+                _ => ExitCode::SUCCESS,
             }
-            ExitCode::SUCCESS
         }
         Err(Failure::Usage(message)) => {
             eprintln!("error: {message}");
