@@ -18,6 +18,7 @@
 //! elsewhere, the suspended-scale worker and multi-process workers.
 
 mod common;
+mod listing;
 mod messages;
 mod raw;
 mod recovery;
@@ -37,7 +38,7 @@ use keiro::SqliteSynchronous;
 use crate::common::{fail, parse_sync, Backend, BenchResult, Config};
 
 /// Every workload, in the order a full run takes them.
-const WORKLOADS: [&str; 13] = [
+const WORKLOADS: [&str; 14] = [
     "raw_commit_1",
     "raw_commit_16",
     "seq_0steps",
@@ -51,6 +52,7 @@ const WORKLOADS: [&str; 13] = [
     "workers_1_2_4",
     "message_latency",
     "message_throughput",
+    "list_page",
 ];
 
 const USAGE: &str = "usage: keiro-bench --backend sqlite|postgres [--workload NAME] \
@@ -173,6 +175,7 @@ async fn bench(args: &[String]) -> BenchResult {
             "workers_1_2_4" => workers::workers_1_2_4(&cfg).await,
             "message_latency" => messages::message_latency(&cfg).await,
             "message_throughput" => messages::message_throughput(&cfg).await,
+            "list_page" => listing::list_page(&cfg).await,
             other => Err(fail(format!("unknown workload {other}"))),
         };
         eprintln!(

@@ -86,7 +86,10 @@ fn main() -> ExitCode {
             // A reader that stops early (`keiro list | head`) closes the
             // pipe: not a failure of the command.
             let mut stdout = std::io::stdout().lock();
-            match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+            match stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush())
+            {
                 Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
                     eprintln!("keiro: cannot write the output: {error}");
                     ExitCode::from(1)

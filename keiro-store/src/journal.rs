@@ -12,6 +12,29 @@ use crate::{
     InstanceStatus, Lease, NewInstance, Resolution, Result, StepRow, Store, StoreError, Suspend,
 };
 
+/// How a step's body ran before its result was recorded, journaled beside
+/// it (both `None` for entries that run no body: sleeps, answers, children).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepTiming {
+    /// How many times the body ran, retries included.
+    pub attempts: Option<u32>,
+    /// When its first attempt began (µs since the Unix epoch).
+    pub started_at: Option<i64>,
+}
+
+impl StepTiming {
+    /// The timing of row `i` of a batch whose timings are `timings` (empty:
+    /// none known).
+    pub(crate) fn of(timings: &[StepTiming], i: usize) -> StepTiming {
+        timings.get(i).copied().unwrap_or_default()
+    }
+
+    /// The attempts as the column holds them.
+    pub(crate) fn attempts_column(self) -> Option<i64> {
+        self.attempts.map(i64::from)
+    }
+}
+
 impl Store {
     /// Records a new instance, or returns the existing one with that id.
     /// The `bool` is `true` when this call created the row.
@@ -95,7 +118,17 @@ impl Store {
     /// recorded keeps its first result, which is returned as
     /// [`AppendOutcome::Existing`].
     pub async fn append_steps(&self, rows: &[StepRow]) -> Result<Vec<AppendOutcome>> {
-        dispatch!(Store, self, |s| s.append_steps(rows).await)
+        self.append_timed_steps(rows, &[]).await
+    }
+
+    /// [`Store::append_steps`], journaling `timings[i]` with `rows[i]`
+    /// (`timings` is as long as `rows`, or empty when none are known).
+    pub async fn append_timed_steps(
+        &self,
+        rows: &[StepRow],
+        timings: &[StepTiming],
+    ) -> Result<Vec<AppendOutcome>> {
+        dispatch!(Store, self, |s| s.append_steps(rows, timings).await)
     }
 
     /// Moves an unfinished instance to a final status, releasing the lease.
@@ -135,7 +168,10 @@ impl Store {
             suspend.owner,
             suspend.wake_at,
             now_us(),
-            suspend.awaiting
+            suspend.awaiting,
+            suspend.waiting.map(|w| w.seq),
+            suspend.waiting.map(|w| w.kind.as_str()),
+            suspend.waiting.map(|w| w.name.as_str()),
         ];
         Ok(self.execute("suspend", |sql| &sql.suspend, &args).await? == 1)
     }

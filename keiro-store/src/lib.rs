@@ -92,7 +92,8 @@ pub fn wake_payload(id: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(format!("#{hash:016x}"))
 }
 pub use events::{EventRow, Publish, StreamEntry};
-pub use listing::ListQuery;
+pub use journal::StepTiming;
+pub use listing::{ListQuery, ListedInstance, WaitingStep};
 pub use messages::{MessageRow, NewMessage, Receive, Received, SendOutcome, Take, Taken};
 pub use model::{
     now_us, timer_sort_key, AppendOutcome, BlockReason, Blocked, Cancellation, ContinueAsNew,
@@ -101,7 +102,7 @@ pub use model::{
     ScheduleOutcome, StepRow, Suspend, TimerListKind, TimerQuery, TimerRow, TimerStatus,
     TimerUpdate,
 };
-pub use operate::{Fork, Retry};
+pub use operate::{Fork, JournalEntry, Retry};
 pub use options::{SqliteSynchronous, StoreOptions};
 pub use outbox::{create_instance_tx, get_step_tx, resolve_tx, send_message_tx};
 pub use outcome::Outcome;

@@ -1,8 +1,14 @@
 //! Listing instances for operators: filtered, in keyset pages on
 //! `(created_at, id)`, so a page costs the same wherever it starts and a
 //! listing visits every matching row once even while instances are added.
+//!
+//! A status filter reads the `(status, created_at, id)` index, a name filter
+//! the `(name, created_at, id)` one (migration 0012): a page is one index
+//! range scan from the cursor. Several statuses are one such scan each,
+//! merged (`UNION ALL` of per-status pages, then the first `limit` of the
+//! union), because no index yields `status IN (..)` in creation order.
 
-use crate::rows::FromRow;
+use crate::rows::{FromRow, StoreRow};
 use crate::sql::INSTANCE_COLUMNS;
 use crate::{InstanceRow, InstanceStatus, Result, Store, StoreError};
 
@@ -36,9 +42,88 @@ pub struct ListQuery<'a> {
     pub limit: i64,
 }
 
+/// The journal entry a suspended instance waits on, stored when it suspends
+/// ([`crate::Suspend::waiting`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitingStep {
+    /// The entry's seq (recorded when the wait ends; a sleep's is recorded
+    /// already, holding its deadline).
+    pub seq: i64,
+    /// The kind of wait: `sleep`, `awakeable`, `child` or `message`.
+    pub kind: String,
+    /// The sleep's name, the child's workflow name or the message topic
+    /// (`awakeable` for an awakeable).
+    pub name: String,
+}
+
+/// An instance as [`Store::list_summaries`] reads it.
+#[derive(Debug, Clone)]
+pub struct ListedInstance {
+    /// Its row.
+    pub row: InstanceRow,
+    /// What it waits on while it is suspended; `None` otherwise.
+    pub waiting: Option<WaitingStep>,
+}
+
+/// The columns a listing reads besides [`INSTANCE_COLUMNS`].
+const WAITING_COLUMNS: &str = "waiting_seq, waiting_kind, waiting_name";
+
+impl FromRow for ListedInstance {
+    fn from_row(r: &impl StoreRow) -> Result<Self> {
+        let row = InstanceRow::from_row(r)?;
+        let what = || format!("workflow instance `{}`", row.id);
+        let seq = r.maybe_int(what, "waiting_seq")?;
+        let kind = r.maybe_text(what, "waiting_kind")?;
+        let name = r.maybe_text(what, "waiting_name")?;
+        // The columns keep the last suspension's wait; it holds only while
+        // the instance is still suspended.
+        let waiting = match (row.status, seq, kind, name) {
+            (InstanceStatus::Suspended, Some(seq), Some(kind), Some(name)) => {
+                Some(WaitingStep { seq, kind, name })
+            }
+            _ => None,
+        };
+        Ok(ListedInstance { row, waiting })
+    }
+}
+
+/// One bound parameter of a listing.
+enum Bind {
+    Text(String),
+    Int(i64),
+}
+
+/// The listing statement under construction: numbered placeholders and the
+/// values bound to them, in order.
+#[derive(Default)]
+struct Statement {
+    binds: Vec<Bind>,
+}
+
+impl Statement {
+    /// A placeholder for `value`.
+    fn bind(&mut self, value: Bind) -> String {
+        self.binds.push(value);
+        format!("${}", self.binds.len())
+    }
+    fn text(&mut self, value: &str) -> String {
+        self.bind(Bind::Text(value.to_owned()))
+    }
+    fn int(&mut self, value: i64) -> String {
+        self.bind(Bind::Int(value))
+    }
+}
+
 impl Store {
     /// The instances `query` selects, in its order, at most `query.limit`.
     pub async fn list_instances(&self, query: &ListQuery<'_>) -> Result<Vec<InstanceRow>> {
+        let listed = self.list_summaries(query).await?;
+        Ok(listed.into_iter().map(|listed| listed.row).collect())
+    }
+
+    /// Like [`Store::list_instances`], with what each suspended instance
+    /// waits on.
+    pub async fn list_summaries(&self, query: &ListQuery<'_>) -> Result<Vec<ListedInstance>> {
         const OP: &str = "list_instances";
         let table = match self {
             #[cfg(feature = "sqlite")]
@@ -46,94 +131,90 @@ impl Store {
             #[cfg(feature = "postgres")]
             Store::Postgres(_) => "keiro.workflows",
         };
+        let mut st = Statement::default();
         let mut conditions: Vec<String> = Vec::new();
-        let mut texts: Vec<(usize, String)> = Vec::new();
-        let mut ints: Vec<(usize, i64)> = Vec::new();
-        let mut n = 0;
-        let mut next = || {
-            n += 1;
-            n
-        };
-        if !query.statuses.is_empty() {
-            let slots: Vec<String> = query
-                .statuses
-                .iter()
-                .map(|status| {
-                    let k = next();
-                    texts.push((k, status.as_str().to_owned()));
-                    format!("${k}")
-                })
-                .collect();
-            conditions.push(format!("status IN ({})", slots.join(", ")));
+        if let Some(name) = query.name {
+            conditions.push(format!("name = {}", st.text(name)));
         }
-        let mut text = |condition: &str, value: Option<&str>| {
-            if let Some(value) = value {
-                let k = next();
-                texts.push((k, value.to_owned()));
-                conditions.push(condition.replace("$?", &format!("${k}")));
-            }
-        };
-        text("name = $?", query.name);
-        text("parent_id = $?", query.parent_id);
-        text("lease_owner = $?", query.executor);
+        if let Some(parent) = query.parent_id {
+            conditions.push(format!("parent_id = {}", st.text(parent)));
+        }
+        if let Some(executor) = query.executor {
+            conditions.push(format!("lease_owner = {}", st.text(executor)));
+        }
         if let Some(prefix) = query.id_prefix {
             // A prefix compare, not LIKE: `%` and `_` in ids need no escaping.
-            let k = next();
-            texts.push((k, prefix.to_owned()));
-            conditions.push(format!("substr(id, 1, {}) = ${k}", prefix.chars().count()));
+            let count = prefix.chars().count();
+            conditions.push(format!("substr(id, 1, {count}) = {}", st.text(prefix)));
         }
-        let mut int = |condition: &str, value: Option<i64>| {
+        let times = [
+            ("created_at >=", query.created_after),
+            ("created_at <", query.created_before),
+            ("updated_at >=", query.updated_after),
+            ("updated_at <", query.updated_before),
+        ];
+        for (compare, value) in times {
             if let Some(value) = value {
-                let k = next();
-                ints.push((k, value));
-                conditions.push(condition.replace("$?", &format!("${k}")));
+                conditions.push(format!("{compare} {}", st.int(value)));
             }
-        };
-        int("created_at >= $?", query.created_after);
-        int("created_at < $?", query.created_before);
-        int("updated_at >= $?", query.updated_after);
-        int("updated_at < $?", query.updated_before);
+        }
         let (cmp, order) = if query.oldest_first {
             (">", "ASC")
         } else {
             ("<", "DESC")
         };
         if let Some((created, id)) = query.after {
-            let (kc, ki) = (next(), next());
-            ints.push((kc, created));
-            texts.push((ki, id.to_owned()));
-            conditions.push(format!(
-                "(created_at {cmp} ${kc} OR (created_at = ${kc} AND id {cmp} ${ki}))"
-            ));
+            // A row-value compare: both databases bound the index range scan
+            // with it (an `OR` of the two cases they would not).
+            let (created, id) = (st.int(created), st.text(id));
+            conditions.push(format!("(created_at, id) {cmp} ({created}, {id})"));
         }
-        let kl = next();
-        ints.push((kl, query.limit));
-        let filter = if conditions.is_empty() {
-            String::new()
-        } else {
-            format!("WHERE {}", conditions.join(" AND "))
+        let limit = st.int(query.limit);
+        let ordered = format!("ORDER BY created_at {order}, id {order} LIMIT {limit}");
+        let columns = format!("{INSTANCE_COLUMNS}, {WAITING_COLUMNS}");
+        let select = |status: Option<String>| {
+            let all: Vec<&str> = status
+                .iter()
+                .map(String::as_str)
+                .chain(conditions.iter().map(String::as_str))
+                .collect();
+            let filter = if all.is_empty() {
+                String::new()
+            } else {
+                format!("WHERE {}", all.join(" AND "))
+            };
+            format!("SELECT {columns} FROM {table} {filter} {ordered}")
         };
-        let sql = format!(
-            "SELECT {INSTANCE_COLUMNS} FROM {table} {filter} \
-             ORDER BY created_at {order}, id {order} LIMIT ${kl}"
-        );
-        // Bind in placeholder order.
-        let mut binds: Vec<(usize, Result<i64, String>)> = texts
-            .into_iter()
-            .map(|(k, v)| (k, Err(v)))
-            .chain(ints.into_iter().map(|(k, v)| (k, Ok(v))))
-            .collect();
-        binds.sort_by_key(|(k, _)| *k);
+        let sql = match query.statuses {
+            [] => select(None),
+            [one] => select(Some(format!("status = {}", st.text(one.as_str())))),
+            several => {
+                let mut statuses: Vec<&str> = several.iter().map(|s| s.as_str()).collect();
+                statuses.sort_unstable();
+                statuses.dedup();
+                let pages: Vec<String> = statuses
+                    .into_iter()
+                    .map(|status| {
+                        let page = select(Some(format!("status = {}", st.text(status))));
+                        format!("SELECT * FROM ({page}) AS page")
+                    })
+                    .collect();
+                format!(
+                    "SELECT * FROM ({}) AS pages {ordered}",
+                    pages.join(" UNION ALL ")
+                )
+            }
+        };
         dispatch!(Store, self, |s| {
             let mut q = sqlx::query(&sql);
-            for (_, value) in &binds {
+            for value in &st.binds {
                 q = match value {
-                    Ok(int) => q.bind(*int),
-                    Err(text) => q.bind(text.as_str()),
+                    Bind::Int(int) => q.bind(*int),
+                    Bind::Text(text) => q.bind(text.as_str()),
                 };
             }
             let rows = q.fetch_all(s.pool()).await.map_err(StoreError::query(OP))?;
-            rows.iter().map(InstanceRow::from_row).collect()
+            rows.iter().map(ListedInstance::from_row).collect()
         })
     }
 }

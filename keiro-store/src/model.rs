@@ -252,6 +252,9 @@ pub struct Suspend<'a> {
     /// The step (an awakeable or a child) it waits on, if any: when that step
     /// is already recorded, the instance is due at once.
     pub awaiting: Option<i64>,
+    /// What it waits on, as operators see it ([`crate::ListedInstance`]);
+    /// stored with the suspension, `None` when nothing can be named.
+    pub waiting: Option<&'a crate::WaitingStep>,
 }
 
 /// The end of one generation and the start of the next

@@ -2,15 +2,19 @@
 //! cancelled instance back in line with its journal, [`Store::fork`] starts a
 //! new instance from a prefix of another's journal.
 
-use crate::sql::Dialect;
+use crate::rows::{FromRow, StoreRow};
+use crate::sql::{Dialect, STEP_COLUMNS};
 use crate::validate::validate_id;
-use crate::{now_us, rows, InstanceStatus, Result, Store, StoreError};
+use crate::{now_us, rows, InstanceStatus, Result, StepRow, Store, StoreError};
 
 /// The statements of [`Store::retry`] and [`Store::fork`].
 #[derive(Debug)]
 pub(crate) struct OperateStatements {
     /// The status and output of one instance, its row locked.
     status_for_retry: String,
+    /// The name of an instance's parent when the parent's journal holds the
+    /// instance's result already.
+    parent_recorded: String,
     /// Puts one instance back to `pending`, due now, attempts reset.
     retry: String,
     /// The name and generation of the instance forked from, its row locked.
@@ -19,6 +23,8 @@ pub(crate) struct OperateStatements {
     fork_instance: String,
     /// Copies the source's journal prefix under the fork's id.
     fork_steps: String,
+    /// One generation's journal with how each entry ran.
+    journal_entries: String,
 }
 
 impl OperateStatements {
@@ -29,6 +35,11 @@ impl OperateStatements {
         );
         OperateStatements {
             status_for_retry: format!("SELECT status, output FROM {w} WHERE id = $1{}", d.lock_row),
+            parent_recorded: format!(
+                "SELECT p.id, p.name FROM {w} c JOIN {w} p ON p.id = c.parent_id \
+                 WHERE c.id = $1 AND EXISTS (SELECT 1 FROM {s} WHERE workflow_id = c.parent_id \
+                 AND generation = c.parent_generation AND seq = c.parent_seq)"
+            ),
             retry: format!(
                 "UPDATE {w} SET status = 'pending', attempts = 0, error = NULL, output = NULL, \
                  lease_owner = NULL, lease_expires_at = NULL, wake_at = $2, updated_at = $2 \
@@ -46,16 +57,56 @@ impl OperateStatements {
                  ON CONFLICT (id) DO NOTHING"
             ),
             fork_steps: format!(
-                "INSERT INTO {s} (workflow_id, generation, seq, name, kind, result, created_at) \
-                 SELECT $2, 0, seq, name, kind, result, created_at FROM {s} \
-                 WHERE workflow_id = $1 AND generation = $3 AND seq < $4"
+                "INSERT INTO {s} (workflow_id, generation, seq, name, kind, result, created_at, \
+                 attempts, started_at) \
+                 SELECT $2, 0, seq, name, kind, result, created_at, attempts, started_at \
+                 FROM {s} WHERE workflow_id = $1 AND generation = $3 AND seq < $4"
+            ),
+            journal_entries: format!(
+                "SELECT {STEP_COLUMNS}, created_at, attempts, started_at FROM {s} \
+                 WHERE workflow_id = $1 AND generation = $2 ORDER BY seq"
             ),
         }
     }
 }
 
+/// One journal entry as operators see it ([`Store::load_journal_entries`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalEntry {
+    /// The entry.
+    pub row: StepRow,
+    /// How many times a step's body ran to reach it (`None` for entries that
+    /// run no body, and for entries recorded before keiro kept it).
+    pub attempts: Option<u32>,
+    /// When a step body's first attempt began (µs since the Unix epoch).
+    pub started_at: Option<i64>,
+    /// When it was recorded (µs).
+    pub recorded_at: i64,
+}
+
+impl FromRow for JournalEntry {
+    fn from_row(r: &impl StoreRow) -> Result<Self> {
+        let row = StepRow::from_row(r)?;
+        let what = || {
+            format!(
+                "step {} of workflow instance `{}` (generation {})",
+                row.seq, row.workflow_id, row.generation
+            )
+        };
+        let attempts = r
+            .maybe_int(what, "attempts")?
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+        Ok(JournalEntry {
+            attempts,
+            started_at: r.maybe_int(what, "started_at")?,
+            recorded_at: r.int(what, "created_at")?,
+            row,
+        })
+    }
+}
+
 /// What [`Store::retry`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Retry {
     /// The instance is `pending` again, due now, its journal kept.
@@ -68,6 +119,16 @@ pub enum Retry {
     /// The instance is `failed` because its workflow returned `Err`: its
     /// journal would replay to the same error, so it is not retried.
     ReturnedError,
+    /// The instance is a child whose parent recorded its result already:
+    /// a new result would never reach the parent, so it is not retried.
+    ParentRecorded {
+        /// The child's status (failed or cancelled).
+        status: InstanceStatus,
+        /// The parent's id.
+        parent_id: String,
+        /// The parent's workflow name.
+        parent_name: String,
+    },
 }
 
 /// What [`Store::fork`] did.
@@ -91,7 +152,8 @@ impl Store {
     /// attempts, or by an error keiro raised: not by its workflow returning
     /// `Err`) or `cancelled`: `pending`, due now, attempts reset, error,
     /// output and lease cleared, its journal kept so recorded steps are not
-    /// run again. Anything else is left alone and named in the outcome.
+    /// run again. Anything else is left alone and named in the outcome, as
+    /// is a child whose parent's journal holds its result already.
     pub async fn retry(&self, id: &str) -> Result<Retry> {
         const OP: &str = "retry";
         validate_id("workflow id", id)?;
@@ -107,10 +169,26 @@ impl Store {
             let Some((status, output)) = row else {
                 return Ok(Retry::NotFound);
             };
-            match rows::instance_status(id, &status)? {
+            let status = rows::instance_status(id, &status)?;
+            match status {
                 InstanceStatus::Failed if output.is_some() => return Ok(Retry::ReturnedError),
                 InstanceStatus::Failed | InstanceStatus::Cancelled => {}
                 other => return Ok(Retry::NotRetryable(other)),
+            }
+            // A child whose parent still waits for it reports its new result
+            // when it ends, as the first would have; one whose parent has its
+            // result already would report into nothing.
+            let recorded: Option<(String, String)> = sqlx::query_as(&sql.operate.parent_recorded)
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(StoreError::query(OP))?;
+            if let Some((parent_id, parent_name)) = recorded {
+                return Ok(Retry::ParentRecorded {
+                    status,
+                    parent_id,
+                    parent_name,
+                });
             }
             sqlx::query(&sql.operate.retry)
                 .bind(id)
@@ -120,6 +198,25 @@ impl Store {
                 .map_err(StoreError::query(OP))?;
             tx.commit().await.map_err(StoreError::query(OP))?;
             Ok(Retry::Retried)
+        })
+    }
+
+    /// Every journal entry of generation `generation` of instance `id`, in
+    /// order, with how and when each ran.
+    pub async fn load_journal_entries(
+        &self,
+        id: &str,
+        generation: i64,
+    ) -> Result<Vec<JournalEntry>> {
+        const OP: &str = "load_journal_entries";
+        dispatch!(Store, self, |s, sql| {
+            let rows = sqlx::query(&sql.operate.journal_entries)
+                .bind(id)
+                .bind(generation)
+                .fetch_all(s.pool())
+                .await
+                .map_err(StoreError::query(OP))?;
+            rows.iter().map(JournalEntry::from_row).collect()
         })
     }
 

@@ -277,7 +277,8 @@ impl Statements {
             ),
             suspend: format!(
                 "UPDATE {w} SET status = 'suspended', lease_owner = NULL, \
-                 lease_expires_at = NULL, updated_at = $5, wake_at = {} \
+                 lease_expires_at = NULL, updated_at = $5, waiting_seq = $7, \
+                 waiting_kind = $8, waiting_name = $9, wake_at = {} \
                  WHERE id = $1 AND generation = $2 AND lease_owner = $3 AND status = 'running'",
                 due_by_deadline(&format!(
                     "(CASE WHEN CAST($6 AS BIGINT) IS NOT NULL AND EXISTS (SELECT 1 FROM {s} \

@@ -58,6 +58,9 @@ impl Store {
                 .bind(if due { Some(now) } else { suspend.wake_at })
                 .bind(now)
                 .bind(None::<i64>)
+                .bind(suspend.waiting.map(|w| w.seq))
+                .bind(suspend.waiting.map(|w| w.kind.as_str()))
+                .bind(suspend.waiting.map(|w| w.name.as_str()))
                 .execute(&mut *tx)
                 .await
                 .map_err(StoreError::query(OP))?

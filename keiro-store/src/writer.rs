@@ -6,7 +6,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::{
     AppendOutcome, Finish, GcProgress, GcRequest, InstanceRow, InstanceStatus, Lease, NewInstance,
-    NewMessage, ParentLink, Result, SendOutcome, StepRow, Store, StoreError, Take, Taken,
+    NewMessage, ParentLink, Result, SendOutcome, StepRow, StepTiming, Store, StoreError, Take,
+    Taken,
 };
 
 /// The most operations one batch carries.
@@ -69,7 +70,7 @@ enum Op {
     Send(MessageRequest, oneshot::Sender<Result<SendOutcome>>),
     Take(Take, oneshot::Sender<Result<Taken>>),
     Create(CreateRequest, oneshot::Sender<Result<(InstanceRow, bool)>>),
-    Step(StepRow, oneshot::Sender<Result<AppendOutcome>>),
+    Step(TimedStep, oneshot::Sender<Result<AppendOutcome>>),
     Finish(FinishRequest, oneshot::Sender<Result<bool>>),
     Gc(GcRequest, oneshot::Sender<Result<GcProgress>>),
 }
@@ -99,19 +100,28 @@ impl JournalWriter {
     /// Records one step result and waits until it is committed. If the step id
     /// was already recorded, the first result wins and is returned.
     pub async fn append(&self, row: StepRow) -> Result<AppendOutcome> {
+        self.append_timed(row, StepTiming::default()).await
+    }
+
+    /// [`JournalWriter::append`], journaling how the step's body ran.
+    pub async fn append_timed(&self, row: StepRow, timing: StepTiming) -> Result<AppendOutcome> {
         let (reply, answer) = oneshot::channel();
-        self.send(Op::Step(row, reply))?;
+        self.send(Op::Step(TimedStep { row, timing }, reply))?;
         answer.await.map_err(|_| StoreError::WriterStopped)?
     }
 
     /// Records several step results, queued together so they usually share
     /// one commit, and waits until all are committed; each outcome as
-    /// [`JournalWriter::append`] gives it.
-    pub async fn append_together(&self, rows: Vec<StepRow>) -> Result<Vec<AppendOutcome>> {
+    /// [`JournalWriter::append`] gives it. Each row comes with how its body
+    /// ran (see [`JournalWriter::append_timed`]).
+    pub async fn append_together(
+        &self,
+        rows: Vec<(StepRow, StepTiming)>,
+    ) -> Result<Vec<AppendOutcome>> {
         let mut answers = Vec::with_capacity(rows.len());
-        for row in rows {
+        for (row, timing) in rows {
             let (reply, answer) = oneshot::channel();
-            self.send(Op::Step(row, reply))?;
+            self.send(Op::Step(TimedStep { row, timing }, reply))?;
             answers.push(answer);
         }
         let mut outcomes = Vec::with_capacity(answers.len());
@@ -282,12 +292,20 @@ impl BatchWrite for Take {
     }
 }
 
-impl BatchWrite for StepRow {
+/// A step row queued with how its body ran.
+#[derive(Debug)]
+struct TimedStep {
+    row: StepRow,
+    timing: StepTiming,
+}
+
+impl BatchWrite for TimedStep {
     type Outcome = AppendOutcome;
 
     async fn write(store: &Store, members: &[&Self]) -> Result<Vec<Self::Outcome>> {
-        let rows: Vec<StepRow> = members.iter().map(|row| (*row).clone()).collect();
-        store.append_steps(&rows).await
+        let rows: Vec<StepRow> = members.iter().map(|step| step.row.clone()).collect();
+        let timings: Vec<StepTiming> = members.iter().map(|step| step.timing).collect();
+        store.append_timed_steps(&rows, &timings).await
     }
 }
 

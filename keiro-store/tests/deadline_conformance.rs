@@ -89,6 +89,7 @@ async fn a_suspended_instance_is_due_by_its_deadline(db: &TestDb) {
             owner: OWNER,
             wake_at,
             awaiting: None,
+            waiting: None,
         };
         assert!(db.store.suspend(&suspend).await.unwrap());
         let row = db.store.get_instance(id).await.unwrap().unwrap();
@@ -102,6 +103,7 @@ async fn a_suspended_instance_is_due_by_its_deadline(db: &TestDb) {
         owner: OWNER,
         wake_at: None,
         awaiting: None,
+        waiting: None,
     };
     assert!(db.store.suspend(&suspend).await.unwrap());
     let row = db.store.get_instance("plain").await.unwrap().unwrap();

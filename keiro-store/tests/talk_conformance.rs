@@ -289,6 +289,7 @@ fn suspension(id: &str) -> Suspend<'_> {
         owner: OWNER,
         wake_at: None,
         awaiting: None,
+        waiting: None,
     }
 }
 

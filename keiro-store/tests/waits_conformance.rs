@@ -67,6 +67,7 @@ async fn suspend_wf(db: &TestDb, owner: &str, wake_at: Option<i64>, awaiting: Op
             owner,
             wake_at,
             awaiting,
+            waiting: None,
         })
         .await
         .unwrap()
@@ -219,6 +220,7 @@ async fn a_finished_child_reports_to_its_suspended_parent(db: &TestDb) {
             owner: OWNER,
             wake_at: None,
             awaiting: Some(4),
+            waiting: None,
         })
         .await
         .unwrap());

@@ -357,11 +357,11 @@ pub enum Error {
         status: String,
     },
     /// [`crate::Keiro::retry`] was asked for an instance that is not failed
-    /// after its crash attempts nor cancelled; nothing changed.
+    /// after its crash attempts nor cancelled, or for a child whose parent
+    /// recorded its result already; nothing changed.
     #[error(
-        "workflow `{name}` (id {id}) is {status} and cannot be retried: only an instance that \
-         failed after its crash attempts, or was cancelled, is; `keiro.fork` starts a new run \
-         from its journal"
+        "workflow `{name}` (id {id}) is {status} and cannot be retried: {}",
+        crate::error::retry_hint(status)
     )]
     NotRetryable {
         /// The workflow name.
@@ -625,3 +625,17 @@ impl std::fmt::Display for TypeMismatch {
         )
     }
 }
+
+/// What to do instead of retrying an instance whose refusal says `status`.
+fn retry_hint(status: &str) -> &'static str {
+    if status.contains(PARENT_RECORDED) {
+        "the parent would never see a new result; retry or fork the parent instead"
+    } else {
+        "only an instance that failed after its crash attempts, or was cancelled, is; \
+         `keiro.fork` starts a new run from its journal"
+    }
+}
+
+/// How [`Error::NotRetryable`]'s status says that a child's parent recorded
+/// its result already.
+pub(crate) const PARENT_RECORDED: &str = "already recorded this child's result";

@@ -68,6 +68,15 @@ pub(crate) fn check_size(
     })
 }
 
+/// The payload limit of a write made outside any runtime (inside the
+/// caller's own transaction): the process-wide runtime's when there is one,
+/// else the default.
+pub(crate) fn global_payload_limit() -> usize {
+    crate::runtime::try_global().map_or(crate::DEFAULT_MAX_PAYLOAD_BYTES, |keiro| {
+        keiro.max_payload_bytes()
+    })
+}
+
 /// [`to_json`], read back as a `serde_json::Value`.
 pub(crate) fn to_value<T: Serialize + ?Sized>(
     value: &T,

@@ -78,7 +78,9 @@ pub use context::{
 pub use context::{AwakeableTimeout, DurableFuture};
 pub use error::{Error, Result, StoreError, TypeMismatch};
 pub use keiro_store::{SqliteSynchronous, MAX_ID_BYTES};
-pub use operate::{list, ListFilter, Page, StepOutcome, StepRecord, WorkflowSummary, MAX_PAGE};
+pub use operate::{
+    list, ListFilter, Page, StepOutcome, StepRecord, WaitKind, WaitingOn, WorkflowSummary, MAX_PAGE,
+};
 pub use retention::{gc, GcSummary, Retention, MAX_GC_BATCH};
 pub use runtime::{
     global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL,
@@ -89,7 +91,7 @@ pub use workflow::{
     cancel, continue_as_new, handle, spawn, CancelOutcome, ChildHandle, ChildTimeout, WorkflowCall,
     WorkflowHandle, WorkflowStatus,
 };
-pub use workflow::{fork, retry, ForkFrom};
+pub use workflow::{fork, retry, ForkCall, ForkFrom};
 
 /// Keeps the workflows of crates this binary depends on but never names.
 ///

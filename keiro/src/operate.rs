@@ -5,7 +5,7 @@
 
 use std::time::SystemTime;
 
-use keiro_store::{InstanceRow, InstanceStatus, ListQuery, Outcome, StepRow};
+use keiro_store::{InstanceRow, InstanceStatus, JournalEntry, ListQuery, ListedInstance, Outcome};
 
 use crate::time::{from_us, to_us};
 use crate::{Error, Keiro, Result, WorkflowStatus};
@@ -152,10 +152,81 @@ pub struct WorkflowSummary {
     pub executor: Option<String>,
     /// When it is next due, if it waits.
     pub wake_at: Option<SystemTime>,
+    /// The journal entry it waits on while it is suspended (a sleep, an
+    /// awakeable, a child, a message); `None` when it is not suspended. A
+    /// running instance that waits in memory (for at most the runtime's
+    /// `suspend_after`) shows it once it suspends. Inside a `keiro::select!`
+    /// this is the first of the branches' waits.
+    pub waiting_on: Option<WaitingOn>,
+}
+
+/// What a suspended instance waits on ([`WorkflowSummary::waiting_on`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitingOn {
+    /// The seq of the journal entry that ends the wait (a sleep's entry holds
+    /// its deadline already; the others are recorded when the wait ends).
+    pub seq: i64,
+    /// What kind of wait.
+    pub kind: WaitKind,
+    /// The sleep's name (`sleep`, or `timeout deadline` for a deadline), the
+    /// child's workflow name, the message topic, or `awakeable`.
+    pub name: String,
+}
+
+/// The kinds of wait [`WaitingOn`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WaitKind {
+    /// `keiro::sleep` / `sleep_until`, or a timeout's deadline.
+    Sleep,
+    /// An awakeable's answer.
+    Awakeable,
+    /// A child workflow's end.
+    Child,
+    /// A message (`keiro::recv`).
+    Message,
+}
+
+impl WaitKind {
+    /// How the kind is stored (and printed): `sleep`, `awakeable`, `child`,
+    /// `message`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitKind::Sleep => "sleep",
+            WaitKind::Awakeable => "awakeable",
+            WaitKind::Child => "child",
+            WaitKind::Message => "message",
+        }
+    }
+
+    fn parse(stored: &str) -> Option<WaitKind> {
+        [
+            WaitKind::Sleep,
+            WaitKind::Awakeable,
+            WaitKind::Child,
+            WaitKind::Message,
+        ]
+        .into_iter()
+        .find(|kind| kind.as_str() == stored)
+    }
+}
+
+impl std::fmt::Display for WaitKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl WorkflowSummary {
-    fn of(row: &InstanceRow) -> WorkflowSummary {
+    fn of(listed: &ListedInstance) -> WorkflowSummary {
+        let row = &listed.row;
+        let waiting_on = listed.waiting.as_ref().and_then(|waiting| {
+            Some(WaitingOn {
+                seq: waiting.seq,
+                kind: WaitKind::parse(&waiting.kind)?,
+                name: waiting.name.clone(),
+            })
+        });
         WorkflowSummary {
             id: row.id.clone(),
             name: row.name.clone(),
@@ -168,6 +239,7 @@ impl WorkflowSummary {
             error: row.error.clone(),
             executor: row.lease_owner.clone(),
             wake_at: row.wake_at.map(from_us),
+            waiting_on,
         }
     }
 }
@@ -195,10 +267,19 @@ pub struct StepRecord {
     pub outcome: StepOutcome,
     /// The stored value, as JSON.
     pub value: serde_json::Value,
+    /// How many times a `#[step]`'s body ran to reach this result, retries
+    /// included; `None` for entries that run no body (sleeps, answers,
+    /// children, messages) and for entries older than keiro keeping it.
+    pub attempts: Option<u32>,
+    /// When a `#[step]`'s first attempt began (`None` as for `attempts`).
+    pub started_at: Option<SystemTime>,
+    /// When the entry was recorded.
+    pub finished_at: SystemTime,
 }
 
 impl StepRecord {
-    fn of(row: &StepRow) -> StepRecord {
+    fn of(entry: &JournalEntry) -> StepRecord {
+        let row = &entry.row;
         let stored: serde_json::Value =
             serde_json::from_str(&row.result).unwrap_or(serde_json::Value::Null);
         // `Result`s (a step's, a child's, an answer) are stored as
@@ -214,6 +295,9 @@ impl StepRecord {
             name: row.name.clone(),
             outcome,
             value,
+            attempts: entry.attempts,
+            started_at: entry.started_at.map(from_us),
+            finished_at: from_us(entry.recorded_at),
         }
     }
 }
@@ -311,13 +395,13 @@ impl Keiro {
             // One more than asked tells whether another page follows.
             limit: i64::from(filter.limit) + 1,
         };
-        let mut rows = self.raw_store().list_instances(&query).await?;
+        let mut rows = self.raw_store().list_summaries(&query).await?;
         let more = rows.len() > filter.limit as usize;
         rows.truncate(filter.limit as usize);
         let next_cursor = more
             .then(|| {
                 rows.last()
-                    .map(|row| cursor_after(row, filter.oldest_first))
+                    .map(|listed| cursor_after(&listed.row, filter.oldest_first))
             })
             .flatten();
         Ok(Page {
@@ -340,7 +424,10 @@ impl Keiro {
     /// Every journal entry of generation `generation` of instance `id`.
     pub async fn steps_of(&self, id: &str, generation: i64) -> Result<Vec<StepRecord>> {
         Error::check_id("workflow id", id)?;
-        let rows = self.raw_store().load_journal(id, generation).await?;
+        let rows = self
+            .raw_store()
+            .load_journal_entries(id, generation)
+            .await?;
         Ok(rows.iter().map(StepRecord::of).collect())
     }
 }

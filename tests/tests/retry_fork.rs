@@ -201,6 +201,42 @@ async fn fork_from_step_three_runs_steps_three_to_five(backend: Backend) {
     );
 }
 
+async fn fork_builder_takes_a_chosen_id(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let key = format!("fork-id-{}", uuid::Uuid::new_v4().simple());
+    let handle = retry_five(key.clone())
+        .id(&key)
+        .on(&keiro)
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(handle.result().await.unwrap(), 15);
+
+    let chosen = format!("{key}-b");
+    let new_id = keiro
+        .fork(&key, ForkFrom::Step(3))
+        .id(chosen.clone())
+        .await
+        .unwrap();
+    assert_eq!(new_id, chosen);
+    // The same id again is a conflict, through the builder as through fork_as.
+    let error = keiro
+        .fork(&key, ForkFrom::Step(1))
+        .id(chosen.as_str())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, Error::IdConflict { id, .. } if *id == chosen),
+        "{error:?}"
+    );
+    keiro.resume_once(&quiet()).await.unwrap();
+    let forked = keiro.handle::<u32>(&chosen).await.unwrap();
+    assert_eq!(forked.result().await.unwrap(), 15);
+    // Seqs 0..=2 were copied: only steps 4 and 5 ran again.
+    assert_eq!(steps_ran(&key), [1, 1, 1, 2, 2]);
+}
+
 async fn fork_of_an_unknown_id_is_not_found(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
@@ -216,5 +252,6 @@ on_both_backends!(
     retry_of_a_cancelled_instance_runs_it,
     retry_refuses_running_and_unknown_instances,
     fork_from_step_three_runs_steps_three_to_five,
+    fork_builder_takes_a_chosen_id,
     fork_of_an_unknown_id_is_not_found,
 );

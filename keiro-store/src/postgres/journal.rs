@@ -11,7 +11,9 @@ use super::{PostgresStore, SQL};
 use crate::journal::{new_instance_args, unreadable_step};
 use crate::rows::{FromRow, StoreRow};
 use crate::sql::{INSTANCE_COLUMNS, STEP_COLUMNS};
-use crate::{now_us, rows, AppendOutcome, InstanceRow, NewInstance, Result, StepRow, StoreError};
+use crate::{
+    now_us, rows, AppendOutcome, InstanceRow, NewInstance, Result, StepRow, StepTiming, StoreError,
+};
 
 /// How often `append_steps` retries rows that conflicted but could not be read
 /// back (removed by a concurrent writer in between) before giving up.
@@ -20,10 +22,12 @@ const APPEND_ATTEMPTS: usize = 3;
 /// Inserts a batch of steps from parallel arrays, in batch order, returning
 /// the step ids it inserted.
 const INSERT_STEPS: &str = "INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, \
-     result, created_at) \
-     SELECT workflow_id, generation, seq, name, kind, result, $7 \
-     FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[], $5::text[], $6::text[]) \
-     WITH ORDINALITY AS t(workflow_id, generation, seq, name, kind, result, ord) \
+     result, created_at, attempts, started_at) \
+     SELECT workflow_id, generation, seq, name, kind, result, $7, attempts, started_at \
+     FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[], $5::text[], $6::text[], \
+     $8::int8[], $9::int8[]) \
+     WITH ORDINALITY AS t(workflow_id, generation, seq, name, kind, result, attempts, \
+     started_at, ord) \
      ORDER BY ord \
      ON CONFLICT (workflow_id, generation, seq) DO NOTHING \
      RETURNING workflow_id, generation, seq";
@@ -59,7 +63,11 @@ impl PostgresStore {
     ///
     /// The read-back may run after the insert committed because a recorded
     /// step is never overwritten: the row it finds is the first result.
-    pub(crate) async fn append_steps(&self, rows: &[StepRow]) -> Result<Vec<AppendOutcome>> {
+    pub(crate) async fn append_steps(
+        &self,
+        rows: &[StepRow],
+        timings: &[StepTiming],
+    ) -> Result<Vec<AppendOutcome>> {
         // The first occurrence of each step id in the batch speaks for it;
         // later duplicates resolve to whatever the first one resolves to.
         let mut first_of: HashMap<StepKey<'_>, usize> = HashMap::with_capacity(rows.len());
@@ -90,6 +98,18 @@ impl PostgresStore {
                 .bind(batch.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>())
                 .bind(batch.iter().map(|r| r.result.as_str()).collect::<Vec<_>>())
                 .bind(now)
+                .bind(
+                    pending
+                        .iter()
+                        .map(|&i| StepTiming::of(timings, i).attempts_column())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    pending
+                        .iter()
+                        .map(|&i| StepTiming::of(timings, i).started_at)
+                        .collect::<Vec<_>>(),
+                )
                 .fetch_all(&self.pool)
                 .await
                 .map_err(StoreError::query("append_steps"))?;

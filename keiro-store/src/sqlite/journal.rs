@@ -11,9 +11,11 @@ use super::{SqliteStore, SQL};
 use crate::journal::{get_step_on, new_instance_args, step_args, unreadable_step};
 use crate::rows::FromRow;
 use crate::sql::STEP_COLUMNS;
-use crate::{now_us, rows, AppendOutcome, InstanceRow, NewInstance, Result, StepRow, StoreError};
+use crate::{
+    now_us, rows, AppendOutcome, InstanceRow, NewInstance, Result, StepRow, StepTiming, StoreError,
+};
 
-/// Rows per multi-row insert (7 parameters each, well under SQLite's limit).
+/// Rows per multi-row insert (9 parameters each, well under SQLite's limit).
 const APPEND_CHUNK: usize = 256;
 
 /// The multi-row step insert for each batch size, built the first time a
@@ -24,9 +26,10 @@ static INSERT_STEPS: [OnceLock<String>; APPEND_CHUNK] = [const { OnceLock::new()
 /// returning the step ids it inserted.
 fn insert_steps(rows: usize) -> &'static str {
     INSERT_STEPS[rows - 1].get_or_init(|| {
-        let values = vec!["(?, ?, ?, ?, ?, ?, ?)"; rows].join(", ");
+        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; rows].join(", ");
         format!(
-            "INSERT INTO keiro_steps ({STEP_COLUMNS}, created_at) VALUES {values} \
+            "INSERT INTO keiro_steps ({STEP_COLUMNS}, created_at, attempts, started_at) \
+             VALUES {values} \
              ON CONFLICT (workflow_id, generation, seq) DO NOTHING \
              RETURNING workflow_id, generation, seq"
         )
@@ -34,17 +37,24 @@ fn insert_steps(rows: usize) -> &'static str {
 }
 
 impl SqliteStore {
-    pub(crate) async fn append_steps(&self, rows: &[StepRow]) -> Result<Vec<AppendOutcome>> {
+    pub(crate) async fn append_steps(
+        &self,
+        rows: &[StepRow],
+        timings: &[StepTiming],
+    ) -> Result<Vec<AppendOutcome>> {
         const OP: &str = "append_steps";
         let now = now_us();
         let mut tx = self.begin(OP).await?;
         // Multi-row inserts: a statement costs a round trip to SQLite's
         // thread, so a batch pays one per chunk instead of one per row.
         let mut inserted: HashSet<(String, i64, i64)> = HashSet::with_capacity(rows.len());
-        for chunk in rows.chunks(APPEND_CHUNK) {
+        for (c, chunk) in rows.chunks(APPEND_CHUNK).enumerate() {
             let mut query = sqlx::query(insert_steps(chunk.len()));
-            for step in chunk {
-                query = bind_all!(query, &step_args(step, now));
+            for (i, step) in chunk.iter().enumerate() {
+                let timing = StepTiming::of(timings, c * APPEND_CHUNK + i);
+                query = bind_all!(query, &step_args(step, now))
+                    .bind(timing.attempts_column())
+                    .bind(timing.started_at);
             }
             for row in query
                 .fetch_all(&mut *tx)

@@ -270,7 +270,8 @@ impl Keiro {
         let creation = store
             .get_step(&parsed.workflow, parsed.generation, parsed.seq)
             .await?;
-        let row = answer_row(id, &parsed, creation, answer, found)?;
+        let limit = self.max_payload_bytes();
+        let row = answer_row(id, &parsed, creation, answer, found, limit)?;
         let resolution = store
             .resolve(parsed.seq, StepKind::Awakeable.as_str(), &row)
             .await?;
@@ -294,13 +295,15 @@ fn parse_answer_id(id: &str) -> Result<AwakeableId> {
 
 /// The journal row answering awakeable `id` with `answer` (of type `found`,
 /// when a value), given its creation step as recorded: refused when there
-/// is none, the secret is wrong, or the type differs from the awaited one.
+/// is none, the secret is wrong, the answer is longer than `limit` bytes
+/// encoded, or the type differs from the awaited one.
 fn answer_row(
     id: &str,
     parsed: &AwakeableId,
     creation: Option<StepRow>,
     answer: Outcome,
     found: Option<&str>,
+    limit: usize,
 ) -> Result<StepRow> {
     let unknown = || Error::UnknownAwakeable { id: id.to_owned() };
     let creation = creation
@@ -313,6 +316,18 @@ fn answer_row(
         return Err(unknown());
     }
     let encoded = answer.encode();
+    let what = if found.is_some() {
+        "answer"
+    } else {
+        "rejection"
+    };
+    crate::json::check_size(
+        &encoded,
+        limit,
+        "(outside a workflow)",
+        &parsed.workflow,
+        || format!("the {what} to awakeable `{id}`"),
+    )?;
     if let Some(found) = found {
         if !created.accepts_type(found) {
             return Err(Error::AwakeableTypeMismatch {
@@ -400,12 +415,14 @@ where
         parsed.seq,
     )
     .await?;
+    let limit = crate::json::global_payload_limit();
     let row = answer_row(
         id,
         &parsed,
         creation,
         Outcome::Ok(value),
         Some(std::any::type_name::<T>()),
+        limit,
     )?;
     let resolution =
         keiro_store::resolve_tx(tx, parsed.seq, StepKind::Awakeable.as_str(), &row).await?;

@@ -224,6 +224,11 @@ async fn receive<T: DeserializeOwned>(
                 wake_at: deadline,
                 awaiting: None,
                 topic: Some(topic.to_owned()),
+                waiting: Some(keiro_store::WaitingStep {
+                    seq,
+                    kind: "message".to_owned(),
+                    name: topic.to_owned(),
+                }),
             };
             match super::select::intercept(suspend) {
                 Some(suspend) => return halt(&cx, suspend).await,

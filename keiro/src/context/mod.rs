@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use keiro_store::StepRow;
+use keiro_store::{StepRow, WaitingStep};
 use tokio::sync::oneshot;
 
 use crate::runtime::lock;
@@ -107,6 +107,7 @@ pub(crate) async fn wait_for_step(
                 wake_at: None,
                 awaiting: Some(seq),
                 topic: None,
+                waiting: Some(waiting_step(seq, kind, name)),
             };
             match select::intercept(halt_with) {
                 Some(halt_with) => return halt(cx, halt_with).await,
@@ -119,6 +120,17 @@ pub(crate) async fn wait_for_step(
             _ = notified => {}
             _ = tokio::time::sleep(STEP_POLL.min(deadline - now)) => {}
         }
+    }
+}
+
+/// What a run waiting for step `seq` (kind `kind`: a child's end or an
+/// awakeable's resolution) waits on, as listings show it.
+fn waiting_step(seq: i64, kind: &str, name: &str) -> WaitingStep {
+    let child = kind == StepKind::Child.as_str();
+    WaitingStep {
+        seq,
+        kind: if child { "child" } else { "awakeable" }.to_owned(),
+        name: name.to_owned(),
     }
 }
 
@@ -160,6 +172,8 @@ pub(crate) enum Halt {
         awaiting: Option<i64>,
         /// The message topic it waits on: a message there makes it due.
         topic: Option<String>,
+        /// What it waits on, as operators see it.
+        waiting: Option<WaitingStep>,
     },
     /// The workflow waits on several things at once (a `keiro::select!`):
     /// due at the first of them.

@@ -45,6 +45,8 @@ pub(crate) struct Wake {
     pub(crate) steps: Vec<i64>,
     /// Topics where a message makes it due.
     pub(crate) topics: Vec<String>,
+    /// What it waits on, as listings show it: the first branch's wait.
+    pub(crate) waiting: Option<keiro_store::WaitingStep>,
 }
 
 impl Wake {
@@ -55,10 +57,12 @@ impl Wake {
                 wake_at,
                 awaiting,
                 topic,
+                waiting,
             } => Some(Wake {
                 wake_at: *wake_at,
                 steps: awaiting.iter().copied().collect(),
                 topics: topic.iter().cloned().collect(),
+                waiting: waiting.clone(),
             }),
             Halt::SuspendAny(wake) => Some(wake.clone()),
             _ => None,
@@ -67,6 +71,7 @@ impl Wake {
 
     /// Due at the first of `self` and `other`.
     fn merge(mut self, other: Wake) -> Wake {
+        self.waiting = self.waiting.or(other.waiting);
         self.wake_at = match (self.wake_at, other.wake_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -277,7 +282,7 @@ pub(crate) async fn with_deadline<T: Send>(
     let branches: Vec<BranchFuture<'_, Option<T>>> = vec![
         Box::pin(async move { Some(wait.await) }),
         Box::pin(async move {
-            super::sleep::wait_until(&expiry, deadline).await;
+            super::sleep::wait_until(&expiry, seq, name, deadline).await;
             None
         }),
     ];
@@ -430,6 +435,7 @@ mod tests {
                 wake_at: Some(20),
                 steps: vec![3],
                 topics: vec!["t".into()],
+                waiting: None,
             }
         );
     }

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use keiro_store::WaitingStep;
+
 use super::{claim_seq, record, DurableFuture, Halt, StepKind, WorkflowContext};
 use crate::time::to_us;
 
@@ -66,7 +68,7 @@ async fn durable_wait(cx: Arc<WorkflowContext>, seq: i64, deadline: SystemTime) 
     let kind = StepKind::Sleep;
     if let Some(recorded) = cx.recorded(seq) {
         let deadline: i64 = super::step::replay(&cx, seq, kind, name, &recorded).await;
-        return wait_until(&cx, deadline).await;
+        return wait_until(&cx, seq, name, deadline).await;
     }
     let deadline = to_us(deadline);
     let target = instant_of(deadline);
@@ -74,18 +76,20 @@ async fn durable_wait(cx: Arc<WorkflowContext>, seq: i64, deadline: SystemTime) 
         // Suspending needs the deadline durable first: the resumed run waits
         // for the recorded one.
         let recorded = record(&cx, seq, kind, name, deadline).await;
-        return wait_until(&cx, recorded).await;
+        return wait_until(&cx, seq, name, recorded).await;
     }
     // A short wait overlaps its journal write: the step is durable before the
     // sleep returns, and costs no time of its own.
     let (recorded, ()) = tokio::join!(record(&cx, seq, kind, name, deadline), sleep_to(target));
     if recorded != deadline {
         // Another executor recorded this sleep first: its deadline stands.
-        wait_until(&cx, recorded).await;
+        wait_until(&cx, seq, name, recorded).await;
     }
 }
 
-pub(super) async fn wait_until(cx: &Arc<WorkflowContext>, deadline: i64) {
+/// Waits until `deadline`, the one recorded by sleep step `seq` (named
+/// `name`), suspending the run when it is further than `suspend_after`.
+pub(super) async fn wait_until(cx: &Arc<WorkflowContext>, seq: i64, name: &str, deadline: i64) {
     let target = instant_of(deadline);
     let left = target.saturating_duration_since(Instant::now());
     if left.is_zero() {
@@ -97,6 +101,11 @@ pub(super) async fn wait_until(cx: &Arc<WorkflowContext>, deadline: i64) {
             wake_at: Some(deadline),
             awaiting: None,
             topic: None,
+            waiting: Some(WaitingStep {
+                seq,
+                kind: "sleep".to_owned(),
+                name: name.to_owned(),
+            }),
         };
         // In a select's branch the wish is filed and the sleep goes on in
         // memory, until the select suspends the run or another branch wins.

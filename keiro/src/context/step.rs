@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use keiro_store::{AppendOutcome, StepRow};
+use keiro_store::{AppendOutcome, StepRow, StepTiming};
 use serde::{de::DeserializeOwned, Serialize};
 use tracing::Instrument;
 
@@ -90,7 +90,10 @@ where
     async move {
         match slot {
             None => body().await,
-            Some((cx, seq)) => run_step(cx, seq, StepKind::Step, meta.name, body()).await,
+            Some((cx, seq)) => {
+                let once = async move { (body().await, Some(1)) };
+                run_timed(cx, seq, StepKind::Step, meta.name, once).await
+            }
         }
     }
 }
@@ -114,7 +117,7 @@ where
         loop {
             let out = body().await;
             if !is_err(&out) || attempt >= max {
-                return out;
+                return (out, attempt);
             }
             let delay = meta
                 .backoff_ms
@@ -132,8 +135,14 @@ where
     };
     async move {
         match slot {
-            None => attempts.await,
-            Some((cx, seq)) => run_step(cx, seq, StepKind::Step, meta.name, attempts).await,
+            None => attempts.await.0,
+            Some((cx, seq)) => {
+                let counted = async move {
+                    let (out, attempts) = attempts.await;
+                    (out, Some(attempts))
+                };
+                run_timed(cx, seq, StepKind::Step, meta.name, counted).await
+            }
         }
     }
 }
@@ -155,6 +164,22 @@ where
     R: Serialize + DeserializeOwned,
     Fut: Future<Output = R>,
 {
+    run_timed(cx, seq, kind, name, async { (execute.await, None) }).await
+}
+
+/// [`run_step`] for a body that says how many attempts it took: those and
+/// the time the first began are journaled with its result.
+async fn run_timed<R, Fut>(
+    cx: Arc<WorkflowContext>,
+    seq: i64,
+    kind: StepKind,
+    name: &'static str,
+    execute: Fut,
+) -> R
+where
+    R: Serialize + DeserializeOwned,
+    Fut: Future<Output = (R, Option<u32>)>,
+{
     if let Some(recorded) = cx.recorded(seq) {
         let span = tracing::debug_span!("keiro.step", name, seq, replayed = true);
         crate::telemetry::step(name, true);
@@ -164,15 +189,20 @@ where
     }
     let span = tracing::debug_span!("keiro.step", name, seq, replayed = false);
     async move {
-        let value = scope(None, execute).await;
+        let started_at = keiro_store::now_us();
+        let (value, attempts) = scope(None, execute).await;
+        let timing = StepTiming {
+            attempts,
+            started_at: attempts.map(|_| started_at),
+        };
         // The first step to complete in a select's branch journals the
         // select's decision with its own row: one commit, not two.
         if kind == StepKind::Step {
             if let Some(won) = super::select::claim_win(&cx) {
-                return record_winning(&cx, seq, name, value, won).await;
+                return record_winning(&cx, seq, name, value, won, timing).await;
             }
         }
-        record(&cx, seq, kind, name, value).await
+        record_timed(&cx, seq, kind, name, value, timing).await
     }
     .instrument(span)
     .await
@@ -186,6 +216,21 @@ pub(crate) async fn record<R>(
     kind: StepKind,
     name: &'static str,
     value: R,
+) -> R
+where
+    R: Serialize + DeserializeOwned,
+{
+    record_timed(cx, seq, kind, name, value, StepTiming::default()).await
+}
+
+/// [`record`], journaling how the step's body ran with its result.
+async fn record_timed<R>(
+    cx: &Arc<WorkflowContext>,
+    seq: i64,
+    kind: StepKind,
+    name: &'static str,
+    value: R,
+    timing: StepTiming,
 ) -> R
 where
     R: Serialize + DeserializeOwned,
@@ -206,7 +251,7 @@ where
         return halt(cx, error).await;
     }
     let row = step_row(cx, seq, kind, name, result);
-    match cx.keiro.writer().append(row).await {
+    match cx.keiro.writer().append_timed(row, timing).await {
         Ok(AppendOutcome::Inserted) => {
             crate::telemetry::step(name, false);
             value
@@ -250,6 +295,7 @@ async fn record_winning<R>(
     name: &'static str,
     value: R,
     won: Won,
+    timing: StepTiming,
 ) -> R
 where
     R: Serialize + DeserializeOwned,
@@ -271,13 +317,16 @@ where
         return halt(cx, error).await;
     }
     let rows = vec![
-        step_row(cx, seq, kind, name, result),
-        step_row(
-            cx,
-            won.seq,
-            StepKind::Select,
-            "select",
-            won.index.to_string(),
+        (step_row(cx, seq, kind, name, result), timing),
+        (
+            step_row(
+                cx,
+                won.seq,
+                StepKind::Select,
+                "select",
+                won.index.to_string(),
+            ),
+            StepTiming::default(),
         ),
     ];
     let (step, decision) = match cx.keiro.writer().append_together(rows).await {

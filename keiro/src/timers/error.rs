@@ -34,6 +34,23 @@ pub enum TimerError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A timer's payload is larger than the configured limit
+    /// ([`crate::KeiroBuilder::max_payload_bytes`],
+    /// [`crate::timers::Timers::max_payload_bytes`]); nothing was written.
+    #[error(
+        "the payload of timer `{id}` (process manager `{process_manager}`) is {size} bytes, over \
+         the limit of {limit}; store large data elsewhere and put its key in the payload"
+    )]
+    PayloadTooLarge {
+        /// The timer id.
+        id: String,
+        /// The process manager the timer belongs to.
+        process_manager: String,
+        /// The payload's encoded length in bytes.
+        size: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
     /// A timer's payload is not the JSON its reader expects.
     #[error("the payload of timer `{id}` does not decode: {source}")]
     Payload {

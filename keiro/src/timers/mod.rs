@@ -98,12 +98,14 @@ pub struct Timers {
     store: Store,
     /// Wakes idle worker loops on this database in this process.
     wakes: Arc<Wakes>,
+    /// The largest payload a timer may carry, in bytes.
+    max_payload_bytes: usize,
 }
 
 impl crate::Keiro {
     /// The timers stored alongside this runtime's journal.
     pub fn timers(&self) -> Timers {
-        Timers::new(self.raw_store().clone())
+        Timers::new(self.raw_store().clone()).max_payload_bytes(self.max_payload_bytes())
     }
 }
 
@@ -112,7 +114,20 @@ impl Timers {
     pub fn new(store: Store) -> Timers {
         metrics::describe();
         let wakes = Wakes::of(&store);
-        Timers { store, wakes }
+        Timers {
+            store,
+            wakes,
+            max_payload_bytes: crate::DEFAULT_MAX_PAYLOAD_BYTES,
+        }
+    }
+
+    /// Refuses a payload longer than `bytes` when scheduling, with
+    /// [`TimerError::PayloadTooLarge`] and nothing written (default
+    /// [`crate::DEFAULT_MAX_PAYLOAD_BYTES`]; the runtime's limit for
+    /// [`crate::Keiro::timers`]).
+    pub fn max_payload_bytes(mut self, bytes: usize) -> Timers {
+        self.max_payload_bytes = bytes;
+        self
     }
 
     /// Connects to `url` (`sqlite:path`, `postgres://…`), runs the migrations
@@ -140,7 +155,7 @@ impl Timers {
     /// attempts ([`ScheduleOutcome::Updated`]); one already firing, fired,
     /// dead or cancelled is left alone ([`ScheduleOutcome::Unchanged`]).
     pub async fn schedule(&self, request: &TimerRequest) -> Result<ScheduleOutcome, TimerError> {
-        let payload = encode(request)?;
+        let payload = encode(request, self.max_payload_bytes)?;
         let outcome = self
             .store
             .schedule_timer(&new_timer(request, &payload))
@@ -152,7 +167,7 @@ impl Timers {
     /// Schedules a timer unless one with its id exists in any state: the
     /// first schedule wins. Returns whether this call created it.
     pub async fn schedule_once(&self, request: &TimerRequest) -> Result<bool, TimerError> {
-        let payload = encode(request)?;
+        let payload = encode(request, self.max_payload_bytes)?;
         let created = self
             .store
             .schedule_timer_once(&new_timer(request, &payload))
@@ -281,7 +296,7 @@ pub async fn schedule_tx<'t, 'c: 't>(
     tx: impl Into<TimerTx<'t, 'c>>,
     request: &TimerRequest,
 ) -> Result<ScheduleOutcome, TimerError> {
-    let payload = encode(request)?;
+    let payload = encode(request, crate::json::global_payload_limit())?;
     Ok(keiro_store::schedule_timer_tx(tx, &new_timer(request, &payload)).await?)
 }
 
@@ -291,7 +306,7 @@ pub async fn schedule_once_tx<'t, 'c: 't>(
     tx: impl Into<TimerTx<'t, 'c>>,
     request: &TimerRequest,
 ) -> Result<bool, TimerError> {
-    let payload = encode(request)?;
+    let payload = encode(request, crate::json::global_payload_limit())?;
     Ok(keiro_store::schedule_timer_once_tx(tx, &new_timer(request, &payload)).await?)
 }
 
@@ -304,16 +319,26 @@ pub async fn cancel_tx<'t, 'c: 't>(
     change(id, keiro_store::cancel_timer_tx(tx, id.as_str()).await?)
 }
 
-fn encode(request: &TimerRequest) -> Result<String, TimerError> {
+/// `request`'s payload as stored, refused when invalid or over `limit` bytes.
+fn encode(request: &TimerRequest, limit: usize) -> Result<String, TimerError> {
     request.validate()?;
     // A `serde_json::Value` holds no NaN, but may nest deeper than it reads back.
-    crate::json::to_json(&request.payload, || {
+    let payload = crate::json::to_json(&request.payload, || {
         format!("the payload of timer `{}` holds", request.id)
     })
     .map_err(|error| TimerError::InvalidRequest {
         id: request.id.to_string(),
         reason: error.to_string(),
-    })
+    })?;
+    if payload.len() > limit {
+        return Err(TimerError::PayloadTooLarge {
+            id: request.id.to_string(),
+            process_manager: request.process_manager.clone(),
+            size: payload.len(),
+            limit,
+        });
+    }
+    Ok(payload)
 }
 
 fn new_timer<'a>(request: &'a TimerRequest, payload: &'a str) -> NewTimer<'a> {

@@ -157,8 +157,8 @@ async fn drive(
             halt = &mut aborted => {
                 return match halt {
                     Ok(Halt::Error(error)) => Ended::Aborted(error),
-                    Ok(Halt::Suspend { wake_at, awaiting, topic }) => {
-                        Ended::Suspended(wake_at, awaiting, topic)
+                    Ok(Halt::Suspend { wake_at, awaiting, topic, waiting }) => {
+                        Ended::Suspended(wake_at, awaiting, topic, waiting)
                     }
                     Ok(Halt::SuspendAny(wake)) => Ended::SuspendedOnAny(wake),
                     Ok(Halt::Cancelled) => Ended::Cancelled,

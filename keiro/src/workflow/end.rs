@@ -23,8 +23,13 @@ pub(crate) enum Ended {
     /// The run halted with an error (non-determinism, a store failure).
     Aborted(Error),
     /// The run waits: until this time, for this step to be recorded, or for
-    /// a message on this topic.
-    Suspended(Option<i64>, Option<i64>, Option<String>),
+    /// a message on this topic; the last is what it waits on, for listings.
+    Suspended(
+        Option<i64>,
+        Option<i64>,
+        Option<String>,
+        Option<keiro_store::WaitingStep>,
+    ),
     /// The run waits on several things (a `keiro::select!`): due at the
     /// first of them.
     SuspendedOnAny(crate::context::Wake),
@@ -70,7 +75,7 @@ pub(crate) async fn record(
                 id: row.id,
             })
         }
-        Ended::Suspended(wake_at, awaiting, topic) => {
+        Ended::Suspended(wake_at, awaiting, topic, waiting) => {
             crate::telemetry::run_ended(&row.name, "suspended");
             let suspend = Suspend {
                 id: &row.id,
@@ -78,6 +83,7 @@ pub(crate) async fn record(
                 owner,
                 wake_at,
                 awaiting,
+                waiting: waiting.as_ref(),
             };
             let applied = match &topic {
                 Some(topic) => store.suspend_for_message(&suspend, topic).await?,
@@ -99,6 +105,7 @@ pub(crate) async fn record(
                 owner,
                 wake_at: wake.wake_at,
                 awaiting: None,
+                waiting: wake.waiting.as_ref(),
             };
             if !store
                 .suspend_for_any(&suspend, &wake.steps, &wake.topics)

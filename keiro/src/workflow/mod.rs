@@ -16,4 +16,4 @@ pub use call::WorkflowCall;
 pub use child::{spawn, ChildHandle, ChildTimeout};
 pub use handle::{handle, WorkflowHandle, WorkflowStatus};
 pub use lifecycle::{cancel, continue_as_new, CancelOutcome};
-pub use operate::{fork, retry, ForkFrom};
+pub use operate::{fork, retry, ForkCall, ForkFrom};

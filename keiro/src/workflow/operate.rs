@@ -2,6 +2,9 @@
 //! cancelled instance again from its journal, [`Keiro::fork`] starts a new
 //! instance from a prefix of another's journal.
 
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+
 use crate::{Error, Keiro, Result};
 
 /// Where [`Keiro::fork`] starts the new instance.
@@ -22,7 +25,11 @@ impl Keiro {
     /// it from there. Anything else (unfinished, completed, timed out, set
     /// aside, or failed because the workflow returned `Err`) is refused with
     /// [`Error::NotRetryable`] naming its status; an unknown id with
-    /// [`Error::NotFound`].
+    /// [`Error::NotFound`]. A child runs again only while its parent still
+    /// waits for it (its result is not in the parent's journal): its new
+    /// result then reaches the parent as a first one would; a child whose
+    /// parent recorded its result already is refused with
+    /// [`Error::NotRetryable`] naming the parent (retry or fork the parent).
     pub async fn retry(&self, id: &str) -> Result<()> {
         Error::check_id("workflow id", id)?;
         let status = match self.raw_store().retry(id).await? {
@@ -39,6 +46,15 @@ impl Keiro {
                 "failed because it returned `Err` (a replay returns it again)".to_owned()
             }
             keiro_store::Retry::NotRetryable(status) => status.as_str().to_owned(),
+            keiro_store::Retry::ParentRecorded {
+                status,
+                parent_id,
+                parent_name,
+            } => format!(
+                "{} but its parent `{parent_name}` (id {parent_id}) {}",
+                status.as_str(),
+                crate::error::PARENT_RECORDED
+            ),
             _ => "in a state this version of keiro does not retry".to_owned(),
         };
         let name = self
@@ -55,17 +71,33 @@ impl Keiro {
 
     /// Starts a new instance of `id`'s workflow with the same input and the
     /// entries of `id`'s current journal before `from` copied, run by the
-    /// current code from there; `id` is left as it is. Returns the new
-    /// instance's id, `"{id}-fork-{uuid}"`. [`Error::NotFound`] for an
-    /// unknown `id`. Use [`Keiro::fork_as`] to choose the new id.
-    pub async fn fork(&self, id: &str, from: ForkFrom) -> Result<String> {
-        let new_id = format!("{id}-fork-{}", uuid::Uuid::new_v4());
-        self.fork_as(id, from, &new_id).await?;
-        Ok(new_id)
+    /// current code from there; `id` is left as it is. Awaiting the returned
+    /// [`ForkCall`] returns the new instance's id, `"{id}-fork-{uuid}"`, or
+    /// the id chosen with [`ForkCall::id`]:
+    ///
+    /// ```no_run
+    /// # async fn demo(keiro: &keiro::Keiro) -> keiro::Result<()> {
+    /// use keiro::ForkFrom;
+    /// let generated = keiro.fork("order-42", ForkFrom::Step(3)).await?;
+    /// let chosen = keiro.fork("order-42", ForkFrom::Step(3)).id("order-42-b").await?;
+    /// assert_eq!(chosen, "order-42-b");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`Error::NotFound`] for an unknown `id`; a chosen id that is taken is
+    /// [`Error::IdConflict`] and nothing is written.
+    pub fn fork<'a>(&'a self, id: &'a str, from: ForkFrom) -> ForkCall<'a> {
+        ForkCall {
+            keiro: Some(self),
+            id,
+            from,
+            new_id: None,
+        }
     }
 
-    /// [`Keiro::fork`] under the id `new_id`; an instance that already has
-    /// that id is refused with [`Error::IdConflict`] and nothing is written.
+    /// [`Keiro::fork`] under the id `new_id`, the same as
+    /// `keiro.fork(id, from).id(new_id)`; an instance that already has that
+    /// id is refused with [`Error::IdConflict`] and nothing is written.
     pub async fn fork_as(&self, id: &str, from: ForkFrom, new_id: &str) -> Result<()> {
         Error::check_id("workflow id", id)?;
         Error::check_id("workflow id", new_id)?;
@@ -103,7 +135,58 @@ pub async fn retry(id: &str) -> Result<()> {
 }
 
 /// Forks instance `id` through the process-wide runtime (see
-/// [`Keiro::fork`]).
-pub async fn fork(id: &str, from: ForkFrom) -> Result<String> {
-    crate::runtime::global().await?.fork(id, from).await
+/// [`Keiro::fork`]): `keiro::fork(id, from).await`, or
+/// `keiro::fork(id, from).id(new_id).await` to choose the new id.
+pub fn fork(id: &str, from: ForkFrom) -> ForkCall<'_> {
+    ForkCall {
+        keiro: None,
+        id,
+        from,
+        new_id: None,
+    }
+}
+
+/// A fork about to be made ([`Keiro::fork`], [`fork`]): await it for the new
+/// instance's id, after choosing that id with [`ForkCall::id`] if you like.
+#[derive(Debug, Clone)]
+#[must_use = "a fork is made only when awaited"]
+pub struct ForkCall<'a> {
+    /// The runtime to fork on; the process-wide one when `None`.
+    keiro: Option<&'a Keiro>,
+    id: &'a str,
+    from: ForkFrom,
+    new_id: Option<String>,
+}
+
+impl ForkCall<'_> {
+    /// Gives the new instance the id `new_id` instead of
+    /// `"{id}-fork-{uuid}"`. An instance that already has it is refused
+    /// with [`Error::IdConflict`] and nothing is written.
+    pub fn id(mut self, new_id: impl Into<String>) -> Self {
+        self.new_id = Some(new_id.into());
+        self
+    }
+}
+
+impl<'a> IntoFuture for ForkCall<'a> {
+    type Output = Result<String>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<String>> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let new_id = self
+                .new_id
+                .unwrap_or_else(|| format!("{}-fork-{}", self.id, uuid::Uuid::new_v4()));
+            let global;
+            let keiro = match self.keiro {
+                Some(keiro) => keiro,
+                None => {
+                    global = crate::runtime::global().await?;
+                    &global
+                }
+            };
+            keiro.fork_as(self.id, self.from, &new_id).await?;
+            Ok(new_id)
+        })
+    }
 }
