@@ -77,10 +77,14 @@ pub(crate) fn span(from: SystemTime, to: SystemTime) -> String {
     }
 }
 
-/// How long ago `time` was, compactly: `850ms`, `12s`, `4m05s`, `3h20m`,
-/// `2d04h` (a time in the future reads as now: `0ms`).
+/// How long ago `time` was, compactly (see [`duration`]; a time in the
+/// future reads as now: `0ms`).
 pub(crate) fn age(time: SystemTime, now: SystemTime) -> String {
-    let d = now.duration_since(time).unwrap_or_default();
+    duration(now.duration_since(time).unwrap_or_default())
+}
+
+/// A duration, compactly: `850ms`, `12s`, `4m05s`, `3h20m`, `2d04h`.
+pub(crate) fn duration(d: std::time::Duration) -> String {
     let s = d.as_secs();
     match s {
         0 => format!("{}ms", d.as_millis()),

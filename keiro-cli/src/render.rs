@@ -2,7 +2,7 @@
 //! summaries, journal entries and timers.
 
 use keiro::timers::TimerRow;
-use keiro::{StepOutcome, StepRecord, WorkflowStatus, WorkflowSummary};
+use keiro::{StepOutcome, StepRecord, WaitKind, WaitingOn, WorkflowStatus, WorkflowSummary};
 use serde_json::{json, Value};
 
 use crate::clock;
@@ -61,6 +61,9 @@ pub(crate) fn detail(summary: &WorkflowSummary) -> String {
     if let Some(error) = &summary.error {
         return error.clone();
     }
+    if let Some(waiting) = &summary.waiting_on {
+        return waits(waiting, summary.wake_at);
+    }
     if let Some(wake_at) = summary.wake_at {
         return format!("due {}", clock::short(wake_at));
     }
@@ -68,6 +71,29 @@ pub(crate) fn detail(summary: &WorkflowSummary) -> String {
         return format!("held by {executor}");
     }
     String::new()
+}
+
+/// What a suspended instance waits on, e.g. ``awaits message on `greeting` (seq 0)``,
+/// with when it is due when it is.
+pub(crate) fn waits(waiting: &WaitingOn, wake_at: Option<std::time::SystemTime>) -> String {
+    let seq = waiting.seq;
+    let name = &waiting.name;
+    let what = match waiting.kind {
+        WaitKind::Sleep => {
+            return match wake_at {
+                Some(at) => format!("sleeps until {} (seq {seq})", clock::short(at)),
+                None => format!("sleeps (seq {seq})"),
+            }
+        }
+        WaitKind::Awakeable => format!("awaits an awakeable (seq {seq})"),
+        WaitKind::Child => format!("awaits child `{name}` (seq {seq})"),
+        WaitKind::Message => format!("awaits a message on `{name}` (seq {seq})"),
+        other => format!("awaits {other} `{name}` (seq {seq})"),
+    };
+    match wake_at {
+        Some(at) => format!("{what}, due {}", clock::short(at)),
+        None => what,
+    }
 }
 
 /// An instance summary as JSON.
@@ -84,6 +110,11 @@ pub(crate) fn summary_json(s: &WorkflowSummary) -> Value {
         "error": s.error,
         "executor": s.executor,
         "wake_at": s.wake_at.map(clock::rfc3339),
+        "waiting_on": s.waiting_on.as_ref().map(|w| json!({
+            "seq": w.seq,
+            "kind": w.kind.as_str(),
+            "name": w.name,
+        })),
     });
     if let WorkflowStatus::NonDeterministic { expected, found } = &s.status {
         value["nondeterminism"] = json!({ "expected": expected, "found": found });
@@ -107,7 +138,18 @@ pub(crate) fn step_json(step: &StepRecord) -> Value {
         "name": step.name,
         "outcome": outcome_name(step.outcome),
         "value": step.value,
+        "attempts": step.attempts,
+        "started_at": step.started_at.map(clock::rfc3339),
+        "finished_at": clock::rfc3339(step.finished_at),
+        "duration_ms": step_duration(step).map(|d| d.as_secs_f64() * 1000.0),
     })
+}
+
+/// How long a `#[step]` took from its first attempt to its recorded
+/// result, when the journal knows its start.
+pub(crate) fn step_duration(step: &StepRecord) -> Option<std::time::Duration> {
+    let started = step.started_at?;
+    step.finished_at.duration_since(started).ok()
 }
 
 /// A timer as JSON.

@@ -250,6 +250,13 @@ fn ids_of(page: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The line of `text` starting with `label`.
+fn line_of<'t>(text: &'t str, label: &str) -> &'t str {
+    text.lines()
+        .find(|l| l.starts_with(label))
+        .unwrap_or_else(|| panic!("no `{label}` line in:\n{text}"))
+}
+
 fn assert_fits(text: &str) {
     for line in text.lines() {
         assert!(
@@ -309,6 +316,11 @@ async fn list_pages_filters_and_refuses_bad_input(backend: Backend) {
         "the error is shown: {crash_line}"
     );
     assert!(!table.contains("more:"), "one page: {table}");
+    let mail_line = table.lines().find(|l| l.starts_with(&f.mailbox)).unwrap();
+    assert!(
+        mail_line.contains("awaits a message on `greeting`"),
+        "{mail_line}"
+    );
 
     let page = f.keiro_cmd(&["list", "--json"]).await.json();
     assert_eq!(ids_of(&page).into_iter().collect::<BTreeSet<_>>(), all);
@@ -445,18 +457,19 @@ async fn show_prints_the_summary_and_the_timeline(backend: Backend) {
     assert!(line("updated").contains("after creation"));
     let timeline: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("SEQ")).collect();
     assert_eq!(timeline.len(), 4, "a header and three steps:\n{text}");
+    let header: Vec<&str> = timeline[0].split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["SEQ", "KIND", "NAME", "OUTCOME", "ATT", "TOOK", "AT", "VALUE"]
+    );
     for (seq, value) in [(0, 1), (1, 2), (2, 3)] {
         let cells: Vec<&str> = timeline[seq + 1].split_whitespace().collect();
-        assert_eq!(
-            cells,
-            [
-                &seq.to_string(),
-                "step",
-                "cli_mark",
-                "ok",
-                &value.to_string()
-            ]
-        );
+        assert_eq!(cells.len(), 8, "{cells:?}");
+        let (seq, value) = (seq.to_string(), value.to_string());
+        assert_eq!(cells[..5], [seq.as_str(), "step", "cli_mark", "ok", "1"]);
+        assert!(cells[5].ends_with('s'), "a duration: {cells:?}");
+        assert!(cells[6].starts_with('+'), "since creation: {cells:?}");
+        assert_eq!(cells[7], value);
     }
 
     let json = f.keiro_cmd(&["show", &f.done, "--json"]).await.json();
@@ -471,6 +484,13 @@ async fn show_prints_the_summary_and_the_timeline(backend: Backend) {
     assert_eq!(steps[2]["name"], "cli_mark");
     assert_eq!(steps[2]["outcome"], "ok");
     assert_eq!(steps[2]["value"], 3);
+    assert_eq!(steps[2]["attempts"], 1);
+    assert!(
+        steps[2]["duration_ms"].as_f64().unwrap() >= 0.0,
+        "{}",
+        steps[2]
+    );
+    assert!(steps[2]["finished_at"].as_str().unwrap().ends_with('Z'));
 
     // A failed instance shows why; a waiting one its awakeable.
     let text = f.keiro_cmd(&["show", &f.crashed]).await.ok();
@@ -480,6 +500,16 @@ async fn show_prints_the_summary_and_the_timeline(backend: Backend) {
     );
     let json = f.keiro_cmd(&["--json", "show", &f.waiting[0]]).await.json();
     assert_eq!(json["status"], "suspended");
+    assert_eq!(json["waiting_on"]["kind"], "awakeable");
+    assert_eq!(
+        json["waiting_on"]["seq"], 1,
+        "the answer's entry follows the creation"
+    );
+    let text = f.keiro_cmd(&["show", &f.mailbox]).await.ok();
+    assert!(
+        line_of(&text, "waits").contains("awaits a message on `greeting`"),
+        "{text}"
+    );
     let kinds: Vec<&str> = json["steps"]
         .as_array()
         .unwrap()

@@ -121,10 +121,16 @@ pub(crate) async fn show(keiro: &Keiro, id: &str) -> Result<Report, Failure> {
             ),
         ),
     ];
+    let waits = summary
+        .waiting_on
+        .as_ref()
+        .map(|waiting| render::waits(waiting, summary.wake_at));
+    let due = summary.wake_at.filter(|_| waits.is_none());
     let optional = [
         ("parent", summary.parent_id.clone()),
         ("executor", summary.executor.clone()),
-        ("due", summary.wake_at.map(clock::short)),
+        ("waits", waits),
+        ("due", due.map(clock::short)),
         ("error", summary.error.clone()),
     ];
     pairs.extend(optional.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
@@ -143,13 +149,22 @@ pub(crate) async fn show(keiro: &Keiro, id: &str) -> Result<Report, Failure> {
     if steps.is_empty() {
         human.push_str("no journal entries in this generation\n");
     } else {
-        let mut table = Table::new(&["SEQ", "KIND", "NAME", "OUTCOME", "VALUE"]);
+        // AT: when the entry was recorded, counted from the instance's
+        // creation; TOOK: a step's first attempt to its recorded result.
+        let mut table = Table::new(&[
+            "SEQ", "KIND", "NAME", "OUTCOME", "ATT", "TOOK", "AT", "VALUE",
+        ]);
         for step in &steps {
             table.row(vec![
                 step.seq.to_string(),
                 step.kind.clone(),
                 step.name.clone(),
                 render::outcome_name(step.outcome).to_owned(),
+                step.attempts.map(|n| n.to_string()).unwrap_or_default(),
+                render::step_duration(step)
+                    .map(clock::duration)
+                    .unwrap_or_default(),
+                format!("+{}", clock::age(summary.created_at, step.finished_at)),
                 fit(&render::compact(&step.value), WIDTH),
             ]);
         }
