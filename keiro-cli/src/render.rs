@@ -85,7 +85,7 @@ pub(crate) fn waits(waiting: &WaitingOn, wake_at: Option<std::time::SystemTime>)
                 None => format!("sleeps (seq {seq})"),
             }
         }
-        WaitKind::Awakeable => format!("awaits an awakeable (seq {seq})"),
+        WaitKind::AwakeableAnswer => format!("awaits an awakeable (seq {seq})"),
         WaitKind::Child => format!("awaits child `{name}` (seq {seq})"),
         WaitKind::Message => format!("awaits a message on `{name}` (seq {seq})"),
         other => format!("awaits {other} `{name}` (seq {seq})"),

@@ -179,8 +179,10 @@ pub struct WaitingOn {
 pub enum WaitKind {
     /// `keiro::sleep` / `sleep_until`, or a timeout's deadline.
     Sleep,
-    /// An awakeable's answer.
-    Awakeable,
+    /// An awakeable's answer (named so that it does not share the name of
+    /// [`crate::Awakeable`], which would make rustc spell that type with its
+    /// path in diagnostics).
+    AwakeableAnswer,
     /// A child workflow's end.
     Child,
     /// A message (`keiro::recv`).
@@ -193,7 +195,7 @@ impl WaitKind {
     pub fn as_str(self) -> &'static str {
         match self {
             WaitKind::Sleep => "sleep",
-            WaitKind::Awakeable => "awakeable",
+            WaitKind::AwakeableAnswer => "awakeable",
             WaitKind::Child => "child",
             WaitKind::Message => "message",
         }
@@ -202,7 +204,7 @@ impl WaitKind {
     fn parse(stored: &str) -> Option<WaitKind> {
         [
             WaitKind::Sleep,
-            WaitKind::Awakeable,
+            WaitKind::AwakeableAnswer,
             WaitKind::Child,
             WaitKind::Message,
         ]

@@ -117,7 +117,7 @@ async fn a_suspended_summary_names_what_it_waits_on(backend: Backend) {
     assert_eq!(waits_of(&id("sleep")), waiting(WaitKind::Sleep, 1, "sleep"));
     assert_eq!(
         waits_of(&id("awakeable")),
-        waiting(WaitKind::Awakeable, 2, "awakeable")
+        waiting(WaitKind::AwakeableAnswer, 2, "awakeable")
     );
     assert_eq!(
         waits_of(&id("message")),
