@@ -61,6 +61,11 @@ pub(crate) fn detail(summary: &WorkflowSummary) -> String {
     if let Some(error) = &summary.error {
         return error.clone();
     }
+    if summary.status == WorkflowStatus::Failed {
+        // Failed with no diagnostic: the workflow returned its `Err`,
+        // which is its output.
+        return "returned Err (its output: keiro show)".to_owned();
+    }
     if let Some(waiting) = &summary.waiting_on {
         return waits(waiting, summary.wake_at);
     }
@@ -143,6 +148,26 @@ pub(crate) fn step_json(step: &StepRecord) -> Value {
         "finished_at": clock::rfc3339(step.finished_at),
         "duration_ms": step_duration(step).map(|d| d.as_secs_f64() * 1000.0),
     })
+}
+
+/// The id of the awakeable journal entry `step` of instance `id`
+/// (generation `generation`) created, as keiro handed it out
+/// (`<workflow id>/<generation>/<seq>/<secret>`, or without the secret for
+/// awakeables older than secrets): what `keiro resolve` takes. `None` for
+/// any other entry.
+pub(crate) fn awakeable_id(id: &str, generation: i64, step: &StepRecord) -> Option<String> {
+    if step.kind != "awakeable" {
+        return None;
+    }
+    let seq = step.seq;
+    match &step.value {
+        Value::Object(fields) => {
+            let secret = fields.get("secret")?.as_str()?;
+            Some(format!("{id}/{generation}/{seq}/{secret}"))
+        }
+        Value::String(_) => Some(format!("{id}/{generation}/{seq}")),
+        _ => None,
+    }
 }
 
 /// How long a `#[step]` took from its first attempt to its recorded

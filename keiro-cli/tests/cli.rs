@@ -501,6 +501,12 @@ async fn show_prints_the_summary_and_the_timeline(backend: Backend) {
     let json = f.keiro_cmd(&["--json", "show", &f.waiting[0]]).await.json();
     assert_eq!(json["status"], "suspended");
     assert_eq!(json["waiting_on"]["kind"], "awakeable");
+    // The id to answer it with, as the workflow handed it out.
+    let handed_out = f.awakeable_of(&f.waiting[0]);
+    assert_eq!(json["awaited_awakeable_id"], handed_out.as_str());
+    assert_eq!(json["steps"][0]["awakeable_id"], handed_out.as_str());
+    let text = f.keiro_cmd(&["show", &f.waiting[0]]).await.ok();
+    assert!(line_of(&text, "awakeable").ends_with(&handed_out), "{text}");
     assert_eq!(
         json["waiting_on"]["seq"], 1,
         "the answer's entry follows the creation"
@@ -772,6 +778,13 @@ async fn answers_and_messages_make_instances_due(backend: Backend) {
     assert_eq!(result(&f.waiting[0]).await, Ok("answered true".to_owned()));
     let rejected = result(&f.waiting[1]).await.unwrap_err();
     assert!(rejected.contains("over budget"), "{rejected}");
+    // Failed by returning its `Err`: the listing says where to read it.
+    let failed = f.keiro_cmd(&["list", "--name", "cli_wait"]).await.ok();
+    let line = line_of(&failed, &f.waiting[1]);
+    assert!(
+        line.contains("failed") && line.contains("returned Err"),
+        "{failed}"
+    );
     assert_eq!(result(&f.mailbox).await, Ok("hello".to_owned()));
 }
 

@@ -126,10 +126,19 @@ pub(crate) async fn show(keiro: &Keiro, id: &str) -> Result<Report, Failure> {
         .as_ref()
         .map(|waiting| render::waits(waiting, summary.wake_at));
     let due = summary.wake_at.filter(|_| waits.is_none());
+    // The id to answer the awakeable it waits on with (`keiro resolve`):
+    // the answer's entry follows the awakeable's creation entry.
+    let awaited = summary
+        .waiting_on
+        .as_ref()
+        .filter(|waiting| waiting.kind == keiro::WaitKind::AwakeableAnswer)
+        .and_then(|waiting| steps.iter().find(|step| step.seq == waiting.seq - 1))
+        .and_then(|step| render::awakeable_id(id, summary.generation, step));
     let optional = [
         ("parent", summary.parent_id.clone()),
         ("executor", summary.executor.clone()),
         ("waits", waits),
+        ("awakeable", awaited.clone()),
         ("due", due.map(clock::short)),
         ("error", summary.error.clone()),
     ];
@@ -174,6 +183,16 @@ pub(crate) async fn show(keiro: &Keiro, id: &str) -> Result<Report, Failure> {
     let mut json = render::summary_json(&summary);
     json["input"] = input;
     json["output"] = output.unwrap_or(Value::Null);
-    json["steps"] = steps.iter().map(render::step_json).collect();
+    json["awaited_awakeable_id"] = awaited.into();
+    json["steps"] = steps
+        .iter()
+        .map(|step| {
+            let mut entry = render::step_json(step);
+            if let Some(awakeable) = render::awakeable_id(id, summary.generation, step) {
+                entry["awakeable_id"] = awakeable.into();
+            }
+            entry
+        })
+        .collect();
     Ok(Report { human, json })
 }
