@@ -46,6 +46,22 @@ pub enum StoreError {
         #[source]
         source: Arc<sqlx::migrate::MigrateError>,
     },
+    /// The database's schema is older than this build's (or absent), and
+    /// the store was opened without migrating
+    /// ([`StoreOptions::migrate`](crate::StoreOptions::migrate) `false`).
+    #[error(
+        "the keiro store at `{url}` is {}, but this keiro needs schema version {expected}: \
+         run `keiro migrate` (or start any keiro worker, which migrates on connect)",
+        match .version { Some(v) => format!("at schema version {v}"), None => "not migrated (no keiro schema)".to_owned() }
+    )]
+    NotMigrated {
+        /// The URL, with any password replaced by `***`.
+        url: String,
+        /// The highest migration applied there, if any.
+        version: Option<i64>,
+        /// The highest migration this build embeds.
+        expected: i64,
+    },
     /// A statement failed.
     #[error("keiro store operation `{op}` failed: {source}")]
     Query {

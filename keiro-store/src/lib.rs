@@ -60,6 +60,7 @@ mod postgres;
 mod resume;
 mod retention;
 mod rows;
+mod schema;
 mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -154,7 +155,9 @@ impl<'c> From<&'c mut sqlx::PgConnection> for Conn<'c> {
 }
 
 impl Store {
-    /// Connects to `url` and runs the embedded migrations.
+    /// Connects to `url` and runs the embedded migrations (or, with
+    /// [`StoreOptions::migrate`] `false`, refuses a schema behind this
+    /// build's with [`StoreError::NotMigrated`]).
     ///
     /// `sqlite:path` / `sqlite://path` (the file is created if missing) and
     /// `sqlite::memory:` select SQLite; `postgres://…` / `postgresql://…` select
@@ -169,6 +172,22 @@ impl Store {
                  `{feature}`"
             ),
         };
+        let store = Store::open(url, options, missing).await?;
+        if !options.migrate {
+            if let Err(error) = store.require_migrated(url).await {
+                store.close().await;
+                return Err(error);
+            }
+        }
+        Ok(store)
+    }
+
+    /// Opens the backend `url` names (migrating it when `options` say so).
+    async fn open(
+        url: &str,
+        options: &StoreOptions,
+        missing: impl Fn(&str) -> StoreError,
+    ) -> Result<Store> {
         if url.starts_with("sqlite:") {
             #[cfg(feature = "sqlite")]
             return Ok(Store::Sqlite(SqliteStore::connect(url, options).await?));

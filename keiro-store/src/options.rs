@@ -19,6 +19,13 @@ pub struct StoreOptions {
     /// The connection pool's size. Default: 8 for PostgreSQL, 4 for SQLite
     /// (SQLite has one writer; extra connections only serve reads).
     pub max_connections: Option<u32>,
+    /// Whether [`Store::connect`](crate::Store::connect) runs the embedded
+    /// migrations (default `true`). With `false` it changes no schema and
+    /// creates nothing: a missing SQLite file is a connect error, and a
+    /// database whose schema is older than this build's is refused with
+    /// [`StoreError::NotMigrated`](crate::StoreError::NotMigrated). For tools
+    /// (the `keiro` command) that must not migrate behind an operator's back.
+    pub migrate: bool,
 }
 
 impl Default for StoreOptions {
@@ -26,6 +33,7 @@ impl Default for StoreOptions {
         StoreOptions {
             sqlite_synchronous: SqliteSynchronous::Full,
             max_connections: None,
+            migrate: true,
         }
     }
 }

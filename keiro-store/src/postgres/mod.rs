@@ -63,7 +63,8 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
-    /// Connects to the PostgreSQL database at `url` and migrates it.
+    /// Connects to the PostgreSQL database at `url` and migrates it (unless
+    /// [`StoreOptions::migrate`] is `false`).
     ///
     /// Concurrent processes may connect and migrate at the same time: the
     /// migrations run under advisory locks.
@@ -89,10 +90,12 @@ impl PostgresStore {
                 )))
             })?
             .map_err(connect_error)?;
-        migrate(&mut conn).await.map_err(|e| StoreError::Migrate {
-            backend: "postgres",
-            source: Arc::new(e),
-        })?;
+        if options.migrate {
+            migrate(&mut conn).await.map_err(|e| StoreError::Migrate {
+                backend: "postgres",
+                source: Arc::new(e),
+            })?;
+        }
         // The session (and its advisory locks) ends here; an error closing it
         // changes nothing for the store.
         let _ = conn.close().await;

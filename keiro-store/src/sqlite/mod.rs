@@ -156,14 +156,15 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if missing) the SQLite database at `url` in WAL mode and
-    /// migrates it.
+    /// migrates it; with [`StoreOptions::migrate`] `false` it creates and
+    /// migrates nothing.
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<SqliteStore> {
         let connect = SqliteConnectOptions::from_str(url)
             .map_err(|e| StoreError::InvalidUrl {
                 url: redact(url),
                 reason: e.to_string(),
             })?
-            .create_if_missing(true)
+            .create_if_missing(options.migrate)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(match options.sqlite_synchronous {
                 SqliteSynchronous::Full => Sync::Full,
@@ -201,7 +202,9 @@ impl SqliteStore {
                 }
             }
         };
-        migrate(&pool).await?;
+        if options.migrate {
+            migrate(&pool).await?;
+        }
         refuse_read_only(&pool, url).await?;
         Ok(SqliteStore { pool })
     }

@@ -252,6 +252,18 @@ impl Keiro {
         .await
     }
 
+    /// Answers awakeable `id` with a JSON value of no Rust type, for tools
+    /// that link no workflow code (the `keiro resolve` command). Refused like
+    /// [`Keiro::resolve_awakeable`], except that the value's type cannot be
+    /// compared with the awaited one: it is checked where the workflow reads
+    /// it, and a value that does not decode into the awaited type makes the
+    /// workflow's `.await` return [`Error::Decode`] (as a changed type would).
+    pub async fn resolve_awakeable_json(&self, id: &str, value: serde_json::Value) -> Result<()> {
+        let value =
+            crate::json::to_value(&value, || format!("the answer to awakeable `{id}` holds"))?;
+        self.answer(id, Outcome::Ok(value), None).await
+    }
+
     async fn answer(&self, id: &str, answer: Outcome, found: Option<&str>) -> Result<()> {
         let parsed = parse_answer_id(id)?;
         let store = self.raw_store();

@@ -162,6 +162,24 @@ impl KeiroBuilder {
         self
     }
 
+    /// Whether [`connect`](KeiroBuilder::connect) runs the schema migrations
+    /// (default `true`). With `false` it changes no schema and creates
+    /// nothing: a database whose schema is behind this keiro's is refused
+    /// with [`StoreError::NotMigrated`](crate::StoreError::NotMigrated) (run
+    /// the migrations first, e.g. `keiro migrate`), and a SQLite file that
+    /// does not exist is a connect error instead of a new empty database.
+    /// For operator tools, like the `keiro` command, which must not migrate
+    /// a database behind an operator's back.
+    ///
+    /// A runtime that only reads, cancels, retries, forks, answers
+    /// awakeables or sends messages (runs no workflow itself, starts no
+    /// resume worker) takes no executor identity and leaves no executor row,
+    /// whatever this setting.
+    pub fn migrate(mut self, run: bool) -> Self {
+        self.store.migrate = run;
+        self
+    }
+
     /// Refuses settings an instance cannot run with.
     fn validate(&self) -> Result<()> {
         if self.lease_ttl < Duration::from_millis(100) {

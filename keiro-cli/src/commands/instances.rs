@@ -1,0 +1,198 @@
+//! `keiro list` and `keiro show`: reading instances and their journals.
+
+use std::time::{Duration, SystemTime};
+
+use keiro::{Keiro, ListFilter, WorkflowSummary};
+use serde_json::{json, Value};
+
+use crate::args::ListArgs;
+use crate::render::{self, STATUSES};
+use crate::table::{fields, fit, Table, WIDTH};
+use crate::{clock, Failure, Report};
+
+/// The filter `args` describe; an unknown status is a usage error naming it
+/// and listing the valid ones.
+fn filter(args: &ListArgs) -> Result<ListFilter, Failure> {
+    let mut filter = ListFilter::default().limit(args.limit);
+    for name in &args.status {
+        let status = render::parse_status(name).ok_or_else(|| {
+            Failure::Usage(format!(
+                "unknown status `{name}` in --status; valid statuses: {}",
+                STATUSES.join(", ")
+            ))
+        })?;
+        filter = filter.status(status);
+    }
+    if let Some(name) = &args.name {
+        filter = filter.name(name);
+    }
+    if let Some(prefix) = &args.prefix {
+        filter = filter.id_prefix(prefix);
+    }
+    if let Some(parent) = &args.parent {
+        filter = filter.parent_id(parent);
+    }
+    if let Some(age) = args.since {
+        let after = SystemTime::now()
+            .checked_sub(age)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        filter = filter.created(Some(after), None);
+    }
+    if args.oldest_first {
+        filter = filter.oldest_first();
+    }
+    if let Some(cursor) = &args.cursor {
+        filter = filter.cursor(cursor);
+    }
+    Ok(filter)
+}
+
+/// `keiro list`: one page, and how to get the next.
+pub(crate) async fn list(keiro: &Keiro, args: &ListArgs) -> Result<Report, Failure> {
+    let page = keiro.list(&filter(args)?).await?;
+    let now = SystemTime::now();
+    let mut table = Table::new(&["ID", "NAME", "STATUS", "ATT", "CHANGED", "DETAIL"]);
+    for s in &page.items {
+        table.row(vec![
+            s.id.clone(),
+            s.name.clone(),
+            render::status_name(&s.status).to_owned(),
+            s.attempts.to_string(),
+            format!("{} ago", clock::age(s.updated_at, now)),
+            render::detail(s),
+        ]);
+    }
+    let human = table.page("no workflow instances match", page.next_cursor.as_deref());
+    Ok(Report {
+        human,
+        json: json!({
+            "items": page.items.iter().map(render::summary_json).collect::<Vec<_>>(),
+            "next_cursor": page.next_cursor,
+        }),
+    })
+}
+
+/// Instance `id`'s summary as `keiro.list` makes it: the one row created at
+/// `created_at` whose id is `id` (a page filtered to that instant and id
+/// prefix holds it and at most a few others).
+async fn summary_of(keiro: &Keiro, id: &str, created_at: i64) -> Result<WorkflowSummary, Failure> {
+    let at = SystemTime::UNIX_EPOCH + Duration::from_micros(created_at.max(0) as u64);
+    let mut filter = ListFilter::default()
+        .id_prefix(id)
+        .created(Some(at), Some(at + Duration::from_micros(1)))
+        .limit(keiro::MAX_PAGE);
+    loop {
+        let page = keiro.list(&filter).await?;
+        if let Some(summary) = page.items.into_iter().find(|s| s.id == id) {
+            return Ok(summary);
+        }
+        match page.next_cursor {
+            Some(cursor) => filter = filter.cursor(cursor),
+            None => return Err(keiro::Error::NotFound { id: id.to_owned() }.into()),
+        }
+    }
+}
+
+/// `keiro show ID`: the summary, then the journal as a timeline.
+pub(crate) async fn show(keiro: &Keiro, id: &str) -> Result<Report, Failure> {
+    let row = keiro
+        .store()
+        .get_instance(id)
+        .await?
+        .ok_or_else(|| keiro::Error::NotFound { id: id.to_owned() })?;
+    let summary = summary_of(keiro, id, row.created_at).await?;
+    let steps = keiro.steps_of(id, summary.generation).await?;
+    let input = render::stored(row.original_input());
+    let output = row.output.as_deref().map(render::stored);
+
+    let mut pairs = vec![
+        ("id", summary.id.clone()),
+        ("workflow", summary.name.clone()),
+        ("status", render::status_name(&summary.status).to_owned()),
+        ("attempts", summary.attempts.to_string()),
+        ("generation", summary.generation.to_string()),
+        ("created", clock::short(summary.created_at)),
+        (
+            "updated",
+            format!(
+                "{} ({} after creation)",
+                clock::short(summary.updated_at),
+                clock::span(summary.created_at, summary.updated_at)
+            ),
+        ),
+    ];
+    let waits = summary
+        .waiting_on
+        .as_ref()
+        .map(|waiting| render::waits(waiting, summary.wake_at));
+    let due = summary.wake_at.filter(|_| waits.is_none());
+    // The id to answer the awakeable it waits on with (`keiro resolve`):
+    // the answer's entry follows the awakeable's creation entry.
+    let awaited = summary
+        .waiting_on
+        .as_ref()
+        .filter(|waiting| waiting.kind == keiro::WaitKind::AwakeableAnswer)
+        .and_then(|waiting| steps.iter().find(|step| step.seq == waiting.seq - 1))
+        .and_then(|step| render::awakeable_id(id, summary.generation, step));
+    let optional = [
+        ("parent", summary.parent_id.clone()),
+        ("executor", summary.executor.clone()),
+        ("waits", waits),
+        ("awakeable", awaited.clone()),
+        ("due", due.map(clock::short)),
+        ("error", summary.error.clone()),
+    ];
+    pairs.extend(optional.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
+    if let keiro::WorkflowStatus::NonDeterministic { expected, found } = &summary.status {
+        pairs.push((
+            "set aside",
+            format!("journal has {expected}, code calls {found}"),
+        ));
+    }
+    pairs.push(("input", render::compact(&input)));
+    if let Some(output) = &output {
+        pairs.push(("output", render::compact(output)));
+    }
+    let mut human = fields(&pairs);
+    human.push('\n');
+    if steps.is_empty() {
+        human.push_str("no journal entries in this generation\n");
+    } else {
+        // AT: when the entry was recorded, counted from the instance's
+        // creation; TOOK: a step's first attempt to its recorded result.
+        let mut table = Table::new(&[
+            "SEQ", "KIND", "NAME", "OUTCOME", "ATT", "TOOK", "AT", "VALUE",
+        ]);
+        for step in &steps {
+            table.row(vec![
+                step.seq.to_string(),
+                step.kind.clone(),
+                step.name.clone(),
+                render::outcome_name(step.outcome).to_owned(),
+                step.attempts.map(|n| n.to_string()).unwrap_or_default(),
+                render::step_duration(step)
+                    .map(clock::duration)
+                    .unwrap_or_default(),
+                format!("+{}", clock::age(summary.created_at, step.finished_at)),
+                fit(&render::compact(&step.value), WIDTH),
+            ]);
+        }
+        human.push_str(&table.render());
+    }
+
+    let mut json = render::summary_json(&summary);
+    json["input"] = input;
+    json["output"] = output.unwrap_or(Value::Null);
+    json["awaited_awakeable_id"] = awaited.into();
+    json["steps"] = steps
+        .iter()
+        .map(|step| {
+            let mut entry = render::step_json(step);
+            if let Some(awakeable) = render::awakeable_id(id, summary.generation, step) {
+                entry["awakeable_id"] = awakeable.into();
+            }
+            entry
+        })
+        .collect();
+    Ok(Report { human, json })
+}
