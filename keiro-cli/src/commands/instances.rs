@@ -177,6 +177,23 @@ pub(crate) async fn show(keiro: &Keiro, id: &str) -> Result<Report, Failure> {
                 fit(&render::compact(&step.value), WIDTH),
             ]);
         }
+        // The entry it waits on is not journaled yet: show it last, pending.
+        if let Some(waiting) = summary
+            .waiting_on
+            .as_ref()
+            .filter(|waiting| steps.iter().all(|step| step.seq != waiting.seq))
+        {
+            table.row(vec![
+                waiting.seq.to_string(),
+                waiting.kind.to_string(),
+                waiting.name.clone(),
+                "pending".to_owned(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ]);
+        }
         human.push_str(&table.render());
     }
 
