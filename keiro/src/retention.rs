@@ -14,11 +14,11 @@ use crate::{Error, Keiro, Result, ResumeEvent, ResumeLog};
 pub const MAX_GC_BATCH: usize = 10_000;
 
 /// While this process's workflows write, gc pauses this many times as long
-/// as its last batch took before the next: it takes at most a seventh of
+/// as its last batch took before the next: it takes at most a ninth of
 /// the SQLite writer's time (and of the database's), which with the CPU its
 /// batches use leaves the workflows at least 80% of their throughput
 /// (`keiro-bench --workload gc_rate`).
-const PAUSE_FACTOR: u32 = 6;
+const PAUSE_FACTOR: u32 = 8;
 
 /// What [`Keiro::gc`] deletes. Built with [`Retention::finished_older_than`]
 /// and chained setters:
@@ -130,7 +130,7 @@ impl Keiro {
     /// their trees. On SQLite batches go through the runtime's journal
     /// writer and take turns with workflow writes (one batch per commit
     /// round); on PostgreSQL a batch locks only the finished rows it
-    /// deletes. While workflows of this process write, gc pauses six times
+    /// deletes. While workflows of this process write, gc pauses eight times
     /// as long as its last batch took before the next, so they keep most of
     /// the database's time; otherwise batches run back to back.
     ///
