@@ -249,7 +249,7 @@ impl Store {
             if status.is_final() {
                 return Ok(Some(Cancellation::AlreadyFinal(status)));
             }
-            if deadline.map_or(true, |deadline| deadline > now) {
+            if deadline.is_none_or(|deadline| deadline > now) {
                 return Ok(None);
             }
             let ended = end_tree((&mut *tx).into(), OP, id, InstanceStatus::TimedOut, now).await?;

@@ -339,7 +339,40 @@ async fn the_deadline_survives_a_sigkill(backend: Backend) {
     worker.shutdown().await;
 }
 
+/// A resume pass that finds an instance past its deadline ends it and
+/// counts it as timed out, not as completed.
+async fn a_resume_pass_counts_a_timed_out_instance_apart(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = runtime(&db).await;
+    let key = uuid::Uuid::new_v4().to_string();
+    let input = serde_json::json!([key]).to_string();
+    keiro::unstable::raw_store(&keiro)
+        .create_instances(&[keiro_store::NewInstance {
+            id: &key,
+            name: "sleeper",
+            input: &input,
+            signature: None,
+            parent: None,
+            lease: None,
+            deadline: Some(keiro_store::now_us() - 1_000),
+        }])
+        .await
+        .unwrap();
+    let summary = keiro
+        .resume_once(&ResumeOptions::default().log(|_| {}))
+        .await
+        .unwrap();
+    assert_eq!(
+        (summary.resumed, summary.timed_out, summary.completed),
+        (1, 1, 0),
+        "{summary:?}"
+    );
+    let row = keiro.store().get_instance(&key).await.unwrap().unwrap();
+    assert_eq!(row.status.as_str(), "timed_out");
+}
+
 on_both_backends!(
+    a_resume_pass_counts_a_timed_out_instance_apart,
     the_deadline_survives_a_sigkill,
     a_sleep_past_the_deadline_ends_at_the_deadline,
     a_running_step_loop_is_stopped,

@@ -154,6 +154,8 @@ impl Keiro {
                     });
                 }
                 InstanceStatus::Suspended => summary.still_suspended = 1,
+                InstanceStatus::TimedOut => summary.timed_out = 1,
+                InstanceStatus::Cancelled => summary.cancelled = 1,
                 _ => summary.completed = 1,
             },
             Ok(None) => summary.lease_skipped = 1,

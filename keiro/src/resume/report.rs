@@ -164,6 +164,8 @@ pub(super) fn log_to_tracing(event: &ResumeEvent) {
             discovered = summary.discovered,
             resumed = summary.resumed,
             completed = summary.completed,
+            timed_out = summary.timed_out,
+            cancelled = summary.cancelled,
             still_suspended = summary.still_suspended,
             unknown_name = summary.unknown_name,
             failed = summary.failed,
@@ -183,6 +185,11 @@ pub struct ResumeSummary {
     pub resumed: usize,
     /// Re-invoked instances that finished (returned `Ok` or `Err`).
     pub completed: usize,
+    /// Re-invoked instances that ended at their deadline (or an
+    /// ancestor's) instead.
+    pub timed_out: usize,
+    /// Re-invoked instances found cancelled when they stopped.
+    pub cancelled: usize,
     /// Re-invoked instances that are waiting again.
     pub still_suspended: usize,
     /// Instances whose workflow name this binary does not register, or
@@ -203,6 +210,8 @@ impl ResumeSummary {
         self.discovered += other.discovered;
         self.resumed += other.resumed;
         self.completed += other.completed;
+        self.timed_out += other.timed_out;
+        self.cancelled += other.cancelled;
         self.still_suspended += other.still_suspended;
         self.unknown_name += other.unknown_name;
         self.failed += other.failed;

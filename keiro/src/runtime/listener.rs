@@ -111,7 +111,7 @@ impl Wakes {
         #[allow(irrefutable_let_patterns)]
         if let Store::Postgres(pg) = store {
             let mut listener = lock(&self.listener);
-            if listener.as_ref().map_or(true, |task| task.is_finished()) {
+            if listener.as_ref().is_none_or(|task| task.is_finished()) {
                 *listener = Some(tokio::spawn(postgres::forward(
                     pg.clone(),
                     Arc::downgrade(self),

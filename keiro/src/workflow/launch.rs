@@ -270,7 +270,7 @@ impl Unserved {
     async fn check(&mut self, keiro: &Keiro, row: &InstanceRow) -> Result<()> {
         let now_wall = now_us();
         let waiting_for_a_worker = row.wake_at.is_some_and(|at| at <= now_wall)
-            && row.lease_expires_at.map_or(true, |at| at <= now_wall);
+            && row.lease_expires_at.is_none_or(|at| at <= now_wall);
         if !waiting_for_a_worker {
             *self = Unserved::default();
             return Ok(());
