@@ -97,15 +97,22 @@ fn main() -> ExitCode {
                 _ => ExitCode::SUCCESS,
             }
         }
-        Err(Failure::Usage(message)) => {
-            eprintln!("error: {message}");
-            ExitCode::from(2)
-        }
-        Err(Failure::Refused(message)) => {
-            eprintln!("error: {message}");
-            ExitCode::from(1)
-        }
+        Err(Failure::Usage(message)) => fail(json, "usage", &message, 2),
+        Err(Failure::Refused(message)) => fail(json, "refused", &message, 1),
     }
+}
+
+/// Reports a failure on stderr (with `--json`, as one JSON document
+/// `{"error": .., "kind": "usage"|"refused", "exit_code": ..}`) and
+/// returns its exit code.
+fn fail(json: bool, kind: &str, message: &str, code: u8) -> ExitCode {
+    if json {
+        let document = serde_json::json!({ "error": message, "kind": kind, "exit_code": code });
+        eprintln!("{document:#}");
+    } else {
+        eprintln!("error: {message}");
+    }
+    ExitCode::from(code)
 }
 
 async fn run(cli: Cli) -> Result<Report, Failure> {

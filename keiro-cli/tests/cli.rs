@@ -411,6 +411,21 @@ async fn list_pages_filters_and_refuses_bad_input(backend: Backend) {
         error.contains("invalid listing cursor `not-a-cursor`"),
         "{error}"
     );
+    // With --json the refusal is one JSON document on stderr.
+    let error = f
+        .keiro_cmd(&["--json", "list", "--cursor", "not-a-cursor"])
+        .await
+        .fails(1);
+    let document: serde_json::Value = serde_json::from_str(&error)
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}): {error}"));
+    assert_eq!(document["kind"], "refused", "{document}");
+    assert_eq!(document["exit_code"], 1, "{document}");
+    assert!(
+        document["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("invalid listing cursor `not-a-cursor`")),
+        "{document}"
+    );
     // One from the other order too.
     let error = f
         .keiro_cmd(&["list", "--oldest-first", "--cursor", cursor])
