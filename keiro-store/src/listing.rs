@@ -217,4 +217,26 @@ impl Store {
             rows.iter().map(ListedInstance::from_row).collect()
         })
     }
+
+    /// Instance `id` as a listing reads it (with what it waits on), or
+    /// `None` when no instance has that id.
+    pub async fn get_summary(&self, id: &str) -> Result<Option<ListedInstance>> {
+        const OP: &str = "get_summary";
+        let table = match self {
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(_) => "keiro_workflows",
+            #[cfg(feature = "postgres")]
+            Store::Postgres(_) => "keiro.workflows",
+        };
+        let sql =
+            format!("SELECT {INSTANCE_COLUMNS}, {WAITING_COLUMNS} FROM {table} WHERE id = $1");
+        dispatch!(Store, self, |s| {
+            let row = sqlx::query(&sql)
+                .bind(id)
+                .fetch_optional(s.pool())
+                .await
+                .map_err(StoreError::query(OP))?;
+            row.as_ref().map(ListedInstance::from_row).transpose()
+        })
+    }
 }

@@ -412,6 +412,18 @@ impl Keiro {
         })
     }
 
+    /// Instance `id`'s summary, as [`Keiro::list`] shows it (with what it
+    /// waits on). An unknown id is [`Error::NotFound`].
+    pub async fn summary(&self, id: &str) -> Result<WorkflowSummary> {
+        Error::check_id("workflow id", id)?;
+        let listed = self
+            .raw_store()
+            .get_summary(id)
+            .await?
+            .ok_or_else(|| Error::NotFound { id: id.to_owned() })?;
+        Ok(WorkflowSummary::of(&listed))
+    }
+
     /// Every journal entry of instance `id`'s current generation, in order.
     /// An unknown id is [`Error::NotFound`].
     pub async fn steps(&self, id: &str) -> Result<Vec<StepRecord>> {

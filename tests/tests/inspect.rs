@@ -133,6 +133,18 @@ async fn a_suspended_summary_names_what_it_waits_on(backend: Backend) {
         "the child sleeps too: {:?}",
         page.items
     );
+    // One instance's summary says the same as the listing.
+    for item in &page.items {
+        let one = keiro.summary(&item.id).await.unwrap();
+        assert_eq!(
+            (&one.id, &one.status, &one.waiting_on),
+            (&item.id, &item.status, &item.waiting_on)
+        );
+    }
+    assert!(matches!(
+        keiro.summary("no-such-instance").await,
+        Err(keiro::Error::NotFound { .. })
+    ));
 
     // Answered, it runs on and completes: no wait is shown any more.
     keiro.send(id("message"), "orders", "book").await.unwrap();

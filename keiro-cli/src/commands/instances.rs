@@ -1,8 +1,8 @@
 //! `keiro list` and `keiro show`: reading instances and their journals.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use keiro::{Keiro, ListFilter, WorkflowSummary};
+use keiro::{Keiro, ListFilter};
 use serde_json::{json, Value};
 
 use crate::args::ListArgs;
@@ -72,27 +72,6 @@ pub(crate) async fn list(keiro: &Keiro, args: &ListArgs) -> Result<Report, Failu
     })
 }
 
-/// Instance `id`'s summary as `keiro.list` makes it: the one row created at
-/// `created_at` whose id is `id` (a page filtered to that instant and id
-/// prefix holds it and at most a few others).
-async fn summary_of(keiro: &Keiro, id: &str, created_at: i64) -> Result<WorkflowSummary, Failure> {
-    let at = SystemTime::UNIX_EPOCH + Duration::from_micros(created_at.max(0) as u64);
-    let mut filter = ListFilter::default()
-        .id_prefix(id)
-        .created(Some(at), Some(at + Duration::from_micros(1)))
-        .limit(keiro::MAX_PAGE);
-    loop {
-        let page = keiro.list(&filter).await?;
-        if let Some(summary) = page.items.into_iter().find(|s| s.id == id) {
-            return Ok(summary);
-        }
-        match page.next_cursor {
-            Some(cursor) => filter = filter.cursor(cursor),
-            None => return Err(keiro::Error::NotFound { id: id.to_owned() }.into()),
-        }
-    }
-}
-
 /// `keiro show ID`: the summary, then the journal as a timeline.
 pub(crate) async fn show(keiro: &Keiro, id: &str) -> Result<Report, Failure> {
     let row = keiro
@@ -100,7 +79,7 @@ pub(crate) async fn show(keiro: &Keiro, id: &str) -> Result<Report, Failure> {
         .get_instance(id)
         .await?
         .ok_or_else(|| keiro::Error::NotFound { id: id.to_owned() })?;
-    let summary = summary_of(keiro, id, row.created_at).await?;
+    let summary = keiro.summary(id).await?;
     let steps = keiro.steps_of(id, summary.generation).await?;
     let input = render::stored(row.original_input());
     let output = row.output.as_deref().map(render::stored);
