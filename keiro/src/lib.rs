@@ -43,6 +43,8 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "admin")]
+pub mod admin;
 mod context;
 mod error;
 pub mod inspect;

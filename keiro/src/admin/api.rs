@@ -1,0 +1,10 @@
+//! The JSON endpoints under `/api`.
+
+use axum::Router;
+
+use super::Shared;
+
+/// The `/api` routes.
+pub(crate) fn routes() -> Router<Shared> {
+    Router::new()
+}
