@@ -119,6 +119,13 @@ pub(crate) enum Command {
     /// timers. Nothing unfinished is ever deleted. Runs in short batches
     /// beside live workers.
     Gc(GcArgs),
+    /// Serve the admin HTTP API and the web console.
+    ///
+    /// Operations (retry, cancel, resolve, …) need `Authorization: Bearer
+    /// TOKEN` with the token from KEIRO_ADMIN_TOKEN; without it set, the
+    /// console is read-only. Binds 127.0.0.1 unless told otherwise; stops
+    /// on Ctrl-C or SIGTERM.
+    Serve(ServeArgs),
     /// Run the schema migrations and print the schema version.
     ///
     /// The other commands never migrate: on an older schema they ask for
@@ -154,6 +161,14 @@ pub(crate) struct ListArgs {
     /// Oldest first.
     #[arg(long)]
     pub(crate) oldest_first: bool,
+}
+
+/// `keiro serve`'s address.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// The address to listen on (port 0 picks a free one, printed at start).
+    #[arg(long, default_value = "127.0.0.1:7878", value_name = "ADDR")]
+    pub(crate) listen: std::net::SocketAddr,
 }
 
 /// `keiro gc`'s retention.

@@ -5,6 +5,7 @@ mod instances;
 mod messages;
 mod repair;
 pub(crate) mod schema;
+mod serve;
 mod timers;
 
 use keiro::Keiro;
@@ -40,6 +41,7 @@ pub(crate) async fn dispatch(keiro: &Keiro, command: Command) -> Result<Report, 
         } => messages::send(keiro, &id, &topic, &value, idempotency_key).await,
         Command::Timers(command) => timers::run(keiro, command).await,
         Command::Gc(args) => gc::run(keiro, &args).await,
+        Command::Serve(args) => serve::run(keiro, &args).await,
         Command::Migrate => Err(Failure::Usage(
             "`keiro migrate` runs before connecting; this is a bug in the keiro command".into(),
         )),

@@ -21,6 +21,7 @@
 
 mod api;
 mod console;
+pub mod json;
 
 use std::sync::Arc;
 

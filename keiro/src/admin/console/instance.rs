@@ -1,0 +1,311 @@
+//! One instance's page: its summary, input and output, the step timeline,
+//! its children, and the operation forms.
+
+use std::time::{Duration, SystemTime};
+
+use axum::extract::{OriginalUri, Path, State};
+use axum::http::{StatusCode, Uri};
+use axum::response::Response;
+
+use super::html::{self, escape, url_component, Section};
+use super::list::{is_live, table};
+use super::{error_page, error_status, html_response, Request};
+use crate::admin::json::status_name;
+use crate::admin::Shared;
+use crate::{ListFilter, StepOutcome, StepRecord, WorkflowStatus, WorkflowSummary};
+
+/// Children shown on the page (the rest are a link to the filtered list).
+const CHILDREN_SHOWN: u32 = 100;
+
+/// `GET /instances/{id}`.
+pub(super) async fn page(
+    State(state): State<Shared>,
+    OriginalUri(original): OriginalUri,
+    seen: Uri,
+    Path(id): Path<String>,
+) -> Response {
+    let request = Request::new(&state, &original, &seen);
+    let fail = |error: crate::Error| {
+        error_page(
+            &request,
+            Section::Instances,
+            error_status(&error),
+            &error.to_string(),
+        )
+    };
+    let keiro = &state.keiro;
+    let summary = match keiro.summary(&id).await {
+        Ok(summary) => summary,
+        Err(error) => return fail(error),
+    };
+    let row = match keiro.store().get_instance(&id).await {
+        Ok(Some(row)) => row,
+        Ok(None) => return fail(crate::Error::NotFound { id }),
+        Err(error) => return fail(error),
+    };
+    let steps = match keiro.steps_of(&id, summary.generation).await {
+        Ok(steps) => steps,
+        Err(error) => return fail(error),
+    };
+    let children = match keiro
+        .list(
+            &ListFilter::default()
+                .parent_id(id.as_str())
+                .oldest_first()
+                .limit(CHILDREN_SHOWN),
+        )
+        .await
+    {
+        Ok(children) => children,
+        Err(error) => return fail(error),
+    };
+    let base = &request.base;
+    let live = if is_live(&summary.status) {
+        " data-live"
+    } else {
+        ""
+    };
+    let mut body = format!("<div id=\"summary\" data-refresh=\"summary\"{live}>");
+    body.push_str(&facts(base, &summary));
+    body.push_str("<h2>Input</h2>");
+    body.push_str(&format!(
+        "<div id=\"input\">{}</div>",
+        html::stored_json(&row.input)
+    ));
+    if let Some(output) = &row.output {
+        body.push_str("<h2>Output</h2>");
+        body.push_str(&format!(
+            "<div id=\"output\">{}</div>",
+            html::stored_json(output)
+        ));
+    }
+    body.push_str("</div>");
+    body.push_str(&operations(&request, &summary, &steps));
+    body.push_str(&format!(
+        "<h2>Steps <small>generation {}</small></h2>",
+        summary.generation
+    ));
+    body.push_str(&timeline(&summary, &steps));
+    if !children.items.is_empty() {
+        body.push_str("<h2>Children</h2>");
+        body.push_str(&table(base, &children.items));
+        if children.next_cursor.is_some() {
+            body.push_str(&format!(
+                "<p>Only the first {CHILDREN_SHOWN} are shown.</p>"
+            ));
+        }
+    }
+    let title = format!("{} · {}", summary.name, summary.id);
+    html_response(
+        StatusCode::OK,
+        html::page(&request.frame(), Section::Instances, &title, &body),
+    )
+}
+
+/// The summary as a definition list.
+fn facts(base: &str, s: &WorkflowSummary) -> String {
+    let status = status_name(&s.status);
+    let mut rows = vec![
+        (
+            "id",
+            format!("<code id=\"instance-id\">{}</code>", escape(&s.id)),
+        ),
+        ("workflow", escape(&s.name)),
+        (
+            "status",
+            format!(
+                "<span id=\"status\" class=\"status {status}\">{}</span>",
+                status.replace('_', " ")
+            ),
+        ),
+        ("created", html::time(s.created_at)),
+        ("updated", html::time(s.updated_at)),
+        ("attempts", s.attempts.to_string()),
+        ("generation", s.generation.to_string()),
+    ];
+    if let Some(parent) = &s.parent_id {
+        rows.push((
+            "parent",
+            format!(
+                "<a href=\"{}/instances/{}\">{}</a>",
+                escape(base),
+                escape(&url_component(parent)),
+                escape(parent)
+            ),
+        ));
+    }
+    if let Some(executor) = &s.executor {
+        rows.push(("held by", escape(executor)));
+    }
+    if let Some(waiting) = &s.waiting_on {
+        rows.push((
+            "waits on",
+            format!(
+                "{} <code>{}</code> (seq {})",
+                waiting.kind,
+                escape(&waiting.name),
+                waiting.seq
+            ),
+        ));
+    }
+    if let Some(wake_at) = s.wake_at {
+        rows.push(("due", html::time(wake_at)));
+    }
+    if let WorkflowStatus::NonDeterministic { expected, found } = &s.status {
+        rows.push((
+            "set aside",
+            format!(
+                "the journal has {}, the code calls {}",
+                escape(expected),
+                escape(found)
+            ),
+        ));
+    }
+    if let Some(error) = &s.error {
+        rows.push((
+            "error",
+            format!("<pre id=\"error\">{}</pre>", escape(error)),
+        ));
+    }
+    let mut out = String::from("<dl class=\"facts\">");
+    for (term, value) in rows {
+        out.push_str(&format!("<dt>{term}</dt><dd>{value}</dd>"));
+    }
+    out.push_str("</dl>");
+    out
+}
+
+/// The operation forms; the script sends them to the JSON API with the
+/// token. Without a token configured they are drawn disabled.
+fn operations(request: &Request, s: &WorkflowSummary, steps: &[StepRecord]) -> String {
+    let id = url_component(&s.id);
+    let disabled = if request.writable { "" } else { " disabled" };
+    let button = |op: &str, label: &str, title: &str| {
+        format!(
+            "<form class=\"op\" data-op=\"instances/{id}/{op}\" data-shape=\"none\">\
+             <button type=\"submit\" id=\"op-{op}\" title=\"{title}\"{disabled}>{label}</button></form>"
+        )
+    };
+    let mut out =
+        String::from("<section class=\"ops\" id=\"ops\"><h2>Operations</h2><div class=\"row\">");
+    let finished = !is_live(&s.status);
+    if !finished {
+        out.push_str(&button(
+            "cancel",
+            "Cancel",
+            "cancel this instance and its children",
+        ));
+    }
+    if matches!(
+        s.status,
+        WorkflowStatus::Failed | WorkflowStatus::Cancelled | WorkflowStatus::TimedOut
+    ) {
+        out.push_str(&button(
+            "retry",
+            "Retry",
+            "run it again from its journal: recorded steps are not run again",
+        ));
+    }
+    if matches!(s.status, WorkflowStatus::NonDeterministic { .. }) {
+        out.push_str(&button(
+            "resume",
+            "Resume",
+            "put a set-aside instance back to run",
+        ));
+    }
+    out.push_str("</div>");
+    if !steps.is_empty() {
+        let last = steps.last().map(|step| step.seq).unwrap_or(0);
+        out.push_str(&format!(
+            "<form class=\"op\" data-op=\"instances/{id}/fork\" data-shape=\"fork\">\
+             <label>Fork from step <input name=\"from_step\" type=\"number\" min=\"0\" max=\"{last}\" \
+             value=\"{last}\" required></label>\
+             <label>as id <input name=\"new_id\" placeholder=\"(generated)\"></label>\
+             <button type=\"submit\" id=\"op-fork\"{disabled}>Fork</button></form>"
+        ));
+    }
+    if !finished {
+        out.push_str(&format!(
+            "<form class=\"op\" data-op=\"instances/{id}/messages\" data-shape=\"message\">\
+             <label>Send on topic <input name=\"topic\" required></label>\
+             <label>value (JSON) <input name=\"value\" value=\"null\" required></label>\
+             <button type=\"submit\" id=\"op-send\"{disabled}>Send</button></form>\
+             <form class=\"op\" data-op=\"awakeables/{{awakeable}}/resolve\" data-shape=\"resolve\">\
+             <label>Resolve awakeable <input name=\"awakeable\" placeholder=\"awakeable id\" required></label>\
+             <label>value (JSON) <input name=\"value\" value=\"null\" required></label>\
+             <button type=\"submit\" id=\"op-resolve\"{disabled}>Resolve</button></form>\
+             <form class=\"op\" data-op=\"awakeables/{{awakeable}}/reject\" data-shape=\"reject\">\
+             <label>Reject awakeable <input name=\"awakeable\" placeholder=\"awakeable id\" required></label>\
+             <label>reason <input name=\"reason\" required></label>\
+             <button type=\"submit\" id=\"op-reject\"{disabled}>Reject</button></form>"
+        ));
+    }
+    out.push_str("</section>");
+    out
+}
+
+/// When a journal entry started: a step's first attempt, else when it was
+/// recorded.
+fn began(step: &StepRecord) -> SystemTime {
+    step.started_at.unwrap_or(step.finished_at)
+}
+
+fn since(from: SystemTime, to: SystemTime) -> Duration {
+    to.duration_since(from).unwrap_or_default()
+}
+
+/// The journal as a timeline: each entry's start (from the instance's
+/// creation), duration, attempts, outcome and value, with a bar placing it
+/// in the run.
+fn timeline(s: &WorkflowSummary, steps: &[StepRecord]) -> String {
+    if steps.is_empty() {
+        return "<p class=\"empty\" id=\"steps\" data-refresh=\"steps\">No steps recorded yet.</p>"
+            .to_owned();
+    }
+    let start = steps.iter().map(began).fold(s.created_at, SystemTime::min);
+    let end = steps
+        .iter()
+        .map(|step| step.finished_at)
+        .fold(start, SystemTime::max);
+    let span = since(start, end).as_secs_f64().max(1e-6);
+    let mut out = String::from(
+        "<table class=\"steps\" id=\"steps\" data-refresh=\"steps\"><thead><tr><th>seq</th>\
+         <th>kind</th><th>name</th><th>start</th><th>duration</th><th>attempts</th>\
+         <th>outcome</th><th>value</th><th class=\"bar\">timeline</th></tr></thead><tbody>",
+    );
+    for step in steps {
+        let began = began(step);
+        let offset = since(start, began);
+        let took = since(began, step.finished_at);
+        let x = (offset.as_secs_f64() / span * 1000.0).clamp(0.0, 1000.0);
+        let width = (took.as_secs_f64() / span * 1000.0).clamp(4.0, 1000.0 - x.min(996.0));
+        let outcome = match step.outcome {
+            StepOutcome::Ok => "ok",
+            StepOutcome::Err => "err",
+        };
+        out.push_str(&format!(
+            "<tr data-seq=\"{seq}\" class=\"{outcome}\"><td>{seq}</td><td>{kind}</td><td>{name}</td>\
+             <td>+{offset}</td><td>{took}</td><td>{attempts}</td>\
+             <td><span class=\"outcome {outcome}\">{outcome}</span></td><td>{value}</td>\
+             <td class=\"bar\"><svg viewBox=\"0 0 1000 10\" preserveAspectRatio=\"none\" \
+             aria-hidden=\"true\"><rect class=\"{outcome}\" x=\"{x:.1}\" y=\"0\" width=\"{width:.1}\" \
+             height=\"10\"/></svg></td></tr>",
+            seq = step.seq,
+            kind = escape(&step.kind),
+            name = escape(&step.name),
+            offset = html::duration(offset),
+            took = if step.started_at.is_some() {
+                html::duration(took)
+            } else {
+                "–".to_owned()
+            },
+            attempts = step
+                .attempts
+                .map(|a| a.to_string())
+                .unwrap_or_else(|| "–".to_owned()),
+            value = html::json_block(&step.value),
+        ));
+    }
+    out.push_str("</tbody></table>");
+    out
+}
