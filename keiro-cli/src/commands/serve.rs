@@ -22,6 +22,9 @@ pub(crate) async fn run(keiro: &Keiro, args: &ServeArgs) -> Result<Report, Failu
         .local_addr()
         .map_err(|error| Failure::Refused(format!("cannot read the listening address: {error}")))?;
     let url = format!("http://{address}/");
+    // Listen for the signals before saying we are up, so a SIGTERM sent
+    // right after that line stops the server instead of killing it.
+    let stop = stopped()?;
     let mode = if writable {
         "operations need the token in KEIRO_ADMIN_TOKEN".to_owned()
     } else {
@@ -33,7 +36,7 @@ pub(crate) async fn run(keiro: &Keiro, args: &ServeArgs) -> Result<Report, Failu
         let _ = stdout.flush();
     }
     axum::serve(listener, admin.router())
-        .with_graceful_shutdown(stopped())
+        .with_graceful_shutdown(stop)
         .await
         .map_err(|error| Failure::Refused(format!("the console server failed: {error}")))?;
     Ok(Report {
@@ -42,26 +45,19 @@ pub(crate) async fn run(keiro: &Keiro, args: &ServeArgs) -> Result<Report, Failu
     })
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-async fn stopped() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => {
-                    let _ = interrupt.await;
-                    return;
-                }
-            };
+/// A future that resolves on Ctrl-C or SIGTERM; the handlers are
+/// installed when this returns, not when the future is first polled.
+fn stopped() -> Result<impl std::future::Future<Output = ()>, Failure> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let listen = |kind: SignalKind, name: &str| {
+        signal(kind).map_err(|error| Failure::Refused(format!("cannot listen for {name}: {error}")))
+    };
+    let mut interrupt = listen(SignalKind::interrupt(), "Ctrl-C")?;
+    let mut terminate = listen(SignalKind::terminate(), "SIGTERM")?;
+    Ok(async move {
         tokio::select! {
-            _ = interrupt => {}
-            _ = term.recv() => {}
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
-    }
+    })
 }

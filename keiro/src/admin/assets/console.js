@@ -115,10 +115,15 @@
         const replacement = fresh.querySelector('[data-refresh="' + old.dataset.refresh + '"]');
         if (replacement) old.replaceWith(document.importNode(replacement, true));
       }
-      const ops = document.getElementById("ops");
-      const freshOps = fresh.getElementById("ops");
-      if (force && ops && freshOps) ops.replaceWith(document.importNode(freshOps, true));
-      else if (force && ops && !freshOps) ops.remove();
+      // After an operation the offered operations change with the status.
+      if (force) {
+        for (const id of ["ops", "forms"]) {
+          const old = document.getElementById(id);
+          const replacement = fresh.getElementById(id);
+          if (old && replacement) old.replaceWith(document.importNode(replacement, true));
+          else if (old) old.remove();
+        }
+      }
     } catch (_) {
       // The next tick tries again.
     } finally {

@@ -67,25 +67,24 @@ pub(super) async fn page(
     };
     let mut body = format!("<div id=\"summary\" data-refresh=\"summary\"{live}>");
     body.push_str(&facts(base, &summary));
-    body.push_str("<h2>Input</h2>");
-    body.push_str(&format!(
-        "<div id=\"input\">{}</div>",
-        html::stored_json(&row.input)
-    ));
-    if let Some(output) = &row.output {
-        body.push_str("<h2>Output</h2>");
-        body.push_str(&format!(
-            "<div id=\"output\">{}</div>",
-            html::stored_json(output)
-        ));
-    }
     body.push_str("</div>");
-    body.push_str(&operations(&request, &summary, &steps));
+    body.push_str(&actions(&request, &summary));
     body.push_str(&format!(
         "<h2>Steps <small>generation {}</small></h2>",
         summary.generation
     ));
     body.push_str(&timeline(&summary, &steps));
+    body.push_str(&format!(
+        "<div id=\"values\" data-refresh=\"values\"><h2>Input</h2><div id=\"input\">{}</div>",
+        html::stored_json(&row.input)
+    ));
+    if let Some(output) = &row.output {
+        body.push_str(&format!(
+            "<h2>Output</h2><div id=\"output\">{}</div>",
+            html::stored_json(output)
+        ));
+    }
+    body.push_str("</div>");
     if !children.items.is_empty() {
         body.push_str("<h2>Children</h2>");
         body.push_str(&table(base, &children.items));
@@ -95,6 +94,7 @@ pub(super) async fn page(
             ));
         }
     }
+    body.push_str(&forms(&request, &summary, &steps));
     let title = format!("{} · {}", summary.name, summary.id);
     html_response(
         StatusCode::OK,
@@ -175,21 +175,20 @@ fn facts(base: &str, s: &WorkflowSummary) -> String {
     out
 }
 
-/// The operation forms; the script sends them to the JSON API with the
-/// token. Without a token configured they are drawn disabled.
-fn operations(request: &Request, s: &WorkflowSummary, steps: &[StepRecord]) -> String {
+/// The buttons for the status's transitions (cancel, retry, resume); the
+/// script sends them to the JSON API with the token. Without a token
+/// configured they are drawn disabled.
+fn actions(request: &Request, s: &WorkflowSummary) -> String {
     let id = url_component(&s.id);
-    let disabled = if request.writable { "" } else { " disabled" };
+    let disabled = disabled(request);
     let button = |op: &str, label: &str, title: &str| {
         format!(
             "<form class=\"op\" data-op=\"instances/{id}/{op}\" data-shape=\"none\">\
              <button type=\"submit\" id=\"op-{op}\" title=\"{title}\"{disabled}>{label}</button></form>"
         )
     };
-    let mut out =
-        String::from("<section class=\"ops\" id=\"ops\"><h2>Operations</h2><div class=\"row\">");
-    let finished = !is_live(&s.status);
-    if !finished {
+    let mut out = String::from("<div class=\"actions\" id=\"ops\">");
+    if is_live(&s.status) {
         out.push_str(&button(
             "cancel",
             "Cancel",
@@ -214,6 +213,23 @@ fn operations(request: &Request, s: &WorkflowSummary, steps: &[StepRecord]) -> S
         ));
     }
     out.push_str("</div>");
+    out
+}
+
+fn disabled(request: &Request) -> &'static str {
+    if request.writable {
+        ""
+    } else {
+        " disabled"
+    }
+}
+
+/// The forms of operations that take input: fork, send a message, answer
+/// an awakeable.
+fn forms(request: &Request, s: &WorkflowSummary, steps: &[StepRecord]) -> String {
+    let id = url_component(&s.id);
+    let disabled = disabled(request);
+    let mut out = String::from("<section class=\"ops\" id=\"forms\"><h2>Operations</h2>");
     if !steps.is_empty() {
         let last = steps.last().map(|step| step.seq).unwrap_or(0);
         out.push_str(&format!(
@@ -224,7 +240,7 @@ fn operations(request: &Request, s: &WorkflowSummary, steps: &[StepRecord]) -> S
              <button type=\"submit\" id=\"op-fork\"{disabled}>Fork</button></form>"
         ));
     }
-    if !finished {
+    if is_live(&s.status) {
         out.push_str(&format!(
             "<form class=\"op\" data-op=\"instances/{id}/messages\" data-shape=\"message\">\
              <label>Send on topic <input name=\"topic\" required></label>\
