@@ -20,7 +20,10 @@
 //!   JavaScript, compiled into the binary.
 
 mod api;
+mod auth;
 mod console;
+mod error;
+pub mod json;
 
 use std::sync::Arc;
 
