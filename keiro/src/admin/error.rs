@@ -79,15 +79,19 @@ impl From<StoreError> for ApiError {
 
 impl From<JsonRejection> for ApiError {
     fn from(rejection: JsonRejection) -> Self {
-        let kind = match &rejection {
-            JsonRejection::MissingJsonContentType(_) => "missing_json_content_type",
-            JsonRejection::JsonSyntaxError(_) => "malformed_json",
-            JsonRejection::JsonDataError(_) => "invalid_json_body",
-            _ => "unreadable_body",
+        let (status, kind) = match &rejection {
+            JsonRejection::JsonSyntaxError(_) => (StatusCode::BAD_REQUEST, "malformed_json"),
+            // Valid JSON of the wrong shape (a field missing or mistyped):
+            // bad input too, where axum would say 422.
+            JsonRejection::JsonDataError(_) => (StatusCode::BAD_REQUEST, "invalid_json_body"),
+            JsonRejection::MissingJsonContentType(_) => {
+                (rejection.status(), "missing_json_content_type")
+            }
+            _ => (rejection.status(), "unreadable_body"),
         };
         // axum's text names what is wrong and where (line and column, or
         // the field), which is what the caller needs to fix the request.
-        ApiError::new(rejection.status(), kind, rejection.body_text())
+        ApiError::new(status, kind, rejection.body_text())
     }
 }
 
