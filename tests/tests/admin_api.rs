@@ -7,7 +7,6 @@
 //! completes.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -17,6 +16,7 @@ use http_body_util::BodyExt;
 use keiro::admin::{Admin, ADMIN_TOKEN_ENV};
 use keiro::timers::{TimerError, TimerId, TimerRequest, TimerStatus};
 use keiro::{step, workflow, Error, Keiro, ListFilter, ResumeOptions, WorkflowStatus};
+use keiro_tests::operator::{set_aside, Switches};
 use keiro_tests::{on_both_backends, ran, runs, Backend, TestDb};
 use serde_json::{json, Value};
 use tower::ServiceExt;
@@ -24,25 +24,7 @@ use tower::ServiceExt;
 // ---------------------------------------------------------------- workflows
 
 /// Keys whose `api_crash` run panics after its first step.
-static CRASHING: Mutex<Option<HashSet<String>>> = Mutex::new(None);
-
-fn set_crashing(key: &str, on: bool) {
-    let mut keys = CRASHING.lock().unwrap();
-    let keys = keys.get_or_insert_with(HashSet::new);
-    if on {
-        keys.insert(key.to_owned());
-    } else {
-        keys.remove(key);
-    }
-}
-
-fn crashing(key: &str) -> bool {
-    CRASHING
-        .lock()
-        .unwrap()
-        .as_ref()
-        .is_some_and(|keys| keys.contains(key))
-}
+static CRASHING: Switches = Switches::new();
 
 #[step]
 async fn api_mark(key: String, n: u32) -> u32 {
@@ -60,7 +42,7 @@ async fn api_steps(key: String) -> u32 {
 #[workflow]
 async fn api_crash(key: String) -> u32 {
     let first = api_mark(key.clone(), 1).await;
-    if crashing(&key) {
+    if CRASHING.is_on(&key) {
         panic!("crash after step 1 of {key}");
     }
     first + api_mark(key, 2).await
@@ -146,7 +128,7 @@ impl Fixture {
         let parent = &fixture.parent;
         let result = api_parent(parent.clone()).id(parent).on(keiro).await;
         assert_eq!(result.unwrap(), 16);
-        set_crashing(&fixture.crashed, true);
+        CRASHING.set(&fixture.crashed, true);
         let c = &fixture.crashed;
         api_crash(c.clone())
             .id(c)
@@ -280,30 +262,9 @@ fn awakeable_of(key: &str) -> String {
         .unwrap_or_else(|| panic!("{key} handed out no awakeable"))
 }
 
-/// Marks instance `id` set aside for non-determinism, as a replay that met
-/// other code would.
-async fn set_aside(keiro: &Keiro, id: &str) {
-    let view = keiro.store();
-    let error = "journal has step `a`, code calls step `b`";
-    if let Some(pool) = view.sqlite_pool() {
-        sqlx::query(
-            "UPDATE keiro_workflows SET status = 'nondeterministic', error = ?1 WHERE id = ?2",
-        )
-        .bind(error)
-        .bind(id)
-        .execute(pool)
-        .await
-        .unwrap();
-    } else {
-        sqlx::query(
-            "UPDATE keiro.workflows SET status = 'nondeterministic', error = $1 WHERE id = $2",
-        )
-        .bind(error)
-        .bind(id)
-        .execute(view.postgres_pool().unwrap())
-        .await
-        .unwrap();
-    }
+/// keiro's sentence for an unknown instance id.
+fn no_instance(id: &str) -> String {
+    Error::NotFound { id: id.into() }.to_string()
 }
 
 // -------------------------------------------------------------------- tests
@@ -332,7 +293,7 @@ async fn health_and_listing_with_filters_and_cursors(backend: Backend) {
     assert_eq!(all["instances"], Value::Array(expected));
 
     let failed = get(&f.api, "/api/instances?status=failed").await.ok();
-    assert_eq!(ids(&failed, "instances"), [f.crashed.clone()]);
+    assert_eq!(ids(&failed, "instances"), [f.crashed.as_str()]);
     let item = &failed["instances"][0];
     assert_eq!(item["status"], "failed");
     assert_eq!(item["name"], "api_crash");
@@ -480,10 +441,7 @@ async fn one_instance_with_its_steps_children_and_waits(backend: Backend) {
     let error = get(&f.api, "/api/instances/nobody-here")
         .await
         .refused(StatusCode::NOT_FOUND, "not_found");
-    let expected = Error::NotFound {
-        id: "nobody-here".into(),
-    };
-    assert_eq!(error, expected.to_string());
+    assert_eq!(error, no_instance("nobody-here"));
     assert_eq!(
         error,
         f.keiro
@@ -559,7 +517,7 @@ async fn operations_need_the_token(backend: Backend) {
 async fn retry_through_the_api_runs_a_failed_instance_to_completion(backend: Backend) {
     let f = Fixture::new(backend).await;
     let uri = format!("/api/instances/{}/retry", enc(&f.crashed));
-    set_crashing(&f.crashed, false);
+    CRASHING.set(&f.crashed, false);
     let retried = post(&f.api, &uri, None).await.ok();
     assert_eq!(retried["outcome"], "retried");
     assert_eq!(retried["instance"]["id"], f.crashed);
@@ -584,13 +542,7 @@ async fn retry_through_the_api_runs_a_failed_instance_to_completion(backend: Bac
     let error = post(&f.api, "/api/instances/nobody/retry", None)
         .await
         .refused(StatusCode::NOT_FOUND, "not_found");
-    assert_eq!(
-        error,
-        Error::NotFound {
-            id: "nobody".into()
-        }
-        .to_string()
-    );
+    assert_eq!(error, no_instance("nobody"));
 }
 
 async fn cancel_resume_and_fork(backend: Backend) {
@@ -678,7 +630,7 @@ async fn cancel_resume_and_fork(backend: Backend) {
     let set_aside_page = get(&f.api, "/api/instances?status=nondeterministic")
         .await
         .ok();
-    assert_eq!(ids(&set_aside_page, "instances"), [new_id.clone()]);
+    assert_eq!(ids(&set_aside_page, "instances"), [new_id.as_str()]);
     let uri = format!("/api/instances/{}/resume", enc(&new_id));
     let resumed = post(&f.api, &uri, None).await.ok();
     assert_eq!(resumed["outcome"], "resumed");
@@ -732,13 +684,7 @@ async fn awakeables_and_messages_from_outside(backend: Backend) {
     )
     .await
     .refused(StatusCode::NOT_FOUND, "not_found");
-    assert_eq!(
-        error,
-        Error::NotFound {
-            id: "nobody".into()
-        }
-        .to_string()
-    );
+    assert_eq!(error, no_instance("nobody"));
 
     // Resolve the awakeable: the instance runs to its end.
     let awakeable = awakeable_of(first);
