@@ -1,21 +1,6 @@
-//! The JSON endpoints under `/api` (reference: [`super`]'s module docs and
-//! the README). Reads need no token; every `POST` goes through
-//! [`super::auth::Operator`]. Ids that hold a `/` (a child's `parent/3`, every
-//! awakeable id) are percent-encoded in the path (`parent%2F3`).
-//!
-//! | route | answer |
-//! |---|---|
-//! | `GET /api/health` | `{"backend", "read_only"}` |
-//! | `GET /api/instances?status=&name=&id_prefix=&parent_id=&limit=&cursor=&oldest_first=` | `{"instances": [summary], "next_cursor"}` |
-//! | `GET /api/instances/{id}` | `{"instance", "input", "output", "steps", "children", "awakeables", "messages"}` |
-//! | `POST /api/instances/{id}/cancel` | `{"outcome": "cancelled", "cancelled": [ids], "instance"}` |
-//! | `POST /api/instances/{id}/retry`, `/resume` | `{"outcome", "instance"}` |
-//! | `POST /api/instances/{id}/fork` `{"from_step", "new_id"?}` | `{"id", "instance"}` |
-//! | `POST /api/instances/{id}/messages` `{"topic", "value", "idempotency_key"?}` | `{"outcome": "sent", "instance"}` |
-//! | `POST /api/awakeables/{id}/resolve` (body: the value) | `{"outcome": "resolved", "awakeable_id"}` |
-//! | `POST /api/awakeables/{id}/reject` `{"reason"}` | `{"outcome": "rejected", "awakeable_id"}` |
-//! | `GET /api/timers?view=pending\|stuck\|dead&older_than_secs=&process_manager=&limit=&cursor=` | `{"timers": [timer], "next_cursor"}` |
-//! | `POST /api/timers/{id}/requeue`, `/resume` | `{"outcome", "timer"}` |
+//! The JSON endpoints under `/api`, as [`super`]'s module docs list them.
+//! Reads need no token; every `POST` goes through
+//! [`super::auth::Operator`].
 //!
 //! Errors are `{"error", "kind"}` ([`super::error`]).
 
