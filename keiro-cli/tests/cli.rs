@@ -4,12 +4,12 @@
 //! and what each repair command changes in the rows. Workflows run in this
 //! test process; the command links none of them and runs nothing.
 
-use std::collections::{BTreeSet, HashSet};
-use std::sync::Mutex;
+use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
 use keiro::timers::{TimerRequest, TimerStatus};
 use keiro::{step, workflow, Keiro, ResumeOptions, WorkflowStatus};
+use keiro_tests::operator::{set_aside, Switches};
 use keiro_tests::timers::{dead, row as timer_row, schedule, timers};
 use keiro_tests::{count, on_both_backends, ran, runs, Backend, TestDb};
 use serde_json::Value;
@@ -27,25 +27,7 @@ on_both_backends!(
 // ---------------------------------------------------------------- workflows
 
 /// Keys whose `cli_crash` run panics after its first step.
-static CRASHING: Mutex<Option<HashSet<String>>> = Mutex::new(None);
-
-fn set_crashing(key: &str, on: bool) {
-    let mut keys = CRASHING.lock().unwrap();
-    let keys = keys.get_or_insert_with(HashSet::new);
-    if on {
-        keys.insert(key.to_owned());
-    } else {
-        keys.remove(key);
-    }
-}
-
-fn crashing(key: &str) -> bool {
-    CRASHING
-        .lock()
-        .unwrap()
-        .as_ref()
-        .is_some_and(|keys| keys.contains(key))
-}
+static CRASHING: Switches = Switches::new();
 
 #[step]
 async fn cli_mark(key: String, n: u32) -> u32 {
@@ -59,11 +41,11 @@ async fn cli_steps(key: String) -> u32 {
     cli_mark(key.clone(), 1).await + cli_mark(key.clone(), 2).await + cli_mark(key, 3).await
 }
 
-/// One step, then a crash while `crashing(key)`, then a second step.
+/// One step, then a crash while `CRASHING` is on for `key`, then a second step.
 #[workflow]
 async fn cli_crash(key: String) -> u32 {
     let first = cli_mark(key.clone(), 1).await;
-    if crashing(&key) {
+    if CRASHING.is_on(&key) {
         panic!("crash after step 1 of {key}");
     }
     first + cli_mark(key, 2).await
@@ -138,7 +120,7 @@ impl Fixture {
         let keiro = &fixture.keiro;
         let done = &fixture.done;
         assert_eq!(cli_steps(done.clone()).id(done).on(keiro).await.unwrap(), 6);
-        set_crashing(&fixture.crashed, true);
+        CRASHING.set(&fixture.crashed, true);
         let c = &fixture.crashed;
         cli_crash(c.clone())
             .id(c)
@@ -594,7 +576,7 @@ async fn cancel_retry_resume_and_fork_change_the_rows(backend: Backend) {
 
     // retry: the crash-failed instance is put back in line, nothing more;
     // the worker here runs it, and its journaled step is not run again.
-    set_crashing(&f.crashed, false);
+    CRASHING.set(&f.crashed, false);
     let out = f.keiro_cmd(&["retry", &f.crashed]).await.ok();
     assert!(
         out.contains("pending") && out.contains("cli_crash"),
@@ -642,7 +624,7 @@ async fn cancel_retry_resume_and_fork_change_the_rows(backend: Backend) {
     // resume: only an instance set aside for non-determinism.
     let error = f.keiro_cmd(&["resume", &f.done]).await.fails(1);
     assert!(error.contains("not set aside"), "{error}");
-    set_aside(&f, &f.waiting[0]).await;
+    set_aside(&f.keiro, &f.waiting[0]).await;
     assert!(matches!(
         f.status(&f.waiting[0]).await,
         WorkflowStatus::NonDeterministic { .. }
@@ -691,32 +673,6 @@ async fn cancel_retry_resume_and_fork_change_the_rows(backend: Backend) {
 
     // None of these commands registered an executor.
     assert_eq!(executor_rows(&f).await, executors);
-}
-
-/// Marks instance `id` set aside for non-determinism, as the runtime does
-/// when code and journal disagree.
-async fn set_aside(f: &Fixture, id: &str) {
-    let view = f.keiro.store();
-    let error = "journal has step `a`, code calls step `b`";
-    if let Some(pool) = view.sqlite_pool() {
-        sqlx::query(
-            "UPDATE keiro_workflows SET status = 'nondeterministic', error = ?1 WHERE id = ?2",
-        )
-        .bind(error)
-        .bind(id)
-        .execute(pool)
-        .await
-        .unwrap();
-    } else {
-        sqlx::query(
-            "UPDATE keiro.workflows SET status = 'nondeterministic', error = $1 WHERE id = $2",
-        )
-        .bind(error)
-        .bind(id)
-        .execute(view.postgres_pool().unwrap())
-        .await
-        .unwrap();
-    }
 }
 
 async fn answers_and_messages_make_instances_due(backend: Backend) {

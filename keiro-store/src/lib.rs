@@ -94,7 +94,9 @@ pub fn wake_payload(id: &str) -> std::borrow::Cow<'_, str> {
 pub use events::{EventRow, Publish, StreamEntry};
 pub use journal::StepTiming;
 pub use listing::{ListQuery, ListedInstance, WaitingStep};
-pub use messages::{MessageRow, NewMessage, Receive, Received, SendOutcome, Take, Taken};
+pub use messages::{
+    MessageRow, NewMessage, Receive, Received, SendOutcome, Take, Taken, WaitingMessage,
+};
 pub use model::{
     now_us, timer_sort_key, AppendOutcome, BlockReason, Blocked, Cancellation, ContinueAsNew,
     Crash, ExecutorRow, Finish, InstanceRow, InstanceStatus, Lease, NewInstance, NewTimer,

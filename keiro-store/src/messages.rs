@@ -25,6 +25,7 @@ pub(crate) struct TalkStatements {
     pub(crate) consume_message: String,
     pub(crate) message_waiting: String,
     pub(crate) count_waiting: String,
+    pub(crate) waiting_messages: String,
     pub(crate) upsert_event: String,
     pub(crate) get_event: String,
     pub(crate) next_position: String,
@@ -99,6 +100,10 @@ impl TalkStatements {
             count_waiting: format!(
                 "SELECT COUNT(*) FROM {m} WHERE workflow_id = $1 AND topic = $2 \
                  AND consumed_at IS NULL"
+            ),
+            waiting_messages: format!(
+                "SELECT id, topic, payload, type_name, sent_at FROM {m} \
+                 WHERE workflow_id = $1 AND consumed_at IS NULL ORDER BY id LIMIT $2"
             ),
             upsert_event: format!(
                 "INSERT INTO {e} (workflow_id, key, value, type_name, updated_at) \
@@ -175,6 +180,16 @@ pub struct MessageRow {
     pub type_name: Option<String>,
     /// When it was sent (µs since the Unix epoch).
     pub sent_at: i64,
+}
+
+/// A message queued for an instance and not yet taken
+/// ([`Store::waiting_messages`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitingMessage {
+    /// The queue it waits in.
+    pub topic: String,
+    /// The message.
+    pub message: MessageRow,
 }
 
 /// The receiving step of [`Store::receive_message`].
@@ -451,6 +466,30 @@ impl Store {
     pub fn notifies_sends(&self) -> bool {
         dispatch!(Store, self, |_s, sql| sql.talk.send_one.is_some()
             && sql.talk.notifies)
+    }
+
+    /// The first `limit` messages of any topic waiting, untaken, for
+    /// instance `id`, in the order they were sent.
+    pub async fn waiting_messages(&self, id: &str, limit: i64) -> Result<Vec<WaitingMessage>> {
+        const OP: &str = "waiting_messages";
+        dispatch!(Store, self, |s, sql| {
+            let rows = sqlx::query(&sql.talk.waiting_messages)
+                .bind(id)
+                .bind(limit)
+                .fetch_all(s.pool())
+                .await
+                .map_err(StoreError::query(OP))?;
+            rows.iter()
+                .map(|row| {
+                    let topic = row.text(
+                        || format!("waiting message for workflow instance `{id}`"),
+                        "topic",
+                    )?;
+                    let message = message_row(id, &topic, row)?;
+                    Ok(WaitingMessage { topic, message })
+                })
+                .collect()
+        })
     }
 
     /// How many messages of `topic` wait, untaken, for instance `id`.

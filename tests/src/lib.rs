@@ -7,6 +7,7 @@ use std::sync::{Mutex, OnceLock};
 pub mod browser;
 pub mod executors;
 pub mod faults;
+pub mod operator;
 pub mod pg_cluster;
 pub mod process;
 pub mod shared_name;

@@ -107,20 +107,45 @@ async fn serve(router: axum::Router) -> String {
     format!("http://{address}/ops")
 }
 
+/// The text of the first element `css` selects, waiting up to 10 s for
+/// one. Read in one script call, so a live refresh that replaces the
+/// element between finding and reading it cannot make the read stale.
 async fn text(client: &Client, css: &str) -> String {
-    let found = client
-        .wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::Css(css))
-        .await;
-    match found {
-        Ok(element) => element.text().await.unwrap(),
-        Err(error) => {
+    let started = Instant::now();
+    loop {
+        let found = client
+            .execute(
+                "const e = document.querySelector(arguments[0]); return e ? e.innerText : null;",
+                vec![serde_json::json!(css)],
+            )
+            .await
+            .unwrap();
+        if let Some(text) = found.as_str() {
+            return text.to_owned();
+        }
+        if started.elapsed() > Duration::from_secs(10) {
             let url = client.current_url().await.map(|u| u.to_string());
             let source = client.source().await.unwrap_or_default();
-            panic!("no `{css}` on {url:?} ({error}); the page:\n{source}")
+            panic!("no `{css}` on {url:?}; the page:\n{source}")
         }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Clicks the first element `css` selects; finds it again if a live
+/// refresh replaced it in between.
+async fn click(client: &Client, css: &str) {
+    for _ in 0..20 {
+        if let Ok(element) = client.find(Locator::Css(css)).await {
+            match element.click().await {
+                Ok(()) => return,
+                Err(error) if error.to_string().contains("stale") => {}
+                Err(error) => panic!("click `{css}`: {error}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("could not click `{css}`");
 }
 
 /// The ids and statuses of the list's rows.
@@ -257,13 +282,7 @@ async fn console_shows_filters_and_retries(backend: Backend) {
     assert!(std::fs::metadata(&shot).unwrap().len() > 1000);
 
     // Filter by status through the page's own link.
-    client
-        .find(Locator::Css("#status-filter a[data-status=\"failed\"]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(client, "#status-filter a[data-status=\"failed\"]").await;
     let mut failed = rows(client).await;
     failed.sort();
     assert_eq!(
@@ -284,25 +303,15 @@ async fn console_shows_filters_and_retries(backend: Backend) {
     // Search by id prefix.
     let search = client.find(Locator::Css("#id-prefix")).await.unwrap();
     search.send_keys(&format!("{p}-fl")).await.unwrap();
-    client
-        .find(Locator::Css("form.search button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(client, "form.search button").await;
     wait_rows(client, &[flaky.as_str()]).await;
 
     // The failed instance's page shows why it failed.
-    client
-        .find(Locator::Css(&format!(
-            "#instances a[href$=\"/instances/{flaky}\"]"
-        )))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(
+        client,
+        &format!("#instances a[href$=\"/instances/{flaky}\"]"),
+    )
+    .await;
     let error = text(client, "#error").await;
     assert!(
         error.contains(&format!("payment service down for {flaky}")),
@@ -311,35 +320,17 @@ async fn console_shows_filters_and_retries(backend: Backend) {
     assert_eq!(text(client, "#status").await, "failed");
 
     // Retry without the token is refused and says so.
-    client
-        .find(Locator::Css("#op-retry"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(client, "#op-retry").await;
     wait_contains(client, "#op-result", "401").await;
     // With a wrong one, too.
     let token = client.find(Locator::Css("#token")).await.unwrap();
     token.send_keys("wrong").await.unwrap();
-    client
-        .find(Locator::Css("#op-retry"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(client, "#op-retry").await;
     wait_contains(client, "#op-result", "403").await;
     // With the right one it runs again (under the worker) and completes.
     token.clear().await.unwrap();
     token.send_keys("s3cret").await.unwrap();
-    client
-        .find(Locator::Css("#op-retry"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(client, "#op-retry").await;
     wait_text(client, "#status", "completed").await;
     let output = text(client, "#output").await;
     assert!(

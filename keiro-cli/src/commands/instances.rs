@@ -6,7 +6,9 @@ use keiro::{Keiro, ListFilter};
 use serde_json::{json, Value};
 
 use crate::args::ListArgs;
-use crate::render::{self, STATUSES};
+use keiro::admin::json::{self as shapes, STATUSES};
+
+use crate::render;
 use crate::table::{fields, fit, Table, WIDTH};
 use crate::{clock, Failure, Report};
 
@@ -15,7 +17,7 @@ use crate::{clock, Failure, Report};
 fn filter(args: &ListArgs) -> Result<ListFilter, Failure> {
     let mut filter = ListFilter::default().limit(args.limit);
     for name in &args.status {
-        let status = render::parse_status(name).ok_or_else(|| {
+        let status = shapes::parse_status(name).ok_or_else(|| {
             Failure::Usage(format!(
                 "unknown status `{name}` in --status; valid statuses: {}",
                 STATUSES.join(", ")
@@ -56,7 +58,7 @@ pub(crate) async fn list(keiro: &Keiro, args: &ListArgs) -> Result<Report, Failu
         table.row(vec![
             s.id.clone(),
             s.name.clone(),
-            render::status_name(&s.status).to_owned(),
+            shapes::status_name(&s.status).to_owned(),
             s.attempts.to_string(),
             format!("{} ago", clock::age(s.updated_at, now)),
             render::detail(s),
@@ -66,7 +68,7 @@ pub(crate) async fn list(keiro: &Keiro, args: &ListArgs) -> Result<Report, Failu
     Ok(Report {
         human,
         json: json!({
-            "items": page.items.iter().map(render::summary_json).collect::<Vec<_>>(),
+            "items": page.items.iter().map(shapes::summary).collect::<Vec<_>>(),
             "next_cursor": page.next_cursor,
         }),
     })
@@ -81,13 +83,13 @@ pub(crate) async fn show(keiro: &Keiro, id: &str) -> Result<Report, Failure> {
         .ok_or_else(|| keiro::Error::NotFound { id: id.to_owned() })?;
     let summary = keiro.summary(id).await?;
     let steps = keiro.steps_of(id, summary.generation).await?;
-    let input = render::stored(row.original_input());
-    let output = row.output.as_deref().map(render::stored);
+    let input = shapes::stored(row.original_input());
+    let output = row.output.as_deref().map(shapes::stored);
 
     let mut pairs = vec![
         ("id", summary.id.clone()),
         ("workflow", summary.name.clone()),
-        ("status", render::status_name(&summary.status).to_owned()),
+        ("status", shapes::status_name(&summary.status).to_owned()),
         ("attempts", summary.attempts.to_string()),
         ("generation", summary.generation.to_string()),
         ("created", clock::short(summary.created_at)),
@@ -112,7 +114,7 @@ pub(crate) async fn show(keiro: &Keiro, id: &str) -> Result<Report, Failure> {
         .as_ref()
         .filter(|waiting| waiting.kind == keiro::WaitKind::AwakeableAnswer)
         .and_then(|waiting| steps.iter().find(|step| step.seq == waiting.seq - 1))
-        .and_then(|step| render::awakeable_id(id, summary.generation, step));
+        .and_then(|step| shapes::awakeable_id(id, summary.generation, step));
     let optional = [
         ("parent", summary.parent_id.clone()),
         ("executor", summary.executor.clone()),
@@ -147,9 +149,9 @@ pub(crate) async fn show(keiro: &Keiro, id: &str) -> Result<Report, Failure> {
                 step.seq.to_string(),
                 step.kind.clone(),
                 step.name.clone(),
-                render::outcome_name(step.outcome).to_owned(),
+                shapes::outcome_name(step.outcome).to_owned(),
                 step.attempts.map(|n| n.to_string()).unwrap_or_default(),
-                render::step_duration(step)
+                shapes::step_duration(step)
                     .map(clock::duration)
                     .unwrap_or_default(),
                 format!("+{}", clock::age(summary.created_at, step.finished_at)),
@@ -176,15 +178,15 @@ pub(crate) async fn show(keiro: &Keiro, id: &str) -> Result<Report, Failure> {
         human.push_str(&table.render());
     }
 
-    let mut json = render::summary_json(&summary);
+    let mut json = shapes::summary(&summary);
     json["input"] = input;
     json["output"] = output.unwrap_or(Value::Null);
     json["awaited_awakeable_id"] = awaited.into();
     json["steps"] = steps
         .iter()
         .map(|step| {
-            let mut entry = render::step_json(step);
-            if let Some(awakeable) = render::awakeable_id(id, summary.generation, step) {
+            let mut entry = shapes::step(step);
+            if let Some(awakeable) = shapes::awakeable_id(id, summary.generation, step) {
                 entry["awakeable_id"] = awakeable.into();
             }
             entry

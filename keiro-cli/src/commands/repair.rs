@@ -5,8 +5,8 @@
 use keiro::{CancelOutcome, ForkFrom, Keiro};
 use serde_json::json;
 
-use crate::render::status_name;
 use crate::{Failure, Report};
+use keiro::admin::json::status_name;
 
 /// The workflow name and status of instance `id` as stored now.
 async fn state(keiro: &Keiro, id: &str) -> Result<(String, &'static str), Failure> {

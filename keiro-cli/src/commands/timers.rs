@@ -1,16 +1,15 @@
 //! `keiro timers …`: process-manager timers, page by page, and moving one.
 
 use keiro::timers::{
-    TimerChange, TimerError, TimerFilter, TimerId, TimerPage, TimerPageRequest, TimerRow,
-    TimerStatus, Timers,
+    TimerAction, TimerChange, TimerFilter, TimerId, TimerPage, TimerPageRequest, TimerRow,
 };
 use keiro::Keiro;
 use serde_json::json;
 
 use crate::args::{TimerPageArgs, TimersCommand};
-use crate::render::timer_json;
 use crate::table::Table;
 use crate::{clock, Failure, Report};
+use keiro::admin::json::timer as timer_json;
 
 /// Runs one `keiro timers` command.
 pub(crate) async fn run(keiro: &Keiro, command: TimersCommand) -> Result<Report, Failure> {
@@ -33,14 +32,16 @@ pub(crate) async fn run(keiro: &Keiro, command: TimersCommand) -> Result<Report,
         TimersCommand::Requeue { id } => {
             let id = TimerId::new(id);
             let change = timers.requeue(&id).await?;
-            changed(&id, change, "requeue", "a firing or dead")
+            changed(&id, change, TimerAction::Requeue)
         }
         TimersCommand::Cancel { id } => {
             let id = TimerId::new(id);
             let change = timers.cancel(&id).await?;
-            changed(&id, change, "cancel", "a scheduled, firing or dead")
+            changed(&id, change, TimerAction::Cancel)
         }
-        TimersCommand::Resume { id } => resume(&timers, TimerId::new(id)).await,
+        // A dead timer back in line with zero attempts; any other status
+        // is refused (`TimerError::NotDead`).
+        TimersCommand::Resume { id } => Ok(report(&timers.requeue_dead(&TimerId::new(id)).await?)),
     }
 }
 
@@ -93,43 +94,20 @@ fn page_report(
 }
 
 /// The report of a one-timer change, or the refusal naming the timer.
-fn changed(id: &TimerId, change: TimerChange, verb: &str, takes: &str) -> Result<Report, Failure> {
-    match change {
-        TimerChange::Applied(timer) => Ok(Report {
-            human: format!(
-                "timer {id} is {} (fires at {}, {} attempts so far)\n",
-                timer.status.as_str(),
-                clock::short(timer.fire_at),
-                timer.attempts
-            ),
-            json: timer_json(&timer),
-        }),
-        TimerChange::NotFound => Err(TimerError::NotFound { id: id.to_string() }.into()),
-        TimerChange::NotApplicable(status) => Err(Failure::Refused(format!(
-            "timer `{id}` is {}; {verb} takes {takes} timer, so nothing changed",
-            status.as_str()
-        ))),
-    }
+fn changed(id: &TimerId, change: TimerChange, action: TimerAction) -> Result<Report, Failure> {
+    Ok(report(&change.applied(id, action)?))
 }
 
-/// `keiro timers resume ID`: a dead timer back in line with zero attempts,
-/// for a worker to fire again. Refused for any other status
-/// ([`TimerError::NotDead`]: a stuck, `firing` one is for `requeue`; a
-/// `resuming` one is held by a foreground resume claim). The status is read
-/// first, then the timer requeued; the requeue itself refuses a timer a
-/// foreground claim took in between.
-async fn resume(timers: &Timers, id: TimerId) -> Result<Report, Failure> {
-    let timer = timers
-        .get(&id)
-        .await?
-        .ok_or_else(|| TimerError::NotFound { id: id.to_string() })?;
-    if timer.status != TimerStatus::Dead {
-        return Err(TimerError::NotDead {
-            id: id.to_string(),
-            status: timer.status,
-        }
-        .into());
+/// The report of a timer as a change left it.
+fn report(timer: &TimerRow) -> Report {
+    Report {
+        human: format!(
+            "timer {} is {} (fires at {}, {} attempts so far)\n",
+            timer.id,
+            timer.status.as_str(),
+            clock::short(timer.fire_at),
+            timer.attempts
+        ),
+        json: timer_json(timer),
     }
-    let change = timers.requeue(&id).await?;
-    changed(&id, change, "resume", "a dead")
 }

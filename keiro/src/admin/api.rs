@@ -1,10 +1,47 @@
-//! The JSON endpoints under `/api`.
+//! The JSON endpoints under `/api`, as [`super`]'s module docs list them.
+//! Reads need no token; every `POST` goes through
+//! [`super::auth::Operator`].
+//!
+//! Errors are `{"error", "kind"}` ([`super::error`]).
 
-use axum::Router;
+mod awakeables;
+pub(crate) mod detail;
+mod extract;
+mod instances;
+mod timers;
+
+use axum::extract::State;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
 
 use super::Shared;
 
 /// The `/api` routes.
 pub(crate) fn routes() -> Router<Shared> {
     Router::new()
+        .route("/api/health", get(health))
+        .route("/api/instances", get(instances::list))
+        .route("/api/instances/{id}", get(instances::show))
+        .route("/api/instances/{id}/cancel", post(instances::cancel))
+        .route("/api/instances/{id}/retry", post(instances::retry))
+        .route("/api/instances/{id}/resume", post(instances::resume))
+        .route("/api/instances/{id}/fork", post(instances::fork))
+        .route("/api/instances/{id}/messages", post(instances::send))
+        .route("/api/awakeables/{id}/resolve", post(awakeables::resolve))
+        .route("/api/awakeables/{id}/reject", post(awakeables::reject))
+        .route("/api/timers", get(timers::list))
+        .route("/api/timers/{id}/requeue", post(timers::requeue))
+        .route("/api/timers/{id}/resume", post(timers::resume))
 }
+
+/// `GET /api/health`: which backend, and whether operations are refused.
+async fn health(State(state): State<Shared>) -> Json<Value> {
+    Json(json!({
+        "backend": state.keiro.store().backend(),
+        "read_only": state.token.is_none(),
+    }))
+}
+
+/// What every handler answers: a JSON document or the JSON error.
+type ApiResult = Result<Json<Value>, super::error::ApiError>;

@@ -18,9 +18,39 @@
 //!   the console says so.
 //! * `/` is the web console: server-rendered HTML with a little plain
 //!   JavaScript, compiled into the binary.
+//!
+//! The JSON API (shapes: [`json`]). Ids that hold a `/` (a child's
+//! `parent/3`, every awakeable id) are percent-encoded in the path
+//! (`parent%2F3`). A refusal is `{"error": TEXT, "kind": KIND}`, the text
+//! being the [`crate::Error`]'s sentence, with `400` for bad input, `401`
+//! without a token, `403` with a wrong one or on a read-only router, `404`
+//! for an unknown id, `409` for a transition the state refuses, `413` for
+//! a payload over the limit and `5xx` for store failures.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /api/health` | `{"backend", "read_only"}` |
+//! | `GET /api/instances?status=&name=&id_prefix=&parent_id=&limit=&cursor=&oldest_first=` | `{"instances": [summary], "next_cursor"}` |
+//! | `GET /api/instances/{id}` | `{"instance", "input", "output", "steps", "children", "children_next_cursor", "awakeables", "messages"}` |
+//! | `POST /api/instances/{id}/cancel` | `{"outcome": "cancelled", "cancelled": [ids], "instance"}` |
+//! | `POST /api/instances/{id}/retry`, `/resume` | `{"outcome", "instance"}` |
+//! | `POST /api/instances/{id}/fork` `{"from_step", "new_id"?}` | `{"id", "instance"}` |
+//! | `POST /api/instances/{id}/messages` `{"topic", "value", "idempotency_key"?}` | `{"outcome": "sent", "instance"}` |
+//! | `POST /api/awakeables/{id}/resolve` (body: the value) | `{"outcome": "resolved", "awakeable_id"}` |
+//! | `POST /api/awakeables/{id}/reject` `{"reason"}` | `{"outcome": "rejected", "awakeable_id"}` |
+//! | `GET /api/timers?view=pending\|stuck\|dead&older_than_secs=&process_manager=&limit=&cursor=` | `{"timers": [timer], "next_cursor"}` |
+//! | `POST /api/timers/{id}/requeue`, `/resume` | `{"outcome", "timer"}` |
+//!
+//! `status` takes a comma-separated list (`status=failed,suspended`); the
+//! detail's `children` are the first 100 (`children_next_cursor` continues
+//! them in `GET /api/instances?parent_id=`), `awakeables` the unanswered
+//! ones of an unfinished instance, `messages` the first 100 not yet
+//! received; a timers page also says its `view`.
 
 mod api;
+mod auth;
 mod console;
+mod error;
 pub mod json;
 
 use std::sync::Arc;

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use keiro_store::{StoreError, TimerStatus};
 
-use super::TimerList;
+use super::{TimerAction, TimerList};
 
 /// What can go wrong scheduling, firing, inspecting or resuming timers.
 ///
@@ -110,6 +110,21 @@ pub enum TimerError {
         /// The timer id.
         id: String,
         /// Its status.
+        status: TimerStatus,
+    },
+    /// A change by id ([`TimerAction`]) does not apply to the timer's
+    /// status; nothing changed.
+    #[error(
+        "timer `{id}` is {}; {action} takes {} timer, so nothing changed",
+        status.as_str(),
+        action.takes()
+    )]
+    NotApplicable {
+        /// The timer id.
+        id: String,
+        /// The change asked for.
+        action: TimerAction,
+        /// The status that refused it.
         status: TimerStatus,
     },
     /// The resume claim's lease is out of range.

@@ -79,7 +79,7 @@ pub use inspect::{
 };
 pub use keiro_store::{ScheduleOutcome, TimerStatus, TimerTx};
 pub use resume::{TimerResumeClaim, MAX_RESUME_LEASE};
-pub use types::{TimerChange, TimerId, TimerRequest, TimerRow};
+pub use types::{TimerAction, TimerChange, TimerId, TimerRequest, TimerRow};
 pub use worker::{
     run_timer_worker, DrainSummary, FireDisposition, FireOutcome, FireReport, TimerWorker,
     TimerWorkerOptions, NOT_MINE_RETRY_DELAY, PANIC_RETRY_DELAY,

@@ -15,9 +15,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use keiro_store::{now_us, ResumeClaimOutcome, ResumeUpdate};
+use keiro_store::{now_us, ResumeClaimOutcome, ResumeUpdate, TimerStatus};
 
-use super::{TimerError, TimerId, TimerRow, Timers};
+use super::{TimerAction, TimerError, TimerId, TimerRow, Timers};
 use crate::time::{duration_us, from_us};
 
 /// The longest lease [`Timers::claim_dead`] and [`Timers::renew_resume`] grant.
@@ -98,6 +98,28 @@ fn check_lease(lease: Duration) -> Result<i64, TimerError> {
 }
 
 impl Timers {
+    /// Puts dead timer `id` back in line at its fire time with zero
+    /// attempts, for a worker to fire again (an operator's "resume", without
+    /// the guarded claim of [`Timers::claim_dead`]); returns it as it is now.
+    /// Any other status is refused with [`TimerError::NotDead`] (a stuck,
+    /// `firing` one is for [`Timers::requeue`]; a `resuming` one is held by a
+    /// foreground claim), an unknown id with [`TimerError::NotFound`]. The
+    /// status is read first, then the timer requeued; the requeue itself
+    /// refuses a timer a foreground claim took in between.
+    pub async fn requeue_dead(&self, id: &TimerId) -> Result<TimerRow, TimerError> {
+        let timer = self
+            .get(id)
+            .await?
+            .ok_or_else(|| TimerError::NotFound { id: id.to_string() })?;
+        if timer.status != TimerStatus::Dead {
+            return Err(TimerError::NotDead {
+                id: id.to_string(),
+                status: timer.status,
+            });
+        }
+        self.requeue(id).await?.applied(id, TimerAction::Resume)
+    }
+
     /// Claims a dead timer for a foreground resume, held for `lease` (at most
     /// [`MAX_RESUME_LEASE`]). Its reason and attempts are kept. Refused with
     /// [`TimerError::NotFound`], [`TimerError::NotDead`] or, while another

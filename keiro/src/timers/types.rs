@@ -251,4 +251,58 @@ impl TimerChange {
     pub fn is_applied(&self) -> bool {
         matches!(self, TimerChange::Applied(_))
     }
+
+    /// The timer as `action` left it, or the refusal naming timer `id`:
+    /// [`TimerError::NotFound`], or [`TimerError::NotApplicable`] with the
+    /// status that refused it.
+    pub fn applied(self, id: &TimerId, action: TimerAction) -> Result<TimerRow, TimerError> {
+        match self {
+            TimerChange::Applied(timer) => Ok(timer),
+            TimerChange::NotFound => Err(TimerError::NotFound { id: id.to_string() }),
+            TimerChange::NotApplicable(status) => Err(TimerError::NotApplicable {
+                id: id.to_string(),
+                action,
+                status,
+            }),
+        }
+    }
+}
+
+/// The changes an operator makes to one timer by id, as
+/// [`TimerError::NotApplicable`] names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimerAction {
+    /// [`super::Timers::requeue`].
+    Requeue,
+    /// [`super::Timers::cancel`].
+    Cancel,
+    /// [`super::Timers::requeue_dead`].
+    Resume,
+}
+
+impl TimerAction {
+    /// Its name: `requeue`, `cancel`, `resume`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimerAction::Requeue => "requeue",
+            TimerAction::Cancel => "cancel",
+            TimerAction::Resume => "resume",
+        }
+    }
+
+    /// Which timers it takes, as a refusal says it (`a firing or dead`).
+    pub fn takes(self) -> &'static str {
+        match self {
+            TimerAction::Requeue => "a firing or dead",
+            TimerAction::Cancel => "a scheduled, firing or dead",
+            TimerAction::Resume => "a dead",
+        }
+    }
+}
+
+impl std::fmt::Display for TimerAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }

@@ -139,14 +139,6 @@ pub(crate) fn json_block(value: &serde_json::Value) -> String {
     }
 }
 
-/// Stored JSON text shown as [`json_block`] when it parses, else as text.
-pub(crate) fn stored_json(text: &str) -> String {
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(value) => json_block(&value),
-        Err(_) => format!("<code class=\"value\">{}</code>", escape(text)),
-    }
-}
-
 /// `at` as an RFC 3339 UTC time with milliseconds, in a `<time>` element
 /// whose text is the short form and whose title is the exact one.
 pub(crate) fn time(at: SystemTime) -> String {

@@ -10,12 +10,10 @@ use axum::response::Response;
 use super::html::{self, escape, url_component, Section};
 use super::list::{is_live, table};
 use super::{error_page, error_status, html_response, Request};
-use crate::admin::json::status_name;
+use crate::admin::api::detail::{Detail, DETAIL_LIMIT};
+use crate::admin::json::{self, status_name};
 use crate::admin::Shared;
-use crate::{ListFilter, StepOutcome, StepRecord, WorkflowStatus, WorkflowSummary};
-
-/// Children shown on the page (the rest are a link to the filtered list).
-const CHILDREN_SHOWN: u32 = 100;
+use crate::{StepOutcome, StepRecord, WorkflowStatus, WorkflowSummary};
 
 /// `GET /instances/{id}`.
 pub(super) async fn page(
@@ -33,32 +31,12 @@ pub(super) async fn page(
             &error.to_string(),
         )
     };
-    let keiro = &state.keiro;
-    let summary = match keiro.summary(&id).await {
-        Ok(summary) => summary,
+    let detail = match Detail::load(&state.keiro, &id).await {
+        Ok(detail) => detail,
         Err(error) => return fail(error),
     };
-    let row = match keiro.store().get_instance(&id).await {
-        Ok(Some(row)) => row,
-        Ok(None) => return fail(crate::Error::NotFound { id }),
-        Err(error) => return fail(error),
-    };
-    let steps = match keiro.steps_of(&id, summary.generation).await {
-        Ok(steps) => steps,
-        Err(error) => return fail(error),
-    };
-    let children = match keiro
-        .list(
-            &ListFilter::default()
-                .parent_id(id.as_str())
-                .oldest_first()
-                .limit(CHILDREN_SHOWN),
-        )
-        .await
-    {
-        Ok(children) => children,
-        Err(error) => return fail(error),
-    };
+    let summary = &detail.summary;
+    let steps = &detail.steps;
     let base = &request.base;
     let live = if is_live(&summary.status) {
         " data-live"
@@ -66,35 +44,41 @@ pub(super) async fn page(
         ""
     };
     let mut body = format!("<div id=\"summary\" data-refresh=\"summary\"{live}>");
-    body.push_str(&facts(base, &summary));
+    body.push_str(&facts(base, summary));
     body.push_str("</div>");
-    body.push_str(&actions(&request, &summary));
+    body.push_str(&actions(&request, summary));
     body.push_str(&format!(
         "<h2>Steps <small>generation {}</small></h2>",
         summary.generation
     ));
-    body.push_str(&timeline(&summary, &steps));
+    body.push_str(&timeline(summary, steps));
     body.push_str(&format!(
         "<div id=\"values\" data-refresh=\"values\"><h2>Input</h2><div id=\"input\">{}</div>",
-        html::stored_json(&row.input)
+        html::json_block(&detail.input)
     ));
-    if let Some(output) = &row.output {
+    if let Some(output) = &detail.output {
         body.push_str(&format!(
             "<h2>Output</h2><div id=\"output\">{}</div>",
-            html::stored_json(output)
+            html::json_block(output)
         ));
     }
     body.push_str("</div>");
-    if !children.items.is_empty() {
+    body.push_str(&waiting(&request, &detail));
+    if !detail.children.is_empty() {
         body.push_str("<h2>Children</h2>");
-        body.push_str(&table(base, &children.items));
-        if children.next_cursor.is_some() {
+        body.push_str(&table(base, &detail.children));
+        if detail.children_next_cursor.is_some() {
             body.push_str(&format!(
-                "<p>Only the first {CHILDREN_SHOWN} are shown.</p>"
+                "<p><a href=\"{}\">All children</a> (the first {DETAIL_LIMIT} are shown).</p>",
+                escape(&format!(
+                    "{}/api/instances?parent_id={}",
+                    base,
+                    url_component(&id)
+                ))
             ));
         }
     }
-    body.push_str(&forms(&request, &summary, &steps));
+    body.push_str(&forms(&request, summary, steps));
     let title = format!("{} · {}", summary.name, summary.id);
     html_response(
         StatusCode::OK,
@@ -245,15 +229,7 @@ fn forms(request: &Request, s: &WorkflowSummary, steps: &[StepRecord]) -> String
             "<form class=\"op\" data-op=\"instances/{id}/messages\" data-shape=\"message\">\
              <label>Send on topic <input name=\"topic\" required></label>\
              <label>value (JSON) <input name=\"value\" value=\"null\" required></label>\
-             <button type=\"submit\" id=\"op-send\"{disabled}>Send</button></form>\
-             <form class=\"op\" data-op=\"awakeables/{{awakeable}}/resolve\" data-shape=\"resolve\">\
-             <label>Resolve awakeable <input name=\"awakeable\" placeholder=\"awakeable id\" required></label>\
-             <label>value (JSON) <input name=\"value\" value=\"null\" required></label>\
-             <button type=\"submit\" id=\"op-resolve\"{disabled}>Resolve</button></form>\
-             <form class=\"op\" data-op=\"awakeables/{{awakeable}}/reject\" data-shape=\"reject\">\
-             <label>Reject awakeable <input name=\"awakeable\" placeholder=\"awakeable id\" required></label>\
-             <label>reason <input name=\"reason\" required></label>\
-             <button type=\"submit\" id=\"op-reject\"{disabled}>Reject</button></form>"
+             <button type=\"submit\" id=\"op-send\"{disabled}>Send</button></form>"
         ));
     }
     out.push_str("</section>");
@@ -323,5 +299,57 @@ fn timeline(s: &WorkflowSummary, steps: &[StepRecord]) -> String {
         ));
     }
     out.push_str("</tbody></table>");
+    out
+}
+
+/// What the instance waits for from outside: its unanswered awakeables,
+/// each with forms to resolve or reject it, and the messages sent to it
+/// that it has not received yet.
+fn waiting(request: &Request, detail: &Detail) -> String {
+    let disabled = disabled(request);
+    let mut out = String::from("<div id=\"waiting\" data-refresh=\"waiting\">");
+    if !detail.awakeables.is_empty() {
+        out.push_str(
+            "<h2>Awakeables waiting for an answer</h2><table id=\"awakeables\"><thead><tr>\
+             <th>awakeable id</th><th>seq</th><th>type</th><th>created</th><th>answer</th>\
+             </tr></thead><tbody>",
+        );
+        for awakeable in &detail.awakeables {
+            let id = escape(&awakeable.id);
+            out.push_str(&format!(
+                "<tr data-seq=\"{seq}\"><td><code>{id}</code></td><td>{seq}</td><td>{kind}</td>\
+                 <td>{created}</td><td>\
+                 <form class=\"op\" data-op=\"awakeables/{{awakeable}}/resolve\" data-shape=\"resolve\">\
+                 <input type=\"hidden\" name=\"awakeable\" value=\"{id}\">\
+                 <label>value (JSON) <input name=\"value\" value=\"null\" required></label>\
+                 <button type=\"submit\" class=\"op-resolve\"{disabled}>Resolve</button></form>\
+                 <form class=\"op\" data-op=\"awakeables/{{awakeable}}/reject\" data-shape=\"reject\">\
+                 <input type=\"hidden\" name=\"awakeable\" value=\"{id}\">\
+                 <label>reason <input name=\"reason\" required></label>\
+                 <button type=\"submit\" class=\"op-reject\"{disabled}>Reject</button></form>\
+                 </td></tr>",
+                seq = awakeable.seq,
+                kind = escape(awakeable.awaited_type.as_deref().unwrap_or("")),
+                created = html::time(awakeable.created_at),
+            ));
+        }
+        out.push_str("</tbody></table>");
+    }
+    if !detail.messages.is_empty() {
+        out.push_str(
+            "<h2>Messages not yet received</h2><table id=\"messages\"><thead><tr>\
+             <th>topic</th><th>value</th><th>sent</th></tr></thead><tbody>",
+        );
+        for waiting in &detail.messages {
+            out.push_str(&format!(
+                "<tr><td>{topic}</td><td>{value}</td><td>{sent}</td></tr>",
+                topic = escape(&waiting.topic),
+                value = html::json_block(&json::stored(&waiting.message.payload)),
+                sent = html::time(crate::time::from_us(waiting.message.sent_at)),
+            ));
+        }
+        out.push_str("</tbody></table>");
+    }
+    out.push_str("</div>");
     out
 }

@@ -7,21 +7,9 @@ use serde::Deserialize;
 
 use super::html::{self, escape, url_component, Section};
 use super::{error_page, error_status, html_response, Request};
-use crate::admin::json::{parse_status, status_name};
+use crate::admin::json::{parse_status, status_name, STATUSES};
 use crate::admin::Shared;
 use crate::{ListFilter, WorkflowStatus, WorkflowSummary};
-
-/// The statuses the filter offers, as the store spells them.
-const STATUSES: [&str; 8] = [
-    "pending",
-    "running",
-    "suspended",
-    "completed",
-    "failed",
-    "cancelled",
-    "timed_out",
-    "nondeterministic",
-];
 
 /// Rows per page.
 const PAGE_ROWS: u32 = 50;
