@@ -60,6 +60,7 @@ mod signature;
 pub mod telemetry;
 mod time;
 pub mod timers;
+mod trace;
 pub mod unstable;
 mod workflow;
 
