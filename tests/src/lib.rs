@@ -6,6 +6,7 @@ use std::sync::{Mutex, OnceLock};
 
 pub mod executors;
 pub mod faults;
+pub mod otel;
 pub mod pg_cluster;
 pub mod process;
 pub mod shared_name;
