@@ -4,8 +4,8 @@
 //! again, with `--worker`), whose resume worker runs the workflow: B's
 //! `keiro.workflow` span is a child of A's request span, in the same trace.
 //! Both processes export their spans to stdout with the OpenTelemetry SDK
-//! (B's lines are shown prefixed with `B |`), and A prints the trace id they
-//! share.
+//! (B's lines are shown prefixed with `B |`: its `keiro.workflow` span's
+//! `ParentSpanId` is A's request span), and A prints the trace id they share.
 //!
 //! ```text
 //! cargo run -p keiro-examples --example trace_two_processes
@@ -62,8 +62,12 @@ async fn request() -> Result<(), Box<dyn std::error::Error>> {
     let order = format!("order-{}", keiro::Uuid::new_v4().simple());
     let id = format!("fulfil-{order}");
     let span = tracing::info_span!("http.request", order = %order);
-    let trace_id = trace_id_of(&span);
-    println!("request: span `http.request` in trace {trace_id} enqueues {id}");
+    let ids = span.context().span().span_context().clone();
+    let trace_id = ids.trace_id();
+    println!(
+        "request: span `http.request` {} in trace {trace_id} enqueues {id}",
+        ids.span_id()
+    );
     fulfil(order)
         .id(&id)
         .on(&keiro)

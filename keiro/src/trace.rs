@@ -49,7 +49,7 @@ mod otel {
         if !cx.span().span_context().is_valid() {
             return None;
         }
-        let mut carrier = Traceparent(None);
+        let mut carrier = Injected(None);
         TraceContextPropagator::new().inject_context(&cx, &mut carrier);
         carrier.0
     }
@@ -58,7 +58,7 @@ mod otel {
     /// entered), for instance `id`. A malformed value is ignored with a debug
     /// log: the run goes on under a root span.
     pub(crate) fn adopt(span: &tracing::Span, traceparent: &str, id: &str) {
-        let cx = TraceContextPropagator::new().extract(&Traceparent(Some(traceparent.to_owned())));
+        let cx = TraceContextPropagator::new().extract(&Stored(traceparent));
         if !cx.span().span_context().is_valid() {
             tracing::debug!(
                 id,
@@ -68,7 +68,7 @@ mod otel {
             return;
         }
         match span.set_parent(cx) {
-            // No OpenTelemetry layer here, or the span is filtered out.
+            // The span is filtered out: there is nothing to continue.
             Ok(()) | Err(SetParentError::SpanDisabled) => {}
             Err(error) => {
                 tracing::debug!(id, %error, "keiro could not continue a workflow instance's trace")
@@ -76,10 +76,10 @@ mod otel {
         }
     }
 
-    /// A carrier holding only the `traceparent` header.
-    struct Traceparent(Option<String>);
+    /// A carrier keeping only the `traceparent` header injected into it.
+    struct Injected(Option<String>);
 
-    impl Injector for Traceparent {
+    impl Injector for Injected {
         fn set(&mut self, key: &str, value: String) {
             if key == TRACEPARENT {
                 self.0 = Some(value);
@@ -87,10 +87,13 @@ mod otel {
         }
     }
 
-    impl Extractor for Traceparent {
+    /// A carrier holding a stored `traceparent` header, to extract.
+    struct Stored<'a>(&'a str);
+
+    impl Extractor for Stored<'_> {
         fn get(&self, key: &str) -> Option<&str> {
             match key {
-                TRACEPARENT => self.0.as_deref(),
+                TRACEPARENT => Some(self.0),
                 _ => None,
             }
         }
@@ -98,5 +101,63 @@ mod otel {
         fn keys(&self) -> Vec<&str> {
             vec![TRACEPARENT]
         }
+    }
+}
+
+#[cfg(all(test, feature = "otel"))]
+mod tests {
+    use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
+    use opentelemetry_sdk::trace::SdkTracerProvider;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::{adopt, current_traceparent};
+
+    /// Runs `f` under a subscriber with an OpenTelemetry layer.
+    fn traced<T>(f: impl FnOnce() -> T) -> T {
+        let provider = SdkTracerProvider::builder().build();
+        let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("keiro-trace"));
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), f)
+    }
+
+    #[test]
+    fn the_current_spans_traceparent_round_trips() {
+        traced(|| {
+            assert_eq!(current_traceparent(), None, "no span, no traceparent");
+            let request = tracing::info_span!("request");
+            let ids = request.context().span().span_context().clone();
+            let traceparent = request.in_scope(current_traceparent).unwrap();
+            assert_eq!(
+                traceparent,
+                format!("00-{}-{}-01", ids.trace_id(), ids.span_id())
+            );
+            let run = tracing::info_span!(parent: None, "keiro.workflow");
+            adopt(&run, &traceparent, "wf-1");
+            assert_eq!(
+                run.context().span().span_context().trace_id(),
+                ids.trace_id()
+            );
+        });
+    }
+
+    #[test]
+    fn a_malformed_traceparent_leaves_a_root_span() {
+        traced(|| {
+            for malformed in [
+                "",
+                "garbage",
+                "00-00000000000000000000000000000000-0000000000000000-01",
+            ] {
+                let run = tracing::info_span!(parent: None, "keiro.workflow");
+                adopt(&run, malformed, "wf-2");
+                let other = tracing::info_span!(parent: None, "other");
+                assert!(run.context().span().span_context().is_valid());
+                assert_ne!(
+                    run.context().span().span_context().trace_id(),
+                    other.context().span().span_context().trace_id(),
+                    "{malformed:?} started no trace"
+                );
+            }
+        });
     }
 }
