@@ -128,3 +128,14 @@ pub async fn traced(who: String) -> String {
 pub async fn traced_parent(who: String) -> String {
     traced(who).await.unwrap_or_else(|error| error.to_string())
 }
+
+/// Continues as new until `n` reaches 2: three generations under one id.
+#[workflow]
+pub async fn traced_generations(n: u32) -> u32 {
+    if n < 2 {
+        return keiro::continue_as_new(traced_generations(n + 1))
+            .await
+            .unwrap_or(n);
+    }
+    n
+}

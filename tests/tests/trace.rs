@@ -7,12 +7,15 @@
 //! This process exports its spans to memory; the worker process
 //! (`trace_worker`) writes its own to a file the test reads back.
 
+use std::future::IntoFuture;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use keiro::{ResumeOptions, WorkflowStatus};
 use keiro_store::NewInstance;
-use keiro_tests::otel::{install, read_spans, traced, traced_parent, ExportedSpan, SpanSink};
+use keiro_tests::otel::{
+    install, read_spans, traced, traced_generations, traced_parent, ExportedSpan, SpanSink,
+};
 use keiro_tests::{on_both_backends, Backend, TestDb};
 use opentelemetry::trace::TraceContextExt;
 use tracing::Instrument;
@@ -181,6 +184,39 @@ async fn a_started_workflow_and_its_child_continue_the_callers_trace(backend: Ba
     }
 }
 
+async fn continue_as_new_keeps_the_trace(backend: Backend) {
+    exported();
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let id = unique("generations");
+    let (request, trace_id, span_id) = open_span(&id);
+    let out = traced_generations(0)
+        .id(&id)
+        .on(&keiro)
+        .into_future()
+        .instrument(request)
+        .await
+        .unwrap();
+    assert_eq!(out, 2);
+    let summary = keiro.summary(&id).await.unwrap();
+    assert_eq!(summary.generation, 2);
+    assert_eq!(
+        summary.traceparent,
+        Some(format!("00-{trace_id}-{span_id}-01")),
+        "continue-as-new keeps the stored traceparent"
+    );
+    let spans = exported();
+    let runs = workflow_spans(&spans, &id);
+    assert!(runs.len() >= 3, "a run per generation: {runs:#?}");
+    for run in runs {
+        assert_eq!(
+            (run.trace_id.as_str(), run.parent_span_id.as_str()),
+            (trace_id.as_str(), span_id.as_str()),
+            "every generation's run is a child of the caller's span"
+        );
+    }
+}
+
 async fn malformed_stored_traceparents_are_ignored(backend: Backend) {
     exported();
     let db = TestDb::new(backend).await;
@@ -249,6 +285,7 @@ async fn a_workflow_started_outside_any_span_stores_none(backend: Backend) {
 on_both_backends!(
     a_trace_crosses_into_a_worker_process,
     a_started_workflow_and_its_child_continue_the_callers_trace,
+    continue_as_new_keeps_the_trace,
     malformed_stored_traceparents_are_ignored,
     a_workflow_started_outside_any_span_stores_none,
 );
