@@ -11,7 +11,7 @@ use std::future::IntoFuture;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use keiro::{ResumeOptions, WorkflowStatus};
+use keiro::{Keiro, ResumeOptions, WorkflowStatus};
 use keiro_store::NewInstance;
 use keiro_tests::otel::{
     install, read_spans, traced, traced_generations, traced_parent, ExportedSpan, SpanSink,
@@ -56,14 +56,20 @@ fn open_span(id: &str) -> (tracing::Span, String, String) {
     (span, ids.trace_id().to_string(), ids.span_id().to_string())
 }
 
+/// A fresh database and a runtime on it, with this process's spans exported.
+async fn fresh(backend: Backend) -> (TestDb, Keiro) {
+    exported();
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    (db, keiro)
+}
+
 fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
 }
 
 async fn a_trace_crosses_into_a_worker_process(backend: Backend) {
-    exported();
-    let db = TestDb::new(backend).await;
-    let keiro = db.keiro().await;
+    let (db, keiro) = fresh(backend).await;
     let id = unique("cross");
     let (request, trace_id, span_id) = open_span(&id);
     traced("a".into())
@@ -139,9 +145,7 @@ async fn a_trace_crosses_into_a_worker_process(backend: Backend) {
 }
 
 async fn a_started_workflow_and_its_child_continue_the_callers_trace(backend: Backend) {
-    exported();
-    let db = TestDb::new(backend).await;
-    let keiro = db.keiro().await;
+    let (_db, keiro) = fresh(backend).await;
     let id = unique("start");
     let (request, trace_id, span_id) = open_span(&id);
     let out = async {
@@ -185,9 +189,7 @@ async fn a_started_workflow_and_its_child_continue_the_callers_trace(backend: Ba
 }
 
 async fn continue_as_new_keeps_the_trace(backend: Backend) {
-    exported();
-    let db = TestDb::new(backend).await;
-    let keiro = db.keiro().await;
+    let (_db, keiro) = fresh(backend).await;
     let id = unique("generations");
     let (request, trace_id, span_id) = open_span(&id);
     let out = traced_generations(0)
@@ -218,9 +220,7 @@ async fn continue_as_new_keeps_the_trace(backend: Backend) {
 }
 
 async fn malformed_stored_traceparents_are_ignored(backend: Backend) {
-    exported();
-    let db = TestDb::new(backend).await;
-    let keiro = db.keiro().await;
+    let (_db, keiro) = fresh(backend).await;
     let malformed = [
         "not a traceparent",
         "00-00000000000000000000000000000000-0000000000000000-01",
@@ -273,9 +273,7 @@ async fn malformed_stored_traceparents_are_ignored(backend: Backend) {
 }
 
 async fn a_workflow_started_outside_any_span_stores_none(backend: Backend) {
-    exported();
-    let db = TestDb::new(backend).await;
-    let keiro = db.keiro().await;
+    let (_db, keiro) = fresh(backend).await;
     let id = unique("untraced");
     let out = traced("d".into()).id(&id).on(&keiro).await.unwrap();
     assert_eq!(out, "hello d");
