@@ -529,7 +529,7 @@ pub(crate) async fn report_to_parent(conn: Conn<'_>, child: &str, now: i64) -> R
 
 /// The parameters of [`crate::sql::Statements::insert_instance`] for `new`:
 /// pending, or running under its lease when it has one.
-pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>; 12] {
+pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>; 13] {
     let (status, owner, expires) = match new.lease {
         Some(lease) => (
             InstanceStatus::Running,
@@ -551,6 +551,7 @@ pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>
         new.parent.map(|p| p.generation),
         new.signature,
         new.deadline,
+        new.traceparent,
     ]
 }
 

@@ -90,6 +90,10 @@ pub struct NewInstance<'a> {
     /// deadline is the earlier of this and its parent's. Fixed at creation:
     /// creating an existing id keeps the stored one.
     pub deadline: Option<i64>,
+    /// The W3C `traceparent` of the span that started or enqueued it, so its
+    /// runs continue that trace wherever they happen. Stored as given (keiro
+    /// checks it when it reads it back); fixed at creation like `deadline`.
+    pub traceparent: Option<&'a str>,
 }
 
 /// Where a child workflow reports its end: the parent step it fills.
@@ -179,6 +183,9 @@ pub struct InstanceRow {
     pub parent_seq: Option<i64>,
     /// When it times out (µs since the Unix epoch), if ever.
     pub deadline: Option<i64>,
+    /// The W3C `traceparent` of the span that started or enqueued it, if
+    /// one was recorded ([`NewInstance::traceparent`]).
+    pub traceparent: Option<String>,
     /// When the row was created (µs since the Unix epoch).
     pub created_at: i64,
     /// When the row last changed (µs since the Unix epoch).

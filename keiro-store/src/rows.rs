@@ -100,6 +100,7 @@ impl FromRow for InstanceRow {
             parent_id: row.maybe_text(what, "parent_id")?,
             parent_seq: row.maybe_int(what, "parent_seq")?,
             deadline: row.maybe_int(what, "deadline")?,
+            traceparent: row.maybe_text(what, "traceparent")?,
             created_at: row.int(what, "created_at")?,
             updated_at: row.int(what, "updated_at")?,
             id,

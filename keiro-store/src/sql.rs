@@ -80,7 +80,7 @@ impl Dialect {
 /// The columns of an [`crate::InstanceRow`], in `SELECT` and `RETURNING` lists.
 pub(crate) const INSTANCE_COLUMNS: &str = "id, name, generation, status, input, first_input, \
      signature, output, error, attempts, lease_owner, lease_expires_at, wake_at, parent_id, \
-     parent_seq, deadline, created_at, updated_at";
+     parent_seq, deadline, traceparent, created_at, updated_at";
 
 /// The columns of a [`crate::StepRow`].
 pub(crate) const STEP_COLUMNS: &str = "workflow_id, generation, seq, name, kind, result";
@@ -209,11 +209,11 @@ impl Statements {
             insert_instance: format!(
                 "INSERT INTO {w} (id, name, generation, status, input, attempts, lease_owner, \
                  lease_expires_at, wake_at, parent_id, parent_seq, parent_generation, \
-                 created_at, updated_at, signature, deadline) \
+                 created_at, updated_at, signature, deadline, traceparent) \
                  VALUES ($1, $2, 0, $3, $4, 0, $5, $6, COALESCE($6, $9), $7, $8, $10, $9, $9, \
                  $11, CASE WHEN {parent_deadline} IS NOT NULL \
                      AND (CAST($12 AS BIGINT) IS NULL OR {parent_deadline} < $12) \
-                     THEN {parent_deadline} ELSE $12 END) \
+                     THEN {parent_deadline} ELSE $12 END, $13) \
                  ON CONFLICT (id) DO NOTHING"
             ),
             get_instance: format!("SELECT {INSTANCE_COLUMNS} FROM {w} WHERE id = $1"),

@@ -33,6 +33,8 @@ pub struct CreateRequest {
     pub lease: Option<(String, i64)>,
     /// When the instance times out (see [`NewInstance::deadline`]).
     pub deadline: Option<i64>,
+    /// The trace it continues (see [`NewInstance::traceparent`]).
+    pub traceparent: Option<String>,
 }
 
 /// An owned [`Finish`], to hand to the writer.
@@ -274,6 +276,7 @@ impl BatchWrite for CreateRequest {
                     ttl_us: *ttl_us,
                 }),
                 deadline: r.deadline,
+                traceparent: r.traceparent.as_deref(),
             })
             .collect();
         store.create_instances(&news).await

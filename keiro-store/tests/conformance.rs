@@ -64,6 +64,7 @@ fn new_instance<'a>(id: &'a str, input: &'a str, lease: Option<Lease<'a>>) -> Ne
         parent: None,
         lease,
         deadline: None,
+        traceparent: None,
     }
 }
 

@@ -40,6 +40,7 @@ async fn create(db: &TestDb, id: &str, parent: Option<&str>, deadline: Option<i6
         }),
         lease: Some(lease()),
         deadline,
+        traceparent: None,
     };
     let (row, created) = db.store.create_instance(&new).await.unwrap();
     assert!(created);
@@ -67,6 +68,7 @@ async fn a_child_deadline_is_the_earlier_of_its_own_and_its_parents(db: &TestDb)
         parent: None,
         lease: None,
         deadline: Some(at + 1_000),
+        traceparent: None,
     };
     let (row, created) = db.store.create_instance(&again).await.unwrap();
     assert!(!created);

@@ -84,6 +84,7 @@ fn new_instance(id: &str) -> NewInstance<'_> {
         parent: None,
         lease: None,
         deadline: None,
+        traceparent: None,
     }
 }
 

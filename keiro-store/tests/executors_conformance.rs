@@ -44,6 +44,7 @@ async fn leased(db: &TestDb, id: &str, owner: &str) {
             ttl_us: 60_000_000,
         }),
         deadline: None,
+        traceparent: None,
     };
     assert!(db.store.create_instance(&new).await.unwrap().1);
 }

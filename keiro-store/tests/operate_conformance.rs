@@ -36,6 +36,7 @@ async fn create(db: &TestDb, id: &str) {
         parent: None,
         lease: Some(lease()),
         deadline: None,
+        traceparent: None,
     };
     assert!(db.store.create_instance(&new).await.unwrap().1);
 }

@@ -55,6 +55,7 @@ fn instance<'a>(id: &'a str, lease: Option<Lease<'a>>) -> NewInstance<'a> {
         parent: None,
         lease,
         deadline: None,
+        traceparent: None,
     }
 }
 

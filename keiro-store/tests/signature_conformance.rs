@@ -35,6 +35,7 @@ fn greeting<'a>(id: &'a str, signature: Option<&'a str>) -> NewInstance<'a> {
         parent: None,
         lease: None,
         deadline: None,
+        traceparent: None,
     }
 }
 

@@ -43,6 +43,7 @@ async fn running(db: &TestDb, id: &str, parent: Option<ParentLink<'_>>) {
         parent,
         lease: Some(lease()),
         deadline: None,
+        traceparent: None,
     };
     assert!(db.store.create_instance(&new).await.unwrap().1);
 }
@@ -429,6 +430,7 @@ async fn the_writer_batches_creates_steps_and_finishes_of_many_workflows(db: &Te
                 parent: None,
                 lease: Some((OWNER.into(), 60_000_000)),
                 deadline: None,
+                traceparent: None,
             };
             let (row, created) = writer.create(create.clone()).await.unwrap();
             assert!(created && row.status == InstanceStatus::Running);

@@ -66,6 +66,7 @@ fn create(id: &str, input: &str) -> CreateRequest {
         parent: None,
         lease: None,
         deadline: None,
+        traceparent: None,
     }
 }
 
@@ -145,6 +146,7 @@ async fn a_refused_write_fails_alone(db: &TestDb) {
             parent: None,
             lease: None,
             deadline: None,
+            traceparent: None,
         })
         .await
         .unwrap();

@@ -40,6 +40,12 @@
 //!   the instance is set aside ([`WorkflowStatus::NonDeterministic`]) with its
 //!   journal untouched; [`Keiro::resume`] puts it back once the code is fixed.
 //! * [`now`] and [`uuid()`] are journaled, so a replay sees the first run's values.
+//! * With the cargo feature `otel`, the OpenTelemetry trace of the span that
+//!   starts or enqueues a workflow goes on in every run of it, in whichever
+//!   process: its `traceparent` is stored with the instance
+//!   ([`WorkflowSummary::traceparent`]) and becomes the parent of the run's
+//!   `keiro.workflow` span (`tracing-opentelemetry`; see the
+//!   `trace_two_processes` example).
 
 #![forbid(unsafe_code)]
 
@@ -60,6 +66,7 @@ mod signature;
 pub mod telemetry;
 mod time;
 pub mod timers;
+mod trace;
 pub mod unstable;
 mod workflow;
 

@@ -158,6 +158,9 @@ pub struct WorkflowSummary {
     /// `suspend_after`) shows it once it suspends. Inside a `keiro::select!`
     /// this is the first of the branches' waits.
     pub waiting_on: Option<WaitingOn>,
+    /// The W3C `traceparent` of the span that started or enqueued it, when
+    /// one was stored (feature `otel`): the trace its runs continue.
+    pub traceparent: Option<String>,
 }
 
 /// What a suspended instance waits on ([`WorkflowSummary::waiting_on`]).
@@ -242,6 +245,7 @@ impl WorkflowSummary {
             executor: row.lease_owner.clone(),
             wake_at: row.wake_at.map(from_us),
             waiting_on,
+            traceparent: row.traceparent.clone(),
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod browser;
 pub mod executors;
 pub mod faults;
 pub mod operator;
+pub mod otel;
 pub mod pg_cluster;
 pub mod process;
 pub mod shared_name;

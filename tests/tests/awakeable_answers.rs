@@ -332,6 +332,7 @@ async fn an_awakeable_created_before_secrets_keeps_its_id(backend: Backend) {
             parent: None,
             lease: None,
             deadline: None,
+            traceparent: None,
         })
         .await
         .unwrap();

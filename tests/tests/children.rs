@@ -207,6 +207,7 @@ async fn a_child_with_no_steps_is_driven_by_the_worker(backend: Backend) {
             parent: None,
             lease: Some(dead),
             deadline: None,
+            traceparent: None,
         })
         .await
         .unwrap();
@@ -226,6 +227,7 @@ async fn a_child_with_no_steps_is_driven_by_the_worker(backend: Backend) {
             parent: Some(link),
             lease: Some(dead),
             deadline: None,
+            traceparent: None,
         })
         .await
         .unwrap();

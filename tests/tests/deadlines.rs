@@ -355,6 +355,7 @@ async fn a_resume_pass_counts_a_timed_out_instance_apart(backend: Backend) {
             parent: None,
             lease: None,
             deadline: Some(keiro_store::now_us() - 1_000),
+            traceparent: None,
         }])
         .await
         .unwrap();

@@ -110,6 +110,7 @@ async fn an_unregistered_name_is_an_unknown_workflow_naming_the_fix(backend: Bac
             parent: None,
             lease: None,
             deadline: None,
+            traceparent: None,
         })
         .await
         .unwrap();

@@ -130,6 +130,7 @@ async fn equal_arguments_encoded_in_another_order_attach(backend: Backend) {
             parent: None,
             lease: None,
             deadline: None,
+            traceparent: None,
         })
         .await
         .unwrap();
@@ -178,6 +179,7 @@ async fn a_child_attaching_with_other_arguments_is_refused(backend: Backend) {
                 }),
                 lease: None,
                 deadline: None,
+                traceparent: None,
             })
             .await
             .unwrap();
@@ -214,6 +216,7 @@ async fn an_id_of_another_binarys_same_named_workflow_is_refused(backend: Backen
             parent: None,
             lease: None,
             deadline: None,
+            traceparent: None,
         })
         .await
         .unwrap();

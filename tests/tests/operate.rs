@@ -22,6 +22,7 @@ async fn insert(store: &keiro_store::Store, name: &str, prefix: &str, range: std
                 parent: None,
                 lease: None,
                 deadline: None,
+                traceparent: None,
             })
             .collect();
         store.create_instances(&news).await.unwrap();

@@ -125,6 +125,7 @@ async fn unknown_names_are_counted_every_pass_and_kept(backend: Backend) {
         parent: None,
         lease: None,
         deadline: None,
+        traceparent: None,
     };
     keiro::unstable::raw_store(&keiro)
         .create_instance(&new)
@@ -164,6 +165,7 @@ async fn live_foreign_leases_are_skipped_and_dead_ones_taken(backend: Backend) {
         parent: None,
         lease: Some(lease),
         deadline: None,
+        traceparent: None,
     };
     keiro::unstable::raw_store(&keiro)
         .create_instance(&new)
@@ -216,6 +218,7 @@ async fn racing_executors_converge_on_the_first_result(backend: Backend) {
         parent: None,
         lease: Some(lease),
         deadline: None,
+        traceparent: None,
     };
     keiro::unstable::raw_store(&keiro)
         .create_instance(&new)

@@ -135,6 +135,7 @@ async fn retry_refuses_running_and_unknown_instances(backend: Backend) {
             ttl_us: 60_000_000,
         }),
         deadline: None,
+        traceparent: None,
     };
     store.create_instance(&new).await.unwrap();
     let error = keiro.retry("held").await.unwrap_err();

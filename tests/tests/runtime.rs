@@ -234,6 +234,7 @@ async fn journal_entries_the_code_never_reaches_are_non_determinism(backend: Bac
             parent: None,
             lease: None,
             deadline: None,
+            traceparent: None,
         })
         .await
         .unwrap();
@@ -272,6 +273,7 @@ async fn undecodable_rows_are_refused_by_name_and_kept(backend: Backend) {
             parent: None,
             lease: None,
             deadline: None,
+            traceparent: None,
         })
         .await
         .unwrap();
@@ -315,6 +317,7 @@ async fn undecodable_rows_are_refused_by_name_and_kept(backend: Backend) {
             parent: None,
             lease: None,
             deadline: None,
+            traceparent: None,
         })
         .await
         .unwrap();

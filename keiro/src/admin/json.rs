@@ -84,6 +84,7 @@ pub fn summary(s: &WorkflowSummary) -> Value {
             "kind": w.kind.as_str(),
             "name": w.name,
         })),
+        "traceparent": s.traceparent,
     });
     if let WorkflowStatus::NonDeterministic { expected, found } = &s.status {
         value["nondeterminism"] = json!({ "expected": expected, "found": found });

@@ -142,6 +142,7 @@ where
                 parent: spec.parent.clone(),
                 lease: None,
                 deadline: spec.deadline,
+                traceparent: spec.traceparent.clone(),
             })
             .await?;
         check_attach(&row, &spec)?;
@@ -203,6 +204,7 @@ where
                 }),
             lease: None,
             deadline: spec.deadline,
+            traceparent: spec.traceparent.as_deref(),
         };
         let (row, _) = keiro_store::create_instance_tx(tx, &new).await?;
         check_attach(&row, &spec)?;
@@ -268,6 +270,7 @@ where
                 }
                 CallDeadline::At(at) => crate::time::to_us(at),
             }),
+            traceparent: crate::trace::current_traceparent(),
         })
     }
 

@@ -131,6 +131,10 @@ async fn drive(
         id = %row.id,
         generation = row.generation
     );
+    // Every run continues the trace of the span that started the instance.
+    if let Some(traceparent) = &row.traceparent {
+        crate::trace::adopt(&span, traceparent, &row.id);
+    }
     let mut body = Box::pin(
         context::scope(
             Some(cx.clone()),

@@ -28,6 +28,8 @@ pub(crate) struct Launch {
     pub(crate) parent: Option<(String, i64, i64)>,
     /// When the instance times out (µs since the Unix epoch), if ever.
     pub(crate) deadline: Option<i64>,
+    /// The trace its runs continue: the caller's span's `traceparent`.
+    pub(crate) traceparent: Option<String>,
 }
 
 /// Records the instance (or finds the existing one with this id, which must
@@ -55,6 +57,7 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
             parent: launch.parent.clone(),
             lease: Some((lease.owner.to_owned(), lease.ttl_us)),
             deadline: launch.deadline,
+            traceparent: launch.traceparent.clone(),
         })
         .await?;
     check_attach(&row, &launch)?;

@@ -121,6 +121,19 @@ fn facts(base: &str, s: &WorkflowSummary) -> String {
     if let Some(executor) = &s.executor {
         rows.push(("held by", escape(executor)));
     }
+    if let Some(traceparent) = &s.traceparent {
+        // `00-<trace id>-<span id>-<flags>`: the trace id is what tracing
+        // backends search by.
+        let trace = traceparent.split('-').nth(1).unwrap_or(traceparent);
+        rows.push((
+            "trace",
+            format!(
+                "<code id=\"trace-id\" title=\"traceparent {}\">{}</code>",
+                escape(traceparent),
+                escape(trace)
+            ),
+        ));
+    }
     if let Some(waiting) = &s.waiting_on {
         rows.push((
             "waits on",
