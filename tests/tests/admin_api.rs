@@ -279,6 +279,13 @@ async fn health_and_listing_with_filters_and_cursors(backend: Backend) {
     assert_eq!(health, json!({ "backend": name, "read_only": false }));
     let health = get(&f.read_only(), "/api/health").await.ok();
     assert_eq!(health["read_only"], true);
+    // An unknown route under /api is a JSON 404 naming it, not an empty body.
+    let unknown = get(&f.api, "/api/instancez").await;
+    let error = unknown.refused(StatusCode::NOT_FOUND, "no_route");
+    assert!(error.contains("`GET /api/instancez`"), "{error}");
+    let wrong_method = call(&f.api, "DELETE", "/api/health", Some(TOKEN), None).await;
+    let error = wrong_method.refused(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+    assert_eq!(error, "`/api/health` does not take DELETE");
 
     // Everything: the five instances and the parent's child, newest first.
     let all = get(&f.api, "/api/instances").await.ok();

@@ -11,7 +11,8 @@ mod instances;
 mod timers;
 
 use axum::extract::State;
-use axum::routing::{get, post};
+use axum::http::{Method, StatusCode, Uri};
+use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
@@ -33,6 +34,31 @@ pub(crate) fn routes() -> Router<Shared> {
         .route("/api/timers", get(timers::list))
         .route("/api/timers/{id}/requeue", post(timers::requeue))
         .route("/api/timers/{id}/resume", post(timers::resume))
+        .route("/api", any(unknown_route))
+        .route("/api/{*rest}", any(unknown_route))
+        .method_not_allowed_fallback(wrong_method)
+}
+
+/// A known path with a method it does not take: a JSON 405.
+async fn wrong_method(method: Method, uri: Uri) -> super::error::ApiError {
+    super::error::ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("`{}` does not take {method}", uri.path()),
+    )
+}
+
+/// Any other path or method under `/api`: a JSON 404 naming what was asked,
+/// instead of an empty body.
+async fn unknown_route(method: Method, uri: Uri) -> super::error::ApiError {
+    super::error::ApiError::new(
+        StatusCode::NOT_FOUND,
+        "no_route",
+        format!(
+            "the admin API has no route `{method} {}` (see keiro::admin's docs for the routes)",
+            uri.path()
+        ),
+    )
 }
 
 /// `GET /api/health`: which backend, and whether operations are refused.

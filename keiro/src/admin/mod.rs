@@ -25,7 +25,8 @@
 //! being the [`crate::Error`]'s sentence, with `400` for bad input, `401`
 //! without a token, `403` with a wrong one or on a read-only router, `404`
 //! for an unknown id, `409` for a transition the state refuses, `413` for
-//! a payload over the limit and `5xx` for store failures.
+//! a payload over the limit and `5xx` for store failures. An unknown path
+//! under `/api` is a JSON `404` (`no_route`), a wrong method a JSON `405`.
 //!
 //! | route | answer |
 //! |---|---|
