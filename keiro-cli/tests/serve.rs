@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fantoccini::Locator;
 use keiro::{step, workflow};
-use keiro_tests::browser::Browser;
+use keiro_admin_tests::browser::Browser;
 use keiro_tests::{on_both_backends, Backend, TestDb};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};

@@ -4,11 +4,9 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-pub mod browser;
 pub mod executors;
 pub mod faults;
 pub mod operator;
-pub mod otel;
 pub mod pg_cluster;
 pub mod process;
 pub mod shared_name;

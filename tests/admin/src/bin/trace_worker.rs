@@ -5,13 +5,13 @@
 //! trace_worker <spans-file> <instance-id>
 //! ```
 //! The database is `KEIRO_DATABASE_URL`. Every span that ends is appended to
-//! the spans file as a JSON line ([`keiro_tests::otel::ExportedSpan`]);
+//! the spans file as a JSON line ([`keiro_admin_tests::otel::ExportedSpan`]);
 //! once the instance is final the worker stops and prints `DONE <status>`.
 
 use std::time::Duration;
 
 use keiro::{Keiro, ResumeOptions};
-use keiro_tests::otel::{install, SpanSink};
+use keiro_admin_tests::otel::{install, SpanSink};
 
 #[tokio::main]
 async fn main() {

@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use keiro::{Keiro, ResumeOptions, WorkflowStatus};
-use keiro_store::NewInstance;
-use keiro_tests::otel::{
+use keiro_admin_tests::otel::{
     install, read_spans, traced, traced_generations, traced_parent, ExportedSpan, SpanSink,
 };
+use keiro_store::NewInstance;
 use keiro_tests::{on_both_backends, Backend, TestDb};
 use opentelemetry::trace::TraceContextExt;
 use tracing::Instrument;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, Locator};
 use keiro::admin::Admin;
 use keiro::{step, workflow, Keiro, ResumeOptions, WorkflowStatus};
-use keiro_tests::browser::Browser;
+use keiro_admin_tests::browser::Browser;
 use keiro_tests::{on_both_backends, Backend, TestDb};
 
 /// Shown as stored text wherever a value lands on a page: none of it may
