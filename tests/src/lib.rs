@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 pub mod browser;
+pub mod deployments;
 pub mod executors;
 pub mod faults;
 pub mod operator;

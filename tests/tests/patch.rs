@@ -6,34 +6,13 @@
 //! journals and records nothing in new runs; a marker of another patch is
 //! non-determinism naming both.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use keiro::{step, workflow, Error, Keiro, ResumeOptions, WorkflowStatus};
 use keiro_store::{NewInstance, StepRow};
+use keiro_tests::deployments::{deploy, version};
 use keiro_tests::process::{lines_of, CrashChild};
 use keiro_tests::{on_both_backends, ran, runs, Backend, TestDb};
-
-/// Which version of `parcel` the "deployed code" is, per test key: 1 knows
-/// no patch, 2 calls `patched("courier")`, 3 deprecates it, 4 calls
-/// `patched("courier-v2")` instead.
-static VERSION: Mutex<Vec<(String, u32)>> = Mutex::new(Vec::new());
-
-fn deploy(key: &str, version: u32) {
-    let mut v = VERSION.lock().unwrap();
-    v.retain(|(k, _)| k != key);
-    v.push((key.to_owned(), version));
-}
-
-fn version(key: &str) -> u32 {
-    VERSION
-        .lock()
-        .unwrap()
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| *v)
-        .unwrap_or(1)
-}
 
 #[step]
 async fn prepare(key: String) -> u32 {
@@ -53,8 +32,10 @@ async fn finish(key: String, express: bool) -> String {
     if express { "express" } else { "standard" }.to_owned()
 }
 
-/// `prepare`, then (from v2 on) the courier patch, a durable sleep of
-/// `nap_ms`, `finish`.
+/// `prepare`, then the courier patch as the code deployed for `key` has it
+/// (v1 knows no patch, v2 calls `patched("courier")`, v3 deprecates it, v4
+/// calls `patched("courier-v2")` instead), a durable sleep of `nap_ms`,
+/// `finish`.
 #[workflow]
 async fn parcel(key: String, nap_ms: u64) -> Result<String, String> {
     prepare(key.clone()).await;
