@@ -34,7 +34,8 @@ async fn finish(key: String, express: bool) -> String {
 
 /// `prepare`, then the courier patch as the code deployed for `key` has it
 /// (v1 knows no patch, v2 calls `patched("courier")`, v3 deprecates it, v4
-/// calls `patched("courier-v2")` instead), a durable sleep of `nap_ms`,
+/// calls `patched("courier-v2")` instead, v5 drops the call), a durable
+/// sleep of `nap_ms`,
 /// `finish`.
 #[workflow]
 async fn parcel(key: String, nap_ms: u64) -> Result<String, String> {
@@ -48,9 +49,11 @@ async fn parcel(key: String, nap_ms: u64) -> Result<String, String> {
                 .map_err(|e| e.to_string())?;
             true
         }
-        _ => keiro::patched("courier-v2")
+        4 => keiro::patched("courier-v2")
             .await
             .map_err(|e| e.to_string())?,
+        // The patch call removed outright, without deprecating it first.
+        _ => true,
     };
     if express {
         reserve_courier(key.clone()).await;
@@ -231,6 +234,31 @@ async fn deprecated_patches_replay_markers_and_record_nothing(backend: Backend) 
         seqs,
         [(0, "step"), (1, "step"), (2, "sleep"), (3, "step")],
         "no marker, no gap"
+    );
+
+    // Dropping the call instead of deprecating it breaks marker journals:
+    // the step now stands where the marker is.
+    let dropped = uuid::Uuid::new_v4().to_string();
+    deploy(&dropped, 2);
+    suspend_in_sleep(&keiro, &dropped, 200).await;
+    deploy(&dropped, 5);
+    let err = parcel(dropped.clone(), 200)
+        .id(&dropped)
+        .on(&keiro)
+        .await
+        .unwrap_err();
+    let Error::NonDeterministic {
+        seq,
+        expected,
+        found,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        (*seq, expected.as_str(), found.as_str()),
+        (1, "keiro::patched(\"courier\")", "step `reserve_courier`")
     );
 }
 
