@@ -172,7 +172,11 @@ impl Call {
 fn locate(patch_id: &str, call: Call) -> Result<Found> {
     let Some(cx) = current() else {
         return Err(Error::NotInWorkflow {
-            op: format!("keiro::{}(\"{patch_id}\")", call.name()),
+            op: format!(
+                "keiro::{}(\"{}\")",
+                call.name(),
+                keiro_store::preview_id(patch_id)
+            ),
             instead: "a patch belongs to a workflow's code; call it inside a #[workflow] body, \
                       outside its #[step]s",
         });
