@@ -42,16 +42,12 @@ async fn parcel(key: String, nap_ms: u64) -> Result<String, String> {
     prepare(key.clone()).await;
     let express = match version(&key) {
         1 => false,
-        2 => keiro::patched("courier").await.map_err(|e| e.to_string())?,
+        2 => keiro::patched("courier").await,
         3 => {
-            keiro::deprecate_patch("courier")
-                .await
-                .map_err(|e| e.to_string())?;
+            keiro::deprecate_patch("courier").await;
             true
         }
-        4 => keiro::patched("courier-v2")
-            .await
-            .map_err(|e| e.to_string())?,
+        4 => keiro::patched("courier-v2").await,
         // The patch call removed outright, without deprecating it first.
         _ => true,
     };
@@ -171,9 +167,7 @@ async fn crash_once(key: String) -> u32 {
 /// Patched, then a step that crashes the first run.
 #[workflow]
 async fn crashy(key: String) -> Result<bool, String> {
-    let patched = keiro::patched("crash-fix")
-        .await
-        .map_err(|e| e.to_string())?;
+    let patched = keiro::patched("crash-fix").await;
     prepare(key.clone()).await;
     crash_once(key).await;
     Ok(patched)
@@ -301,19 +295,15 @@ async fn another_patch_at_a_marker_is_non_determinism(backend: Backend) {
 /// The patch call with `patch_id`, in a workflow.
 #[workflow]
 async fn patch_named(patch_id: String) -> Result<bool, String> {
-    keiro::patched(patch_id).await.map_err(|e| e.to_string())
+    Ok(keiro::patched(patch_id).await)
 }
 
 async fn bad_patch_ids_and_calls_outside_a_workflow_are_refused(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
-    let err = keiro::patched("courier").await.unwrap_err();
-    assert!(
-        matches!(&err, Error::NotInWorkflow { op, .. } if op == "keiro::patched(\"courier\")"),
-        "{err:?}"
-    );
-    let err = keiro::deprecate_patch("courier").await.unwrap_err();
-    assert!(matches!(&err, Error::NotInWorkflow { .. }), "{err:?}");
+    // Outside a workflow there is no journal: the current code runs.
+    assert!(keiro::patched("courier").await);
+    keiro::deprecate_patch("courier").await;
 
     for (patch_id, says) in [
         (String::new(), "empty".to_owned()),
@@ -323,8 +313,8 @@ async fn bad_patch_ids_and_calls_outside_a_workflow_are_refused(backend: Backend
         ),
     ] {
         let key = uuid::Uuid::new_v4().to_string();
-        let out = patch_named(patch_id).id(&key).on(&keiro).await.unwrap();
-        let message = out.unwrap_err();
+        let err = patch_named(patch_id).id(&key).on(&keiro).await.unwrap_err();
+        let message = err.to_string();
         assert!(
             message.contains("invalid patch id") && message.contains(&says),
             "{message}"
@@ -386,7 +376,7 @@ async fn a_journal_with_entries_past_the_call_answers_false(backend: Backend) {
 #[workflow]
 async fn gapped(key: String) -> (u32, bool, String) {
     let prepared = prepare(key.clone()).await;
-    let patched = keiro::patched("late").await.unwrap_or(true);
+    let patched = keiro::patched("late").await;
     let (_, finished) = tokio::join!(reserve_courier(key.clone()), finish(key, patched));
     (prepared, patched, finished)
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use keiro_store::{AppendOutcome, StepRow, StepTiming};
 
 use super::{current, describe, halt, Halt, StepKind, WorkflowContext};
-use crate::{Error, Result};
+use crate::Error;
 
 /// The longest patch id [`patched`] and [`deprecate_patch`] accept, in
 /// bytes. A patch id is journaled as the marker's name and shown in
@@ -43,7 +43,7 @@ pub const MAX_PATCH_ID_BYTES: usize = 256;
 /// (marker recorded) always `true`, once `false` always `false`.
 ///
 /// Like a step, whether it takes a step id is decided when it is *called*:
-/// await it where you call it (`if keiro::patched("x").await? { .. }`), and
+/// await it where you call it (`if keiro::patched("x").await { .. }`), and
 /// call it before a `tokio::join!` or `keiro::select!`, not inside one of
 /// their branches, so its place among the other calls is fixed.
 ///
@@ -51,9 +51,11 @@ pub const MAX_PATCH_ID_BYTES: usize = 256;
 /// and replace the call with [`deprecate_patch`]; once no instance holding
 /// the marker is left, remove that too.
 ///
-/// Errors: outside a workflow [`Error::NotInWorkflow`]; an empty patch id,
-/// one holding a NUL byte or one longer than [`MAX_PATCH_ID_BYTES`] is
-/// [`Error::InvalidId`] (nothing is journaled either way).
+/// Outside a workflow there is no journal and the current code runs: it
+/// answers `true`. Inside one, an empty patch id, one holding a NUL byte or
+/// one longer than [`MAX_PATCH_ID_BYTES`] ends the run with
+/// [`Error::InvalidId`] (`invalid patch id …`) and journals nothing; a
+/// store failure ends the run as any step's would, to be resumed.
 ///
 /// ```no_run
 /// #[keiro::step]
@@ -70,28 +72,29 @@ pub const MAX_PATCH_ID_BYTES: usize = 256;
 /// async fn checkout(order: String) -> Result<(), String> {
 ///     // Instances started before this deploy charge without the check;
 ///     // every instance started after it checks first.
-///     if keiro::patched("fraud-check").await.map_err(|e| e.to_string())? {
+///     if keiro::patched("fraud-check").await {
 ///         check_fraud(order.clone()).await?;
 ///     }
 ///     charge(order).await
 /// }
 /// ```
-pub fn patched(patch_id: impl Into<String>) -> impl Future<Output = Result<bool>> + Send {
+pub fn patched(patch_id: impl Into<String>) -> impl Future<Output = bool> + Send {
     let patch_id = patch_id.into();
     let at = locate(&patch_id, Call::Patched);
     async move {
-        match at? {
-            Found::Before => Ok(false),
-            Found::Marker => Ok(true),
-            Found::Record(cx, seq) => Ok(record_marker(&cx, seq, &patch_id).await),
+        match at {
+            Found::Outside | Found::Marker => true,
+            Found::Before => false,
+            Found::Record(cx, seq) => record_marker(&cx, seq, &patch_id).await,
             Found::Other(cx, seq, row) => mismatch(&cx, seq, &row, &patch_id).await,
+            Found::Invalid(cx, error) => halt(&cx, Halt::Error(error)).await,
         }
     }
 }
 
 /// Retires patch `patch_id` once no instance recorded before it is left:
-/// replace `if keiro::patched(id).await? { new } else { old }` with
-/// `keiro::deprecate_patch(id).await?; new`.
+/// replace `if keiro::patched(id).await { new } else { old }` with
+/// `keiro::deprecate_patch(id).await; new`.
 ///
 /// A replay whose journal holds this patch's marker at this point consumes
 /// it, so instances that ran [`patched`] still line up; anywhere else
@@ -100,8 +103,8 @@ pub fn patched(patch_id: impl Into<String>) -> impl Future<Output = Result<bool>
 /// the call. A marker of *another* patch at this point is non-determinism,
 /// as for [`patched`].
 ///
-/// Errors as for [`patched`]: [`Error::NotInWorkflow`] outside a workflow,
-/// [`Error::InvalidId`] for a bad patch id.
+/// Outside a workflow it does nothing; a bad patch id ends the run as for
+/// [`patched`].
 ///
 /// ```no_run
 /// #[keiro::step]
@@ -117,26 +120,30 @@ pub fn patched(patch_id: impl Into<String>) -> impl Future<Output = Result<bool>
 /// #[keiro::workflow]
 /// async fn checkout(order: String) -> Result<(), String> {
 ///     // Every instance left was started after "fraud-check" shipped.
-///     keiro::deprecate_patch("fraud-check").await.map_err(|e| e.to_string())?;
+///     keiro::deprecate_patch("fraud-check").await;
 ///     check_fraud(order.clone()).await?;
 ///     charge(order).await
 /// }
 /// ```
-pub fn deprecate_patch(patch_id: impl Into<String>) -> impl Future<Output = Result<()>> + Send {
+pub fn deprecate_patch(patch_id: impl Into<String>) -> impl Future<Output = ()> + Send {
     let patch_id = patch_id.into();
     let at = locate(&patch_id, Call::Deprecated);
     async move {
-        match at? {
-            Found::Before | Found::Marker => Ok(()),
+        match at {
             // `locate` records nothing for a deprecated patch.
-            Found::Record(..) => Ok(()),
+            Found::Outside | Found::Before | Found::Marker | Found::Record(..) => {}
             Found::Other(cx, seq, row) => mismatch(&cx, seq, &row, &patch_id).await,
+            Found::Invalid(cx, error) => halt(&cx, Halt::Error(error)).await,
         }
     }
 }
 
 /// What the journal holds where a patch call stands.
 enum Found {
+    /// No workflow runs here: there is no journal, the current code runs.
+    Outside,
+    /// The patch id cannot be journaled: the run ends with this error.
+    Invalid(Arc<WorkflowContext>, Error),
     /// An entry recorded before the patch (or entries after this point):
     /// no step id claimed.
     Before,
@@ -157,44 +164,29 @@ enum Call {
     Deprecated,
 }
 
-impl Call {
-    fn name(self) -> &'static str {
-        match self {
-            Call::Patched => "patched",
-            Call::Deprecated => "deprecate_patch",
-        }
-    }
-}
-
 /// Reads the journal at the current workflow's next step id for `call` of
 /// patch `patch_id`, and claims that id when the journal holds a marker
 /// there, or (for [`Call::Patched`]) when the journal ends before it.
-fn locate(patch_id: &str, call: Call) -> Result<Found> {
+fn locate(patch_id: &str, call: Call) -> Found {
     let Some(cx) = current() else {
-        return Err(Error::NotInWorkflow {
-            op: format!(
-                "keiro::{}(\"{}\")",
-                call.name(),
-                keiro_store::preview_id(patch_id)
-            ),
-            instead: "a patch belongs to a workflow's code; call it inside a #[workflow] body, \
-                      outside its #[step]s",
-        });
+        return Found::Outside;
     };
-    Error::check_id_within("patch id", patch_id, MAX_PATCH_ID_BYTES)?;
+    if let Err(error) = Error::check_id_within("patch id", patch_id, MAX_PATCH_ID_BYTES) {
+        return Found::Invalid(cx, error);
+    }
     let record = call == Call::Patched;
     let claimed = cx.claim_seq_if(|seq| match cx.recorded(seq) {
         Some(row) => row.kind == StepKind::Patch.as_str(),
         None => record && cx.first_recorded_from(seq).is_none(),
     });
     let Ok(seq) = claimed else {
-        return Ok(Found::Before);
+        return Found::Before;
     };
-    Ok(match cx.recorded(seq) {
+    match cx.recorded(seq) {
         Some(row) if row.name == patch_id => Found::Marker,
         Some(row) => Found::Other(cx, seq, row),
         None => Found::Record(cx, seq),
-    })
+    }
 }
 
 /// Journals patch `patch_id`'s marker at step `seq`; `true`, unless another

@@ -62,7 +62,7 @@ async fn finish(id: String, express: bool) -> String {
 async fn parcel(id: String, nap_ms: u64) -> Result<String, String> {
     prepare(id.clone()).await;
     let express = if deployment().version >= 2 {
-        keiro::patched("courier").await.map_err(|e| e.to_string())?
+        keiro::patched("courier").await
     } else {
         false
     };
