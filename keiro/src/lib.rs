@@ -84,6 +84,7 @@ pub use context::{
     resolve_awakeable, resolve_awakeable_tx, send, send_tx, set_event, sleep, sleep_until, uuid,
     write_stream, Awakeable, GetEvent, Recv, RecvTimeout, Sending, StepTimeout, StreamReader,
 };
+pub use context::{deprecate_patch, patched, MAX_PATCH_ID_BYTES};
 pub use context::{AwakeableTimeout, DurableFuture};
 pub use error::{Error, Result, StoreError, TypeMismatch};
 pub use keiro_store::GcSummary;

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
+pub mod deployments;
 pub mod executors;
 pub mod faults;
 pub mod operator;

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use keiro::{step, workflow, Error, ResumeEvent, ResumeOptions, WorkflowStatus};
 use keiro_store::{NewInstance, StepRow};
+use keiro_tests::deployments::{deploy, version};
 use keiro_tests::{count, on_both_backends, ran, runs, Backend, TestDb};
 
 #[step]
@@ -103,25 +104,6 @@ async fn concurrent_calls_of_one_id_run_it_once(backend: Backend) {
         assert_eq!(out.unwrap(), "hello eve!");
     }
     assert_eq!(count(&key, "hello eve"), 1);
-}
-
-/// Which version of `evolving` the "deployed code" is, per test key.
-static VERSION: Mutex<Vec<(String, u32)>> = Mutex::new(Vec::new());
-
-fn deploy(key: &str, version: u32) {
-    let mut v = VERSION.lock().unwrap();
-    v.retain(|(k, _)| k != key);
-    v.push((key.to_owned(), version));
-}
-
-fn version(key: &str) -> u32 {
-    VERSION
-        .lock()
-        .unwrap()
-        .iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| *v)
-        .unwrap_or(1)
 }
 
 #[step]

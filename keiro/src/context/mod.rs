@@ -10,6 +10,7 @@ mod awakeable_id;
 mod awakeable_record;
 mod events;
 mod messages;
+mod patch;
 mod select;
 mod sleep;
 mod step;
@@ -34,6 +35,7 @@ pub use events::{
     close_stream, get_event, read_stream, set_event, write_stream, GetEvent, StreamReader,
 };
 pub use messages::{recv, send, send_tx, Recv, RecvTimeout, Sending};
+pub use patch::{deprecate_patch, patched, MAX_PATCH_ID_BYTES};
 pub use select::{branch, BranchFuture, Durable, DurableFuture, Select};
 pub(crate) use select::{with_deadline, Wake};
 pub use sleep::{sleep, sleep_until};
@@ -231,6 +233,15 @@ impl WorkflowContext {
         self.next_seq.fetch_add(1, Ordering::SeqCst)
     }
 
+    /// Allocates the next step id only if `wanted` says so for it (read and
+    /// claimed at once): `Ok(id)` when claimed, else `Err(the next id)`.
+    pub(crate) fn claim_seq_if(&self, mut wanted: impl FnMut(i64) -> bool) -> Result<i64, i64> {
+        self.next_seq
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |seq| {
+                wanted(seq).then_some(seq + 1)
+            })
+    }
+
     /// Allocates two consecutive step ids; returns the first.
     pub(crate) fn next_seq_pair(&self) -> i64 {
         self.next_seq.fetch_add(2, Ordering::SeqCst)
@@ -292,6 +303,7 @@ pub(crate) fn describe(kind: &str, name: &str) -> String {
     match kind {
         "step" => format!("step `{name}`"),
         "child" => format!("child workflow `{name}`"),
+        "patch" => format!("keiro::patched(\"{name}\")"),
         other => format!("keiro::{other}() `{name}`"),
     }
 }

@@ -54,6 +54,8 @@ pub(crate) enum StepKind {
     ReadStream,
     /// `keiro::select!`: the index of the winning branch.
     Select,
+    /// `keiro::patched()`: the marker of a patch the instance runs.
+    Patch,
 }
 
 impl StepKind {
@@ -72,6 +74,7 @@ impl StepKind {
             StepKind::GetEvent => "get_event",
             StepKind::ReadStream => "read_stream",
             StepKind::Select => "select",
+            StepKind::Patch => "patch",
         }
     }
 }
