@@ -257,6 +257,45 @@ pub fn step(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::step(args.into(), item.into()).into()
 }
 
+/// Allows, on purpose, code that the determinism lints of `#[workflow]`
+/// refuse: put it on the statement, `let` or expression.
+///
+/// Inside a `#[workflow]` body (outside nested `fn` items and `#[step]`s) a
+/// clock read (`SystemTime::now()`, `Instant::now()`), a random draw
+/// (`rand::random()`, `rand::thread_rng()`, `rand::rng()`), a wait or race
+/// outside the journal (`tokio::time::sleep`, `std::thread::sleep`,
+/// `tokio::select!`), a spawned task, or an iteration over a
+/// `HashMap`/`HashSet` is a compile error naming the keiro replacement,
+/// because a replay of the journal could take another path. When the value
+/// cannot change the workflow's path (a log line, a metric), say so:
+///
+/// ```
+/// use std::time::Instant;
+///
+/// #[keiro::step]
+/// async fn charge(cents: u64) -> u64 {
+///     cents
+/// }
+///
+/// #[keiro::workflow]
+/// async fn checkout(cents: u64) -> u64 {
+///     #[keiro::nondeterministic_ok] // only logged, never decides anything
+///     let started = Instant::now();
+///     let charged = charge(cents).await;
+///     eprintln!("charged in {:?}", started.elapsed());
+///     charged
+/// }
+/// # fn main() {}
+/// ```
+///
+/// `#[workflow]` and `#[step]` remove the attribute from their bodies (Rust
+/// accepts no custom attribute on a statement or expression); on any other
+/// item it does nothing. It takes no arguments.
+#[proc_macro_attribute]
+pub fn nondeterministic_ok(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::nondeterministic_ok(args.into(), item.into()).into()
+}
+
 /// Races keiro futures durably: the first branch to complete wins, and its
 /// index is journaled, so every replay of the workflow takes the same branch
 /// (the others are dropped; a losing step stops at its next await, and a
