@@ -46,13 +46,13 @@ async fn audited(cents: u64, tags: HashSet<String>) -> u64 {
     // The sum does not depend on the order.
     let mut sum = 0;
     #[keiro::nondeterministic_ok]
-    for (_, n) in &counts {
-        sum += n;
+    for (name, n) in &counts {
+        sum += n + name.len() as u64;
     }
     let total: u64 = #[keiro::nondeterministic_ok]
     counts.values().sum();
     let tag_count = #[keiro::nondeterministic_ok]
-    || tags.iter().count();
+    || tags.iter().filter(|t| !t.is_empty()).count();
     // A `let` allowed on purpose makes its collection free to iterate.
     #[keiro::nondeterministic_ok]
     let seen = HashSet::from([1u64]);

@@ -40,8 +40,8 @@ async fn report(labels: Vec<String>) -> u64 {
         ordered.insert(label, ms);
     }
     let mut total = first;
-    for (_, ms) in &ordered {
-        total += ms;
+    for (label, ms) in &ordered {
+        total += ms + label.len() as u64;
     }
     let counts = HashMap::from([("a", 1u64)]);
     // Collected into a sorted collection: the order is fixed again.
@@ -49,8 +49,8 @@ async fn report(labels: Vec<String>) -> u64 {
     let keys = counts.keys().collect::<BTreeSet<_>>();
     total += sorted.len() as u64 + keys.len() as u64;
     let counts: BTreeMap<_, _> = counts.into_iter().collect();
-    for (_, n) in &counts {
-        total += n;
+    for (name, n) in &counts {
+        total += n + name.len() as u64;
     }
     let _ = now;
     total
