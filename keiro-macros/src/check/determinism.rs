@@ -265,7 +265,14 @@ impl<'ast> Visit<'ast> for Walker {
     }
 
     fn visit_stmt(&mut self, stmt: &'ast Stmt) {
-        if self.escaped(escape::stmt_attrs(stmt)) {
+        // An expression statement's attributes are the expression's, which
+        // `visit_expr` reads.
+        let attrs: &[Attribute] = match stmt {
+            Stmt::Local(local) => &local.attrs,
+            Stmt::Macro(mac) => &mac.attrs,
+            Stmt::Expr(..) | Stmt::Item(_) => &[],
+        };
+        if self.escaped(attrs) {
             // An allowed `let` still shadows; a hash collection it creates may
             // be iterated freely.
             if let Stmt::Local(local) = stmt {
@@ -356,9 +363,6 @@ impl<'ast> Visit<'ast> for Walker {
     }
 
     fn visit_expr_for_loop(&mut self, for_loop: &'ast ExprForLoop) {
-        if self.escaped(&for_loop.attrs) {
-            return;
-        }
         if let Some(binding) = hash_order::for_loop_binding(&for_loop.expr) {
             let what = format!("`for .. in {}`", path_text_of(&for_loop.expr));
             self.hash_iteration(binding, for_loop.expr.to_token_stream(), what);
@@ -370,9 +374,6 @@ impl<'ast> Visit<'ast> for Walker {
     }
 
     fn visit_expr_closure(&mut self, closure: &'ast ExprClosure) {
-        if self.escaped(&closure.attrs) {
-            return;
-        }
         self.scoped(&closure.inputs, |walker| walker.visit_expr(&closure.body));
     }
 
@@ -554,10 +555,14 @@ mod tests {
             async fn f() {
                 #[keiro::nondeterministic_ok(reason)]
                 let a = SystemTime::now();
+                #[keiro::nondeterministic_ok = "reason"]
+                tokio::time::sleep(d).await;
+                #[keiro::nondeterministic_ok(reason)]
+                for x in &m {}
             }
         };
         let errors = check(&[], &func.block);
-        assert_eq!(errors.len(), 1);
+        assert_eq!(errors.len(), 3, "one error per attribute: {errors:?}");
         assert!(errors[0].to_string().contains("takes no arguments"));
     }
 

@@ -10,7 +10,7 @@
 use proc_macro2::TokenStream;
 use quote::ToTokens;
 use syn::visit_mut::VisitMut;
-use syn::{Attribute, Expr, Item, ItemFn, Local, Meta, Stmt, StmtMacro};
+use syn::{Attribute, Expr, Item, ItemFn, Local, Meta, StmtMacro};
 
 /// The attribute as a user writes it, for messages.
 pub(crate) const ESCAPE: &str = "#[keiro::nondeterministic_ok]";
@@ -58,16 +58,6 @@ pub(crate) fn with_arguments(tokens: impl ToTokens) -> syn::Error {
             "`{ESCAPE}` takes no arguments; write why the code is allowed in a comment next to it"
         ),
     )
-}
-
-/// The attributes of `stmt` (none for a nested item: items are not linted).
-pub(crate) fn stmt_attrs(stmt: &Stmt) -> &[Attribute] {
-    match stmt {
-        Stmt::Local(local) => &local.attrs,
-        Stmt::Expr(expr, _) => expr_attrs(expr),
-        Stmt::Macro(mac) => &mac.attrs,
-        Stmt::Item(_) => &[],
-    }
 }
 
 /// Runs `$body` with `$e` bound to the inner node of every `Expr` variant that
