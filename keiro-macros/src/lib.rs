@@ -7,7 +7,10 @@
 
 // Layout: `args` parses the attribute arguments, `model` and `check` turn the
 // item into a validated `WorkflowFn` / `StepFn` (every rule runs, all errors are
-// reported together; `check::spawn` refuses task spawns in a workflow body),
+// reported together; `check::determinism` refuses spawns, clock reads, random
+// draws, non-durable waits and races, and hash-order iteration in a workflow
+// body, except under `#[keiro::nondeterministic_ok]`, which `check::escape`
+// removes),
 // `expand` generates the code. `diag` builds and collects the errors; on any
 // error the original item is emitted unchanged next to them.
 mod args;
@@ -97,20 +100,53 @@ use proc_macro::TokenStream;
 /// # fn main() {}
 /// ```
 ///
-/// The body must not call `tokio::spawn`, `tokio::task::spawn_blocking`,
-/// `spawn_local`, `std::thread::spawn` or `.spawn(fut)` on a `JoinSet` or
-/// runtime handle: a step called in a spawned task runs outside the workflow,
-/// is not journaled, and runs again after a crash. These calls are refused at
-/// compile time (in closures, `async` blocks and `join!`-style macro arguments
-/// too). Use `keiro::spawn(child_workflow(..))` for concurrent work, or
-/// `futures::join!` of steps. A spawn reached through a plain function the
-/// body calls, or a bare `spawn(..)` after `use tokio::spawn`, is not seen.
+/// # Determinism lints
+///
+/// A workflow is replayed from its journal, so its body must take the same
+/// path every time. What would not is a compile error at its span that names
+/// the keiro replacement:
+///
+/// | In the body                                                   | Use instead                                        |
+/// |---------------------------------------------------------------|----------------------------------------------------|
+/// | `tokio::spawn`, `tokio::task::spawn_blocking`, `spawn_local`, `std::thread::spawn`, `.spawn(fut)` on a `JoinSet` or handle | `keiro::spawn(child_workflow(..))`, `join!` of steps, or a `#[step]` |
+/// | `tokio::select!`, `futures::select!`                          | `keiro::select!`                                   |
+/// | `tokio::time::sleep`/`sleep_until`, `std::thread::sleep`      | `keiro::sleep`, `keiro::sleep_until`               |
+/// | `SystemTime::now()`, `Instant::now()` (any path ending so)    | `keiro::now().await`, or a `#[step]`               |
+/// | `rand::random()`, `rand::thread_rng()`, `rand::rng()`         | `keiro::uuid().await`, or a `#[step]`              |
+/// | iterating a `HashMap`/`HashSet` binding                       | a `BTreeMap`/`BTreeSet`, or sort first             |
+///
+/// The scan covers the body's blocks, closures, `async` blocks and the
+/// arguments of macros that take expressions (`join!`, `format!`,
+/// `keiro::select!` branches); not nested `fn` items or `#[step]`s declared
+/// in the body, nor functions the body calls. Paths are read as written:
+/// `time::sleep` after `use tokio::time` and `thread::spawn` after
+/// `use std::thread` are caught, a bare `sleep(..)` or `spawn(..)` is not
+/// (it may be keiro's own). A hash collection is recognised by its binding:
+/// a `let` or argument with a `HashMap`/`HashSet` type, or a `let`
+/// initialised by `HashMap::new()`, `::with_capacity`, `::from`,
+/// `::from_iter`, `::default`, `.collect::<HashSet<_>>()` or `.clone()` of
+/// one; iterating means `for .. in m`/`&m`/`&mut m` or `.iter()`, `.keys()`,
+/// `.values()`, `.into_iter()` (and their `_mut`/`into_` forms, `.drain()`)
+/// on it, unless the elements are collected straight into a
+/// `BTreeMap`/`BTreeSet`. Fields, function results and type aliases are not
+/// seen. To allow one of these on purpose (a log line, a metric), put
+/// [`macro@nondeterministic_ok`] on the statement, `let` or expression.
 ///
 /// ```compile_fail
 /// # use keiro::workflow;
 /// #[workflow]
 /// async fn fan_out(n: u64) -> u64 { // error: `tokio::spawn` inside a `#[workflow]`
 ///     tokio::spawn(async move { n }).await.unwrap_or(0)
+/// }
+/// # fn main() {}
+/// ```
+///
+/// ```compile_fail
+/// # use keiro::workflow;
+/// #[workflow]
+/// async fn stamp() -> u64 { // error: `SystemTime::now` inside a `#[workflow]`
+///     let now = std::time::SystemTime::now();
+///     now.elapsed().map(|d| d.as_secs()).unwrap_or(0)
 /// }
 /// # fn main() {}
 /// ```
@@ -255,6 +291,45 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn step(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::step(args.into(), item.into()).into()
+}
+
+/// Allows, on purpose, code that the determinism lints of `#[workflow]`
+/// refuse: put it on the statement, `let` or expression.
+///
+/// Inside a `#[workflow]` body (outside nested `fn` items and `#[step]`s) a
+/// clock read (`SystemTime::now()`, `Instant::now()`), a random draw
+/// (`rand::random()`, `rand::thread_rng()`, `rand::rng()`), a wait or race
+/// outside the journal (`tokio::time::sleep`, `std::thread::sleep`,
+/// `tokio::select!`), a spawned task, or an iteration over a
+/// `HashMap`/`HashSet` is a compile error naming the keiro replacement,
+/// because a replay of the journal could take another path. When the value
+/// cannot change the workflow's path (a log line, a metric), say so:
+///
+/// ```
+/// use std::time::Instant;
+///
+/// #[keiro::step]
+/// async fn charge(cents: u64) -> u64 {
+///     cents
+/// }
+///
+/// #[keiro::workflow]
+/// async fn checkout(cents: u64) -> u64 {
+///     #[keiro::nondeterministic_ok] // only logged, never decides anything
+///     let started = Instant::now();
+///     let charged = charge(cents).await;
+///     eprintln!("charged in {:?}", started.elapsed());
+///     charged
+/// }
+/// # fn main() {}
+/// ```
+///
+/// `#[workflow]` and `#[step]` remove the attribute from their bodies (Rust
+/// accepts no custom attribute on a statement or expression); on any other
+/// item it does nothing. It takes no arguments.
+#[proc_macro_attribute]
+pub fn nondeterministic_ok(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::nondeterministic_ok(args.into(), item.into()).into()
 }
 
 /// Races keiro futures durably: the first branch to complete wins, and its

@@ -99,10 +99,11 @@ impl WorkflowFn {
     /// reports all problems at once.
     pub(crate) fn parse(args: TokenStream, item: TokenStream) -> syn::Result<Self> {
         let args = WorkflowArgs::parse(args);
-        let func = check::item_fn(Macro::Workflow, item).and_then(|func| {
+        let func = check::item_fn(Macro::Workflow, item).and_then(|mut func| {
             let signature = check::signature(Macro::Workflow, &func.sig);
-            let spawns = check::no_spawns(&func.block);
-            let ((inputs, output), ()) = diag::join(signature, spawns)?;
+            let body = check::deterministic_body(&func.sig.inputs, &func.block);
+            let ((inputs, output), ()) = diag::join(signature, body)?;
+            check::strip_escapes(&mut func);
             Ok((func, inputs, output))
         });
         let (args, (func, inputs, output)) = diag::join(args, func)?;
@@ -140,8 +141,10 @@ impl StepFn {
     /// reports all problems at once.
     pub(crate) fn parse(args: TokenStream, item: TokenStream) -> syn::Result<Self> {
         let args = StepArgs::parse(args);
-        let func = check::item_fn(Macro::Step, item).and_then(|func| {
+        let func = check::item_fn(Macro::Step, item).and_then(|mut func| {
             let (inputs, output) = check::signature(Macro::Step, &func.sig)?;
+            // A step body is not linted; the attribute is removed all the same.
+            check::strip_escapes(&mut func);
             Ok((func, inputs, output))
         });
         let (args, (func, inputs, output)) = diag::join(args, func)?;

@@ -79,6 +79,9 @@ pub use keiro_macros::{step, workflow};
 #[doc(inline)]
 pub use keiro_macros::select;
 
+#[doc(inline)]
+pub use keiro_macros::nondeterministic_ok;
+
 pub use context::{
     awakeable, close_stream, get_event, now, read_stream, recv, reject_awakeable,
     resolve_awakeable, resolve_awakeable_tx, send, send_tx, set_event, sleep, sleep_until, uuid,

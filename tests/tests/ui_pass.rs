@@ -51,6 +51,8 @@ pass_cases!(
     attributes_and_names = "../ui/pass/attributes_and_names.rs",
     named_workflow = "../ui/pass/named_workflow.rs",
     no_arguments_unit_return = "../ui/pass/no_arguments_unit_return.rs",
+    nondeterministic_ok = "../ui/pass/nondeterministic_ok.rs",
+    nondeterministic_outside_workflows = "../ui/pass/nondeterministic_outside_workflows.rs",
     result_with_serializable_error = "../ui/pass/result_with_serializable_error.rs",
     spawn_child_workflow = "../ui/pass/spawn_child_workflow.rs",
     step_timeout_and_retry_if = "../ui/pass/step_timeout_and_retry_if.rs",

@@ -1,28 +1,42 @@
 //! Rules shared by `#[workflow]` and `#[step]`: what an annotated item must
-//! look like, and (in [`spawn`]) what a workflow body must not call.
+//! look like, and (in [`determinism`]) what a workflow body must not call.
 //!
 //! Every rule reports a spanned error that names the attribute and says how to
 //! fix the code, and every rule runs, so one compile lists all problems.
 
+mod determinism;
+mod escape;
+mod hash_order;
 mod spawn;
+
+pub(crate) use escape::{
+    strip as strip_escapes, strip_tokens as strip_escape_tokens,
+    with_arguments as escape_with_arguments,
+};
 
 use proc_macro2::TokenStream;
 use quote::{quote, ToTokens};
+use syn::punctuated::Punctuated;
 use syn::visit::Visit;
 use syn::{
-    Block, FnArg, GenericParam, Item, ItemFn, Lifetime, Pat, PatIdent, ReturnType, Signature, Type,
-    TypeImplTrait, TypeReference,
+    Block, FnArg, GenericParam, Item, ItemFn, Lifetime, Pat, PatIdent, ReturnType, Signature,
+    Token, Type, TypeImplTrait, TypeReference,
 };
 
 use crate::diag::{error, Errors};
 use crate::model::{Arg, Macro, Output};
 
-/// Refuses every task spawn in a workflow body (see [`spawn`]): one error
-/// per call.
-pub(crate) fn no_spawns(body: &Block) -> syn::Result<()> {
+/// Refuses every spawn, clock read, random draw, non-durable wait or race and
+/// hash-order iteration in a workflow body (see [`determinism`]): one error
+/// per occurrence, none under `#[keiro::nondeterministic_ok]`.
+pub(crate) fn deterministic_body(
+    inputs: &Punctuated<FnArg, Token![,]>,
+    body: &Block,
+) -> syn::Result<()> {
+    let inputs: Vec<FnArg> = inputs.iter().cloned().collect();
     let mut errors = Errors::default();
-    for call in spawn::spawn_calls(body) {
-        errors.push(call.error());
+    for error in determinism::check(&inputs, body) {
+        errors.push(error);
     }
     errors.finish()
 }

@@ -1,19 +1,18 @@
-//! The `#[workflow]` body scan for spawned tasks.
+//! Spawned tasks in a `#[workflow]` body.
 //!
 //! A step takes its sequence number from the workflow context, a tokio task
 //! local, at the moment it is called. `tokio::spawn(async move { step(x).await })`
 //! calls the step in another task, where there is no context: the step runs as
 //! a plain call, is not journaled, and runs again after a crash. Nothing can
 //! tell that call apart at run time from a step called outside any workflow
-//! (which is allowed), so the rule is enforced here, on the body's syntax.
+//! (which is allowed), so the rule is enforced on the body's syntax, by the
+//! walk in [`super::determinism`].
 
-use proc_macro2::TokenStream;
 use quote::ToTokens;
-use syn::punctuated::Punctuated;
-use syn::visit::Visit;
-use syn::{Block, Expr, ExprCall, ExprMethodCall, Macro, Path, Token};
+use syn::{Expr, ExprCall, ExprMethodCall, Path};
 
-use crate::diag::{error, path_text};
+use super::determinism::{Finding, Lint};
+use crate::diag::path_text;
 
 /// The paths (without the final `spawn*` segment) whose spawns leave the
 /// workflow: `tokio::spawn`, `tokio::task::spawn_blocking`, `task::spawn_local`
@@ -29,83 +28,40 @@ const SPAWNING_MODULES: &[&[&str]] = &[
 
 const SPAWN_FNS: &[&str] = &["spawn", "spawn_blocking", "spawn_local"];
 
-/// One call in a workflow body that runs code outside the workflow.
-pub(crate) struct SpawnCall {
-    /// The tokens to underline: the path, or the receiver and method.
-    pub(crate) tokens: TokenStream,
-    /// How the user wrote it, for the message: "`tokio::spawn`", "`.spawn(..)`".
-    pub(crate) what: String,
-}
-
-impl SpawnCall {
-    pub(crate) fn error(&self) -> syn::Error {
-        let what = &self.what;
-        error(
-            &self.tokens,
-            format!(
-                "{what} inside a `#[workflow]` runs its task outside the workflow, so steps called \
-                 there are not journaled and run again after a crash; use \
-                 `keiro::spawn(child_workflow(..))` for concurrent work, `futures::join!`/`tokio::join!` \
-                 of steps, or move the spawn into a `#[step]`"
-            ),
-        )
+/// `tokio::spawn(..)`, `::std::thread::spawn(..)`, ... but not `keiro::spawn`
+/// or a bare `spawn(..)`.
+pub(super) fn spawn_call(call: &ExprCall) -> Option<Finding> {
+    let Expr::Path(path) = &*call.func else {
+        return None;
+    };
+    if path.qself.is_some() || !is_spawn_path(&path.path) {
+        return None;
     }
+    Some(Finding {
+        lint: Lint::Spawn,
+        tokens: path.path.to_token_stream(),
+        what: format!("`{}`", path_text(&path.path)),
+    })
 }
 
-/// Every spawn in `block`, including inside closures, async blocks, nested
-/// blocks and the arguments of macros that take expressions (`join!`, `vec!`).
-pub(crate) fn spawn_calls(block: &Block) -> Vec<SpawnCall> {
-    let mut finder = Finder { found: Vec::new() };
-    finder.visit_block(block);
-    finder.found
-}
-
-struct Finder {
-    found: Vec<SpawnCall>,
-}
-
-impl<'ast> Visit<'ast> for Finder {
-    fn visit_expr_call(&mut self, call: &'ast ExprCall) {
-        if let Expr::Path(path) = &*call.func {
-            if path.qself.is_none() && is_spawn_path(&path.path) {
-                self.found.push(SpawnCall {
-                    tokens: path.path.to_token_stream(),
-                    what: format!("`{}`", path_text(&path.path)),
-                });
-            }
-        }
-        syn::visit::visit_expr_call(self, call);
+/// `set.spawn(fut)` on a `JoinSet`, `handle.spawn(fut)` on a runtime
+/// `Handle`, `local.spawn_local(fut)` on a `LocalSet`: one argument, so
+/// `Command::spawn()` (a process, no future) is not matched.
+pub(super) fn spawn_method_call(call: &ExprMethodCall) -> Option<Finding> {
+    let method = call.method.to_string();
+    if !SPAWN_FNS.contains(&method.as_str()) || call.args.len() != 1 {
+        return None;
     }
-
-    /// `set.spawn(fut)` on a `JoinSet`, `handle.spawn(fut)` on a runtime
-    /// `Handle`, `local.spawn_local(fut)` on a `LocalSet`: one argument, so
-    /// `Command::spawn()` (a process, no future) is not matched.
-    fn visit_expr_method_call(&mut self, call: &'ast ExprMethodCall) {
-        let method = call.method.to_string();
-        if SPAWN_FNS.contains(&method.as_str()) && call.args.len() == 1 {
-            let mut tokens = call.receiver.to_token_stream();
-            call.dot_token.to_tokens(&mut tokens);
-            call.method.to_tokens(&mut tokens);
-            self.found.push(SpawnCall {
-                tokens,
-                what: format!("`.{method}(..)`"),
-            });
-        }
-        syn::visit::visit_expr_method_call(self, call);
-    }
-
-    fn visit_macro(&mut self, mac: &'ast Macro) {
-        // Macro arguments are opaque tokens; look into those that parse as
-        // comma-separated expressions (`tokio::join!`, `vec!`, `assert!`).
-        if let Ok(args) = mac.parse_body_with(Punctuated::<Expr, Token![,]>::parse_terminated) {
-            for arg in &args {
-                self.visit_expr(arg);
-            }
-        }
-    }
+    let mut tokens = call.receiver.to_token_stream();
+    call.dot_token.to_tokens(&mut tokens);
+    call.method.to_tokens(&mut tokens);
+    Some(Finding {
+        lint: Lint::Spawn,
+        tokens,
+        what: format!("`.{method}(..)`"),
+    })
 }
 
-/// `tokio::spawn`, `::std::thread::spawn`, ... but not `keiro::spawn` or a bare `spawn`.
 fn is_spawn_path(path: &Path) -> bool {
     let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
     let Some((last, module)) = segments.split_last() else {
@@ -119,11 +75,16 @@ fn is_spawn_path(path: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use syn::parse_quote;
+    use syn::{parse_quote, Block};
+
+    use super::super::determinism::{findings, Lint};
 
     fn found(block: Block) -> Vec<String> {
-        spawn_calls(&block).into_iter().map(|c| c.what).collect()
+        findings(&[], &block)
+            .into_iter()
+            .filter(|f| f.lint == Lint::Spawn)
+            .map(|f| f.what)
+            .collect()
     }
 
     #[test]
@@ -206,7 +167,7 @@ mod tests {
         let block: Block = parse_quote!({
             tokio::spawn(async {});
         });
-        let message = spawn_calls(&block)[0].error().to_string();
+        let message = findings(&[], &block)[0].error().to_string();
         assert!(
             message.starts_with(
                 "`tokio::spawn` inside a `#[workflow]` runs its task outside the workflow"
@@ -215,6 +176,10 @@ mod tests {
         );
         assert!(
             message.contains("keiro::spawn(child_workflow(..))"),
+            "{message}"
+        );
+        assert!(
+            message.contains("#[keiro::nondeterministic_ok]"),
             "{message}"
         );
     }

@@ -17,7 +17,7 @@ use crate::model::{Arg, StepFn, WorkflowFn};
 pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
     match WorkflowFn::parse(args, item.clone()) {
         Ok(func) => workflow::expand(&func),
-        Err(err) => diag::with_item(item, err),
+        Err(err) => diag::with_item(crate::check::strip_escape_tokens(item), err),
     }
 }
 
@@ -33,7 +33,17 @@ pub(crate) fn select(input: TokenStream) -> TokenStream {
 pub(crate) fn step(args: TokenStream, item: TokenStream) -> TokenStream {
     match StepFn::parse(args, item.clone()) {
         Ok(func) => step::expand(&func),
-        Err(err) => diag::with_item(item, err),
+        Err(err) => diag::with_item(crate::check::strip_escape_tokens(item), err),
+    }
+}
+
+/// `#[keiro::nondeterministic_ok]` outside a workflow body: the item
+/// unchanged, or an error when given arguments.
+pub(crate) fn nondeterministic_ok(args: TokenStream, item: TokenStream) -> TokenStream {
+    if args.is_empty() {
+        item
+    } else {
+        diag::with_item(item, crate::check::escape_with_arguments(args))
     }
 }
 
