@@ -265,7 +265,8 @@ pub struct StepRecord {
     /// Its sequence number in the run.
     pub seq: i64,
     /// What kind of entry: `step`, `sleep`, `awakeable`, `resolution`,
-    /// `child`, `recv`, `send`, `set_event`, `write_stream`, `now`, `uuid`, ….
+    /// `child`, `recv`, `send`, `set_event`, `write_stream`, `now`, `uuid`,
+    /// `patch` (a [`crate::patched`] marker), ….
     pub kind: String,
     /// The step's name (a topic or key for messages, events and streams).
     pub name: String,
