@@ -223,7 +223,8 @@ impl std::fmt::Display for WaitKind {
 }
 
 impl WorkflowSummary {
-    fn of(listed: &ListedInstance) -> WorkflowSummary {
+    /// The summary of a row as a listing reads it.
+    pub(crate) fn of(listed: &ListedInstance) -> WorkflowSummary {
         let row = &listed.row;
         let waiting_on = listed.waiting.as_ref().and_then(|waiting| {
             Some(WaitingOn {

@@ -6,13 +6,13 @@
 //! Screenshots of the list and an instance page land in
 //! `target/console-screenshots/`.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, Locator};
 use keiro::admin::Admin;
 use keiro::{step, workflow, Keiro, ResumeOptions, WorkflowStatus};
 use keiro_admin_tests::browser::Browser;
+use keiro_tests::operator::Switches;
 use keiro_tests::{on_both_backends, Backend, TestDb};
 
 /// Shown as stored text wherever a value lands on a page: none of it may
@@ -20,19 +20,19 @@ use keiro_tests::{on_both_backends, Backend, TestDb};
 const HOSTILE: &str = r#"<script>window.__keiro_pwned = 1; alert(1)</script>"><img src=x onerror="window.__keiro_pwned = 2; alert(2)">"#;
 
 /// Keys whose `console_flaky` run panics.
-static FAILING: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static FAILING: Switches = Switches::new();
 /// Keys whose `console_busy` step may return.
-static RELEASED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static RELEASED: Switches = Switches::new();
 
 #[step]
 async fn console_charge(key: String) -> String {
-    if FAILING.lock().unwrap().contains(&key) {
+    if FAILING.is_on(&key) {
         panic!("payment service down for {key}");
     }
     format!("charged {key}")
 }
 
-/// Panics while its key is in [`FAILING`].
+/// Panics while its key is on in [`FAILING`].
 #[workflow]
 async fn console_flaky(key: String) -> String {
     console_charge(key).await
@@ -66,13 +66,13 @@ async fn console_nap(_key: String) -> u32 {
 #[step]
 async fn console_hold(key: String) -> u32 {
     let started = Instant::now();
-    while !RELEASED.lock().unwrap().contains(&key) && started.elapsed() < Duration::from_secs(120) {
+    while !RELEASED.is_on(&key) && started.elapsed() < Duration::from_secs(120) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     7
 }
 
-/// Runs (holding its lease) until its key is in [`RELEASED`].
+/// Runs (holding its lease) until its key is on in [`RELEASED`].
 #[workflow]
 async fn console_busy(key: String) -> u32 {
     console_hold(key).await
@@ -213,8 +213,8 @@ async fn console_shows_filters_and_retries(backend: Backend) {
 
     // Crash-failed instances (their one attempt panics): one to retry, one
     // whose panic message (its error) is hostile.
-    FAILING.lock().unwrap().push(flaky.clone());
-    FAILING.lock().unwrap().push(HOSTILE.to_owned());
+    FAILING.set(&flaky, true);
+    FAILING.set(HOSTILE, true);
     for (id, key) in [(&flaky, flaky.as_str()), (&crash_xss, HOSTILE)] {
         console_flaky(key.to_owned())
             .id(id)
@@ -224,7 +224,7 @@ async fn console_shows_filters_and_retries(backend: Backend) {
             .unwrap();
     }
     assert_eq!(keiro.resume_once(&quiet()).await.unwrap().failed, 2);
-    FAILING.lock().unwrap().retain(|k| k != &flaky);
+    FAILING.set(&flaky, false);
     // Completed, failed with a hostile error, suspended, running.
     console_greet("ada".into())
         .id(&done)
@@ -373,7 +373,7 @@ async fn console_shows_filters_and_retries(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(text(client, "#status").await, "running");
-    RELEASED.lock().unwrap().push(busy.clone());
+    RELEASED.set(&busy, true);
     wait_text(client, "#status", "completed").await;
 
     // Without a token the same console is read-only and says so.

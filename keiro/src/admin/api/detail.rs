@@ -50,12 +50,15 @@ impl Detail {
     /// Reads instance `id`'s detail ([`crate::Error::NotFound`] for an
     /// unknown id).
     pub(crate) async fn load(keiro: &Keiro, id: &str) -> Result<Detail> {
-        let summary = keiro.summary(id).await?;
-        let row = keiro
+        crate::Error::check_id("workflow id", id)?;
+        // One read of the row gives both the summary and the input/output.
+        let listed = keiro
             .raw_store()
-            .get_instance(id)
+            .get_summary(id)
             .await?
             .ok_or_else(|| crate::Error::NotFound { id: id.to_owned() })?;
+        let summary = WorkflowSummary::of(&listed);
+        let row = &listed.row;
         let steps = keiro.steps_of(id, summary.generation).await?;
         let children = keiro
             .list(

@@ -9,7 +9,7 @@ use axum::response::Response;
 
 use super::html::{self, escape, url_component, Section};
 use super::list::{is_live, table};
-use super::{error_page, error_status, html_response, Request};
+use super::{failure_page, html_response, Request};
 use crate::admin::api::detail::{Detail, DETAIL_LIMIT};
 use crate::admin::json::{self, status_name};
 use crate::admin::Shared;
@@ -23,17 +23,9 @@ pub(super) async fn page(
     Path(id): Path<String>,
 ) -> Response {
     let request = Request::new(&state, &original, &seen);
-    let fail = |error: crate::Error| {
-        error_page(
-            &request,
-            Section::Instances,
-            error_status(&error),
-            &error.to_string(),
-        )
-    };
     let detail = match Detail::load(&state.keiro, &id).await {
         Ok(detail) => detail,
-        Err(error) => return fail(error),
+        Err(error) => return failure_page(&request, Section::Instances, error),
     };
     let summary = &detail.summary;
     let steps = &detail.steps;

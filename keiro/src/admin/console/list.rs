@@ -6,7 +6,7 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::html::{self, escape, url_component, Section};
-use super::{error_page, error_status, html_response, Request};
+use super::{error_page, failure_page, html_response, Request};
 use crate::admin::json::{parse_status, status_name, STATUSES};
 use crate::admin::Shared;
 use crate::{ListFilter, WorkflowStatus, WorkflowSummary};
@@ -89,14 +89,7 @@ pub(super) async fn page(
     }
     let listed = match state.keiro.list(&filter).await {
         Ok(page) => page,
-        Err(error) => {
-            return error_page(
-                &request,
-                Section::Instances,
-                error_status(&error),
-                &error.to_string(),
-            )
-        }
+        Err(error) => return failure_page(&request, Section::Instances, error),
     };
     let base = &request.base;
     let mut body = String::new();

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
+use super::error::ApiError;
 use super::Shared;
 use html::{escape, Frame, Section};
 
@@ -102,16 +103,11 @@ fn error_page(request: &Request, section: Section, status: StatusCode, message: 
     html_response(status, html::page(&request.frame(), section, title, &body))
 }
 
-/// The status an error from the runtime is shown with.
-fn error_status(error: &crate::Error) -> StatusCode {
-    match error {
-        crate::Error::NotFound { .. } => StatusCode::NOT_FOUND,
-        crate::Error::InvalidCursor { .. }
-        | crate::Error::InvalidOption { .. }
-        | crate::Error::InvalidId { .. }
-        | crate::Error::EmptyId { .. } => StatusCode::BAD_REQUEST,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    }
+/// A page for `error`, with the status and sentence the JSON API answers
+/// it with (one classification for both).
+fn failure_page(request: &Request, section: Section, error: impl Into<ApiError>) -> Response {
+    let error = error.into();
+    error_page(request, section, error.status, &error.message)
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {

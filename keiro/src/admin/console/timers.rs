@@ -9,7 +9,7 @@ use axum::response::Response;
 use serde::Deserialize;
 
 use super::html::{self, escape, url_component, Section};
-use super::{error_page, html_response, Request};
+use super::{error_page, failure_page, html_response, Request};
 use crate::admin::Shared;
 use crate::timers::{TimerPageRequest, TimerRow};
 
@@ -75,14 +75,7 @@ pub(super) async fn page(
     };
     let listed = match listed {
         Ok(listed) => listed,
-        Err(error) => {
-            let status = if error.is_transient() {
-                StatusCode::SERVICE_UNAVAILABLE
-            } else {
-                StatusCode::BAD_REQUEST
-            };
-            return error_page(&request, Section::Timers, status, &error.to_string());
-        }
+        Err(error) => return failure_page(&request, Section::Timers, error),
     };
     let base = escape(&request.base);
     let mut body = String::from("<nav class=\"statuses\" id=\"timer-views\">");
