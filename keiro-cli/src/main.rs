@@ -64,7 +64,10 @@ pub(crate) struct Report {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(error),
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -99,6 +102,25 @@ fn main() -> ExitCode {
         }
         Err(Failure::Usage(message)) => fail(json, "usage", &message, 2),
         Err(Failure::Refused(message)) => fail(json, "refused", &message, 1),
+    }
+}
+
+/// Reports a command line clap refused. `--help` and `--version` print as
+/// usual; a real usage error under `--json` (anywhere on the line, since
+/// parsing stopped) is one JSON document like every other failure.
+fn usage_error(error: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let wants_json = std::env::args_os().skip(1).any(|arg| arg == "--json");
+    match error.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => error.exit(),
+        _ if wants_json => {
+            let message = error.render().to_string();
+            let message = message.trim_end().trim_start_matches("error: ");
+            fail(true, "usage", message, 2)
+        }
+        _ => error.exit(),
     }
 }
 

@@ -434,6 +434,22 @@ async fn list_pages_filters_and_refuses_bad_input(backend: Backend) {
         .fails(2);
     assert!(error.contains("`yesterday` is not a duration"), "{error}");
     f.keiro_cmd(&["frobnicate"]).await.fails(2);
+    // With --json, a line the parser refuses is one JSON document too.
+    for line in [
+        &["--json", "frobnicate"][..],
+        &["--json", "list", "--limit", "0"][..],
+        &["list", "--no-such-flag", "--json"][..],
+    ] {
+        let error = f.keiro_cmd(line).await.fails(2);
+        let document: serde_json::Value = serde_json::from_str(&error)
+            .unwrap_or_else(|e| panic!("{line:?}: not one JSON document ({e}): {error}"));
+        assert_eq!(document["kind"], "usage", "{document}");
+        assert_eq!(document["exit_code"], 2, "{document}");
+        assert!(
+            document["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{document}"
+        );
+    }
 }
 
 async fn show_prints_the_summary_and_the_timeline(backend: Backend) {
