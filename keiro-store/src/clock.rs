@@ -102,7 +102,11 @@ mod tests {
         assert_eq!(clock.now(), start);
         assert_eq!(twin.set_us(2_000_000_000), 2_000_000_000);
         assert_eq!(clock.now_us(), 2_000_000_000);
-        assert_eq!(clock.set_us(5), 2_000_000_000, "a manual clock never goes back");
+        assert_eq!(
+            clock.set_us(5),
+            2_000_000_000,
+            "a manual clock never goes back"
+        );
         assert!(clock.is_manual() && !Clock::system().is_manual());
     }
 }

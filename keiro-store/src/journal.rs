@@ -8,8 +8,8 @@ use crate::query::Arg;
 use crate::rows::FromRow;
 use crate::validate::validate_id;
 use crate::{
-    rows, AppendOutcome, Cancellation, Conn, ContinueAsNew, Finish, InstanceRow,
-    InstanceStatus, Lease, NewInstance, Resolution, Result, StepRow, Store, StoreError, Suspend,
+    rows, AppendOutcome, Cancellation, Conn, ContinueAsNew, Finish, InstanceRow, InstanceStatus,
+    Lease, NewInstance, Resolution, Result, StepRow, Store, StoreError, Suspend,
 };
 
 /// How a step's body ran before its result was recorded, journaled beside
@@ -269,7 +269,13 @@ impl Store {
     /// and starts the next with `next.input` and an empty journal, due now.
     /// Old steps are kept. Returns whether it applied.
     pub async fn continue_as_new(&self, next: &ContinueAsNew<'_>) -> Result<bool> {
-        let args = args![next.id, next.generation, next.owner, next.input, self.now_us()];
+        let args = args![
+            next.id,
+            next.generation,
+            next.owner,
+            next.input,
+            self.now_us()
+        ];
         Ok(self
             .execute("continue_as_new", |sql| &sql.continue_as_new, &args)
             .await?

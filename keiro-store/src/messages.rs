@@ -11,9 +11,7 @@
 use crate::journal::{get_step_on, insert_step_on, journal_once, unreadable_step};
 use crate::rows::{self, StoreRow};
 use crate::sql::Dialect;
-use crate::{
-    AppendOutcome, Conn, InstanceStatus, Result, StepRow, Store, StoreError, Suspend,
-};
+use crate::{AppendOutcome, Conn, InstanceStatus, Result, StepRow, Store, StoreError, Suspend};
 
 /// The statements of messages, events and streams, in one backend's dialect.
 #[derive(Debug)]

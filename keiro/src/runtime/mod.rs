@@ -193,6 +193,11 @@ impl Keiro {
         self.inner.wake.notify_one();
     }
 
+    /// Wakes the idle timer worker loops on this runtime's database.
+    pub(crate) fn wake_timer_workers(&self) {
+        self.inner.wakes.timers_changed();
+    }
+
     /// What wakes this process's resume worker.
     pub(crate) fn resume_wake(&self) -> &Notify {
         &self.inner.wake
