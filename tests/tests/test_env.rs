@@ -256,3 +256,47 @@ async fn timers_fire_under_advance_in_order_at_their_fire_times() {
     );
     worker.shutdown().await;
 }
+
+/// A message against a two-day sleep.
+#[workflow]
+async fn message_or_sleep() -> Result<String, String> {
+    Ok(keiro::select! {
+        m = keiro::recv::<String>("go") => m.map_err(|e| e.to_string())?,
+        _ = keiro::sleep(2 * DAY) => "slept".to_owned(),
+    })
+}
+
+#[tokio::test]
+async fn a_select_between_a_message_and_a_sleep_obeys_the_virtual_clock() {
+    let wall = Instant::now();
+    let env = TestEnv::starting_at(epoch()).await;
+    let sleeper = env.start(message_or_sleep().id("sleeper")).await.unwrap();
+    let listener = env.start(message_or_sleep().id("listener")).await.unwrap();
+    env.advance(DAY).await;
+    env.keiro().send("listener", "go", "message").await.unwrap();
+    env.advance(DAY).await;
+    assert_eq!(listener.result().await.unwrap(), Ok("message".into()));
+    assert_eq!(sleeper.result().await.unwrap(), Ok("slept".into()));
+    assert!(
+        wall.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        wall.elapsed()
+    );
+}
+
+/// Waits up to an hour for an awakeable.
+#[workflow]
+async fn answer_within_an_hour() -> Result<Option<u32>, String> {
+    let awakeable = keiro::awakeable::<u32>().await;
+    awakeable.timeout(HOUR).await.map_err(|e| e.to_string())
+}
+
+#[tokio::test]
+async fn an_awakeable_timeout_falls_due_under_advance() {
+    let env = TestEnv::starting_at(epoch()).await;
+    let handle = env.start(answer_within_an_hour().id("aw")).await.unwrap();
+    env.advance(HOUR - Duration::from_secs(1)).await;
+    assert_eq!(handle.status().await.unwrap(), WorkflowStatus::Suspended);
+    env.advance(Duration::from_secs(1)).await;
+    assert_eq!(handle.result().await.unwrap(), Ok(None));
+}

@@ -92,7 +92,7 @@ impl TestEnv {
     /// As [`TestEnv::new`].
     pub async fn starting_at(start: SystemTime) -> TestEnv {
         let clock = Clock::manual(start);
-        let keiro = Keiro::builder("sqlite::memory:")
+        let keiro = Keiro::builder(private_database_url())
             .clock(clock.clone())
             .suspend_after(Duration::ZERO)
             .connect()
@@ -264,6 +264,14 @@ impl TestEnv {
         }
         None
     }
+}
+
+/// A new in-memory SQLite database of its own: SQLite's `memdb` VFS under a
+/// unique name, which (unlike `sqlite::memory:`, one connection) several
+/// connections share with ordinary locking, so a run's reads never wait
+/// behind a write on one connection. It lives as long as the store's pool.
+fn private_database_url() -> String {
+    format!("sqlite:/keiro-test-env-{}?vfs=memdb", uuid::Uuid::new_v4())
 }
 
 /// A store error in a test environment: nothing a test can recover from.
