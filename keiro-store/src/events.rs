@@ -7,7 +7,7 @@
 
 use crate::journal::journal_once;
 use crate::rows::StoreRow;
-use crate::{now_us, AppendOutcome, Result, StepRow, Store, StoreError};
+use crate::{AppendOutcome, Result, StepRow, Store, StoreError};
 
 /// An event's value ([`Store::get_event`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,7 +58,7 @@ impl Store {
                 publish.key, publish.step.workflow_id
             ),
         })?;
-        let now = now_us();
+        let now = self.now_us();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             if let Some(first) = journal_once((&mut *tx).into(), OP, publish.step, now).await? {
@@ -107,7 +107,7 @@ impl Store {
     pub async fn write_stream(&self, publish: &Publish<'_>) -> Result<AppendOutcome> {
         const OP: &str = "write_stream";
         crate::validate_id("stream key", publish.key)?;
-        let now = now_us();
+        let now = self.now_us();
         let id = &publish.step.workflow_id;
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;

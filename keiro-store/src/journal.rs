@@ -8,8 +8,8 @@ use crate::query::Arg;
 use crate::rows::FromRow;
 use crate::validate::validate_id;
 use crate::{
-    now_us, rows, AppendOutcome, Cancellation, Conn, ContinueAsNew, Finish, InstanceRow,
-    InstanceStatus, Lease, NewInstance, Resolution, Result, StepRow, Store, StoreError, Suspend,
+    rows, AppendOutcome, Cancellation, Conn, ContinueAsNew, Finish, InstanceRow, InstanceStatus,
+    Lease, NewInstance, Resolution, Result, StepRow, Store, StoreError, Suspend,
 };
 
 /// How a step's body ran before its result was recorded, journaled beside
@@ -59,7 +59,7 @@ impl Store {
             validate_id("workflow id", new.id)?;
             validate_id("workflow name", new.name)?;
         }
-        let now = now_us();
+        let now = self.now_us();
         dispatch!(Store, self, |s, sql| {
             if let ([one], true) = (news, sql.create_is_one_statement) {
                 let mut conn = s.acquire(OP).await?;
@@ -85,14 +85,14 @@ impl Store {
     /// lease on it (or the owner already does), marking it running. Returns the
     /// claimed row, or `None` when it is finished, missing or leased elsewhere.
     pub async fn claim(&self, id: &str, lease: Lease<'_>) -> Result<Option<InstanceRow>> {
-        let now = now_us();
+        let now = self.now_us();
         let args = args![id, lease.owner, now + lease.ttl_us, now];
         self.fetch_optional("claim", |sql| &sql.claim, &args).await
     }
 
     /// Extends a lease `lease.owner` holds. `false` when it no longer holds it.
     pub async fn renew_lease(&self, id: &str, lease: Lease<'_>) -> Result<bool> {
-        let expires = now_us() + lease.ttl_us;
+        let expires = self.now_us() + lease.ttl_us;
         let args = args![id, lease.owner, expires];
         Ok(self
             .execute("renew_lease", |sql| &sql.renew_lease, &args)
@@ -102,7 +102,7 @@ impl Store {
 
     /// Drops `owner`'s lease on an instance, leaving its status as it is.
     pub async fn release(&self, id: &str, owner: &str) -> Result<()> {
-        let args = args![id, owner, now_us()];
+        let args = args![id, owner, self.now_us()];
         self.execute("release", |sql| &sql.release, &args).await?;
         Ok(())
     }
@@ -144,7 +144,7 @@ impl Store {
     /// Like [`Store::finish`] for several instances, in one transaction.
     pub async fn finish_many(&self, finishes: &[Finish<'_>]) -> Result<Vec<bool>> {
         const OP: &str = "finish";
-        let now = now_us();
+        let now = self.now_us();
         dispatch!(Store, self, |s| {
             let mut tx = s.begin(OP).await?;
             let mut applied = Vec::with_capacity(finishes.len());
@@ -167,7 +167,7 @@ impl Store {
             suspend.generation,
             suspend.owner,
             suspend.wake_at,
-            now_us(),
+            self.now_us(),
             suspend.awaiting,
             suspend.waiting.map(|w| w.seq),
             suspend.waiting.map(|w| w.kind.as_str()),
@@ -191,7 +191,7 @@ impl Store {
     /// [`Resolution::Continued`]) unless it was resolved before.
     pub async fn resolve(&self, created: i64, kind: &str, row: &StepRow) -> Result<Resolution> {
         const OP: &str = "resolve";
-        let now = now_us();
+        let now = self.now_us();
         dispatch!(Store, self, |s| {
             let mut tx = s.begin(OP).await?;
             let resolution = resolve_on((&mut *tx).into(), created, kind, row, now).await?;
@@ -207,7 +207,7 @@ impl Store {
     /// transaction; each cancelled child reports to its parent.
     pub async fn cancel(&self, id: &str) -> Result<Cancellation> {
         const OP: &str = "cancel";
-        let now = now_us();
+        let now = self.now_us();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             let status: Option<String> = sqlx::query_scalar(&sql.status_for_cancel)
@@ -234,7 +234,7 @@ impl Store {
     /// `Ok(None)` when the instance has no deadline or it has not passed yet.
     pub async fn time_out(&self, id: &str) -> Result<Option<Cancellation>> {
         const OP: &str = "time_out";
-        let now = now_us();
+        let now = self.now_us();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             let row: Option<(String, Option<i64>)> = sqlx::query_as(&sql.status_for_time_out)
@@ -269,7 +269,13 @@ impl Store {
     /// and starts the next with `next.input` and an empty journal, due now.
     /// Old steps are kept. Returns whether it applied.
     pub async fn continue_as_new(&self, next: &ContinueAsNew<'_>) -> Result<bool> {
-        let args = args![next.id, next.generation, next.owner, next.input, now_us()];
+        let args = args![
+            next.id,
+            next.generation,
+            next.owner,
+            next.input,
+            self.now_us()
+        ];
         Ok(self
             .execute("continue_as_new", |sql| &sql.continue_as_new, &args)
             .await?
@@ -279,7 +285,7 @@ impl Store {
     /// Puts an instance set aside for non-determinism back to `pending`, keeping
     /// its journal, so the fixed code can resume it. Returns whether it applied.
     pub async fn requeue_set_aside(&self, id: &str) -> Result<bool> {
-        let args = args![id, now_us()];
+        let args = args![id, self.now_us()];
         Ok(self
             .execute("requeue_set_aside", |sql| &sql.requeue_set_aside, &args)
             .await?

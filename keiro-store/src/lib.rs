@@ -14,7 +14,7 @@
 //! queued while the previous commit was in flight as one transaction.
 //!
 //! Every time the store reads or writes is microseconds since the Unix epoch
-//! ([`now_us`]); migration 0008 converted rows stored in milliseconds before.
+//! ([`Store::now_us`], read from the store's [`Clock`]); migration 0008 converted rows stored in milliseconds before.
 
 #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
 compile_error!("keiro-store needs a backend: enable the `sqlite` or `postgres` feature (or both)");
@@ -45,6 +45,7 @@ macro_rules! dispatch {
 
 #[macro_use]
 mod query;
+mod clock;
 mod error;
 mod events;
 mod journal;
@@ -69,6 +70,7 @@ mod timers;
 mod validate;
 mod writer;
 
+pub use clock::Clock;
 pub use error::{redact as redact_url, StoreError};
 
 /// Instance ids up to this many bytes travel as they are in wake
@@ -235,6 +237,17 @@ impl Store {
             #[cfg(feature = "postgres")]
             Store::Postgres(s) => s.wake_workers(id).await,
         }
+    }
+
+    /// The clock this store reads "now" from ([`StoreOptions::clock`]).
+    pub fn clock(&self) -> &Clock {
+        dispatch!(Store, self, |s| &s.clock)
+    }
+
+    /// Now by [`Store::clock`], in µs since the Unix epoch.
+    #[inline]
+    pub fn now_us(&self) -> i64 {
+        self.clock().now_us()
     }
 
     /// Closes the connection pool.

@@ -11,9 +11,7 @@
 use crate::journal::{get_step_on, insert_step_on, journal_once, unreadable_step};
 use crate::rows::{self, StoreRow};
 use crate::sql::Dialect;
-use crate::{
-    now_us, AppendOutcome, Conn, InstanceStatus, Result, StepRow, Store, StoreError, Suspend,
-};
+use crate::{AppendOutcome, Conn, InstanceStatus, Result, StepRow, Store, StoreError, Suspend};
 
 /// The statements of messages, events and streams, in one backend's dialect.
 #[derive(Debug)]
@@ -316,7 +314,7 @@ impl Store {
         }
         let mut order: Vec<usize> = (0..messages.len()).collect();
         order.sort_by_key(|&i| messages[i].workflow_id);
-        let now = now_us();
+        let now = self.now_us();
         dispatch!(Store, self, |s| {
             let mut tx = s.begin(OP).await?;
             let mut outcomes: Vec<Option<SendOutcome>> = vec![None; messages.len()];
@@ -406,7 +404,7 @@ impl Store {
         if let Some(pg) = self.as_postgres() {
             return pg.take_messages(takes).await;
         }
-        let now = now_us();
+        let now = self.now_us();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             let mut taken = Vec::with_capacity(takes.len());

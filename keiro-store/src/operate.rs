@@ -5,7 +5,7 @@
 use crate::rows::{FromRow, StoreRow};
 use crate::sql::{Dialect, STEP_COLUMNS};
 use crate::validate::validate_id;
-use crate::{now_us, rows, InstanceStatus, Result, StepRow, Store, StoreError};
+use crate::{rows, InstanceStatus, Result, StepRow, Store, StoreError};
 
 /// The statements of [`Store::retry`] and [`Store::fork`].
 #[derive(Debug)]
@@ -157,7 +157,7 @@ impl Store {
     pub async fn retry(&self, id: &str) -> Result<Retry> {
         const OP: &str = "retry";
         validate_id("workflow id", id)?;
-        let now = now_us();
+        let now = self.now_us();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             let row: Option<(String, Option<String>)> =
@@ -229,7 +229,7 @@ impl Store {
         const OP: &str = "fork";
         validate_id("workflow id", id)?;
         validate_id("workflow id", new_id)?;
-        let now = now_us();
+        let now = self.now_us();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             let source: Option<(String, i64)> = sqlx::query_as(&sql.operate.fork_source)

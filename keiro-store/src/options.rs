@@ -26,6 +26,8 @@ pub struct StoreOptions {
     /// [`StoreError::NotMigrated`](crate::StoreError::NotMigrated). For tools
     /// (the `keiro` command) that must not migrate behind an operator's back.
     pub migrate: bool,
+    /// Where the store's "now" comes from (default: the system clock).
+    pub clock: crate::Clock,
 }
 
 impl Default for StoreOptions {
@@ -34,6 +36,7 @@ impl Default for StoreOptions {
             sqlite_synchronous: SqliteSynchronous::Full,
             max_connections: None,
             migrate: true,
+            clock: crate::Clock::system(),
         }
     }
 }

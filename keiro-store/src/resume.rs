@@ -17,9 +17,19 @@ impl Store {
     /// Unfinished instances that are due now (pending, crashed with a lapsed
     /// lease, or suspended past their wake time), earliest first.
     pub async fn find_due(&self, limit: i64) -> Result<Vec<InstanceRow>> {
-        let args = args![now_us(), limit];
+        let args = args![self.now_us(), limit];
         self.fetch_all("find_due", |sql| &sql.find_due, &args, None)
             .await
+    }
+
+    /// The earliest wake time of any unfinished instance, due or not (a
+    /// suspended one's is the earlier of its wake time and its deadline):
+    /// what a manual clock is moved to next.
+    pub async fn next_wake_at(&self) -> Result<Option<i64>> {
+        dispatch!(Store, self, |s, sql| sqlx::query_scalar(&sql.next_wake_at)
+            .fetch_one(s.pool())
+            .await)
+        .map_err(StoreError::query("next_wake_at"))
     }
 
     /// Claims up to `limit` due instances of the `workflows` for
@@ -33,7 +43,7 @@ impl Store {
         workflows: &[Registered<'_>],
         limit: i64,
     ) -> Result<Vec<InstanceRow>> {
-        let now = now_us();
+        let now = self.now_us();
         let args = args![lease.owner, now + lease.ttl_us, now, limit];
         let registered = Some(workflows);
         self.fetch_all("claim_due", |sql| &sql.claim_due, &args, registered)
@@ -49,7 +59,7 @@ impl Store {
         workflows: &[Registered<'_>],
         limit: i64,
     ) -> Result<Vec<Blocked>> {
-        let args = args![owner, now_us(), limit];
+        let args = args![owner, self.now_us(), limit];
         let registered = Some(workflows);
         self.fetch_all("find_blocked", |sql| &sql.find_blocked, &args, registered)
             .await
@@ -58,7 +68,7 @@ impl Store {
     /// Makes every unfinished instance leased by `owner` due now, so a process
     /// restarting under a dead predecessor's identity resumes its work at once.
     pub async fn reclaim_own(&self, owner: &str) -> Result<u64> {
-        let args = args![owner, now_us()];
+        let args = args![owner, self.now_us()];
         self.execute("reclaim_own", |sql| &sql.reclaim_own, &args)
             .await
     }
@@ -68,7 +78,7 @@ impl Store {
     /// Returns the new status and attempt count, or `None` if the lease was lost.
     pub async fn record_crash(&self, crash: &Crash<'_>) -> Result<Option<(InstanceStatus, i64)>> {
         const OP: &str = "record_crash";
-        let now = now_us();
+        let now = self.now_us();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             let args = args![
@@ -178,7 +188,7 @@ impl Store {
             // it anew waits on the deleted row.
             let released = sqlx::query(&sql.release_leases_of)
                 .bind(id)
-                .bind(now_us())
+                .bind(self.now_us())
                 .execute(&mut *tx)
                 .await
                 .map_err(StoreError::query(OP))?;

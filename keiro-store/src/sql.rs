@@ -125,6 +125,7 @@ pub(crate) struct Statements {
     pub(crate) requeue_set_aside: String,
     // Resume worker and executors.
     pub(crate) find_due: String,
+    pub(crate) next_wake_at: String,
     pub(crate) claim_due: String,
     pub(crate) find_blocked: String,
     pub(crate) reclaim_own: String,
@@ -328,6 +329,7 @@ impl Statements {
                 "SELECT {INSTANCE_COLUMNS} FROM {w} WHERE {UNFINISHED} AND wake_at <= $1 \
                  ORDER BY wake_at LIMIT $2"
             ),
+            next_wake_at: format!("SELECT MIN(wake_at) FROM {w} WHERE {UNFINISHED}"),
             // Registered workflows whose signature matches (or was never
             // recorded). On SQLite the statement takes the write lock before
             // it reads; on PostgreSQL `SKIP LOCKED` gives workers claiming at

@@ -3,7 +3,7 @@
 //! sleeps until the first of them, however they race with the suspension.
 
 use crate::journal::get_step_on;
-use crate::{now_us, Result, Store, StoreError, Suspend};
+use crate::{Result, Store, StoreError, Suspend};
 
 impl Store {
     /// Suspends like [`Store::suspend`], but due at once when ANY of
@@ -22,7 +22,7 @@ impl Store {
         topics: &[String],
     ) -> Result<bool> {
         const OP: &str = "suspend_for_any";
-        let now = now_us();
+        let now = self.now_us();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             sqlx::query(&sql.talk.instance_status_locked)

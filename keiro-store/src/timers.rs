@@ -91,7 +91,7 @@ pub async fn schedule_timer_tx<'t, 'c>(
 where
     'c: 't,
 {
-    schedule(tx.into().into(), timer, false).await
+    schedule(tx.into().into(), timer, false, now_us()).await
 }
 
 /// Schedules a timer inside the caller's transaction unless one with its id
@@ -103,7 +103,7 @@ pub async fn schedule_timer_once_tx<'t, 'c>(
 where
     'c: 't,
 {
-    let outcome = schedule(tx.into().into(), timer, true).await?;
+    let outcome = schedule(tx.into().into(), timer, true, now_us()).await?;
     Ok(outcome == ScheduleOutcome::Created)
 }
 
@@ -152,13 +152,16 @@ impl Store {
             #[cfg(feature = "sqlite")]
             Store::Sqlite(s) => {
                 let mut tx = s.begin(OP).await?;
-                let outcome = schedule((&mut *tx).into(), timer, once).await?;
+                let outcome = schedule((&mut *tx).into(), timer, once, self.now_us()).await?;
                 tx.commit().await.map_err(StoreError::query(OP))?;
                 Ok(outcome)
             }
             // Each statement re-checks the row and notifies as it writes.
             #[cfg(feature = "postgres")]
-            Store::Postgres(s) => schedule((&mut *s.acquire(OP).await?).into(), timer, once).await,
+            Store::Postgres(s) => {
+                let conn = &mut *s.acquire(OP).await?;
+                schedule(conn.into(), timer, once, self.now_us()).await
+            }
         }
     }
 
@@ -167,7 +170,7 @@ impl Store {
     /// becomes `now`. Concurrent claimers never get the same timer
     /// (`FOR UPDATE SKIP LOCKED` on PostgreSQL, the single writer on SQLite).
     pub async fn claim_due_timer(&self, now: i64) -> Result<Option<TimerRow>> {
-        let args = args![now, now_us()];
+        let args = args![now, self.now_us()];
         self.fetch_optional("claim_due_timer", |sql| &sql.claim_due_timer, &args)
             .await
     }
@@ -191,7 +194,7 @@ impl Store {
 
     /// Marks a `firing` timer fired with the id of the event its firing produced.
     pub async fn mark_timer_fired(&self, id: &str, event_id: &str) -> Result<TimerUpdate> {
-        let args = args![id, event_id, now_us()];
+        let args = args![id, event_id, self.now_us()];
         self.update_timer("mark_timer_fired", id, |sql| &sql.mark_timer_fired, &args)
             .await
     }
@@ -218,7 +221,7 @@ impl Store {
     /// Moves every `firing` timer claimed at or before `claimed_by` back to
     /// `scheduled` (fire time and attempts kept). Returns how many.
     pub async fn requeue_stuck_timers(&self, claimed_by: i64) -> Result<u64> {
-        let args = args![claimed_by, now_us()];
+        let args = args![claimed_by, self.now_us()];
         let op = "requeue_stuck_timers";
         self.execute(op, |sql| &sql.requeue_stuck_timers, &args)
             .await
@@ -228,7 +231,7 @@ impl Store {
     /// ceiling counts every claim); a `dead` one starts over with zero
     /// attempts, its reason kept for the record. Its fire time is unchanged.
     pub async fn requeue_timer(&self, id: &str) -> Result<TimerUpdate> {
-        let args = args![id, now_us()];
+        let args = args![id, self.now_us()];
         self.update_timer("requeue_timer", id, |sql| &sql.requeue_timer, &args)
             .await
     }
@@ -242,14 +245,14 @@ impl Store {
         fire_at: i64,
         note: Option<&str>,
     ) -> Result<TimerUpdate> {
-        let args = args![id, fire_at, note, now_us()];
+        let args = args![id, fire_at, note, self.now_us()];
         self.update_timer("reschedule_timer", id, |sql| &sql.reschedule_timer, &args)
             .await
     }
 
     /// Cancels a `scheduled`, `firing` or `dead` timer.
     pub async fn cancel_timer(&self, id: &str) -> Result<TimerUpdate> {
-        let args = args![id, now_us()];
+        let args = args![id, self.now_us()];
         self.update_timer("cancel_timer", id, |sql| &sql.cancel_timer, &args)
             .await
     }
@@ -257,7 +260,7 @@ impl Store {
     /// Dead-letters a `scheduled` or `firing` timer with `reason`, keeping its
     /// attempts.
     pub async fn dead_letter_timer(&self, id: &str, reason: &str) -> Result<TimerUpdate> {
-        let args = args![id, reason, now_us()];
+        let args = args![id, reason, self.now_us()];
         self.update_timer("dead_letter_timer", id, |sql| &sql.dead_letter_timer, &args)
             .await
     }
@@ -326,7 +329,7 @@ impl Store {
         now: i64,
     ) -> Result<ResumeClaimOutcome> {
         const OP: &str = "claim_dead_timer";
-        let args = args![id, token, lease_until, now, now_us()];
+        let args = args![id, token, lease_until, now, self.now_us()];
         let (row, found) = self
             .returning(OP, id, |sql| &sql.claim_dead_timer, &args)
             .await?;
@@ -393,7 +396,7 @@ impl Store {
     /// Moves every `resuming` timer whose claim lapsed at or before `now` back
     /// to `dead`, keeping its reason and attempts. Returns how many.
     pub async fn recover_expired_timer_resumes(&self, now: i64) -> Result<u64> {
-        let args = args![now, now_us()];
+        let args = args![now, self.now_us()];
         let op = "recover_expired_timer_resumes";
         self.execute(op, |sql| &sql.recover_expired_timer_resumes, &args)
             .await
@@ -413,7 +416,7 @@ impl Store {
             ResumeEnd::Park { reason } => (|sql| &sql.park_timer_resume, reason.into()),
             ResumeEnd::Cancel => (|sql| &sql.cancel_timer_resume, None::<&str>.into()),
         };
-        let args = args![id, token, now, value, now_us()];
+        let args = args![id, token, now, value, self.now_us()];
         let (row, found) = self.returning("timer_resume", id, statement, &args).await?;
         Ok(match row {
             Some(row) => ResumeUpdate::Applied(row),
@@ -454,19 +457,23 @@ impl Store {
 }
 
 /// Inserts or re-arms a timer on `conn` (a transaction of the caller's, or
-/// the store's own).
+/// the store's own), `now` being its creation or update time.
 ///
 /// An empty or NUL-holding id or process manager, or one longer than
 /// [`crate::MAX_ID_BYTES`] (and a correlation id with a NUL byte or over that
 /// length) is refused with [`StoreError::InvalidId`] before anything runs.
-async fn schedule(conn: Conn<'_>, timer: &NewTimer<'_>, once: bool) -> Result<ScheduleOutcome> {
+async fn schedule(
+    conn: Conn<'_>,
+    timer: &NewTimer<'_>,
+    once: bool,
+    now: i64,
+) -> Result<ScheduleOutcome> {
     const OP: &str = "schedule_timer";
     validate_id("timer id", timer.id)?;
     validate_id("timer process manager", timer.process_manager)?;
     if !timer.correlation_id.is_empty() {
         validate_id("timer correlation id", timer.correlation_id)?;
     }
-    let now = now_us();
     let args = args![
         timer.id,
         timer.process_manager,

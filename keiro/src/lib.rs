@@ -64,6 +64,7 @@ mod runtime;
 mod shutdown;
 mod signature;
 pub mod telemetry;
+pub mod testing;
 mod time;
 pub mod timers;
 mod trace;

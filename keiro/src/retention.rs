@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use keiro_store::{now_us, GcCursor, GcPolicy, GcRequest, GcSummary};
+use keiro_store::{GcCursor, GcPolicy, GcRequest, GcSummary};
 
 use crate::time::duration_us;
 use crate::{Error, Keiro, Result, ResumeEvent, ResumeLog};
@@ -138,7 +138,7 @@ impl Keiro {
     /// are [`Error::InvalidOption`].
     pub async fn gc(&self, retention: &Retention) -> Result<GcSummary> {
         retention.validate()?;
-        let policy = retention.policy(now_us());
+        let policy = retention.policy(self.now_us());
         let mut cursor = GcCursor::default();
         let mut summary = GcSummary::default();
         loop {

@@ -12,7 +12,7 @@ use crate::journal::{new_instance_args, unreadable_step};
 use crate::rows::{FromRow, StoreRow};
 use crate::sql::{INSTANCE_COLUMNS, STEP_COLUMNS};
 use crate::{
-    now_us, rows, AppendOutcome, InstanceRow, NewInstance, Result, StepRow, StepTiming, StoreError,
+    rows, AppendOutcome, InstanceRow, NewInstance, Result, StepRow, StepTiming, StoreError,
 };
 
 /// How often `append_steps` retries rows that conflicted but could not be read
@@ -80,7 +80,7 @@ impl PostgresStore {
         }
 
         let mut resolved: HashMap<StepKey<'_>, AppendOutcome> = HashMap::with_capacity(rows.len());
-        let now = now_us();
+        let now = self.clock.now_us();
         for _ in 0..APPEND_ATTEMPTS {
             if pending.is_empty() {
                 break;

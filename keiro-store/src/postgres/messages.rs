@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use super::PostgresStore;
 use crate::journal::get_step_on;
-use crate::{now_us, rows, NewMessage, Result, SendOutcome, StoreError, Take, Taken};
+use crate::{rows, NewMessage, Result, SendOutcome, StoreError, Take, Taken};
 
 /// Queues a batch of messages given as parallel arrays: locks their
 /// instances in id order, queues each message whose instance is unfinished
@@ -68,7 +68,7 @@ impl PostgresStore {
         messages: &[NewMessage<'_>],
     ) -> Result<Vec<SendOutcome>> {
         const OP: &str = "send_message";
-        let now = now_us();
+        let now = self.clock.now_us();
         let text = |f: fn(&NewMessage<'_>) -> Option<String>| {
             messages.iter().map(f).collect::<Vec<Option<String>>>()
         };
@@ -115,7 +115,7 @@ impl PostgresStore {
     /// each take that did not take its message).
     pub(crate) async fn take_messages(&self, takes: &[Take]) -> Result<Vec<Taken>> {
         const OP: &str = "take_messages";
-        let now = now_us();
+        let now = self.clock.now_us();
         let mut tx = self.begin(OP).await?;
         let column = |f: fn(&Take) -> String| takes.iter().map(f).collect::<Vec<_>>();
         let number = |f: fn(&Take) -> i64| takes.iter().map(f).collect::<Vec<_>>();

@@ -60,6 +60,8 @@ const SCHEMA_LOCK: i64 = 0x6b_6569_726f;
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
     pool: PgPool,
+    /// Where this store's "now" comes from.
+    pub(crate) clock: crate::Clock,
 }
 
 impl PostgresStore {
@@ -106,7 +108,10 @@ impl PostgresStore {
             .connect_with(connect)
             .await
             .map_err(connect_error)?;
-        Ok(PostgresStore { pool })
+        Ok(PostgresStore {
+            pool,
+            clock: options.clock.clone(),
+        })
     }
 
     /// The underlying pool, for tests and benchmarks.

@@ -12,7 +12,7 @@ use crate::journal::{get_step_on, new_instance_args, step_args, unreadable_step}
 use crate::rows::FromRow;
 use crate::sql::STEP_COLUMNS;
 use crate::{
-    now_us, rows, AppendOutcome, InstanceRow, NewInstance, Result, StepRow, StepTiming, StoreError,
+    rows, AppendOutcome, InstanceRow, NewInstance, Result, StepRow, StepTiming, StoreError,
 };
 
 /// Rows per multi-row insert (9 parameters each, well under SQLite's limit).
@@ -43,7 +43,7 @@ impl SqliteStore {
         timings: &[StepTiming],
     ) -> Result<Vec<AppendOutcome>> {
         const OP: &str = "append_steps";
-        let now = now_us();
+        let now = self.clock.now_us();
         let mut tx = self.begin(OP).await?;
         // Multi-row inserts: a statement costs a round trip to SQLite's
         // thread, so a batch pays one per chunk instead of one per row.

@@ -152,6 +152,8 @@ async fn release_outside_transaction(
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// Where this store's "now" comes from.
+    pub(crate) clock: crate::Clock,
 }
 
 impl SqliteStore {
@@ -206,7 +208,10 @@ impl SqliteStore {
             migrate(&pool).await?;
         }
         refuse_read_only(&pool, url).await?;
-        Ok(SqliteStore { pool })
+        Ok(SqliteStore {
+            pool,
+            clock: options.clock.clone(),
+        })
     }
 
     /// The underlying pool, for tests and benchmarks.

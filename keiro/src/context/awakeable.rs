@@ -129,7 +129,7 @@ impl<T: DeserializeOwned + Send + 'static> Awakeable<T> {
     /// ```
     pub fn timeout(self, duration: Duration) -> AwakeableTimeout<T> {
         AwakeableTimeout {
-            deadline: SystemTime::now() + duration,
+            deadline: super::clock_now() + duration,
             // The deadline, and which came first.
             slot: claim_seqs(2),
             awakeable: self,

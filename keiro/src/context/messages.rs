@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use keiro_store::{
-    now_us, AppendOutcome, MessageRequest, MessageRow, NewMessage, Outcome, Receive, SendOutcome,
-    StepRow, Take, Taken,
+    AppendOutcome, MessageRequest, MessageRow, NewMessage, Outcome, Receive, SendOutcome, StepRow,
+    Take, Taken,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -89,7 +89,7 @@ impl<T: DeserializeOwned + Send + 'static> Recv<T> {
     /// has passed with no message.
     pub fn timeout(self, duration: Duration) -> RecvTimeout<T> {
         RecvTimeout {
-            deadline: SystemTime::now() + duration,
+            deadline: super::clock_now() + duration,
             recv: self,
         }
     }
@@ -161,7 +161,7 @@ async fn receive<T: DeserializeOwned>(
     };
     loop {
         let notified = waiter.notified();
-        let expired = deadline.is_some_and(|d| now_us() >= d);
+        let expired = deadline.is_some_and(|d| cx.keiro.now_us() >= d);
         // A read first; taking (through the group-commit writer, shared
         // with other receivers' takes) only when there is something to take.
         let next = match store.next_message(&cx.id, topic).await {
@@ -240,7 +240,7 @@ async fn receive<T: DeserializeOwned>(
         let mut nap = poll.min(in_memory_until - now);
         poll = (poll * 2).min(RECV_POLL_MAX);
         if let Some(d) = deadline {
-            nap = nap.min(Duration::from_micros((d - now_us()).max(0) as u64));
+            nap = nap.min(Duration::from_micros((d - cx.keiro.now_us()).max(0) as u64));
         }
         tokio::select! {
             _ = notified => poll = RECV_POLL,

@@ -54,6 +54,16 @@ pub(crate) fn current() -> Option<Arc<WorkflowContext>> {
     CONTEXT.try_with(|c| c.clone()).ok().flatten()
 }
 
+/// Now by the clock of the current workflow's runtime (a
+/// [`crate::testing::TestEnv`]'s is virtual); outside a workflow, the system
+/// clock's.
+pub(crate) fn clock_now() -> std::time::SystemTime {
+    match current() {
+        Some(cx) => cx.keiro.clock().now(),
+        None => std::time::SystemTime::now(),
+    }
+}
+
 /// Inside a workflow, the current context and a newly allocated step id: how
 /// every journaled call takes its id at call time, before it is polled.
 pub(crate) fn claim_seq() -> Option<(Arc<WorkflowContext>, i64)> {

@@ -32,11 +32,13 @@ use crate::time::to_us;
 /// ```
 pub fn sleep(duration: Duration) -> DurableFuture<()> {
     let slot = claim_seq();
-    let deadline = SystemTime::now() + duration;
+    let deadline = slot
+        .as_ref()
+        .map(|(cx, _)| cx.keiro.clock().now() + duration);
     DurableFuture::new(async move {
-        match slot {
-            None => tokio::time::sleep(duration).await,
-            Some((cx, seq)) => durable_wait(cx, seq, deadline).await,
+        match (slot, deadline) {
+            (Some((cx, seq)), Some(deadline)) => durable_wait(cx, seq, deadline).await,
+            _ => tokio::time::sleep(duration).await,
         }
     })
 }
@@ -57,9 +59,10 @@ pub fn sleep_until(when: SystemTime) -> DurableFuture<()> {
     })
 }
 
-/// How long until `deadline` (µs since the epoch), as a monotonic instant.
-fn instant_of(deadline: i64) -> Instant {
-    let left = deadline - to_us(SystemTime::now());
+/// How long until `deadline` (µs since the epoch, by the runtime's clock), as
+/// a monotonic instant.
+fn instant_of(cx: &WorkflowContext, deadline: i64) -> Instant {
+    let left = deadline - cx.keiro.now_us();
     Instant::now() + Duration::from_micros(left.max(0) as u64)
 }
 
@@ -71,7 +74,7 @@ async fn durable_wait(cx: Arc<WorkflowContext>, seq: i64, deadline: SystemTime) 
         return wait_until(&cx, seq, name, deadline).await;
     }
     let deadline = to_us(deadline);
-    let target = instant_of(deadline);
+    let target = instant_of(&cx, deadline);
     if target.saturating_duration_since(Instant::now()) > cx.suspend_after {
         // Suspending needs the deadline durable first: the resumed run waits
         // for the recorded one.
@@ -90,7 +93,7 @@ async fn durable_wait(cx: Arc<WorkflowContext>, seq: i64, deadline: SystemTime) 
 /// Waits until `deadline`, the one recorded by sleep step `seq` (named
 /// `name`), suspending the run when it is further than `suspend_after`.
 pub(super) async fn wait_until(cx: &Arc<WorkflowContext>, seq: i64, name: &str, deadline: i64) {
-    let target = instant_of(deadline);
+    let target = instant_of(cx, deadline);
     let left = target.saturating_duration_since(Instant::now());
     if left.is_zero() {
         return;

@@ -192,7 +192,7 @@ where
     }
     let span = tracing::debug_span!("keiro.step", name, seq, replayed = false);
     async move {
-        let started_at = keiro_store::now_us();
+        let started_at = cx.keiro.now_us();
         let (value, attempts) = scope(None, execute).await;
         let timing = StepTiming {
             attempts,

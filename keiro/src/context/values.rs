@@ -5,8 +5,9 @@ use std::time::SystemTime;
 
 use super::{claim_seq, run_step, StepKind};
 
-/// The current time. Inside a workflow it is journaled, so a replay sees the
-/// first run's value; outside it is [`SystemTime::now`]. Like a step, its id is
+/// The current time. Inside a workflow it is the runtime's clock (virtual in
+/// a [`crate::testing::TestEnv`]), journaled, so a replay sees the first
+/// run's value; outside it is [`SystemTime::now`]. Like a step, its id is
 /// allocated when it is called.
 pub fn now() -> impl Future<Output = SystemTime> + Send {
     let slot = claim_seq();
@@ -14,7 +15,8 @@ pub fn now() -> impl Future<Output = SystemTime> + Send {
         match slot {
             None => SystemTime::now(),
             Some((cx, seq)) => {
-                run_step(cx, seq, StepKind::Now, "now", async { SystemTime::now() }).await
+                let clock = cx.keiro.clock().clone();
+                run_step(cx, seq, StepKind::Now, "now", async move { clock.now() }).await
             }
         }
     }

@@ -180,6 +180,13 @@ impl KeiroBuilder {
         self
     }
 
+    /// The clock durable time is read from (default: the system clock);
+    /// [`crate::testing::TestEnv`] gives its runtime a manual one.
+    pub(crate) fn clock(mut self, clock: keiro_store::Clock) -> Self {
+        self.store.clock = clock;
+        self
+    }
+
     /// Refuses settings an instance cannot run with.
     fn validate(&self) -> Result<()> {
         if self.lease_ttl < Duration::from_millis(100) {

@@ -113,6 +113,16 @@ impl Keiro {
         self.inner.registry.names()
     }
 
+    /// The clock durable time is read from (the store's).
+    pub(crate) fn clock(&self) -> &keiro_store::Clock {
+        self.inner.store.clock()
+    }
+
+    /// Now by [`Keiro::clock`], in µs since the Unix epoch.
+    pub(crate) fn now_us(&self) -> i64 {
+        self.inner.store.now_us()
+    }
+
     /// The group-commit writer every journal write of this runtime goes through.
     pub(crate) fn writer(&self) -> &JournalWriter {
         &self.inner.writer
@@ -181,6 +191,11 @@ impl Keiro {
     /// Wakes this process's resume worker now.
     pub(crate) fn wake_resume_worker(&self) {
         self.inner.wake.notify_one();
+    }
+
+    /// Wakes the idle timer worker loops on this runtime's database.
+    pub(crate) fn wake_timer_workers(&self) {
+        self.inner.wakes.timers_changed();
     }
 
     /// What wakes this process's resume worker.

@@ -6,12 +6,12 @@
 //! caller pages never shift the rows already seen: every row present
 //! throughout is visited exactly once.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use keiro_store::{ReasonMatch, TimerListKind, TimerQuery};
 
 use super::{TimerError, TimerRow, Timers};
-use crate::time::{duration_us, to_us};
+use crate::time::duration_us;
 
 /// The largest page [`Timers::pending`], [`Timers::stuck`] and
 /// [`Timers::dead`] serve.
@@ -129,7 +129,7 @@ impl Timers {
         older_than: Duration,
         request: &TimerPageRequest,
     ) -> Result<TimerPage, TimerError> {
-        let claimed_by = to_us(SystemTime::now()).saturating_sub(duration_us(older_than));
+        let claimed_by = self.store.now_us().saturating_sub(duration_us(older_than));
         self.page(
             TimerList::Stuck,
             TimerListKind::Stuck { claimed_by },

@@ -71,7 +71,7 @@ mod worker;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use keiro_store::{now_us, NewTimer, Store, StoreOptions, TimerUpdate};
+use keiro_store::{NewTimer, Store, StoreOptions, TimerUpdate};
 
 pub use error::TimerError;
 pub use inspect::{
@@ -191,7 +191,7 @@ impl Timers {
     /// [`Timers::dead_letter`].
     pub async fn claim_due(&self) -> Result<Option<TimerRow>, TimerError> {
         self.store
-            .claim_due_timer(now_us())
+            .claim_due_timer(self.store.now_us())
             .await?
             .map(TimerRow::from_record)
             .transpose()
@@ -211,7 +211,7 @@ impl Timers {
 
     /// How many timers are due now and not yet claimed.
     pub async fn count_due(&self) -> Result<u64, TimerError> {
-        Ok(self.store.count_due_timers(now_us()).await?)
+        Ok(self.store.count_due_timers(self.store.now_us()).await?)
     }
 
     /// How many timers are `firing` under a claim taken at least `older_than`
@@ -221,7 +221,7 @@ impl Timers {
         older_than: Duration,
         process_manager: Option<&str>,
     ) -> Result<u64, TimerError> {
-        let claimed_by = now_us().saturating_sub(duration_us(older_than));
+        let claimed_by = self.store.now_us().saturating_sub(duration_us(older_than));
         Ok(self
             .store
             .count_stuck_timers(claimed_by, process_manager)
@@ -231,7 +231,7 @@ impl Timers {
     /// Moves every timer claimed at least `older_than` ago and still `firing`
     /// back to `scheduled`, keeping fire time and attempts. Returns how many.
     pub async fn requeue_stuck(&self, older_than: Duration) -> Result<u64, TimerError> {
-        let claimed_by = now_us().saturating_sub(duration_us(older_than));
+        let claimed_by = self.store.now_us().saturating_sub(duration_us(older_than));
         Ok(self.store.requeue_stuck_timers(claimed_by).await?)
     }
 

@@ -15,7 +15,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use keiro_store::{now_us, ResumeClaimOutcome, ResumeUpdate, TimerStatus};
+use keiro_store::{ResumeClaimOutcome, ResumeUpdate, TimerStatus};
 
 use super::{TimerAction, TimerError, TimerId, TimerRow, Timers};
 use crate::time::{duration_us, from_us};
@@ -131,7 +131,7 @@ impl Timers {
     ) -> Result<TimerResumeClaim, TimerError> {
         let lease_us = check_lease(lease)?;
         let secret = uuid::Uuid::new_v4().simple().to_string();
-        let now = now_us();
+        let now = self.store.now_us();
         let until = now.saturating_add(lease_us);
         match self
             .store
@@ -163,7 +163,7 @@ impl Timers {
         lease: Duration,
     ) -> Result<TimerResumeClaim, TimerError> {
         let lease_us = check_lease(lease)?;
-        let now = now_us();
+        let now = self.store.now_us();
         let until = now.saturating_add(lease_us);
         let update = self
             .store
@@ -185,7 +185,12 @@ impl Timers {
     ) -> Result<TimerRow, TimerError> {
         let update = self
             .store
-            .complete_timer_resume(claim.id.as_str(), &claim.secret, event_id, now_us())
+            .complete_timer_resume(
+                claim.id.as_str(),
+                &claim.secret,
+                event_id,
+                self.store.now_us(),
+            )
             .await?;
         ended(claim, update)
     }
@@ -199,7 +204,12 @@ impl Timers {
     ) -> Result<TimerRow, TimerError> {
         let update = self
             .store
-            .park_timer_resume(claim.id.as_str(), &claim.secret, reason, now_us())
+            .park_timer_resume(
+                claim.id.as_str(),
+                &claim.secret,
+                reason,
+                self.store.now_us(),
+            )
             .await?;
         ended(claim, update)
     }
@@ -208,7 +218,7 @@ impl Timers {
     pub async fn cancel_resume(&self, claim: &TimerResumeClaim) -> Result<TimerRow, TimerError> {
         let update = self
             .store
-            .cancel_timer_resume(claim.id.as_str(), &claim.secret, now_us())
+            .cancel_timer_resume(claim.id.as_str(), &claim.secret, self.store.now_us())
             .await?;
         ended(claim, update)
     }
@@ -217,7 +227,10 @@ impl Timers {
     /// and attempts. Every worker pass does this; call it directly when no
     /// worker runs. Returns how many.
     pub async fn recover_expired_resumes(&self) -> Result<u64, TimerError> {
-        Ok(self.store.recover_expired_timer_resumes(now_us()).await?)
+        Ok(self
+            .store
+            .recover_expired_timer_resumes(self.store.now_us())
+            .await?)
     }
 }
 

@@ -6,7 +6,7 @@ use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::FutureExt;
-use keiro_store::{now_us, TimerStatus, TimerUpdate};
+use keiro_store::{TimerStatus, TimerUpdate};
 use tokio::sync::watch;
 use tracing::Instrument;
 
@@ -324,7 +324,7 @@ impl Timers {
         Fut: Future<Output = FireOutcome>,
     {
         options.validate()?;
-        let now = now_us();
+        let now = self.store.now_us();
         self.preamble(options, now).await?;
         self.claim_and_fire(options, now, &fire).await
     }
@@ -363,7 +363,7 @@ impl Timers {
         F: Fn(TimerRow) -> Fut,
         Fut: Future<Output = FireOutcome>,
     {
-        let now = now_us();
+        let now = self.store.now_us();
         let mut summary = self.preamble(options, now).await?;
         while summary.processed < limit && !stop.is_some_and(|s| *s.borrow()) {
             match self.claim_and_fire(options, now, fire).await? {
@@ -431,7 +431,7 @@ impl Timers {
         let Some(record) = self.store.claim_due_timer(pass_now).await? else {
             return Ok(None);
         };
-        let claimed_at = now_us();
+        let claimed_at = self.store.now_us();
         let (id, fire_at) = (record.id.clone(), record.fire_at);
         let timer = match TimerRow::from_record(record) {
             Ok(timer) => timer,
@@ -524,7 +524,8 @@ impl Timers {
         // A retried timer must land after the pass's start, or the same pass
         // would claim it again.
         let later = |delay: Duration| {
-            now_us()
+            self.store
+                .now_us()
                 .saturating_add(duration_us(delay))
                 .max(pass_now.saturating_add(1))
         };
@@ -642,7 +643,7 @@ impl Timers {
     async fn pause(&self, deadline: Instant) -> Duration {
         let left = deadline.saturating_duration_since(Instant::now());
         match self.store.next_timer_fire_at().await {
-            Ok(Some(at)) => until_us(at, now_us()).min(left),
+            Ok(Some(at)) => until_us(at, self.store.now_us()).min(left),
             _ => left,
         }
     }

@@ -91,7 +91,7 @@ where
     R: Serialize + DeserializeOwned + Send + 'static,
 {
     let (cx, seq) = call.parent.clone().expect("a child call has a parent");
-    let spec = call.launch_spec(cx.keiro.max_payload_bytes())?;
+    let spec = call.launch_spec(&cx.keiro)?;
     let handle = ChildHandle {
         cx: cx.clone(),
         seq,
@@ -147,7 +147,7 @@ impl<R: DeserializeOwned + Send + 'static> ChildHandle<R> {
     /// ```
     pub fn timeout(self, duration: Duration) -> ChildTimeout<R> {
         ChildTimeout {
-            deadline: SystemTime::now() + duration,
+            deadline: self.cx.keiro.clock().now() + duration,
             // The deadline, and which came first.
             seq: self.cx.next_seq_pair(),
             handle: self,

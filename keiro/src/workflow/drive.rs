@@ -17,7 +17,6 @@ use crate::panic::panic_message;
 use crate::registry::{RunFn, WorkflowInput};
 use crate::shutdown::Stop;
 use crate::time::{duration_us, until_us};
-use keiro_store::now_us;
 use tokio::time::Instant;
 
 /// A deadline timer's wait for an instance without a deadline.
@@ -86,7 +85,10 @@ pub(crate) async fn execute(
             .await?
     };
     // Claimed past its deadline (it was due then): end it, never run it.
-    if row.deadline.is_some_and(|deadline| deadline <= now_us()) {
+    if row
+        .deadline
+        .is_some_and(|deadline| deadline <= keiro.now_us())
+    {
         keiro.time_out(&row.id).await?;
         return Ok(keiro.raw_store().get_instance(&row.id).await?);
     }
@@ -151,7 +153,7 @@ async fn drive(
     };
     // The run is stopped at the instance's deadline, wherever its body is.
     let deadline = tokio::time::sleep(match row.deadline {
-        Some(deadline) => until_us(deadline, now_us()),
+        Some(deadline) => until_us(deadline, keiro.now_us()),
         None => NEVER,
     });
     tokio::pin!(deadline);

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use keiro_store::{
-    now_us, ContinueAsNew, Crash, Finish, FinishRequest, InstanceRow, InstanceStatus, Suspend,
+    ContinueAsNew, Crash, Finish, FinishRequest, InstanceRow, InstanceStatus, Suspend,
 };
 
 use crate::registry::WorkflowOutput;
@@ -139,7 +139,7 @@ pub(crate) async fn record(
             next.generation += 1;
             next.input = input;
             next.status = InstanceStatus::Pending;
-            next.wake_at = Some(now_us());
+            next.wake_at = Some(keiro.now_us());
             Ok(Some(next))
         }
         // A value that cannot be journaled is a bug in the workflow's code
@@ -264,7 +264,7 @@ async fn crashed(
             owner: keiro.owner(),
             error: &message,
             max_attempts: i64::from(keiro.max_attempts()),
-            retry_at: now_us() + duration_us(crash_backoff(row.attempts + 1)),
+            retry_at: keiro.now_us() + duration_us(crash_backoff(row.attempts + 1)),
         })
         .await?;
     match recorded {

@@ -218,7 +218,7 @@ pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Resul
             unserved.check(keiro, &row).await?;
         }
         let wait = match row.wake_at {
-            Some(wake_at) => until_us(wake_at, now_us()),
+            Some(wake_at) => until_us(wake_at, keiro.now_us()),
             None => Duration::MAX,
         };
         if wait.is_zero() {
@@ -271,9 +271,9 @@ struct Unserved {
 
 impl Unserved {
     async fn check(&mut self, keiro: &Keiro, row: &InstanceRow) -> Result<()> {
-        let now_wall = now_us();
-        let waiting_for_a_worker = row.wake_at.is_some_and(|at| at <= now_wall)
-            && row.lease_expires_at.is_none_or(|at| at <= now_wall);
+        let due_by = keiro.now_us();
+        let waiting_for_a_worker = row.wake_at.is_some_and(|at| at <= due_by)
+            && row.lease_expires_at.is_none_or(|at| at <= due_by);
         if !waiting_for_a_worker {
             *self = Unserved::default();
             return Ok(());
@@ -283,7 +283,8 @@ impl Unserved {
             return Ok(());
         }
         self.checked = Some(now);
-        let alive_since = now_wall - duration_us(crate::runtime::identity::EXECUTOR_TTL);
+        // Liveness is real time whatever the runtime's clock (heartbeats are).
+        let alive_since = now_us() - duration_us(crate::runtime::identity::EXECUTOR_TTL);
         if keiro.raw_store().is_served(&row.name, alive_since).await? {
             self.since = None;
             return Ok(());
