@@ -53,6 +53,7 @@
 pub mod admin;
 mod context;
 mod error;
+mod history;
 pub mod inspect;
 mod json;
 mod operate;
@@ -64,6 +65,7 @@ mod runtime;
 mod shutdown;
 mod signature;
 pub mod telemetry;
+pub mod testing;
 mod time;
 pub mod timers;
 mod trace;
@@ -90,6 +92,9 @@ pub use context::{
 pub use context::{deprecate_patch, patched, MAX_PATCH_ID_BYTES};
 pub use context::{AwakeableTimeout, DurableFuture};
 pub use error::{Error, Result, StoreError, TypeMismatch};
+pub use history::{
+    History, HistoryEntry, HistoryError, ReplayError, ReplayStop, Replayed, HISTORY_FORMAT,
+};
 pub use keiro_store::GcSummary;
 pub use keiro_store::{SqliteSynchronous, MAX_ID_BYTES};
 pub use operate::{
