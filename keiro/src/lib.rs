@@ -51,6 +51,7 @@
 
 #[cfg(feature = "admin")]
 pub mod admin;
+mod check;
 mod context;
 mod error;
 mod history;
@@ -84,6 +85,7 @@ pub use keiro_macros::select;
 #[doc(inline)]
 pub use keiro_macros::nondeterministic_ok;
 
+pub use check::{check, CheckReport, Unregistered};
 pub use context::{
     awakeable, close_stream, get_event, now, read_stream, recv, reject_awakeable,
     resolve_awakeable, resolve_awakeable_tx, send, send_tx, set_event, sleep, sleep_until, uuid,
@@ -93,7 +95,8 @@ pub use context::{deprecate_patch, patched, MAX_PATCH_ID_BYTES};
 pub use context::{AwakeableTimeout, DurableFuture};
 pub use error::{Error, Result, StoreError, TypeMismatch};
 pub use history::{
-    History, HistoryEntry, HistoryError, ReplayError, ReplayStop, Replayed, HISTORY_FORMAT,
+    Divergence, History, HistoryEntry, HistoryError, ReplayError, ReplayStop, Replayed,
+    HISTORY_FORMAT,
 };
 pub use keiro_store::GcSummary;
 pub use keiro_store::{SqliteSynchronous, MAX_ID_BYTES};

@@ -31,7 +31,7 @@ use serde_json::value::RawValue;
 
 use keiro_store::{InstanceStatus, JournalEntry, StepRow};
 
-pub use replay::{ReplayError, ReplayStop, Replayed};
+pub use replay::{Divergence, ReplayError, ReplayStop, Replayed};
 
 /// The history format this keiro writes and reads.
 pub const HISTORY_FORMAT: u32 = 1;

@@ -74,30 +74,16 @@ impl Replayed {
 /// Why a replay failed. Its `Display` is a sentence naming the workflow and
 /// the instance, with the expected/found diff for a divergence, so
 /// `replay(..).unwrap()` in a test prints what changed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReplayError {
-    /// The current code diverges from the history: at `seq` the history
-    /// recorded `expected` where the code now calls `found` (the same
-    /// descriptions as [`crate::WorkflowStatus::NonDeterministic`]).
+    /// The current code diverges from the history (see [`Divergence`]).
     #[error(
-        "replaying workflow `{workflow}` (id {id}) against the current code diverges at \
-         step {seq}: the history recorded {expected} but the code now calls {found}; \
-         instances in flight at this point would be set aside as non-deterministic \
-         (keep the old path behind `keiro::patched(..)`, or let them finish first)"
+        "replaying {0}; instances in flight at this point would be set aside as \
+         non-deterministic (keep the old path behind `keiro::patched(..)`, or let them \
+         finish first)"
     )]
-    Diverged {
-        /// The workflow name.
-        workflow: String,
-        /// The instance id of the history.
-        id: String,
-        /// The step sequence number where code and history disagree.
-        seq: i64,
-        /// What the history recorded there, e.g. ``step `reserve` ``.
-        expected: String,
-        /// What the code calls there, e.g. ``step `charge` ``.
-        found: String,
-    },
+    Diverged(Divergence),
     /// The history is of another workflow than the code replayed against it.
     #[error(
         "the history of instance `{id}` is of workflow `{history}`, not of workflow \
@@ -127,7 +113,46 @@ pub enum ReplayError {
     },
 }
 
+/// Where the current code diverges from a history: at `seq` the history
+/// recorded `expected` where the code now calls `found`, with the same
+/// descriptions as [`crate::WorkflowStatus::NonDeterministic`] (e.g.
+/// ``step `reserve` ``, `keiro::now() `now``, `the workflow returning
+/// before it`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Divergence {
+    /// The workflow name.
+    pub workflow: String,
+    /// The instance id of the history.
+    pub id: String,
+    /// The step sequence number where code and history disagree.
+    pub seq: i64,
+    /// What the history recorded there.
+    pub expected: String,
+    /// What the code calls there.
+    pub found: String,
+}
+
+impl std::fmt::Display for Divergence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "workflow `{}` (id {}) against the current code diverges at step {}: the history \
+             recorded {} but the code now calls {}",
+            self.workflow, self.id, self.seq, self.expected, self.found
+        )
+    }
+}
+
 impl ReplayError {
+    /// The divergence, when that is what failed the replay.
+    pub fn divergence(&self) -> Option<&Divergence> {
+        match self {
+            ReplayError::Diverged(divergence) => Some(divergence),
+            _ => None,
+        }
+    }
+
     pub(crate) fn failed(history: &History, source: Error) -> ReplayError {
         ReplayError::Failed {
             workflow: history.workflow.clone(),
@@ -235,13 +260,13 @@ impl Replayer {
                 expected,
                 found,
                 ..
-            }) => Err(ReplayError::Diverged {
+            }) => Err(ReplayError::Diverged(Divergence {
                 workflow: history.workflow.clone(),
                 id: history.id.clone(),
                 seq,
                 expected,
                 found,
-            }),
+            })),
             Err(error) => Err(ReplayError::failed(history, error)),
         }
     }
