@@ -9,10 +9,11 @@
 //! ```no_run
 //! # #[keiro::workflow]
 //! # async fn checkout(order: u64) -> u64 { order }
-//! # fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! // Saved with `keiro show order-42 --history > tests/histories/order-42.json`.
-//! let history = keiro::History::from_json(include_str!("../tests/histories/order-42.json"))?;
-//! # let _ = history;
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! // Saved with `keiro show order-42 --history --out tests/histories/order-42.json`.
+//! let text = std::fs::read_to_string("tests/histories/order-42.json")?;
+//! let history = keiro::History::from_json(&text)?;
+//! keiro::testing::replay(&history, checkout).await?;
 //! # Ok(()) }
 //! ```
 //!

@@ -81,9 +81,10 @@ replay_target!(A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12);
 /// }
 /// # }
 ///
-/// #[tokio::test]
+/// // In tests/histories.rs: `#[tokio::test] async fn ..()`.
 /// async fn checkout_still_replays_production_histories() {
-///     let history = keiro::History::from_json(include_str!("histories/order-42.json")).unwrap();
+///     let text = std::fs::read_to_string("tests/histories/order-42.json").unwrap();
+///     let history = keiro::History::from_json(&text).unwrap();
 ///     keiro::testing::replay(&history, shop::checkout).await.unwrap();
 /// }
 /// ```
