@@ -38,9 +38,19 @@ pub(crate) enum Command {
     /// List workflow instances, newest first, one page at a time.
     List(ListArgs),
     /// Show one instance: its summary and its journal, step by step.
+    ///
+    /// With --history, write its history instead: the JSON document
+    /// `keiro::History` reads (input, every journal entry, outcome), to keep
+    /// as a fixture for `keiro::testing::replay` in the workflow's tests.
     Show {
         /// The instance id.
         id: String,
+        /// Write the instance's history (JSON) instead of the summary.
+        #[arg(long)]
+        history: bool,
+        /// Write the history to FILE instead of standard output.
+        #[arg(long, value_name = "FILE", requires = "history")]
+        out: Option<std::path::PathBuf>,
     },
     /// Cancel an instance and its unfinished descendants.
     Cancel {

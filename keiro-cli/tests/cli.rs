@@ -17,6 +17,7 @@ use serde_json::Value;
 on_both_backends!(
     list_pages_filters_and_refuses_bad_input,
     show_prints_the_summary_and_the_timeline,
+    show_history_writes_a_history,
     connecting_needs_a_reachable_migrated_database,
     cancel_retry_resume_and_fork_change_the_rows,
     answers_and_messages_make_instances_due,
@@ -542,6 +543,54 @@ async fn show_prints_the_summary_and_the_timeline(backend: Backend) {
         error.contains("no workflow instance has id `no-such-instance`"),
         "{error}"
     );
+}
+
+async fn show_history_writes_a_history(backend: Backend) {
+    let f = Fixture::new(backend).await;
+    let out = f.keiro_cmd(&["show", &f.done, "--history"]).await.ok();
+    let history = keiro::History::from_json(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(
+        (history.workflow.as_str(), history.id.as_str()),
+        ("cli_steps", f.done.as_str())
+    );
+    assert_eq!(history.status, "completed");
+    assert_eq!(history.output.as_ref().unwrap().get(), "6");
+    let results: Vec<&str> = history.entries.iter().map(|e| e.result.get()).collect();
+    assert_eq!(results, ["1", "2", "3"]);
+    assert_eq!(
+        history.to_json_pretty(),
+        f.keiro.export(&f.done).await.unwrap().to_json_pretty(),
+        "the command writes what keiro.export reads"
+    );
+    // With --json too, one document that reads as a history.
+    let json = f
+        .keiro_cmd(&["--json", "show", &f.waiting[0], "--history"])
+        .await
+        .ok();
+    let history: keiro::History = serde_json::from_str(&json).unwrap();
+    assert_eq!(history.status, "suspended");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("done.json");
+    let file_arg = file.to_str().unwrap();
+    let text = f
+        .keiro_cmd(&["show", &f.done, "--history", "--out", file_arg])
+        .await
+        .ok();
+    assert!(text.contains("3 journal entries"), "{text}");
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(written, out);
+
+    let usage = f
+        .keiro_cmd(&["show", &f.done, "--out", file_arg])
+        .await
+        .fails(2);
+    assert!(usage.contains("--history"), "{usage}");
+    let error = f
+        .keiro_cmd(&["show", "no-such-instance", "--history"])
+        .await
+        .fails(1);
+    assert!(error.contains("`no-such-instance`"), "{error}");
 }
 
 async fn connecting_needs_a_reachable_migrated_database(backend: Backend) {

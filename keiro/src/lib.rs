@@ -51,8 +51,10 @@
 
 #[cfg(feature = "admin")]
 pub mod admin;
+mod check;
 mod context;
 mod error;
+mod history;
 pub mod inspect;
 mod json;
 mod operate;
@@ -83,6 +85,7 @@ pub use keiro_macros::select;
 #[doc(inline)]
 pub use keiro_macros::nondeterministic_ok;
 
+pub use check::{check, CheckReport, Unregistered};
 pub use context::{
     awakeable, close_stream, get_event, now, read_stream, recv, reject_awakeable,
     resolve_awakeable, resolve_awakeable_tx, send, send_tx, set_event, sleep, sleep_until, uuid,
@@ -91,6 +94,10 @@ pub use context::{
 pub use context::{deprecate_patch, patched, MAX_PATCH_ID_BYTES};
 pub use context::{AwakeableTimeout, DurableFuture};
 pub use error::{Error, Result, StoreError, TypeMismatch};
+pub use history::{
+    Divergence, History, HistoryEntry, HistoryError, ReplayError, ReplayStop, Replayed,
+    HISTORY_FORMAT,
+};
 pub use keiro_store::GcSummary;
 pub use keiro_store::{SqliteSynchronous, MAX_ID_BYTES};
 pub use operate::{

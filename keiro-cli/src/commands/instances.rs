@@ -194,3 +194,33 @@ pub(crate) async fn show(keiro: &Keiro, id: &str) -> Result<Report, Failure> {
         .collect();
     Ok(Report { human, json })
 }
+
+/// `keiro show ID --history [--out FILE]`: the instance's history, the JSON
+/// document `keiro::History` reads, on standard output or in FILE.
+pub(crate) async fn history(
+    keiro: &Keiro,
+    id: &str,
+    out: Option<&std::path::Path>,
+) -> Result<Report, Failure> {
+    let history = keiro.export(id).await?;
+    let text = format!("{}\n", history.to_json_pretty());
+    let Some(path) = out else {
+        let json = serde_json::from_str(&text)
+            .map_err(|e| Failure::Refused(format!("the history of {id} is not JSON: {e}")))?;
+        return Ok(Report { human: text, json });
+    };
+    std::fs::write(path, &text).map_err(|e| {
+        Failure::Refused(format!(
+            "cannot write the history of {id} to {}: {e}",
+            path.display()
+        ))
+    })?;
+    let entries = history.entries.len();
+    Ok(Report {
+        human: format!(
+            "wrote the history of {id} ({entries} journal entries) to {}\n",
+            path.display()
+        ),
+        json: json!({ "id": id, "file": path.display().to_string(), "entries": entries }),
+    })
+}

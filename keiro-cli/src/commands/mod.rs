@@ -18,7 +18,10 @@ use crate::{Failure, Report};
 pub(crate) async fn dispatch(keiro: &Keiro, command: Command) -> Result<Report, Failure> {
     match command {
         Command::List(args) => instances::list(keiro, &args).await,
-        Command::Show { id } => instances::show(keiro, &id).await,
+        Command::Show {
+            id, history: false, ..
+        } => instances::show(keiro, &id).await,
+        Command::Show { id, out, .. } => instances::history(keiro, &id, out.as_deref()).await,
         Command::Cancel { id } => repair::cancel(keiro, &id).await,
         Command::Retry { id } => repair::retry(keiro, &id).await,
         Command::Resume { id } => repair::resume(keiro, &id).await,

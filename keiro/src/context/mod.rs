@@ -160,6 +160,19 @@ pub(crate) async fn halt<T>(cx: &WorkflowContext, why: Halt) -> T {
     std::future::pending().await
 }
 
+/// Stops a replay without side effects ([`WorkflowContext::replaying`]) where
+/// the code goes beyond the journal, before anything runs: the run ends as
+/// suspended with nothing to wake it. Never returns.
+pub(crate) async fn beyond_history<T>(cx: &WorkflowContext) -> T {
+    let stop = Halt::Suspend {
+        wake_at: None,
+        awaiting: None,
+        topic: None,
+        waiting: None,
+    };
+    halt(cx, stop).await
+}
+
 /// Runs `fut` with `cx` as the current workflow context (or none).
 pub(crate) async fn scope<F: std::future::Future>(
     cx: Option<Arc<WorkflowContext>>,
@@ -210,6 +223,9 @@ pub(crate) struct WorkflowContext {
     journal: Mutex<HashMap<i64, StepRow>>,
     next_seq: AtomicI64,
     abort: Mutex<Option<oneshot::Sender<Halt>>>,
+    /// A replay without side effects (`keiro::testing::replay`): the run
+    /// stops where it would run a step body or start a child.
+    pub(crate) replay_only: bool,
 }
 
 impl WorkflowContext {
@@ -222,6 +238,30 @@ impl WorkflowContext {
         generation: i64,
         journal: Vec<StepRow>,
     ) -> (Arc<WorkflowContext>, oneshot::Receiver<Halt>) {
+        WorkflowContext::with_mode(keiro, name, id, generation, journal, false)
+    }
+
+    /// A context for a replay without side effects over `journal`: where the
+    /// code goes beyond it (a step body to run, a child to start) the run
+    /// stops as if suspended, with nothing to wake it.
+    pub(crate) fn replaying(
+        keiro: Keiro,
+        name: String,
+        id: String,
+        generation: i64,
+        journal: Vec<StepRow>,
+    ) -> (Arc<WorkflowContext>, oneshot::Receiver<Halt>) {
+        WorkflowContext::with_mode(keiro, name, id, generation, journal, true)
+    }
+
+    fn with_mode(
+        keiro: Keiro,
+        name: String,
+        id: String,
+        generation: i64,
+        journal: Vec<StepRow>,
+        replay_only: bool,
+    ) -> (Arc<WorkflowContext>, oneshot::Receiver<Halt>) {
         let (abort, aborted) = oneshot::channel();
         let suspend_after = keiro.suspend_after();
         let cx = WorkflowContext {
@@ -233,6 +273,7 @@ impl WorkflowContext {
             journal: Mutex::new(journal.into_iter().map(|r| (r.seq, r)).collect()),
             next_seq: AtomicI64::new(0),
             abort: Mutex::new(Some(abort)),
+            replay_only,
         };
         (Arc::new(cx), aborted)
     }
@@ -293,6 +334,18 @@ impl WorkflowContext {
         if let Some(sender) = lock(&self.abort).take() {
             let _ = sender.send(halt);
         }
+    }
+
+    /// After the body returned: non-determinism when the journal records an
+    /// entry the code never reached (at or beyond the ids it allocated).
+    pub(crate) fn unreached(&self) -> Option<Error> {
+        self.first_recorded_from(self.allocated()).map(|unreached| {
+            self.non_deterministic(
+                unreached.seq,
+                &unreached,
+                "the workflow returning before it".to_owned(),
+            )
+        })
     }
 
     /// Non-determinism at `seq`: the journal holds `recorded` where the code

@@ -182,6 +182,7 @@ impl KeiroBuilder {
 
     /// The clock durable time is read from (default: the system clock);
     /// [`crate::testing::TestEnv`] gives its runtime a manual one.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn clock(mut self, clock: keiro_store::Clock) -> Self {
         self.store.clock = clock;
         self

@@ -194,6 +194,7 @@ impl Keiro {
     }
 
     /// Wakes the idle timer worker loops on this runtime's database.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn wake_timer_workers(&self) {
         self.inner.wakes.timers_changed();
     }

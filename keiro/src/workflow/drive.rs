@@ -219,12 +219,8 @@ async fn drive(
 /// A body that returned: its output, unless the journal records steps the
 /// code never reached (non-determinism).
 fn returned(cx: &WorkflowContext, output: crate::registry::WorkflowOutput) -> Ended {
-    match cx.first_recorded_from(cx.allocated()) {
-        Some(unreached) => Ended::Aborted(cx.non_deterministic(
-            unreached.seq,
-            &unreached,
-            "the workflow returning before it".to_owned(),
-        )),
+    match cx.unreached() {
+        Some(error) => Ended::Aborted(error),
         None => Ended::Returned(output),
     }
 }
