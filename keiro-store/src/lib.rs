@@ -64,12 +64,13 @@ mod schema;
 mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod step_tx;
 mod suspend;
 mod timers;
 mod validate;
 mod writer;
 
-pub use error::{redact as redact_url, StoreError};
+pub use error::{is_conflict, redact as redact_url, StoreError};
 
 /// Instance ids up to this many bytes travel as they are in wake
 /// notifications; longer ones as their [`wake_payload`] digest (PostgreSQL
@@ -110,6 +111,7 @@ pub use outbox::{create_instance_tx, get_step_tx, resolve_tx, send_message_tx};
 pub use outcome::Outcome;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};
+pub use step_tx::StepTx;
 pub use retention::{GcCursor, GcPolicy, GcProgress, GcRequest, GcSummary};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};

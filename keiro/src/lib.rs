@@ -67,6 +67,7 @@ pub mod telemetry;
 mod time;
 pub mod timers;
 mod trace;
+mod transaction;
 pub mod unstable;
 mod workflow;
 
@@ -100,6 +101,7 @@ pub use runtime::{
     global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL,
     DEFAULT_MAX_PAYLOAD_BYTES, EXECUTOR_ID_ENV, SQLITE_SYNCHRONOUS_ENV,
 };
+pub use transaction::Transaction;
 pub use uuid::Uuid;
 pub use workflow::{
     cancel, continue_as_new, handle, spawn, CancelOutcome, ChildHandle, ChildTimeout, WorkflowCall,

@@ -24,6 +24,24 @@ pub struct StepMeta {
     pub backoff_ms: u64,
 }
 
+impl StepMeta {
+    /// Waits out the backoff after failed attempt `attempt` (1-based): the
+    /// step's `backoff_ms`, doubled after each later attempt, at most an hour.
+    pub(crate) async fn wait_before_retry(&self, attempt: u32) {
+        let delay = self
+            .backoff_ms
+            .saturating_mul(1u64 << (attempt - 1).min(20))
+            .min(3_600_000);
+        tracing::debug!(
+            step = self.name,
+            attempt,
+            delay_ms = delay,
+            "keiro step failed; retrying"
+        );
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+}
+
 /// What produced a journal row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StepKind {
@@ -122,17 +140,7 @@ where
             if !is_err(&out) || attempt >= max {
                 return (out, attempt);
             }
-            let delay = meta
-                .backoff_ms
-                .saturating_mul(1u64 << (attempt - 1).min(20))
-                .min(3_600_000);
-            tracing::debug!(
-                step = meta.name,
-                attempt,
-                delay_ms = delay,
-                "keiro step failed; retrying"
-            );
-            tokio::time::sleep(Duration::from_millis(delay)).await;
+            meta.wait_before_retry(attempt).await;
             attempt += 1;
         }
     };
@@ -200,15 +208,35 @@ where
         };
         // The first step to complete in a select's branch journals the
         // select's decision with its own row: one commit, not two.
-        if kind == StepKind::Step {
-            if let Some(won) = super::select::claim_win(&cx) {
-                return record_winning(&cx, seq, name, value, won, timing).await;
-            }
-        }
-        record_timed(&cx, seq, kind, name, value, timing).await
+        let won = match kind {
+            StepKind::Step => super::select::claim_win(&cx),
+            _ => None,
+        };
+        record_step(&cx, seq, kind, name, value, timing, won).await
     }
     .instrument(span)
     .await
+}
+
+/// Journals `value` as step `seq`'s result through the group-commit writer,
+/// with the decision of the select whose win it claimed (`won`), if any, and
+/// returns it (or the result another executor recorded first).
+pub(crate) async fn record_step<R>(
+    cx: &Arc<WorkflowContext>,
+    seq: i64,
+    kind: StepKind,
+    name: &'static str,
+    value: R,
+    timing: StepTiming,
+    won: Option<Won>,
+) -> R
+where
+    R: Serialize + DeserializeOwned,
+{
+    match won {
+        Some(won) => record_winning(cx, seq, name, value, won, timing).await,
+        None => record_timed(cx, seq, kind, name, value, timing).await,
+    }
 }
 
 /// Journals `value` as step `seq`'s result and returns it, or the result
@@ -266,7 +294,7 @@ where
 }
 
 /// Refuses a step result over the runtime's payload limit.
-fn check_step_size(
+pub(crate) fn check_step_size(
     cx: &WorkflowContext,
     seq: i64,
     kind: StepKind,
@@ -278,7 +306,7 @@ fn check_step_size(
     })
 }
 
-fn step_row(cx: &WorkflowContext, seq: i64, kind: StepKind, name: &str, result: String) -> StepRow {
+pub(crate) fn step_row(cx: &WorkflowContext, seq: i64, kind: StepKind, name: &str, result: String) -> StepRow {
     StepRow {
         workflow_id: cx.id.clone(),
         generation: cx.generation,
@@ -386,7 +414,7 @@ pub(crate) async fn replay<R: DeserializeOwned>(
 }
 
 /// Aborts the run with `error` and never returns; the runner drops this future.
-async fn halt<T>(cx: &WorkflowContext, error: Error) -> T {
+pub(crate) async fn halt<T>(cx: &WorkflowContext, error: Error) -> T {
     cx.abort(error);
     std::future::pending().await
 }
