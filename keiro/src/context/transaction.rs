@@ -35,13 +35,15 @@ use crate::{Error, Keiro, Transaction};
 const MAX_CONFLICTS: u32 = 50;
 
 /// Runs a `#[step(transaction)]`: `body` runs in a transaction on keiro's
-/// database, retried on `Err` (as `is_err` says) up to `meta.max_attempts`
-/// times. Inside a workflow the step id is allocated now, at the call, and
+/// database, rolled back when `is_err` says the attempt failed, and a failed
+/// attempt is retried when `retry` says so, up to `meta.max_attempts` times
+/// in all. Inside a workflow the step id is allocated now, at the call, and
 /// the result is journaled in the body's transaction; outside one the body
 /// runs in a transaction of the process-wide runtime, committed on success.
 pub fn step_transaction<R, B>(
     meta: StepMeta,
     is_err: impl Fn(&R) -> bool + Send + 'static,
+    retry: impl Fn(&R) -> bool + Send + 'static,
     body: B,
 ) -> impl Future<Output = R> + Send
 where
@@ -51,7 +53,12 @@ where
         + 'static,
 {
     let slot = claim_seq();
-    let step = TxStep { meta, is_err, body };
+    let step = TxStep {
+        meta,
+        is_err,
+        retry,
+        body,
+    };
     async move {
         match slot {
             None => step.outside().await,
@@ -61,9 +68,12 @@ where
 }
 
 /// A transactional step being run.
-struct TxStep<F, B> {
+struct TxStep<F, G, B> {
     meta: StepMeta,
+    /// Whether an attempt failed (its writes roll back).
     is_err: F,
+    /// Whether a failed attempt may be retried.
+    retry: G,
     body: B,
 }
 
@@ -75,10 +85,11 @@ enum Attempt<R> {
     Failed(R),
 }
 
-impl<R, F, B> TxStep<F, B>
+impl<R, F, G, B> TxStep<F, G, B>
 where
     R: Serialize + DeserializeOwned + Send + 'static,
     F: Fn(&R) -> bool,
+    G: Fn(&R) -> bool,
     B: for<'t> FnMut(&'t mut Transaction<'static>) -> Pin<Box<dyn Future<Output = R> + Send + 't>>,
 {
     /// Opens a transaction on `keiro`'s database and runs the body in it
@@ -127,7 +138,7 @@ where
                     started_at: Some(started_at),
                 };
                 let error = match self.attempt(&cx.keiro).await {
-                    Ok(Attempt::Failed(_)) if attempt < max => {
+                    Ok(Attempt::Failed(value)) if attempt < max && (self.retry)(&value) => {
                         self.meta.wait_before_retry(attempt).await;
                         attempt += 1;
                         continue;
@@ -179,7 +190,7 @@ where
         let (mut attempt, mut conflicts) = (1, 0);
         loop {
             let error = match self.attempt(&keiro).await {
-                Ok(Attempt::Failed(_)) if attempt < max => {
+                Ok(Attempt::Failed(value)) if attempt < max && (self.retry)(&value) => {
                     self.meta.wait_before_retry(attempt).await;
                     attempt += 1;
                     continue;
