@@ -3,6 +3,7 @@
 //! `#[step(transaction)]`s that write both with the step's result.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use keiro::{step, workflow, Transaction};
@@ -12,9 +13,10 @@ use tokio::sync::Notify;
 
 use crate::ran;
 
-/// Set in the child process: the debit prints `INSERTED <entry>` after its
-/// ledger insert and then waits forever, before its transaction commits.
-pub const PAUSE_AFTER_INSERT_ENV: &str = "KEIRO_TEST_TX_PAUSE";
+/// Set in the child process of the crash test: a debit prints
+/// `INSERTED <entry>` after its writes and then waits forever, before its
+/// transaction commits.
+pub static PAUSE_AFTER_INSERT: AtomicBool = AtomicBool::new(false);
 
 /// Runs `$body` with `$c` bound to the connection inside `$tx` (a
 /// `keiro::Transaction`), whichever backend it is on.
@@ -141,7 +143,7 @@ pub async fn debit(
 ) -> Result<i64, BankError> {
     ran(&key, "debit");
     let balance = write_debit(tx, &entry, cents).await?;
-    if std::env::var_os(PAUSE_AFTER_INSERT_ENV).is_some() {
+    if PAUSE_AFTER_INSERT.load(Ordering::SeqCst) {
         println!("INSERTED {entry}");
         std::future::pending::<()>().await;
     }
