@@ -144,7 +144,7 @@ impl StepFn {
     /// reports all problems at once.
     pub(crate) fn parse(args: TokenStream, item: TokenStream) -> syn::Result<Self> {
         let args = StepArgs::parse(args);
-        let flagged = args.as_ref().is_ok_and(|args| args.transaction.is_some());
+        let flagged = args.as_ref().ok().map(|args| args.transaction.is_some());
         let func = check::item_fn(Macro::Step, item).and_then(|mut func| {
             // A transaction's `&mut` is keiro's to pass: split off before the
             // rule that arguments are owned.

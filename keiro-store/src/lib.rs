@@ -111,10 +111,10 @@ pub use outbox::{create_instance_tx, get_step_tx, resolve_tx, send_message_tx};
 pub use outcome::Outcome;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};
-pub use step_tx::StepTx;
 pub use retention::{GcCursor, GcPolicy, GcProgress, GcRequest, GcSummary};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};
+pub use step_tx::StepTx;
 pub use timers::{cancel_timer_tx, schedule_timer_once_tx, schedule_timer_tx, TimerTx};
 pub use validate::{preview as preview_id, validate_id, validate_id_within, MAX_ID_BYTES};
 pub use writer::{CreateRequest, FinishRequest, JournalWriter, MessageRequest};

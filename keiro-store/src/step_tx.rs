@@ -74,14 +74,12 @@ impl StepTx<'_> {
         for (row, timing) in rows {
             let affected = match self {
                 #[cfg(feature = "sqlite")]
-                StepTx::Sqlite(tx) => {
-                    bind_all!(sqlx::query(INSERT_SQLITE), &step_args(row, now))
-                        .bind(timing.attempts_column())
-                        .bind(timing.started_at)
-                        .execute(&mut **tx)
-                        .await
-                        .map(|done| done.rows_affected())
-                }
+                StepTx::Sqlite(tx) => bind_all!(sqlx::query(INSERT_SQLITE), &step_args(row, now))
+                    .bind(timing.attempts_column())
+                    .bind(timing.started_at)
+                    .execute(&mut **tx)
+                    .await
+                    .map(|done| done.rows_affected()),
                 #[cfg(feature = "postgres")]
                 StepTx::Postgres(tx) => {
                     bind_all!(sqlx::query(INSERT_POSTGRES), &step_args(row, now))

@@ -40,6 +40,9 @@
 //!   the instance is set aside ([`WorkflowStatus::NonDeterministic`]) with its
 //!   journal untouched; [`Keiro::resume`] puts it back once the code is fixed.
 //! * [`now`] and [`uuid()`] are journaled, so a replay sees the first run's values.
+//! * `#[step(transaction)]` runs a step in a [`Transaction`] on keiro's own
+//!   database and writes its journal row in it: the application's writes and
+//!   the step's result commit together, exactly once.
 //! * With the cargo feature `otel`, the OpenTelemetry trace of the span that
 //!   starts or enqueues a workflow goes on in every run of it, in whichever
 //!   process: its `traceparent` is stored with the instance

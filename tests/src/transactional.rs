@@ -26,7 +26,9 @@ macro_rules! on_tx {
             let $c: &mut sqlx::SqliteConnection = &mut **tx;
             $body
         } else {
-            let tx = $tx.as_postgres().expect("keiro runs on SQLite or PostgreSQL");
+            let tx = $tx
+                .as_postgres()
+                .expect("keiro runs on SQLite or PostgreSQL");
             let $c: &mut sqlx::PgConnection = &mut **tx;
             $body
         }
@@ -252,10 +254,7 @@ fn gates() -> &'static Mutex<HashMap<String, Arc<Notify>>> {
 /// with `notify_one`).
 pub fn close_gate(key: &str) -> Arc<Notify> {
     let gate = Arc::new(Notify::new());
-    gates()
-        .lock()
-        .unwrap()
-        .insert(key.to_owned(), gate.clone());
+    gates().lock().unwrap().insert(key.to_owned(), gate.clone());
     gate
 }
 

@@ -23,7 +23,11 @@ async fn killed_before_commit_leaves_nothing_and_resumes_once(backend: Backend) 
     child.line_starting("INSERTED e1").await;
     child.kill().await; // SIGKILL, the transaction open with its writes
 
-    assert_eq!(bank(store).await, (100, 0), "writes of the killed step remain");
+    assert_eq!(
+        bank(store).await,
+        (100, 0),
+        "writes of the killed step remain"
+    );
     let steps = keiro.steps(&id).await.unwrap();
     let names: Vec<_> = steps.iter().map(|s| (s.seq, s.name.as_str())).collect();
     assert_eq!(names, [(0, "note")], "the killed step was journaled");

@@ -48,7 +48,10 @@ async fn writes_and_result_commit_together_and_replay_skips_the_body(backend: Ba
         .on(&keiro)
         .await
         .unwrap_err();
-    assert!(matches!(crashed, keiro::Error::Panicked { .. }), "{crashed}");
+    assert!(
+        matches!(crashed, keiro::Error::Panicked { .. }),
+        "{crashed}"
+    );
     // The run died after the debit: its writes and its result are in.
     assert_eq!(bank(store).await, (750, 1));
     let steps = keiro.steps(&key).await.unwrap();
@@ -87,7 +90,11 @@ async fn an_err_rolls_the_writes_back_and_is_journaled(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(out, Err(BankError::Insufficient));
-    assert_eq!(bank(store).await, (100, 0), "the failed debit's writes stayed");
+    assert_eq!(
+        bank(store).await,
+        (100, 0),
+        "the failed debit's writes stayed"
+    );
     let steps = keiro.steps(&key).await.unwrap();
     assert_eq!(steps.len(), 2, "{steps:?}");
     assert_eq!((steps[1].seq, steps[1].name.as_str()), (1, "debit"));

@@ -346,6 +346,33 @@ mod tests {
     }
 
     #[test]
+    fn transactional_step() {
+        let out = expand(
+            quote!(transaction),
+            quote!(
+                async fn debit(tx: &mut keiro::Transaction<'_>, account: i64) -> Result<i64, E> {
+                    Ok(account)
+                }
+            ),
+        );
+        assert!(out.contains("fn debit (account : i64) ->"), "{out}");
+        assert!(
+            out.contains("async fn __keiro_step_body (tx : & mut keiro :: Transaction < '_ > , account : i64)"),
+            "{out}"
+        );
+        assert!(
+            out.contains(":: keiro :: __private :: step_transaction"),
+            "{out}"
+        );
+        assert!(
+            out.contains("move | tx | :: std :: boxed :: Box :: pin (__keiro_step_body (tx , :: core :: clone :: Clone :: clone (& account)))"),
+            "{out}"
+        );
+        assert!(out.contains("assert_transaction_arg :: < i64 >"), "{out}");
+        assert!(out.contains("| _ : & Result < i64 , E > | false"), "{out}");
+    }
+
+    #[test]
     fn step_returning_unit() {
         let out = expand(
             quote!(),

@@ -306,7 +306,13 @@ pub(crate) fn check_step_size(
     })
 }
 
-pub(crate) fn step_row(cx: &WorkflowContext, seq: i64, kind: StepKind, name: &str, result: String) -> StepRow {
+pub(crate) fn step_row(
+    cx: &WorkflowContext,
+    seq: i64,
+    kind: StepKind,
+    name: &str,
+    result: String,
+) -> StepRow {
     StepRow {
         workflow_id: cx.id.clone(),
         generation: cx.generation,

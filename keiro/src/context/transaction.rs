@@ -247,7 +247,13 @@ where
     }
     let mut rows = vec![(step_row(cx, seq, kind, name, result), timing)];
     if let Some(won) = won.as_ref() {
-        let decision = step_row(cx, won.seq, StepKind::Select, "select", won.index.to_string());
+        let decision = step_row(
+            cx,
+            won.seq,
+            StepKind::Select,
+            "select",
+            won.index.to_string(),
+        );
         rows.push((decision, StepTiming::default()));
     }
     let written = tx.inner().journal(&rows).await?;
@@ -270,9 +276,7 @@ where
                 .get_step(&cx.id, cx.generation, won.seq)
                 .await;
             match recorded {
-                Ok(Some(first)) => {
-                    replay(cx, won.seq, StepKind::Select, "select", &first).await
-                }
+                Ok(Some(first)) => replay(cx, won.seq, StepKind::Select, "select", &first).await,
                 Ok(None) => won.index,
                 Err(error) => return Ok(halt(cx, Error::Store(error)).await),
             }
@@ -286,9 +290,11 @@ where
 /// growing, jittered so that racing steps do not retry in lockstep.
 fn conflict_pause(n: u32) -> Duration {
     let ceiling = 1u64 << n.min(7); // up to 128 ms
-    let jitter = u64::from(std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0));
+    let jitter = u64::from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0),
+    );
     Duration::from_millis(1 + jitter % ceiling)
 }
