@@ -257,16 +257,13 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 /// use keiro::{step, Transaction};
 ///
 /// #[step(transaction)]
-/// async fn debit(tx: &mut Transaction<'_>, account: i64, cents: i64) -> Result<i64, String> {
-///     let tx = tx.as_postgres().ok_or("this service runs on PostgreSQL")?;
-///     sqlx::query_scalar("UPDATE accounts SET balance = balance - $1 WHERE id = $2 RETURNING balance")
-///         .bind(cents)
-///         .bind(account)
-///         .fetch_one(&mut **tx)
-///         .await
-///         .map_err(|e| e.to_string())
+/// async fn debit(tx: &mut Transaction<'_>, order: String, cents: i64) -> Result<i64, String> {
+///     // The application's writes go through `tx.as_postgres()` / `tx.as_sqlite()`
+///     // (see `keiro::Transaction`); keiro's `*_tx` functions take `tx` as well:
+///     keiro::send_tx(tx, &order, "debited", &cents).await.map_err(|e| e.to_string())?;
+///     Ok(cents)
 /// }
-/// // In a workflow: `let balance = debit(7, 1999).await?;`
+/// // In a workflow: `let cents = debit(order_id, 1999).await?;`
 /// # fn main() {}
 /// ```
 ///
