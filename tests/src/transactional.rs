@@ -171,6 +171,22 @@ pub async fn flaky_debit(
     Ok(balance)
 }
 
+/// Like [`debit`], but too slow: it runs out of time after its writes.
+#[step(transaction, timeout_ms = 50)]
+pub async fn slow_debit(
+    tx: &mut Transaction<'_>,
+    key: String,
+    entry: String,
+    cents: i64,
+) -> Result<i64, String> {
+    ran(&key, "slow_debit");
+    let balance = write_debit(tx, &entry, cents)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+    Ok(balance)
+}
+
 /// A debit that reads the balance and writes the difference back, under
 /// PostgreSQL's SERIALIZABLE isolation: concurrent ones conflict and are
 /// retried.
@@ -234,6 +250,12 @@ pub async fn pay_many(key: String, debits: u32, serializable: bool) -> Result<i6
         };
     }
     Ok(balance)
+}
+
+/// A debit that runs out of time.
+#[workflow]
+pub async fn pay_slowly(key: String, entry: String, cents: i64) -> Result<i64, String> {
+    slow_debit(key, entry, cents).await
 }
 
 /// A debit retried until its third attempt.

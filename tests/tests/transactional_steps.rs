@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use keiro::{step, workflow, StepOutcome, WorkflowStatus};
 use keiro_store::StepRow;
 use keiro_tests::transactional::{
-    bank, close_gate, debit, open_bank, pay, pay_flaky, pay_many, BankError,
+    bank, close_gate, debit, open_bank, pay, pay_flaky, pay_many, pay_slowly, BankError,
 };
 use keiro_tests::{count, on_both_backends, Backend, TestDb};
 
@@ -132,6 +132,26 @@ async fn failed_attempts_roll_back_and_the_retry_commits(backend: Backend) {
     assert_eq!(steps[0].attempts, Some(3));
 }
 
+async fn an_attempt_out_of_time_rolls_back(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let store = keiro::unstable::raw_store(&keiro);
+    open_bank(store, 100).await;
+    let key = uuid::Uuid::new_v4().to_string();
+    let out = pay_slowly(key.clone(), "slow".into(), 10)
+        .id(&key)
+        .on(&keiro)
+        .await
+        .unwrap();
+    let error = out.unwrap_err();
+    assert!(error.contains("slow_debit"), "{error}");
+    assert_eq!(
+        bank(store).await,
+        (100, 0),
+        "the timed-out debit's writes stayed"
+    );
+}
+
 async fn a_step_journaled_elsewhere_first_keeps_that_result(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
@@ -170,15 +190,28 @@ async fn a_step_journaled_elsewhere_first_keeps_that_result(backend: Backend) {
 }
 
 async fn concurrent_debits_of_one_account_are_exact(backend: Backend) {
+    debit_concurrently(backend, 4, 25).await;
+}
+
+/// More debiting workflows than the runtime's pool has connections (four on
+/// SQLite): transactions waiting for the write lock or a connection, and the
+/// group-commit writer among them, all get their turn.
+async fn more_concurrent_debits_than_connections_all_finish(backend: Backend) {
+    debit_concurrently(backend, 16, 5).await;
+}
+
+/// `workflows` concurrent workflows of `debits` one-cent debits of account
+/// 1, each after a plain step: the balance is exact.
+async fn debit_concurrently(backend: Backend, workflows: u32, debits: u32) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
     let store = keiro::unstable::raw_store(&keiro);
     open_bank(store, 1000).await;
     let run = uuid::Uuid::new_v4().to_string();
     let mut handles = Vec::new();
-    for w in 0..4 {
+    for w in 0..workflows {
         let key = format!("{run}-{w}");
-        let handle = pay_many(key.clone(), 25, false)
+        let handle = pay_many(key.clone(), debits, false)
             .id(&key)
             .on(&keiro)
             .start()
@@ -193,11 +226,16 @@ async fn concurrent_debits_of_one_account_are_exact(backend: Backend) {
             .expect("the debits finish")
             .unwrap();
         last.push(out.unwrap());
-        assert_eq!(count(&key, "debit"), 25);
-        assert_eq!(count(&key, "note"), 25);
+        assert_eq!(count(&key, "debit"), debits as usize);
+        assert_eq!(count(&key, "note"), debits as usize);
     }
-    assert_eq!(bank(store).await, (900, 100));
-    assert!(last.contains(&900), "the last debit saw 900: {last:?}");
+    let total = i64::from(workflows * debits);
+    assert_eq!(bank(store).await, (1000 - total, total));
+    assert!(
+        last.contains(&(1000 - total)),
+        "the last debit saw {}: {last:?}",
+        1000 - total
+    );
 }
 
 /// Read-modify-write debits at SERIALIZABLE conflict with each other; the
@@ -239,7 +277,9 @@ on_both_backends!(
     writes_and_result_commit_together_and_replay_skips_the_body,
     an_err_rolls_the_writes_back_and_is_journaled,
     failed_attempts_roll_back_and_the_retry_commits,
+    an_attempt_out_of_time_rolls_back,
     a_step_journaled_elsewhere_first_keeps_that_result,
     concurrent_debits_of_one_account_are_exact,
+    more_concurrent_debits_than_connections_all_finish,
     serializable_conflicts_are_retried,
 );
