@@ -8,12 +8,20 @@
 
 use std::sync::Mutex;
 
-use keiro::{step, workflow, StepOutcome, WorkflowStatus};
+use keiro::{step, workflow, Keiro, StepOutcome, WorkflowStatus};
 use keiro_store::StepRow;
 use keiro_tests::transactional::{
     bank, close_gate, debit, open_bank, pay, pay_flaky, pay_many, pay_slowly, BankError,
 };
 use keiro_tests::{count, on_both_backends, Backend, TestDb};
+
+/// A fresh database whose account 1 holds `balance`, and a runtime on it.
+async fn bank_on(backend: Backend, balance: i64) -> (TestDb, Keiro) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    open_bank(keiro::unstable::raw_store(&keiro), balance).await;
+    (db, keiro)
+}
 
 /// Test keys whose next `maybe_crash` call panics once.
 static CRASH_ONCE: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -37,10 +45,8 @@ async fn pay_then_crash(key: String, entry: String, cents: i64) -> Result<i64, B
 }
 
 async fn writes_and_result_commit_together_and_replay_skips_the_body(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let keiro = db.keiro().await;
+    let (_db, keiro) = bank_on(backend, 1000).await;
     let store = keiro::unstable::raw_store(&keiro);
-    open_bank(store, 1000).await;
     let key = uuid::Uuid::new_v4().to_string();
     CRASH_ONCE.lock().unwrap().push(key.clone());
     let crashed = pay_then_crash(key.clone(), "e1".into(), 250)
@@ -77,10 +83,8 @@ async fn writes_and_result_commit_together_and_replay_skips_the_body(backend: Ba
 }
 
 async fn an_err_rolls_the_writes_back_and_is_journaled(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let keiro = db.keiro().await;
+    let (_db, keiro) = bank_on(backend, 100).await;
     let store = keiro::unstable::raw_store(&keiro);
-    open_bank(store, 100).await;
     let key = uuid::Uuid::new_v4().to_string();
     // The body inserts the ledger row and takes the balance to -400 before
     // it returns `Err`: neither write may remain.
@@ -113,10 +117,8 @@ async fn an_err_rolls_the_writes_back_and_is_journaled(backend: Backend) {
 }
 
 async fn failed_attempts_roll_back_and_the_retry_commits(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let keiro = db.keiro().await;
+    let (_db, keiro) = bank_on(backend, 100).await;
     let store = keiro::unstable::raw_store(&keiro);
-    open_bank(store, 100).await;
     let key = uuid::Uuid::new_v4().to_string();
     // Every attempt inserts the same ledger entry: a write left by a failed
     // attempt would make the next one fail on the primary key.
@@ -133,10 +135,8 @@ async fn failed_attempts_roll_back_and_the_retry_commits(backend: Backend) {
 }
 
 async fn an_attempt_out_of_time_rolls_back(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let keiro = db.keiro().await;
+    let (_db, keiro) = bank_on(backend, 100).await;
     let store = keiro::unstable::raw_store(&keiro);
-    open_bank(store, 100).await;
     let key = uuid::Uuid::new_v4().to_string();
     let out = pay_slowly(key.clone(), "slow".into(), 10)
         .id(&key)
@@ -153,10 +153,8 @@ async fn an_attempt_out_of_time_rolls_back(backend: Backend) {
 }
 
 async fn a_step_journaled_elsewhere_first_keeps_that_result(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let keiro = db.keiro().await;
+    let (_db, keiro) = bank_on(backend, 100).await;
     let store = keiro::unstable::raw_store(&keiro);
-    open_bank(store, 100).await;
     let key = uuid::Uuid::new_v4().to_string();
     let gate = close_gate(&key);
     let handle = pay(key.clone(), "raced".into(), 10)
@@ -203,10 +201,8 @@ async fn more_concurrent_debits_than_connections_all_finish(backend: Backend) {
 /// `workflows` concurrent workflows of `debits` one-cent debits of account
 /// 1, each after a plain step: the balance is exact.
 async fn debit_concurrently(backend: Backend, workflows: u32, debits: u32) {
-    let db = TestDb::new(backend).await;
-    let keiro = db.keiro().await;
+    let (_db, keiro) = bank_on(backend, 1000).await;
     let store = keiro::unstable::raw_store(&keiro);
-    open_bank(store, 1000).await;
     let run = uuid::Uuid::new_v4().to_string();
     let mut handles = Vec::new();
     for w in 0..workflows {
@@ -244,10 +240,8 @@ async fn serializable_conflicts_are_retried(backend: Backend) {
     if backend == Backend::Sqlite {
         return; // SQLite has one writer: its transactions never conflict.
     }
-    let db = TestDb::new(backend).await;
-    let keiro = db.keiro().await;
+    let (_db, keiro) = bank_on(backend, 1000).await;
     let store = keiro::unstable::raw_store(&keiro);
-    open_bank(store, 1000).await;
     let run = uuid::Uuid::new_v4().to_string();
     let mut handles = Vec::new();
     for w in 0..4 {

@@ -266,21 +266,10 @@ async fn record_timed<R>(
 where
     R: Serialize + DeserializeOwned,
 {
-    let what = || {
-        format!(
-            "{} (#{seq}) of workflow `{}` id `{}` returned",
-            describe(kind.as_str(), name),
-            cx.name,
-            cx.id
-        )
-    };
-    let result = match crate::json::to_json(&value, what) {
+    let result = match encode_result(cx, seq, kind, name, &value) {
         Ok(json) => json,
         Err(error) => return halt(cx, error).await,
     };
-    if let Err(error) = check_step_size(cx, seq, kind, name, &result) {
-        return halt(cx, error).await;
-    }
     let row = step_row(cx, seq, kind, name, result);
     match cx.keiro.writer().append_timed(row, timing).await {
         Ok(AppendOutcome::Inserted) => {
@@ -293,8 +282,30 @@ where
     }
 }
 
+/// Step `seq`'s `value` as the journal stores it: JSON within the runtime's
+/// payload limit.
+pub(crate) fn encode_result<R: Serialize>(
+    cx: &WorkflowContext,
+    seq: i64,
+    kind: StepKind,
+    name: &str,
+    value: &R,
+) -> crate::Result<String> {
+    let what = || {
+        format!(
+            "{} (#{seq}) of workflow `{}` id `{}` returned",
+            describe(kind.as_str(), name),
+            cx.name,
+            cx.id
+        )
+    };
+    let result = crate::json::to_json(value, what)?;
+    check_step_size(cx, seq, kind, name, &result)?;
+    Ok(result)
+}
+
 /// Refuses a step result over the runtime's payload limit.
-pub(crate) fn check_step_size(
+fn check_step_size(
     cx: &WorkflowContext,
     seq: i64,
     kind: StepKind,
@@ -338,21 +349,10 @@ where
     R: Serialize + DeserializeOwned,
 {
     let kind = StepKind::Step;
-    let what = || {
-        format!(
-            "{} (#{seq}) of workflow `{}` id `{}` returned",
-            describe(kind.as_str(), name),
-            cx.name,
-            cx.id
-        )
-    };
-    let result = match crate::json::to_json(&value, what) {
+    let result = match encode_result(cx, seq, kind, name, &value) {
         Ok(json) => json,
         Err(error) => return halt(cx, error).await,
     };
-    if let Err(error) = check_step_size(cx, seq, kind, name, &result) {
-        return halt(cx, error).await;
-    }
     let rows = vec![
         (step_row(cx, seq, kind, name, result), timing),
         (

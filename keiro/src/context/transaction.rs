@@ -26,8 +26,8 @@ use serde::{de::DeserializeOwned, Serialize};
 use tracing::Instrument;
 
 use super::select::{claim_win, Won};
-use super::step::{check_step_size, halt, record_step, replay, step_row, StepMeta};
-use super::{claim_seq, describe, scope, StepKind, WorkflowContext};
+use super::step::{encode_result, halt, record_step, replay, step_row, StepMeta};
+use super::{claim_seq, scope, StepKind, WorkflowContext};
 use crate::{Error, Keiro, Transaction};
 
 /// How many conflicts in a row one step gets past before its run stops
@@ -229,22 +229,11 @@ where
     R: Serialize + DeserializeOwned,
 {
     let kind = StepKind::Step;
-    let what = || {
-        format!(
-            "{} (#{seq}) of workflow `{}` id `{}` returned",
-            describe(kind.as_str(), name),
-            cx.name,
-            cx.id
-        )
-    };
     // Dropping `tx` on the way out rolls the application's writes back.
-    let result = match crate::json::to_json(&value, what) {
+    let result = match encode_result(cx, seq, kind, name, &value) {
         Ok(json) => json,
         Err(error) => return Ok(halt(cx, error).await),
     };
-    if let Err(error) = check_step_size(cx, seq, kind, name, &result) {
-        return Ok(halt(cx, error).await);
-    }
     let mut rows = vec![(step_row(cx, seq, kind, name, result), timing)];
     if let Some(won) = won.as_ref() {
         let decision = step_row(
