@@ -21,6 +21,13 @@ use keiro_store::{StepTx, TimerTx};
 /// ([`crate::send_tx`], [`crate::resolve_awakeable_tx`],
 /// [`crate::timers::schedule_tx`]): they then commit with the step.
 ///
+/// An `Err` from the body rolls its writes back; the `Err` is then journaled
+/// like any step's (in a small transaction of its own), or the body runs
+/// again in a new transaction per `max_attempts`. On replay the journaled
+/// result is returned and no transaction is opened. Called outside a
+/// workflow, the body runs in a transaction of the process-wide runtime
+/// ([`crate::global`]), committed on success, and nothing is journaled.
+///
 /// Never commit, roll back or replace the sqlx transaction in the body (keiro
 /// commits it once the journal row is written), and never wait on another
 /// keiro call that writes outside it: on SQLite this transaction holds the
