@@ -27,6 +27,7 @@ mod select;
 mod sleeps;
 mod suspended;
 mod throughput;
+mod transactional;
 mod wake;
 mod workers;
 mod workflows;
@@ -39,7 +40,7 @@ use keiro::SqliteSynchronous;
 use crate::common::{fail, parse_sync, Backend, BenchResult, Config};
 
 /// Every workload, in the order a full run takes them.
-const WORKLOADS: [&str; 15] = [
+const WORKLOADS: [&str; 16] = [
     "raw_commit_1",
     "raw_commit_16",
     "seq_0steps",
@@ -55,6 +56,7 @@ const WORKLOADS: [&str; 15] = [
     "message_throughput",
     "list_page",
     "gc_rate",
+    "transactional_step",
 ];
 
 const USAGE: &str = "usage: keiro-bench --backend sqlite|postgres [--workload NAME] \
@@ -179,6 +181,7 @@ async fn bench(args: &[String]) -> BenchResult {
             "message_throughput" => messages::message_throughput(&cfg).await,
             "list_page" => listing::list_page(&cfg).await,
             "gc_rate" => retention::gc_rate(&cfg).await,
+            "transactional_step" => transactional::transactional_step(&cfg).await,
             other => Err(fail(format!("unknown workload {other}"))),
         };
         eprintln!(

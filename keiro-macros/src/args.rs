@@ -24,9 +24,18 @@ pub(crate) const BACKOFF_MS: &str = "backoff_ms";
 pub(crate) const TIMEOUT_MS: &str = "timeout_ms";
 /// `retry_if = path`: which errors of a retried step are retried.
 pub(crate) const RETRY_IF: &str = "retry_if";
+/// `transaction`: the step runs in a transaction on keiro's database.
+pub(crate) const TRANSACTION: &str = "transaction";
 
 const WORKFLOW_KEYS: &[&str] = &[NAME];
-const STEP_KEYS: &[&str] = &[NAME, MAX_ATTEMPTS, BACKOFF_MS, TIMEOUT_MS, RETRY_IF];
+const STEP_KEYS: &[&str] = &[
+    NAME,
+    MAX_ATTEMPTS,
+    BACKOFF_MS,
+    TIMEOUT_MS,
+    RETRY_IF,
+    TRANSACTION,
+];
 
 /// The retry delay used when a step sets `max_attempts > 1` but no `backoff_ms`.
 pub(crate) const DEFAULT_BACKOFF_MS: u64 = 100;
@@ -45,6 +54,8 @@ pub(crate) struct StepArgs {
     backoff_ms: Option<IntSetting<u64>>,
     timeout_ms: Option<IntSetting<u64>>,
     retry_if: Option<PathSetting>,
+    /// `transaction`, as written (for error spans).
+    pub(crate) transaction: Option<Ident>,
 }
 
 /// A path argument (`retry_if = is_transient`) with its key, for error spans.
@@ -111,6 +122,7 @@ impl StepArgs {
                 BACKOFF_MS => args.backoff_ms = state.int(&meta, "u64", "200")?,
                 TIMEOUT_MS => args.timeout_ms = state.int(&meta, "u64", "5000")?,
                 RETRY_IF => args.retry_if = state.path(&meta, "is_transient")?,
+                TRANSACTION => args.transaction = state.flag(&meta)?,
                 _ => unreachable!("State::key only returns keys of STEP_KEYS"),
             }
             Ok(())
@@ -269,7 +281,12 @@ impl State {
                 format!("unknown `{attr}` argument `{path}`; supported arguments are {list}")
             }
         };
-        let message = if self.mac == Macro::Workflow && STEP_KEYS.contains(&path.as_str()) {
+        let message = if self.mac == Macro::Workflow && path == TRANSACTION {
+            format!(
+                "{message} (`{TRANSACTION}` runs a `#[step]` in a transaction on keiro's \
+                 database; put it on the step whose writes commit with its result)"
+            )
+        } else if self.mac == Macro::Workflow && STEP_KEYS.contains(&path.as_str()) {
             format!(
                 "{message} (`{path}` configures retries of a `#[step]`; \
                  put it on the step that should be retried)"
@@ -313,6 +330,20 @@ impl State {
                 Ok(None)
             }
         }
+    }
+
+    /// A bare `key` that takes no value (`transaction`).
+    fn flag(&mut self, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<Ident>> {
+        let key = path_text(&meta.path);
+        if meta.input.peek(Token![=]) || meta.input.peek(syn::token::Paren) {
+            self.errors.spanned(
+                &meta.path,
+                format!("`{key}` takes no value; write just `{key}`, e.g. `#[step({key})]`"),
+            );
+            skip_value(meta)?;
+            return Ok(None);
+        }
+        Ok(meta.path.get_ident().cloned())
     }
 
     /// `key = path`: the path of a function (`is_transient`, `errors::retryable`).
@@ -518,11 +549,11 @@ mod tests {
     fn unknown_step_key_lists_the_valid_keys() {
         assert_eq!(
             step_errors(quote!(retries(3))),
-            ["unknown `#[step]` argument `retries`; supported arguments are `name`, `max_attempts`, `backoff_ms`, `timeout_ms`, `retry_if`"]
+            ["unknown `#[step]` argument `retries`; supported arguments are `name`, `max_attempts`, `backoff_ms`, `timeout_ms`, `retry_if`, `transaction`"]
         );
         assert_eq!(
             step_errors(quote!(a::b = 1)),
-            ["unknown `#[step]` argument `a::b`; supported arguments are `name`, `max_attempts`, `backoff_ms`, `timeout_ms`, `retry_if`"]
+            ["unknown `#[step]` argument `a::b`; supported arguments are `name`, `max_attempts`, `backoff_ms`, `timeout_ms`, `retry_if`, `transaction`"]
         );
     }
 

@@ -243,6 +243,29 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 ///   the first retry, doubled before each further one. Only accepted together
 ///   with `max_attempts > 1`: on a step that runs once it would do nothing, so
 ///   it is rejected rather than silently ignored.
+/// - `transaction`: the step runs in a transaction on keiro's own database,
+///   which it takes as its first argument, `tx: &mut keiro::Transaction<'_>`;
+///   callers pass only the other arguments. The step's journal row is written
+///   in that transaction, so the application's writes and the step's result
+///   commit together or not at all. An `Err` rolls the writes back (the `Err`
+///   itself is journaled, or retried per `max_attempts`); a serialization
+///   failure or deadlock keiro meets runs the body again in a new
+///   transaction. Every argument must be `Clone + Send + 'static`: each run
+///   of the body gets its own copy. See `keiro::Transaction`.
+///
+/// ```
+/// use keiro::{step, Transaction};
+///
+/// #[step(transaction)]
+/// async fn debit(tx: &mut Transaction<'_>, order: String, cents: i64) -> Result<i64, String> {
+///     // The application's writes go through `tx.as_postgres()` / `tx.as_sqlite()`
+///     // (see `keiro::Transaction`); keiro's `*_tx` functions take `tx` as well:
+///     keiro::send_tx(tx, &order, "debited", &cents).await.map_err(|e| e.to_string())?;
+///     Ok(cents)
+/// }
+/// // In a workflow: `let cents = debit(order_id, 1999).await?;`
+/// # fn main() {}
+/// ```
 ///
 /// # Requirements
 ///
@@ -285,7 +308,10 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 /// RetryOutcome::is_err(r), move || __keiro_step_body(sku.clone(), qty.clone()))`
 /// instead; `RetryOutcome` is implemented for every `Result`, whatever alias
 /// names it, and its absence is reported at the return type. The attributes of
-/// the original function stay on the outer function. (The box keeps rustc from
+/// the original function stay on the outer function. With `transaction` it
+/// calls `step_transaction(meta, is_err, retry, move |tx|
+/// Box::pin(__keiro_step_body(tx, account.clone(), cents.clone())))`: keiro
+/// runs the closure with the transaction it opened. (The box keeps rustc from
 /// reporting an unmet bound of the return type a second time; it costs one
 /// allocation per step call.)
 #[proc_macro_attribute]

@@ -132,6 +132,9 @@ pub(crate) struct StepFn {
     pub(crate) retry_if: Option<(syn::ExprPath, TokenStream)>,
     /// The user's function exactly as written.
     pub(crate) func: ItemFn,
+    /// `#[step(transaction)]`: the transaction argument keiro passes (the
+    /// first), which `args` leaves out.
+    pub(crate) transaction: Option<Arg>,
     pub(crate) args: Vec<Arg>,
     pub(crate) output: Output,
 }
@@ -141,13 +144,18 @@ impl StepFn {
     /// reports all problems at once.
     pub(crate) fn parse(args: TokenStream, item: TokenStream) -> syn::Result<Self> {
         let args = StepArgs::parse(args);
+        let flagged = args.as_ref().ok().map(|args| args.transaction.is_some());
         let func = check::item_fn(Macro::Step, item).and_then(|mut func| {
-            let (inputs, output) = check::signature(Macro::Step, &func.sig)?;
+            // A transaction's `&mut` is keiro's to pass: split off before the
+            // rule that arguments are owned.
+            let (transaction, rest) = check::transaction::split(&func.sig, flagged);
+            let signature = check::signature(Macro::Step, &rest);
+            let (transaction, (inputs, output)) = diag::join(transaction, signature)?;
             // A step body is not linted; the attribute is removed all the same.
             check::strip_escapes(&mut func);
-            Ok((func, inputs, output))
+            Ok((func, transaction, inputs, output))
         });
-        let (args, (func, inputs, output)) = diag::join(args, func)?;
+        let (args, (func, transaction, inputs, output)) = diag::join(args, func)?;
         let max_attempts = args.max_attempts();
         // A declared return type is checked to be a `Result` by the generated
         // code (`RetryOutcome`), which sees through aliases; none at all is `()`.
@@ -185,6 +193,7 @@ impl StepFn {
                 .retry_if()
                 .map(|setting| (setting.path.clone(), setting.tokens())),
             func,
+            transaction,
             args: inputs,
             output,
         })

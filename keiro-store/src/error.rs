@@ -170,6 +170,24 @@ pub(crate) fn is_sqlite_busy(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(db) if db.code().is_some_and(|code| is_sqlite_busy_code(&code)))
 }
 
+/// Whether `error` says a transaction lost a race and retrying it from the
+/// start may succeed: PostgreSQL's serialization failure (SQLSTATE `40001`)
+/// or deadlock (`40P01`), SQLite's BUSY or LOCKED.
+pub fn is_conflict(error: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = error else {
+        return false;
+    };
+    #[cfg(feature = "postgres")]
+    if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+        return matches!(pg.code(), "40001" | "40P01");
+    }
+    #[cfg(feature = "sqlite")]
+    if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+        return db.code().is_some_and(|code| is_sqlite_busy_code(&code));
+    }
+    false
+}
+
 /// Replaces every credential in a URL with `***` so it can go into an error
 /// message, a log line or a `Debug` output: the password of the userinfo
 /// (`user:pass@host`, the userinfo ending at the last `@` before the path,

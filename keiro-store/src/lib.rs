@@ -65,13 +65,14 @@ mod schema;
 mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod step_tx;
 mod suspend;
 mod timers;
 mod validate;
 mod writer;
 
 pub use clock::Clock;
-pub use error::{redact as redact_url, StoreError};
+pub use error::{is_conflict, redact as redact_url, StoreError};
 
 /// Instance ids up to this many bytes travel as they are in wake
 /// notifications; longer ones as their [`wake_payload`] digest (PostgreSQL
@@ -115,6 +116,7 @@ pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};
 pub use retention::{GcCursor, GcPolicy, GcProgress, GcRequest, GcSummary};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};
+pub use step_tx::StepTx;
 pub use timers::{cancel_timer_tx, schedule_timer_once_tx, schedule_timer_tx, TimerTx};
 pub use validate::{preview as preview_id, validate_id, validate_id_within, MAX_ID_BYTES};
 pub use writer::{CreateRequest, FinishRequest, JournalWriter, MessageRequest};

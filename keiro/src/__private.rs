@@ -3,7 +3,7 @@
 pub use inventory;
 
 pub use crate::context::{branch, BranchFuture, Durable, DurableFuture, Select};
-pub use crate::context::{step_once, step_retry, StepMeta};
+pub use crate::context::{step_once, step_retry, step_transaction, StepMeta};
 pub use crate::registry::{
     BoxFuture, RunFn, SignatureFn, WorkflowInput, WorkflowOutput, WorkflowRegistration,
 };
@@ -167,6 +167,20 @@ impl<T> PlainOutcome for &OutcomeProbe<'_, T> {
         false
     }
 }
+
+/// Asserts that an argument of a transactional step can be cloned for each
+/// run of its body.
+#[diagnostic::on_unimplemented(
+    message = "arguments of a `#[step(transaction)]` must be `Clone + Send + 'static`",
+    label = "this argument is passed anew to every run of the body (a conflict with another transaction runs it again), so it must be cloneable",
+    note = "derive `Clone` for it, or pass an owned type that has it"
+)]
+pub trait TransactionArg: Clone + Send + 'static {}
+impl<T: Clone + Send + 'static> TransactionArg for T {}
+
+/// Asserts that an argument of a transactional step can be cloned for each
+/// run of its body.
+pub fn assert_transaction_arg<T: TransactionArg>() {}
 
 /// Asserts that an argument of a retried step can be cloned for each attempt.
 #[diagnostic::on_unimplemented(

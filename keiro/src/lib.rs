@@ -40,6 +40,9 @@
 //!   the instance is set aside ([`WorkflowStatus::NonDeterministic`]) with its
 //!   journal untouched; [`Keiro::resume`] puts it back once the code is fixed.
 //! * [`now`] and [`uuid()`] are journaled, so a replay sees the first run's values.
+//! * `#[step(transaction)]` runs a step in a [`Transaction`] on keiro's own
+//!   database and writes its journal row in it: the application's writes and
+//!   the step's result commit together, exactly once.
 //! * With the cargo feature `otel`, the OpenTelemetry trace of the span that
 //!   starts or enqueues a workflow goes on in every run of it, in whichever
 //!   process: its `traceparent` is stored with the instance
@@ -70,6 +73,7 @@ pub mod testing;
 mod time;
 pub mod timers;
 mod trace;
+mod transaction;
 pub mod unstable;
 mod workflow;
 
@@ -108,6 +112,7 @@ pub use runtime::{
     global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL,
     DEFAULT_MAX_PAYLOAD_BYTES, EXECUTOR_ID_ENV, SQLITE_SYNCHRONOUS_ENV,
 };
+pub use transaction::Transaction;
 pub use uuid::Uuid;
 pub use workflow::{
     cancel, continue_as_new, handle, spawn, CancelOutcome, ChildHandle, ChildTimeout, WorkflowCall,

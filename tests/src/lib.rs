@@ -13,6 +13,7 @@ pub mod process;
 pub mod shared_name;
 pub mod tcp_proxy;
 pub mod timers;
+pub mod transactional;
 pub mod workflows;
 
 use keiro::Keiro;

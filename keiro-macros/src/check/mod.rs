@@ -8,6 +8,7 @@ mod determinism;
 mod escape;
 mod hash_order;
 mod spawn;
+pub(crate) mod transaction;
 
 pub(crate) use escape::{
     strip as strip_escapes, strip_tokens as strip_escape_tokens,

@@ -2,12 +2,12 @@
 //! runtime, which allocates the step's sequence number at the call (so `join!`
 //! of several steps is deterministic) and journals or replays its result.
 
-use proc_macro2::{Literal, TokenStream};
+use proc_macro2::{Literal, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
 use super::{respan, span_range};
-use crate::model::StepFn;
+use crate::model::{Arg, StepFn};
 
 pub(super) fn expand(step: &StepFn) -> TokenStream {
     let func = &step.func;
@@ -16,8 +16,6 @@ pub(super) fn expand(step: &StepFn) -> TokenStream {
     let ident = &func.sig.ident;
     let ret = step.output.tokens();
     let name = Literal::string(&step.name);
-    let max_attempts = Literal::u32_unsuffixed(step.max_attempts);
-    let backoff_ms = Literal::u64_unsuffixed(step.backoff_ms);
     let retried = step.max_attempts > 1;
 
     let idents: Vec<_> = step.args.iter().map(|arg| &arg.ident).collect();
@@ -58,13 +56,7 @@ pub(super) fn expand(step: &StepFn) -> TokenStream {
         }
         (None, None) => None,
     };
-    let meta = quote! {
-        ::keiro::__private::StepMeta {
-            name: #name,
-            max_attempts: #max_attempts,
-            backoff_ms: #backoff_ms,
-        }
-    };
+    let meta = meta(step);
 
     // `timeout_ms`: each attempt runs under the limit; one that overruns is
     // dropped and becomes `Err(StepTimeout.into())`. Whether the return type
@@ -95,52 +87,16 @@ pub(super) fn expand(step: &StepFn) -> TokenStream {
         None => quote!(#body_ident(#args)),
     };
 
-    let (arg_asserts, call) = if retried {
+    let (arg_asserts, call) = if let Some(tx) = &step.transaction {
+        transactional(step, tx, &run_body, ret_range)
+    } else if retried {
         let mut arg_asserts: Vec<_> = types
             .iter()
             .map(|ty| quote_spanned!(ty.span()=> ::keiro::__private::assert_retry_arg::<#ty>();))
             .collect();
-        // Each attempt gets fresh copies of the arguments.
-        // (At the argument's type, like its `assert_retry_arg`, so a type that is
-        // not `Clone` is reported once.)
-        let clones = step.args.iter().map(|arg| {
-            let range = span_range(&arg.ty);
-            let mut ident = arg.ident.clone();
-            ident.set_span(range.1);
-            let reference = respan(range, quote!(&#ident));
-            respan(range, quote!(::core::clone::Clone::clone(#reference)))
-        });
-        // `R` is inferred from this closure, so rustc reports unmet bounds on
-        // `R` at it: give it the return type's span as well. `RetryOutcome`
-        // accepts any `Result`, whatever alias names it, and reports any other
-        // type at the return type (asserted there first).
-        arg_asserts.extend(step.output.ty.as_ref().map(
-            |ty| quote_spanned!(ty.span()=> ::keiro::__private::assert_retry_outcome::<#ty>();),
-        ));
-        let is_err = match &step.retry_if {
-            None => respan(
-                ret_range,
-                quote!(|__keiro_result: &#ret| ::keiro::__private::RetryOutcome::is_err(__keiro_result)),
-            ),
-            // The predicate sees the error of a failed attempt; `false` makes
-            // that error final at once.
-            Some(_) => respan(
-                ret_range,
-                quote!(move |__keiro_result: &#ret| ::keiro::__private::retry_if(__keiro_result, __keiro_retry_if)),
-            ),
-        };
-        // The predicate is typed where the user named it, so a wrong
-        // signature is reported there, once.
-        if let Some((predicate, tokens)) = &step.retry_if {
-            let range = span_range(tokens);
-            let error = respan(
-                range,
-                quote!(<#ret as ::keiro::__private::RetryOutcome>::Error),
-            );
-            arg_asserts.push(quote! {
-                let __keiro_retry_if: fn(&#error) -> bool = #predicate;
-            });
-        }
+        let (is_err, retry_asserts) = retry_predicate(step, ret_range);
+        arg_asserts.extend(retry_asserts);
+        let clones = clones(step);
         let body = run_body(quote!(#(#clones),*));
         let call = quote! {
             ::keiro::__private::step_retry(
@@ -188,6 +144,130 @@ pub(super) fn expand(step: &StepFn) -> TokenStream {
             ::keiro::__private::DurableFuture::boxed(__keiro_step)
         }
     }
+}
+
+/// The step's options, as the runtime takes them.
+fn meta(step: &StepFn) -> TokenStream {
+    let name = Literal::string(&step.name);
+    let max_attempts = Literal::u32_unsuffixed(step.max_attempts);
+    let backoff_ms = Literal::u64_unsuffixed(step.backoff_ms);
+    quote! {
+        ::keiro::__private::StepMeta {
+            name: #name,
+            max_attempts: #max_attempts,
+            backoff_ms: #backoff_ms,
+        }
+    }
+}
+
+/// Fresh copies of the step's arguments, for one attempt. (At each
+/// argument's type, like its `Clone` assertion, so a type that is not
+/// `Clone` is reported once.)
+fn clones(step: &StepFn) -> Vec<TokenStream> {
+    step.args
+        .iter()
+        .map(|arg| {
+            let range = span_range(&arg.ty);
+            let mut ident = arg.ident.clone();
+            ident.set_span(range.1);
+            let reference = respan(range, quote!(&#ident));
+            respan(range, quote!(::core::clone::Clone::clone(#reference)))
+        })
+        .collect()
+}
+
+/// Whether a failed attempt of a retried step is retried (a closure over
+/// its outcome), and the assertions that type it at the user's tokens.
+fn retry_predicate(step: &StepFn, ret_range: (Span, Span)) -> (TokenStream, Vec<TokenStream>) {
+    let ret = step.output.tokens();
+    // `R` is inferred from this closure, so rustc reports unmet bounds on
+    // `R` at it: give it the return type's span as well. `RetryOutcome`
+    // accepts any `Result`, whatever alias names it, and reports any other
+    // type at the return type (asserted there first).
+    let mut asserts: Vec<_> = step
+        .output
+        .ty
+        .as_ref()
+        .map(|ty| quote_spanned!(ty.span()=> ::keiro::__private::assert_retry_outcome::<#ty>();))
+        .into_iter()
+        .collect();
+    let is_err = match &step.retry_if {
+        None => respan(
+            ret_range,
+            quote!(|__keiro_result: &#ret| ::keiro::__private::RetryOutcome::is_err(__keiro_result)),
+        ),
+        // The predicate sees the error of a failed attempt; `false` makes
+        // that error final at once.
+        Some(_) => respan(
+            ret_range,
+            quote!(move |__keiro_result: &#ret| ::keiro::__private::retry_if(__keiro_result, __keiro_retry_if)),
+        ),
+    };
+    // The predicate is typed where the user named it, so a wrong signature
+    // is reported there, once.
+    if let Some((predicate, tokens)) = &step.retry_if {
+        let range = span_range(tokens);
+        let error = respan(
+            range,
+            quote!(<#ret as ::keiro::__private::RetryOutcome>::Error),
+        );
+        asserts.push(quote! {
+            let __keiro_retry_if: fn(&#error) -> bool = #predicate;
+        });
+    }
+    (is_err, asserts)
+}
+
+/// The runtime call of a `#[step(transaction)]` (keiro passes `tx`, the
+/// first argument, to each run of the body) and the assertions on its
+/// arguments.
+fn transactional(
+    step: &StepFn,
+    tx: &Arg,
+    run_body: &dyn Fn(TokenStream) -> TokenStream,
+    ret_range: (Span, Span),
+) -> (Vec<TokenStream>, TokenStream) {
+    let ret = step.output.tokens();
+    // Every run of the body (a retry, or a conflict with another
+    // transaction) gets fresh copies of the arguments.
+    let mut asserts: Vec<_> = step
+        .args
+        .iter()
+        .map(|arg| {
+            let ty = &arg.ty;
+            quote_spanned!(ty.span()=> ::keiro::__private::assert_transaction_arg::<#ty>();)
+        })
+        .collect();
+    // Any `Err` rolls the attempt's writes back, retried or not; a type
+    // that is no `Result` never does.
+    let is_err = respan(
+        ret_range,
+        quote!(|__keiro_result: &#ret| {
+            use ::keiro::__private::{PlainOutcome as _, ResultOutcome as _};
+            (&::keiro::__private::OutcomeProbe(__keiro_result)).__keiro_is_err()
+        }),
+    );
+    let retry = if step.max_attempts > 1 {
+        let (retry, retry_asserts) = retry_predicate(step, ret_range);
+        asserts.extend(retry_asserts);
+        retry
+    } else {
+        respan(ret_range, quote!(|_: &#ret| false))
+    };
+    let tx_ident = &tx.ident;
+    let mut args = vec![quote!(#tx_ident)];
+    args.extend(clones(step));
+    let body = run_body(quote!(#(#args),*));
+    let meta = meta(step);
+    let call = quote! {
+        ::keiro::__private::step_transaction(
+            #meta,
+            #is_err,
+            #retry,
+            move |#tx_ident| ::std::boxed::Box::pin(#body),
+        )
+    };
+    (asserts, call)
 }
 
 #[cfg(test)]
@@ -263,6 +343,33 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("assert_retry_arg :: < String >"), "{out}");
+    }
+
+    #[test]
+    fn transactional_step() {
+        let out = expand(
+            quote!(transaction),
+            quote!(
+                async fn debit(tx: &mut keiro::Transaction<'_>, account: i64) -> Result<i64, E> {
+                    Ok(account)
+                }
+            ),
+        );
+        assert!(out.contains("fn debit (account : i64) ->"), "{out}");
+        assert!(
+            out.contains("async fn __keiro_step_body (tx : & mut keiro :: Transaction < '_ > , account : i64)"),
+            "{out}"
+        );
+        assert!(
+            out.contains(":: keiro :: __private :: step_transaction"),
+            "{out}"
+        );
+        assert!(
+            out.contains("move | tx | :: std :: boxed :: Box :: pin (__keiro_step_body (tx , :: core :: clone :: Clone :: clone (& account)))"),
+            "{out}"
+        );
+        assert!(out.contains("assert_transaction_arg :: < i64 >"), "{out}");
+        assert!(out.contains("| _ : & Result < i64 , E > | false"), "{out}");
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod select;
 mod sleep;
 mod step;
 mod timeout;
+mod transaction;
 mod values;
 
 use std::collections::HashMap;
@@ -43,6 +44,7 @@ pub(crate) use step::{record, run_step, StepKind};
 
 pub use step::{step_once, step_retry, StepMeta};
 pub use timeout::StepTimeout;
+pub use transaction::step_transaction;
 pub use values::{now, uuid};
 
 tokio::task_local! {

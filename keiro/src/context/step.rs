@@ -24,6 +24,24 @@ pub struct StepMeta {
     pub backoff_ms: u64,
 }
 
+impl StepMeta {
+    /// Waits out the backoff after failed attempt `attempt` (1-based): the
+    /// step's `backoff_ms`, doubled after each later attempt, at most an hour.
+    pub(crate) async fn wait_before_retry(&self, attempt: u32) {
+        let delay = self
+            .backoff_ms
+            .saturating_mul(1u64 << (attempt - 1).min(20))
+            .min(3_600_000);
+        tracing::debug!(
+            step = self.name,
+            attempt,
+            delay_ms = delay,
+            "keiro step failed; retrying"
+        );
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+}
+
 /// What produced a journal row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StepKind {
@@ -122,17 +140,7 @@ where
             if !is_err(&out) || attempt >= max {
                 return (out, attempt);
             }
-            let delay = meta
-                .backoff_ms
-                .saturating_mul(1u64 << (attempt - 1).min(20))
-                .min(3_600_000);
-            tracing::debug!(
-                step = meta.name,
-                attempt,
-                delay_ms = delay,
-                "keiro step failed; retrying"
-            );
-            tokio::time::sleep(Duration::from_millis(delay)).await;
+            meta.wait_before_retry(attempt).await;
             attempt += 1;
         }
     };
@@ -203,15 +211,35 @@ where
         };
         // The first step to complete in a select's branch journals the
         // select's decision with its own row: one commit, not two.
-        if kind == StepKind::Step {
-            if let Some(won) = super::select::claim_win(&cx) {
-                return record_winning(&cx, seq, name, value, won, timing).await;
-            }
-        }
-        record_timed(&cx, seq, kind, name, value, timing).await
+        let won = match kind {
+            StepKind::Step => super::select::claim_win(&cx),
+            _ => None,
+        };
+        record_step(&cx, seq, kind, name, value, timing, won).await
     }
     .instrument(span)
     .await
+}
+
+/// Journals `value` as step `seq`'s result through the group-commit writer,
+/// with the decision of the select whose win it claimed (`won`), if any, and
+/// returns it (or the result another executor recorded first).
+pub(crate) async fn record_step<R>(
+    cx: &Arc<WorkflowContext>,
+    seq: i64,
+    kind: StepKind,
+    name: &'static str,
+    value: R,
+    timing: StepTiming,
+    won: Option<Won>,
+) -> R
+where
+    R: Serialize + DeserializeOwned,
+{
+    match won {
+        Some(won) => record_winning(cx, seq, name, value, won, timing).await,
+        None => record_timed(cx, seq, kind, name, value, timing).await,
+    }
 }
 
 /// Journals `value` as step `seq`'s result and returns it, or the result
@@ -241,21 +269,10 @@ async fn record_timed<R>(
 where
     R: Serialize + DeserializeOwned,
 {
-    let what = || {
-        format!(
-            "{} (#{seq}) of workflow `{}` id `{}` returned",
-            describe(kind.as_str(), name),
-            cx.name,
-            cx.id
-        )
-    };
-    let result = match crate::json::to_json(&value, what) {
+    let result = match encode_result(cx, seq, kind, name, &value) {
         Ok(json) => json,
         Err(error) => return halt(cx, error).await,
     };
-    if let Err(error) = check_step_size(cx, seq, kind, name, &result) {
-        return halt(cx, error).await;
-    }
     let row = step_row(cx, seq, kind, name, result);
     match cx.keiro.writer().append_timed(row, timing).await {
         Ok(AppendOutcome::Inserted) => {
@@ -266,6 +283,28 @@ where
         Ok(AppendOutcome::Existing(first)) => replay(cx, seq, kind, name, &first).await,
         Err(e) => halt(cx, Error::Store(e)).await,
     }
+}
+
+/// Step `seq`'s `value` as the journal stores it: JSON within the runtime's
+/// payload limit.
+pub(crate) fn encode_result<R: Serialize>(
+    cx: &WorkflowContext,
+    seq: i64,
+    kind: StepKind,
+    name: &str,
+    value: &R,
+) -> crate::Result<String> {
+    let what = || {
+        format!(
+            "{} (#{seq}) of workflow `{}` id `{}` returned",
+            describe(kind.as_str(), name),
+            cx.name,
+            cx.id
+        )
+    };
+    let result = crate::json::to_json(value, what)?;
+    check_step_size(cx, seq, kind, name, &result)?;
+    Ok(result)
 }
 
 /// Refuses a step result over the runtime's payload limit.
@@ -281,7 +320,13 @@ fn check_step_size(
     })
 }
 
-fn step_row(cx: &WorkflowContext, seq: i64, kind: StepKind, name: &str, result: String) -> StepRow {
+pub(crate) fn step_row(
+    cx: &WorkflowContext,
+    seq: i64,
+    kind: StepKind,
+    name: &str,
+    result: String,
+) -> StepRow {
     StepRow {
         workflow_id: cx.id.clone(),
         generation: cx.generation,
@@ -307,21 +352,10 @@ where
     R: Serialize + DeserializeOwned,
 {
     let kind = StepKind::Step;
-    let what = || {
-        format!(
-            "{} (#{seq}) of workflow `{}` id `{}` returned",
-            describe(kind.as_str(), name),
-            cx.name,
-            cx.id
-        )
-    };
-    let result = match crate::json::to_json(&value, what) {
+    let result = match encode_result(cx, seq, kind, name, &value) {
         Ok(json) => json,
         Err(error) => return halt(cx, error).await,
     };
-    if let Err(error) = check_step_size(cx, seq, kind, name, &result) {
-        return halt(cx, error).await;
-    }
     let rows = vec![
         (step_row(cx, seq, kind, name, result), timing),
         (
@@ -389,7 +423,7 @@ pub(crate) async fn replay<R: DeserializeOwned>(
 }
 
 /// Aborts the run with `error` and never returns; the runner drops this future.
-async fn halt<T>(cx: &WorkflowContext, error: Error) -> T {
+pub(crate) async fn halt<T>(cx: &WorkflowContext, error: Error) -> T {
     cx.abort(error);
     std::future::pending().await
 }

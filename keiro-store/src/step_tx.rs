@@ -1,0 +1,127 @@
+//! A transactional step's own transaction on the store's database: the
+//! application's writes and the step's journal row commit together, or not
+//! at all.
+//!
+//! It bypasses the group-commit writer: the transaction belongs to one step
+//! and lives as long as the step's body runs. On SQLite it begins with
+//! `BEGIN IMMEDIATE`, so it holds the one write lock from its first
+//! statement; the writer (and other transactional steps) wait for it through
+//! SQLite's busy handler, never the other way round, so the two cannot
+//! deadlock. On PostgreSQL it runs at the server's default isolation level
+//! (READ COMMITTED unless the application sets another in the body).
+
+use crate::error::is_conflict;
+use crate::journal::{step_args, StepTiming};
+use crate::{Result, StepRow, Store, StoreError};
+
+/// The operation named in this module's errors.
+const OP: &str = "transactional_step";
+
+/// The insert of one step row with its timing, keeping a row already there.
+/// SQLite accepts PostgreSQL's `$N` placeholders, so only the table differs.
+macro_rules! insert_timed_step {
+    ($table:literal) => {
+        concat!(
+            "INSERT INTO ",
+            $table,
+            " (workflow_id, generation, seq, name, kind, result, created_at, attempts, \
+             started_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (workflow_id, generation, seq) DO NOTHING"
+        )
+    };
+}
+
+#[cfg(feature = "sqlite")]
+const INSERT_SQLITE: &str = insert_timed_step!("keiro_steps");
+#[cfg(feature = "postgres")]
+const INSERT_POSTGRES: &str = insert_timed_step!("keiro.steps");
+
+/// A transaction a transactional step runs in, on the store's database.
+///
+/// Dropping it without [`StepTx::commit`] rolls it back.
+#[derive(Debug)]
+pub enum StepTx<'c> {
+    /// A SQLite transaction, begun with `BEGIN IMMEDIATE`.
+    #[cfg(feature = "sqlite")]
+    Sqlite(sqlx::Transaction<'c, sqlx::Sqlite>),
+    /// A PostgreSQL transaction.
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::Transaction<'c, sqlx::Postgres>),
+}
+
+impl Store {
+    /// Begins a transaction for a transactional step (taking SQLite's write
+    /// lock at once).
+    pub async fn begin_step_tx(&self) -> Result<StepTx<'static>> {
+        Ok(match self {
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(s) => StepTx::Sqlite(s.begin(OP).await?),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(s) => StepTx::Postgres(s.begin(OP).await?),
+        })
+    }
+}
+
+impl StepTx<'_> {
+    /// Writes `rows` (with their `timings`, as long as `rows`) into this
+    /// transaction unless their step ids are journaled. Returns, per row,
+    /// whether it was written: `false` means another executor journaled that
+    /// step first (its transaction committed), and the caller rolls this one
+    /// back and takes the recorded result. `now` is the store's clock
+    /// ([`Store::now_us`]), the rows' creation time.
+    pub async fn journal(&mut self, rows: &[(StepRow, StepTiming)], now: i64) -> Result<Vec<bool>> {
+        let mut written = Vec::with_capacity(rows.len());
+        for (row, timing) in rows {
+            let affected = match self {
+                #[cfg(feature = "sqlite")]
+                StepTx::Sqlite(tx) => bind_all!(sqlx::query(INSERT_SQLITE), &step_args(row, now))
+                    .bind(timing.attempts_column())
+                    .bind(timing.started_at)
+                    .execute(&mut **tx)
+                    .await
+                    .map(|done| done.rows_affected()),
+                #[cfg(feature = "postgres")]
+                StepTx::Postgres(tx) => {
+                    bind_all!(sqlx::query(INSERT_POSTGRES), &step_args(row, now))
+                        .bind(timing.attempts_column())
+                        .bind(timing.started_at)
+                        .execute(&mut **tx)
+                        .await
+                        .map(|done| done.rows_affected())
+                }
+            };
+            let affected = affected.map_err(StoreError::query(OP))?;
+            written.push(affected == 1);
+        }
+        Ok(written)
+    }
+
+    /// Commits the application's writes and the journal rows together.
+    pub async fn commit(self) -> Result<()> {
+        dispatch!(StepTx, self, |tx| tx.commit().await).map_err(StoreError::query(OP))
+    }
+
+    /// Rolls the transaction back, application writes included.
+    pub async fn rollback(self) -> Result<()> {
+        dispatch!(StepTx, self, |tx| tx.rollback().await).map_err(StoreError::query(OP))
+    }
+
+    /// `"sqlite"` or `"postgres"`, like [`Store::backend`].
+    pub fn backend(&self) -> &'static str {
+        match self {
+            #[cfg(feature = "sqlite")]
+            StepTx::Sqlite(_) => "sqlite",
+            #[cfg(feature = "postgres")]
+            StepTx::Postgres(_) => "postgres",
+        }
+    }
+}
+
+impl StoreError {
+    /// Whether the transaction lost a race with another one and retrying it
+    /// from the start may succeed: a serialization failure or deadlock on
+    /// PostgreSQL (SQLSTATE `40001`, `40P01`), SQLite's BUSY or LOCKED.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, StoreError::Query { source, .. } if is_conflict(source))
+    }
+}

@@ -1,0 +1,289 @@
+//! Running a `#[step(transaction)]`: its body runs in a [`Transaction`] on
+//! keiro's database, and its journal row is written in that transaction, so
+//! the application's writes and the step's result commit together.
+//!
+//! - Replay returns the journaled result without opening a transaction.
+//! - `Ok`: the row is written in the body's transaction, which then commits.
+//!   If another executor journaled the step first (the primary key says so;
+//!   on PostgreSQL the insert waits for that executor's transaction), this
+//!   one rolls back, application writes included, and the recorded result
+//!   stands.
+//! - `Err`: the application's writes roll back; the step is retried per
+//!   `max_attempts`, and the final `Err` is journaled like any step's,
+//!   through the group-commit writer.
+//! - A conflict keiro meets itself (beginning, writing the row, committing:
+//!   a serialization failure, a deadlock, SQLite BUSY) rolls back and runs
+//!   the body again in a new transaction at once, without counting against
+//!   `max_attempts`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keiro_store::{StepTiming, StoreError};
+use serde::{de::DeserializeOwned, Serialize};
+use tracing::Instrument;
+
+use super::select::{claim_win, Won};
+use super::step::{encode_result, halt, record_step, replay, step_row, StepMeta};
+use super::{claim_seq, scope, StepKind, WorkflowContext};
+use crate::{Error, Keiro, Transaction};
+
+/// How many conflicts in a row one step gets past before its run stops
+/// with the last one (and is resumed later, from the journal).
+const MAX_CONFLICTS: u32 = 50;
+
+/// Runs a `#[step(transaction)]`: `body` runs in a transaction on keiro's
+/// database, rolled back when `is_err` says the attempt failed, and a failed
+/// attempt is retried when `retry` says so, up to `meta.max_attempts` times
+/// in all. Inside a workflow the step id is allocated now, at the call, and
+/// the result is journaled in the body's transaction; outside one the body
+/// runs in a transaction of the process-wide runtime, committed on success.
+pub fn step_transaction<R, B>(
+    meta: StepMeta,
+    is_err: impl Fn(&R) -> bool + Send + 'static,
+    retry: impl Fn(&R) -> bool + Send + 'static,
+    body: B,
+) -> impl Future<Output = R> + Send
+where
+    R: Serialize + DeserializeOwned + Send + 'static,
+    B: for<'t> FnMut(&'t mut Transaction<'static>) -> Pin<Box<dyn Future<Output = R> + Send + 't>>
+        + Send
+        + 'static,
+{
+    let slot = claim_seq();
+    let step = TxStep {
+        meta,
+        is_err,
+        retry,
+        body,
+    };
+    async move {
+        match slot {
+            None => step.outside().await,
+            Some((cx, seq)) => step.journaled(cx, seq).await,
+        }
+    }
+}
+
+/// A transactional step being run.
+struct TxStep<F, G, B> {
+    meta: StepMeta,
+    /// Whether an attempt failed (its writes roll back).
+    is_err: F,
+    /// Whether a failed attempt may be retried.
+    retry: G,
+    body: B,
+}
+
+/// How one attempt in a transaction ended.
+enum Attempt<R> {
+    /// The body returned `Ok`; the transaction is still open.
+    Done(R, Transaction<'static>),
+    /// The body returned `Err`; the transaction was rolled back.
+    Failed(R),
+}
+
+impl<R, F, G, B> TxStep<F, G, B>
+where
+    R: Serialize + DeserializeOwned + Send + 'static,
+    F: Fn(&R) -> bool,
+    G: Fn(&R) -> bool,
+    B: for<'t> FnMut(&'t mut Transaction<'static>) -> Pin<Box<dyn Future<Output = R> + Send + 't>>,
+{
+    /// Opens a transaction on `keiro`'s database and runs the body in it
+    /// (with no workflow context, so nothing inside is journaled); rolls
+    /// back on `Err`.
+    async fn attempt(&mut self, keiro: &Keiro) -> Result<Attempt<R>, StoreError> {
+        let mut tx = Transaction::new(keiro.raw_store().begin_step_tx().await?);
+        let value = scope(None, (self.body)(&mut tx)).await;
+        if !(self.is_err)(&value) {
+            return Ok(Attempt::Done(value, tx));
+        }
+        if let Err(error) = tx.into_inner().rollback().await {
+            // Dropping the connection rolls the transaction back all the same.
+            tracing::debug!(step = self.meta.name, %error, "keiro transactional step rollback failed");
+        }
+        Ok(Attempt::Failed(value))
+    }
+
+    /// The step inside a workflow: replayed, or run with its result
+    /// journaled in its own transaction.
+    async fn journaled(mut self, cx: Arc<WorkflowContext>, seq: i64) -> R {
+        let name = self.meta.name;
+        if let Some(recorded) = cx.recorded(seq) {
+            let span = tracing::debug_span!("keiro.step", name, seq, replayed = true);
+            crate::telemetry::step(name, true);
+            return replay(&cx, seq, StepKind::Step, name, &recorded)
+                .instrument(span)
+                .await;
+        }
+        let span = tracing::debug_span!(
+            "keiro.step",
+            name,
+            seq,
+            replayed = false,
+            transaction = true
+        );
+        async move {
+            let started_at = cx.keiro.now_us();
+            let max = self.meta.max_attempts.max(1);
+            let (mut runs, mut attempt, mut conflicts) = (0, 1, 0);
+            let mut won = None;
+            loop {
+                runs += 1;
+                let timing = StepTiming {
+                    attempts: Some(runs),
+                    started_at: Some(started_at),
+                };
+                let error = match self.attempt(&cx.keiro).await {
+                    Ok(Attempt::Failed(value)) if attempt < max && (self.retry)(&value) => {
+                        self.meta.wait_before_retry(attempt).await;
+                        attempt += 1;
+                        continue;
+                    }
+                    Ok(Attempt::Failed(value)) => {
+                        let won = won.take().or_else(|| claim_win(&cx));
+                        return record_step(&cx, seq, StepKind::Step, name, value, timing, won)
+                            .await;
+                    }
+                    Ok(Attempt::Done(value, tx)) => {
+                        // Claimed once: a retry after a conflict keeps the claim.
+                        if won.is_none() {
+                            won = claim_win(&cx);
+                        }
+                        match commit(&cx, seq, name, value, tx, timing, &mut won).await {
+                            Ok(value) => return value,
+                            Err(error) => error,
+                        }
+                    }
+                    Err(error) => error,
+                };
+                if !error.is_conflict() || conflicts >= MAX_CONFLICTS {
+                    return halt(&cx, Error::Store(error)).await;
+                }
+                conflicts += 1;
+                tracing::debug!(step = name, conflicts, %error, "keiro transactional step conflicted; retrying");
+                tokio::time::sleep(conflict_pause(conflicts)).await;
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// The step outside a workflow: run in a transaction of the process-wide
+    /// runtime, committed on `Ok`, nothing journaled.
+    async fn outside(mut self) -> R {
+        let name = self.meta.name;
+        let fail = |error: &dyn std::fmt::Display| -> ! {
+            panic!(
+                "`#[step(transaction)]` `{name}`, called outside a workflow, could not run in a \
+                 transaction on keiro's database: {error}"
+            )
+        };
+        let keiro = match crate::global().await {
+            Ok(keiro) => keiro,
+            Err(error) => fail(&error),
+        };
+        let max = self.meta.max_attempts.max(1);
+        let (mut attempt, mut conflicts) = (1, 0);
+        loop {
+            let error = match self.attempt(&keiro).await {
+                Ok(Attempt::Failed(value)) if attempt < max && (self.retry)(&value) => {
+                    self.meta.wait_before_retry(attempt).await;
+                    attempt += 1;
+                    continue;
+                }
+                Ok(Attempt::Failed(value)) => return value,
+                Ok(Attempt::Done(value, tx)) => match tx.into_inner().commit().await {
+                    Ok(()) => return value,
+                    Err(error) => error,
+                },
+                Err(error) => error,
+            };
+            if !error.is_conflict() || conflicts >= MAX_CONFLICTS {
+                fail(&error);
+            }
+            conflicts += 1;
+            tokio::time::sleep(conflict_pause(conflicts)).await;
+        }
+    }
+}
+
+/// Writes step `seq`'s `value` (and the decision of the select it won, if
+/// any) into `tx` and commits: the application's writes and the result
+/// together. Returns the step's result (another executor's when it
+/// journaled the step first), or the error that stopped the commit (the
+/// caller retries a conflict).
+async fn commit<R>(
+    cx: &Arc<WorkflowContext>,
+    seq: i64,
+    name: &'static str,
+    value: R,
+    mut tx: Transaction<'static>,
+    timing: StepTiming,
+    won: &mut Option<Won>,
+) -> Result<R, StoreError>
+where
+    R: Serialize + DeserializeOwned,
+{
+    let kind = StepKind::Step;
+    // Dropping `tx` on the way out rolls the application's writes back.
+    let result = match encode_result(cx, seq, kind, name, &value) {
+        Ok(json) => json,
+        Err(error) => return Ok(halt(cx, error).await),
+    };
+    let mut rows = vec![(step_row(cx, seq, kind, name, result), timing)];
+    if let Some(won) = won.as_ref() {
+        let decision = step_row(
+            cx,
+            won.seq,
+            StepKind::Select,
+            "select",
+            won.index.to_string(),
+        );
+        rows.push((decision, StepTiming::default()));
+    }
+    let written = tx.inner().journal(&rows, cx.keiro.now_us()).await?;
+    if !written[0] {
+        // Another executor journaled this step first: its result (and its
+        // select decision) stands, and these writes never happened.
+        tx.into_inner().rollback().await?;
+        return Ok(record_step(cx, seq, kind, name, value, timing, won.take()).await);
+    }
+    tx.into_inner().commit().await?;
+    crate::telemetry::step(name, false);
+    if let Some(won) = won.take() {
+        let winner = if written.get(1) == Some(&true) {
+            won.index
+        } else {
+            // Another executor decided this select first: its winner stands.
+            let recorded = cx
+                .keiro
+                .raw_store()
+                .get_step(&cx.id, cx.generation, won.seq)
+                .await;
+            match recorded {
+                Ok(Some(first)) => replay(cx, won.seq, StepKind::Select, "select", &first).await,
+                Ok(None) => won.index,
+                Err(error) => return Ok(halt(cx, Error::Store(error)).await),
+            }
+        };
+        won.journaled(winner);
+    }
+    Ok(value)
+}
+
+/// The pause before retrying after the `n`th conflict in a row: short and
+/// growing, jittered so that racing steps do not retry in lockstep.
+fn conflict_pause(n: u32) -> Duration {
+    let ceiling = 1u64 << n.min(7); // up to 128 ms
+    let jitter = u64::from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0),
+    );
+    Duration::from_millis(1 + jitter % ceiling)
+}

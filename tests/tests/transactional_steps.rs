@@ -1,0 +1,279 @@
+//! `#[step(transaction)]`, on both backends: the application's writes and
+//! the step's journal row commit together; replay returns the journaled
+//! result without running the body; an `Err` rolls the writes back; a step
+//! another executor journaled first keeps that result and these writes roll
+//! back; concurrent debits of one account (beside plain steps going through
+//! the group-commit writer) leave the balance exact. The SIGKILL between
+//! the writes and the commit is in `transactional_crash.rs`.
+
+use std::sync::Mutex;
+
+use keiro::{step, workflow, Keiro, StepOutcome, WorkflowStatus};
+use keiro_store::StepRow;
+use keiro_tests::transactional::{
+    bank, close_gate, debit, open_bank, pay, pay_flaky, pay_many, pay_slowly, BankError,
+};
+use keiro_tests::{count, on_both_backends, Backend, TestDb};
+
+/// A fresh database whose account 1 holds `balance`, and a runtime on it.
+async fn bank_on(backend: Backend, balance: i64) -> (TestDb, Keiro) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    open_bank(keiro::unstable::raw_store(&keiro), balance).await;
+    (db, keiro)
+}
+
+/// Test keys whose next `maybe_crash` call panics once.
+static CRASH_ONCE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+#[step]
+async fn maybe_crash(key: String) {
+    let mut armed = CRASH_ONCE.lock().unwrap();
+    if let Some(i) = armed.iter().position(|k| *k == key) {
+        armed.remove(i);
+        drop(armed);
+        panic!("crash requested for {key}");
+    }
+}
+
+/// A debit, then a step that may crash the run.
+#[workflow]
+async fn pay_then_crash(key: String, entry: String, cents: i64) -> Result<i64, BankError> {
+    let balance = debit(key.clone(), entry, cents).await?;
+    maybe_crash(key).await;
+    Ok(balance)
+}
+
+async fn writes_and_result_commit_together_and_replay_skips_the_body(backend: Backend) {
+    let (_db, keiro) = bank_on(backend, 1000).await;
+    let store = keiro::unstable::raw_store(&keiro);
+    let key = uuid::Uuid::new_v4().to_string();
+    CRASH_ONCE.lock().unwrap().push(key.clone());
+    let crashed = pay_then_crash(key.clone(), "e1".into(), 250)
+        .id(&key)
+        .on(&keiro)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(crashed, keiro::Error::Panicked { .. }),
+        "{crashed}"
+    );
+    // The run died after the debit: its writes and its result are in.
+    assert_eq!(bank(store).await, (750, 1));
+    let steps = keiro.steps(&key).await.unwrap();
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    assert_eq!((steps[0].seq, steps[0].name.as_str()), (0, "debit"));
+    assert_eq!(steps[0].outcome, StepOutcome::Ok);
+    assert_eq!(steps[0].value, serde_json::json!(750));
+    assert_eq!(steps[0].attempts, Some(1));
+    assert!(steps[0].started_at.is_some());
+
+    // The rerun replays the debit from the journal: no second body, no
+    // second transaction's writes.
+    let out = pay_then_crash(key.clone(), "e1".into(), 250)
+        .id(&key)
+        .on(&keiro)
+        .await
+        .unwrap();
+    assert_eq!(out, Ok(750));
+    assert_eq!(count(&key, "debit"), 1, "the debit's body ran again");
+    assert_eq!(bank(store).await, (750, 1));
+    let handle = keiro.handle::<Result<i64, BankError>>(&key).await.unwrap();
+    assert_eq!(handle.status().await.unwrap(), WorkflowStatus::Completed);
+}
+
+async fn an_err_rolls_the_writes_back_and_is_journaled(backend: Backend) {
+    let (_db, keiro) = bank_on(backend, 100).await;
+    let store = keiro::unstable::raw_store(&keiro);
+    let key = uuid::Uuid::new_v4().to_string();
+    // The body inserts the ledger row and takes the balance to -400 before
+    // it returns `Err`: neither write may remain.
+    let out = pay(key.clone(), "too-much".into(), 500)
+        .id(&key)
+        .on(&keiro)
+        .await
+        .unwrap();
+    assert_eq!(out, Err(BankError::Insufficient));
+    assert_eq!(
+        bank(store).await,
+        (100, 0),
+        "the failed debit's writes stayed"
+    );
+    let steps = keiro.steps(&key).await.unwrap();
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    assert_eq!((steps[1].seq, steps[1].name.as_str()), (1, "debit"));
+    assert_eq!(steps[1].outcome, StepOutcome::Err);
+    assert_eq!(steps[1].value, serde_json::json!("Insufficient"));
+
+    // The same entry debits fine afterwards: nothing of it was committed.
+    let key2 = uuid::Uuid::new_v4().to_string();
+    let out = pay(key2.clone(), "too-much".into(), 60)
+        .id(&key2)
+        .on(&keiro)
+        .await
+        .unwrap();
+    assert_eq!(out, Ok(40));
+    assert_eq!(bank(store).await, (40, 1));
+}
+
+async fn failed_attempts_roll_back_and_the_retry_commits(backend: Backend) {
+    let (_db, keiro) = bank_on(backend, 100).await;
+    let store = keiro::unstable::raw_store(&keiro);
+    let key = uuid::Uuid::new_v4().to_string();
+    // Every attempt inserts the same ledger entry: a write left by a failed
+    // attempt would make the next one fail on the primary key.
+    let out = pay_flaky(key.clone(), "flaky".into(), 30)
+        .id(&key)
+        .on(&keiro)
+        .await
+        .unwrap();
+    assert_eq!(out, Ok(70));
+    assert_eq!(count(&key, "flaky_debit"), 3);
+    assert_eq!(bank(store).await, (70, 1));
+    let steps = keiro.steps(&key).await.unwrap();
+    assert_eq!(steps[0].attempts, Some(3));
+}
+
+async fn an_attempt_out_of_time_rolls_back(backend: Backend) {
+    let (_db, keiro) = bank_on(backend, 100).await;
+    let store = keiro::unstable::raw_store(&keiro);
+    let key = uuid::Uuid::new_v4().to_string();
+    let out = pay_slowly(key.clone(), "slow".into(), 10)
+        .id(&key)
+        .on(&keiro)
+        .await
+        .unwrap();
+    let error = out.unwrap_err();
+    assert!(error.contains("slow_debit"), "{error}");
+    assert_eq!(
+        bank(store).await,
+        (100, 0),
+        "the timed-out debit's writes stayed"
+    );
+}
+
+async fn a_step_journaled_elsewhere_first_keeps_that_result(backend: Backend) {
+    let (_db, keiro) = bank_on(backend, 100).await;
+    let store = keiro::unstable::raw_store(&keiro);
+    let key = uuid::Uuid::new_v4().to_string();
+    let gate = close_gate(&key);
+    let handle = pay(key.clone(), "raced".into(), 10)
+        .id(&key)
+        .on(&keiro)
+        .start()
+        .await
+        .unwrap();
+    // The run has read its (empty) journal and waits in step 0. Another
+    // executor journals the debit (step 1) meanwhile.
+    while count(&key, "at the gate") == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let elsewhere = StepRow {
+        workflow_id: key.clone(),
+        generation: 0,
+        seq: 1,
+        name: "debit".into(),
+        kind: "step".into(),
+        result: r#"{"Ok":12345}"#.into(),
+    };
+    store.append_steps(&[elsewhere]).await.unwrap();
+    gate.notify_one();
+    assert_eq!(handle.result().await.unwrap(), Ok(12345));
+    assert_eq!(count(&key, "debit"), 1, "the body ran here");
+    assert_eq!(
+        bank(store).await,
+        (100, 0),
+        "the debit journaled elsewhere first committed its writes here too"
+    );
+}
+
+async fn concurrent_debits_of_one_account_are_exact(backend: Backend) {
+    debit_concurrently(backend, 4, 25).await;
+}
+
+/// More debiting workflows than the runtime's pool has connections (four on
+/// SQLite): transactions waiting for the write lock or a connection, and the
+/// group-commit writer among them, all get their turn.
+async fn more_concurrent_debits_than_connections_all_finish(backend: Backend) {
+    debit_concurrently(backend, 16, 5).await;
+}
+
+/// `workflows` concurrent workflows of `debits` one-cent debits of account
+/// 1, each after a plain step: the balance is exact.
+async fn debit_concurrently(backend: Backend, workflows: u32, debits: u32) {
+    let (_db, keiro) = bank_on(backend, 1000).await;
+    let store = keiro::unstable::raw_store(&keiro);
+    let run = uuid::Uuid::new_v4().to_string();
+    let mut handles = Vec::new();
+    for w in 0..workflows {
+        let key = format!("{run}-{w}");
+        let handle = pay_many(key.clone(), debits, false)
+            .id(&key)
+            .on(&keiro)
+            .start()
+            .await
+            .unwrap();
+        handles.push((key, handle));
+    }
+    let mut last = Vec::new();
+    for (key, handle) in handles {
+        let out = tokio::time::timeout(std::time::Duration::from_secs(120), handle.result())
+            .await
+            .expect("the debits finish")
+            .unwrap();
+        last.push(out.unwrap());
+        assert_eq!(count(&key, "debit"), debits as usize);
+        assert_eq!(count(&key, "note"), debits as usize);
+    }
+    let total = i64::from(workflows * debits);
+    assert_eq!(bank(store).await, (1000 - total, total));
+    assert!(
+        last.contains(&(1000 - total)),
+        "the last debit saw {}: {last:?}",
+        1000 - total
+    );
+}
+
+/// Read-modify-write debits at SERIALIZABLE conflict with each other; the
+/// conflicts roll back and run again until the balance is exact.
+async fn serializable_conflicts_are_retried(backend: Backend) {
+    if backend == Backend::Sqlite {
+        return; // SQLite has one writer: its transactions never conflict.
+    }
+    let (_db, keiro) = bank_on(backend, 1000).await;
+    let store = keiro::unstable::raw_store(&keiro);
+    let run = uuid::Uuid::new_v4().to_string();
+    let mut handles = Vec::new();
+    for w in 0..4 {
+        let key = format!("{run}-{w}");
+        let handle = pay_many(key.clone(), 10, true)
+            .id(&key)
+            .on(&keiro)
+            .start()
+            .await
+            .unwrap();
+        handles.push((key, handle));
+    }
+    let mut runs = 0;
+    for (key, handle) in handles {
+        let out = tokio::time::timeout(std::time::Duration::from_secs(120), handle.result())
+            .await
+            .expect("the debits finish")
+            .unwrap();
+        assert!(out.is_ok(), "{out:?}");
+        runs += count(&key, "serializable_debit");
+    }
+    assert_eq!(bank(store).await, (960, 40));
+    eprintln!("{runs} bodies ran for 40 serializable debits");
+}
+
+on_both_backends!(
+    writes_and_result_commit_together_and_replay_skips_the_body,
+    an_err_rolls_the_writes_back_and_is_journaled,
+    failed_attempts_roll_back_and_the_retry_commits,
+    an_attempt_out_of_time_rolls_back,
+    a_step_journaled_elsewhere_first_keeps_that_result,
+    concurrent_debits_of_one_account_are_exact,
+    more_concurrent_debits_than_connections_all_finish,
+    serializable_conflicts_are_retried,
+);
