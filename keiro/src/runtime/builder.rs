@@ -181,8 +181,8 @@ impl KeiroBuilder {
     }
 
     /// The clock durable time is read from (default: the system clock);
-    /// [`crate::testing::TestEnv`] gives its runtime a manual one.
-    #[cfg(feature = "sqlite")]
+    /// [`crate::testing::TestEnv`] and the replayer give their runtimes a
+    /// manual one.
     pub(crate) fn clock(mut self, clock: keiro_store::Clock) -> Self {
         self.store.clock = clock;
         self
