@@ -269,7 +269,14 @@ impl Store {
     /// and starts the next with `next.input` and an empty journal, due now.
     /// Old steps are kept. Returns whether it applied.
     pub async fn continue_as_new(&self, next: &ContinueAsNew<'_>) -> Result<bool> {
-        let args = args![next.id, next.generation, next.owner, next.input, now_us()];
+        let args = args![
+            next.id,
+            next.generation,
+            next.owner,
+            next.input,
+            now_us(),
+            next.app_version,
+        ];
         Ok(self
             .execute("continue_as_new", |sql| &sql.continue_as_new, &args)
             .await?
@@ -529,7 +536,7 @@ pub(crate) async fn report_to_parent(conn: Conn<'_>, child: &str, now: i64) -> R
 
 /// The parameters of [`crate::sql::Statements::insert_instance`] for `new`:
 /// pending, or running under its lease when it has one.
-pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>; 13] {
+pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>; 15] {
     let (status, owner, expires) = match new.lease {
         Some(lease) => (
             InstanceStatus::Running,
@@ -552,6 +559,8 @@ pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>
         new.signature,
         new.deadline,
         new.traceparent,
+        new.app_version,
+        new.skeleton_hash,
     ]
 }
 

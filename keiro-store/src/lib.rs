@@ -67,6 +67,7 @@ mod sqlite;
 mod suspend;
 mod timers;
 mod validate;
+mod versions;
 mod writer;
 
 pub use error::{redact as redact_url, StoreError};
@@ -115,6 +116,7 @@ pub use retention::{GcCursor, GcPolicy, GcProgress, GcRequest, GcSummary};
 pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};
 pub use timers::{cancel_timer_tx, schedule_timer_once_tx, schedule_timer_tx, TimerTx};
 pub use validate::{preview as preview_id, validate_id, validate_id_within, MAX_ID_BYTES};
+pub use versions::VersionCount;
 pub use writer::{CreateRequest, FinishRequest, JournalWriter, MessageRequest};
 
 /// A `Result` whose error is [`StoreError`].

@@ -51,6 +51,7 @@
 
 #[cfg(feature = "admin")]
 pub mod admin;
+mod check;
 mod context;
 mod error;
 pub mod inspect;
@@ -68,6 +69,7 @@ mod time;
 pub mod timers;
 mod trace;
 pub mod unstable;
+mod version;
 mod workflow;
 
 #[doc(hidden)]
@@ -82,6 +84,7 @@ pub use keiro_macros::select;
 #[doc(inline)]
 pub use keiro_macros::nondeterministic_ok;
 
+pub use check::{binary_hashes, BinaryHashes, CheckReport, Divergence, DivergenceReason};
 pub use context::{
     awakeable, close_stream, get_event, now, read_stream, recv, reject_awakeable,
     resolve_awakeable, resolve_awakeable_tx, send, send_tx, set_event, sleep, sleep_until, uuid,
@@ -101,6 +104,7 @@ pub use runtime::{
     DEFAULT_MAX_PAYLOAD_BYTES, EXECUTOR_ID_ENV, SQLITE_SYNCHRONOUS_ENV,
 };
 pub use uuid::Uuid;
+pub use version::{VersionCount, APP_VERSION_ENV, MAX_APP_VERSION_BYTES};
 pub use workflow::{
     cancel, continue_as_new, handle, spawn, CancelOutcome, ChildHandle, ChildTimeout, WorkflowCall,
     WorkflowHandle, WorkflowStatus,

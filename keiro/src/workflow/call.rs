@@ -120,7 +120,7 @@ where
     /// belongs to another workflow or call (see [`WorkflowCall::id`]).
     pub async fn start(self) -> Result<WorkflowHandle<R>> {
         let keiro = self.runtime().await?;
-        let launch_spec = self.launch_spec(keiro.max_payload_bytes())?;
+        let launch_spec = self.launch_spec(&keiro)?;
         let id = launch_spec.id.clone();
         launch(&keiro, launch_spec).await?;
         Ok(WorkflowHandle::new(keiro, id, Some(self.run)))
@@ -131,7 +131,7 @@ where
     /// fleet of workers). Idempotent on the id; takes no executor identity.
     pub async fn enqueue(self) -> Result<WorkflowHandle<R>> {
         let keiro = self.runtime().await?;
-        let spec = self.launch_spec(keiro.max_payload_bytes())?;
+        let spec = self.launch_spec(&keiro)?;
         let (row, created) = keiro
             .writer()
             .create(CreateRequest {
@@ -143,6 +143,8 @@ where
                 lease: None,
                 deadline: spec.deadline,
                 traceparent: spec.traceparent.clone(),
+                app_version: Some(spec.app_version.clone()),
+                skeleton_hash: spec.skeleton_hash.map(str::to_owned),
             })
             .await?;
         check_attach(&row, &spec)?;
@@ -188,7 +190,7 @@ where
         'c: 't,
     {
         let keiro = self.runtime().await?;
-        let spec = self.launch_spec(keiro.max_payload_bytes())?;
+        let spec = self.launch_spec(&keiro)?;
         let new = keiro_store::NewInstance {
             id: &spec.id,
             name: spec.name,
@@ -205,6 +207,8 @@ where
             lease: None,
             deadline: spec.deadline,
             traceparent: spec.traceparent.as_deref(),
+            app_version: Some(&spec.app_version),
+            skeleton_hash: spec.skeleton_hash,
         };
         let (row, _) = keiro_store::create_instance_tx(tx, &new).await?;
         check_attach(&row, &spec)?;
@@ -226,8 +230,10 @@ where
 
     /// The instance to launch: the given id, else a deterministic one inside a
     /// workflow (`<parent id>/<step seq>`), else a fresh UUID.
-    /// The input is refused when longer than `max_payload_bytes`.
-    pub(crate) fn launch_spec(&self, max_payload_bytes: usize) -> Result<Launch> {
+    /// The input is refused when longer than `keiro`'s `max_payload_bytes`;
+    /// the instance records `keiro`'s application version.
+    pub(crate) fn launch_spec(&self, keiro: &Keiro) -> Result<Launch> {
+        let max_payload_bytes = keiro.max_payload_bytes();
         let id = match (&self.id, &self.parent) {
             (Some(id), _) => id.clone(),
             (None, Some((cx, seq))) => format!("{}/{seq}", cx.id),
@@ -271,6 +277,8 @@ where
                 CallDeadline::At(at) => crate::time::to_us(at),
             }),
             traceparent: crate::trace::current_traceparent(),
+            app_version: keiro.app_version().to_owned(),
+            skeleton_hash: keiro.registry().skeleton_hash(self.name),
         })
     }
 
@@ -278,7 +286,7 @@ where
         match self.parent.clone() {
             None => {
                 let keiro = self.runtime().await?;
-                let spec = self.launch_spec(keiro.max_payload_bytes())?;
+                let spec = self.launch_spec(&keiro)?;
                 let id = spec.id.clone();
                 let row = wait(&keiro, &id, launch(&keiro, spec).await?, Some(self.run)).await?;
                 outcome_of(&row)

@@ -91,7 +91,7 @@ where
     R: Serialize + DeserializeOwned + Send + 'static,
 {
     let (cx, seq) = call.parent.clone().expect("a child call has a parent");
-    let spec = call.launch_spec(cx.keiro.max_payload_bytes())?;
+    let spec = call.launch_spec(&cx.keiro)?;
     let handle = ChildHandle {
         cx: cx.clone(),
         seq,
