@@ -33,8 +33,10 @@ use crate::{Keiro, ListFilter, Result, WorkflowStatus, WorkflowSummary, MAX_PAGE
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BinaryHashes {
     /// The version this binary records and claims (see
-    /// [`Keiro::app_version`]): [`crate::APP_VERSION_ENV`] when set, else
-    /// the hash of its workflows' bodies.
+    /// [`Keiro::app_version`]): [`crate::APP_VERSION_ENV`] when set to a
+    /// valid version, else the hash of its workflows' bodies. (A version set
+    /// only through [`crate::KeiroBuilder::app_version`] is not seen here:
+    /// set this field before writing the file.)
     pub app_version: String,
     /// Every linked workflow's step-call skeleton hash, by name.
     pub workflows: BTreeMap<String, String>,
