@@ -4,22 +4,9 @@
 //! `#[workflow]` hashes each body's step-call skeleton (the awaited calls in
 //! order and the `if`/`match`/loop structure around them; plain
 //! expressions play no part) and every instance records its workflow's hash
-//! when it is created. The new binary writes its hashes
-//! ([`binary_hashes`], e.g. behind a `--print-hashes` flag); the deploy
-//! step compares them with the database before rolling out
-//! (`keiro check --binary-hashes FILE`, or [`Keiro::check`]):
-//!
-//! ```no_run
-//! // In the new binary's main, before anything else:
-//! if std::env::args().any(|a| a == "--print-hashes") {
-//!     println!("{}", keiro::binary_hashes().to_json());
-//!     return;
-//! }
-//! ```
-//! ```text
-//! $ ./new-build --print-hashes > hashes.json
-//! $ keiro check --binary-hashes hashes.json || exit 1   # lists what would diverge
-//! ```
+//! when it is created. The new binary writes its hashes ([`binary_hashes`]);
+//! the deploy step compares them with the database before rolling out
+//! (`keiro check --binary-hashes FILE`, or [`Keiro::check`]).
 
 use std::collections::BTreeMap;
 
@@ -42,9 +29,29 @@ pub struct BinaryHashes {
     pub workflows: BTreeMap<String, String>,
 }
 
-/// The hashes of the workflows linked into this binary (the input of
-/// `keiro check --binary-hashes`; see the [module docs](self) for how a
-/// deploy step writes them).
+/// The hashes of the workflows linked into this binary: the input of the
+/// pre-deploy check. `#[workflow]` hashes each body's step-call skeleton
+/// (the awaited calls in order and the `if`/`match`/loop structure around
+/// them; plain expressions play no part), and every instance records its
+/// workflow's hash when it is created. A deploy step has the new binary
+/// write its hashes, then asks `keiro check` (or [`Keiro::check`]) which
+/// unfinished instances that code could replay differently, before
+/// rolling it out:
+///
+/// ```no_run
+/// // In the new binary's main, before anything else:
+/// if std::env::args().any(|a| a == "--print-hashes") {
+///     println!("{}", keiro::binary_hashes().to_json());
+///     return;
+/// }
+/// ```
+/// ```text
+/// $ ./new-build --print-hashes > hashes.json
+/// $ keiro check --binary-hashes hashes.json || exit 1   # lists what would diverge
+/// ```
+///
+/// The skeleton is syntactic: an awaited call inside a helper function is
+/// not part of it, so an empty check is strong evidence, not proof.
 pub fn binary_hashes() -> BinaryHashes {
     let registrations: Vec<&WorkflowRegistration> = inventory::iter::<WorkflowRegistration>
         .into_iter()
@@ -119,8 +126,8 @@ impl Keiro {
     /// suspended) whose recorded skeleton hash differs from `new`'s hash of
     /// its workflow, or whose workflow `new` does not link. An empty
     /// [`CheckReport::diverging`] means the new code keeps the step-call
-    /// skeleton of everything in flight (a syntactic check: see the
-    /// [module docs](crate::binary_hashes)).
+    /// skeleton of everything in flight (a syntactic check: see
+    /// [`binary_hashes`]).
     pub async fn check(&self, new: &BinaryHashes) -> Result<CheckReport> {
         let mut report = CheckReport::default();
         let mut filter = ListFilter::default()
