@@ -17,8 +17,10 @@ mod args;
 mod check;
 mod diag;
 mod expand;
+mod fingerprint;
 mod model;
 mod select;
+mod skeleton;
 
 use proc_macro::TokenStream;
 

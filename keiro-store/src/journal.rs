@@ -274,7 +274,8 @@ impl Store {
             next.generation,
             next.owner,
             next.input,
-            self.now_us()
+            self.now_us(),
+            next.app_version,
         ];
         Ok(self
             .execute("continue_as_new", |sql| &sql.continue_as_new, &args)
@@ -535,7 +536,7 @@ pub(crate) async fn report_to_parent(conn: Conn<'_>, child: &str, now: i64) -> R
 
 /// The parameters of [`crate::sql::Statements::insert_instance`] for `new`:
 /// pending, or running under its lease when it has one.
-pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>; 13] {
+pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>; 15] {
     let (status, owner, expires) = match new.lease {
         Some(lease) => (
             InstanceStatus::Running,
@@ -558,6 +559,8 @@ pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>
         new.signature,
         new.deadline,
         new.traceparent,
+        new.app_version,
+        new.skeleton_hash,
     ]
 }
 

@@ -69,6 +69,7 @@ mod step_tx;
 mod suspend;
 mod timers;
 mod validate;
+mod versions;
 mod writer;
 
 pub use clock::Clock;
@@ -119,6 +120,7 @@ pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};
 pub use step_tx::StepTx;
 pub use timers::{cancel_timer_tx, schedule_timer_once_tx, schedule_timer_tx, TimerTx};
 pub use validate::{preview as preview_id, validate_id, validate_id_within, MAX_ID_BYTES};
+pub use versions::VersionCount;
 pub use writer::{CreateRequest, FinishRequest, JournalWriter, MessageRequest};
 
 /// A `Result` whose error is [`StoreError`].

@@ -19,6 +19,9 @@ pub struct ListQuery<'a> {
     pub statuses: &'a [InstanceStatus],
     /// Only this workflow name.
     pub name: Option<&'a str>,
+    /// Only instances of this application version (read through the
+    /// `(app_version, created_at, id)` index of migration 0014).
+    pub app_version: Option<&'a str>,
     /// Only ids starting with this.
     pub id_prefix: Option<&'a str>,
     /// Only children of this instance.
@@ -135,6 +138,9 @@ impl Store {
         let mut conditions: Vec<String> = Vec::new();
         if let Some(name) = query.name {
             conditions.push(format!("name = {}", st.text(name)));
+        }
+        if let Some(version) = query.app_version {
+            conditions.push(format!("app_version = {}", st.text(version)));
         }
         if let Some(parent) = query.parent_id {
             conditions.push(format!("parent_id = {}", st.text(parent)));

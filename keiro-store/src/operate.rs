@@ -51,8 +51,9 @@ impl OperateStatements {
             ),
             fork_instance: format!(
                 "INSERT INTO {w} (id, name, generation, status, input, attempts, wake_at, \
-                 created_at, updated_at, signature) \
-                 SELECT $2, name, 0, 'pending', input, 0, $3, $3, $3, signature \
+                 created_at, updated_at, signature, app_version, skeleton_hash) \
+                 SELECT $2, name, 0, 'pending', input, 0, $3, $3, $3, signature, app_version, \
+                 skeleton_hash \
                  FROM {w} WHERE id = $1 \
                  ON CONFLICT (id) DO NOTHING"
             ),

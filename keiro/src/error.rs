@@ -393,6 +393,21 @@ pub enum Error {
         /// What is wrong with it and what to do.
         reason: String,
     },
+    /// An application version (see [`crate::Keiro::app_version`]) was
+    /// refused: empty, longer than [`crate::MAX_APP_VERSION_BYTES`], or
+    /// holding whitespace or control characters.
+    #[error(
+        "invalid application version `{version}` from {source_name}: {reason}; use a short \
+         printable name such as a release tag or commit hash"
+    )]
+    InvalidAppVersion {
+        /// The version's start, escaped, as [`Error::InvalidId`] shows ids.
+        version: String,
+        /// Where it came from (`KEIRO_APP_VERSION`, `KeiroBuilder::app_version`, …).
+        source_name: &'static str,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// A value cannot be journaled as it is: its JSON would not read back
     /// into its type (a NaN or infinite float, which JSON writes as `null`,
     /// or nesting deeper than keiro reads back). Nothing was journaled; for a

@@ -57,6 +57,7 @@ pub mod admin;
 mod check;
 mod context;
 mod error;
+mod hash_check;
 mod history;
 pub mod inspect;
 mod json;
@@ -75,6 +76,7 @@ pub mod timers;
 mod trace;
 mod transaction;
 pub mod unstable;
+mod version;
 mod workflow;
 
 #[doc(hidden)]
@@ -98,6 +100,9 @@ pub use context::{
 pub use context::{deprecate_patch, patched, MAX_PATCH_ID_BYTES};
 pub use context::{AwakeableTimeout, DurableFuture};
 pub use error::{Error, Result, StoreError, TypeMismatch};
+pub use hash_check::{
+    binary_hashes, BinaryHashes, HashCheckReport, HashMismatch, HashMismatchReason,
+};
 pub use history::{
     Divergence, History, HistoryEntry, HistoryError, ReplayError, ReplayStop, Replayed,
     HISTORY_FORMAT,
@@ -114,6 +119,7 @@ pub use runtime::{
 };
 pub use transaction::Transaction;
 pub use uuid::Uuid;
+pub use version::{VersionCount, APP_VERSION_ENV, MAX_APP_VERSION_BYTES};
 pub use workflow::{
     cancel, continue_as_new, handle, spawn, CancelOutcome, ChildHandle, ChildTimeout, WorkflowCall,
     WorkflowHandle, WorkflowStatus,

@@ -26,6 +26,11 @@ pub struct WorkflowRegistration {
     pub(crate) fn_path: &'static str,
     pub(crate) run: RunFn,
     pub(crate) signature: SignatureFn,
+    /// The hash of the body's tokens (see [`WorkflowRegistration::with_body_hash`]).
+    pub(crate) body_hash: &'static str,
+    /// The hash of the body's step-call skeleton (see
+    /// [`WorkflowRegistration::with_skeleton_hash`]); empty when not emitted.
+    pub(crate) skeleton_hash: &'static str,
 }
 
 impl WorkflowRegistration {
@@ -41,7 +46,24 @@ impl WorkflowRegistration {
             fn_path,
             run,
             signature,
+            body_hash: "",
+            skeleton_hash: "",
         }
+    }
+
+    /// Used by `#[workflow]`: the hash of the body's step-call skeleton,
+    /// recorded with each instance it starts for the pre-deploy check (see
+    /// [`crate::binary_hashes`]).
+    pub const fn with_skeleton_hash(mut self, hash: &'static str) -> Self {
+        self.skeleton_hash = hash;
+        self
+    }
+
+    /// Used by `#[workflow]`: the hash of the body's tokens, which the
+    /// default application version combines (see [`crate::Keiro::app_version`]).
+    pub const fn with_body_hash(mut self, hash: &'static str) -> Self {
+        self.body_hash = hash;
+        self
     }
 }
 
@@ -146,6 +168,17 @@ impl Registry {
         names
     }
 
+    /// Every registered name with its body hash, sorted by name.
+    pub(crate) fn body_hashes(&self) -> Vec<(&'static str, &'static str)> {
+        let mut hashes: Vec<_> = self
+            .by_name
+            .iter()
+            .map(|(name, (registration, _))| (*name, registration.body_hash))
+            .collect();
+        hashes.sort_unstable();
+        hashes
+    }
+
     /// The registered names and signatures, sorted by name.
     pub(crate) fn workflows(&self) -> Vec<Registered<'_>> {
         let mut workflows: Vec<_> = self
@@ -155,6 +188,14 @@ impl Registry {
             .collect();
         workflows.sort_unstable_by_key(|w| w.name);
         workflows
+    }
+
+    /// The skeleton hash of the workflow registered under `name`, if it is
+    /// registered and its macro emitted one.
+    pub(crate) fn skeleton_hash(&self, name: &str) -> Option<&'static str> {
+        self.get(name)
+            .map(|registration| registration.skeleton_hash)
+            .filter(|hash| !hash.is_empty())
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<&'static WorkflowRegistration> {

@@ -208,6 +208,8 @@ async fn a_child_with_no_steps_is_driven_by_the_worker(backend: Backend) {
             lease: Some(dead),
             deadline: None,
             traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
         })
         .await
         .unwrap();
@@ -228,6 +230,8 @@ async fn a_child_with_no_steps_is_driven_by_the_worker(backend: Backend) {
             lease: Some(dead),
             deadline: None,
             traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
         })
         .await
         .unwrap();

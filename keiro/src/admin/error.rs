@@ -132,6 +132,7 @@ fn classify(error: &Error) -> (StatusCode, &'static str) {
         Error::Encode { .. } => (S::BAD_REQUEST, "encode"),
         Error::NotJournalable { .. } => (S::BAD_REQUEST, "not_journalable"),
         Error::InvalidId { .. } => (S::BAD_REQUEST, "invalid_id"),
+        Error::InvalidAppVersion { .. } => (S::BAD_REQUEST, "invalid_app_version"),
         Error::EmptyId { .. } => (S::BAD_REQUEST, "empty_id"),
         Error::InvalidCursor { .. } => (S::BAD_REQUEST, "invalid_cursor"),
         Error::InvalidOption { .. } => (S::BAD_REQUEST, "invalid_option"),

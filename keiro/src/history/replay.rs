@@ -297,6 +297,8 @@ impl Replayer {
                 lease: None,
                 deadline: None,
                 traceparent: None,
+                app_version: None,
+                skeleton_hash: None,
             })
             .await?;
         let rows: Vec<_> = history.step_rows().collect();

@@ -1,6 +1,8 @@
 //! One pass of the resume worker: claim due instances, report the ones it
 //! cannot run, and drive the claimed ones through the registry.
 
+use std::collections::BTreeMap;
+
 use futures::StreamExt;
 use keiro_store::{BlockReason, InstanceRow, InstanceStatus, Lease};
 
@@ -11,8 +13,8 @@ use crate::time::duration_us;
 use crate::workflow::drive::execute;
 use crate::{Error, Keiro, Result};
 
-/// How many unclaimable due instances (unknown names, live foreign leases) a
-/// pass reports.
+/// How many unclaimable due instances (unknown names, other versions, live
+/// foreign leases) a pass reports.
 const BLOCKED_REPORTED: i64 = 100;
 
 impl Keiro {
@@ -31,6 +33,7 @@ impl Keiro {
         let store = self.raw_store();
         let owner = self.owner();
         let workflows = self.registry().workflows();
+        let versions = self.versions().accepted();
         let lease = Lease {
             owner,
             ttl_us: duration_us(self.lease_ttl()),
@@ -38,15 +41,17 @@ impl Keiro {
         // Claim in the same statement that discovers, so concurrent workers
         // take disjoint batches instead of racing for the same rows.
         let claimed = store
-            .claim_due(lease, &workflows, options.claim_limit())
+            .claim_due(lease, &workflows, &versions, options.claim_limit())
             .await?;
         let blocked = store
-            .find_blocked(owner, &workflows, BLOCKED_REPORTED)
+            .find_blocked(owner, &workflows, &versions, BLOCKED_REPORTED)
             .await?;
         let mut summary = ResumeSummary {
             discovered: claimed.len() + blocked.len(),
             ..ResumeSummary::default()
         };
+        // Instances of other versions are reported once per version.
+        let mut other_versions: BTreeMap<String, usize> = BTreeMap::new();
         for row in blocked {
             let (name, id) = (row.name, row.id);
             match row.reason {
@@ -63,8 +68,19 @@ impl Keiro {
                         registered,
                     });
                 }
+                BlockReason::OtherVersion { version } => {
+                    summary.other_version += 1;
+                    *other_versions.entry(version).or_default() += 1;
+                }
                 _ => summary.lease_skipped += 1,
             }
+        }
+        for (version, due) in other_versions {
+            (options.log)(&ResumeEvent::OtherVersion {
+                version,
+                due,
+                own: self.app_version().to_owned(),
+            });
         }
         let summary = futures::stream::iter(claimed)
             .map(|row| self.advance(row, options, stop.clone()))

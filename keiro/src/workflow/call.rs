@@ -143,6 +143,8 @@ where
                 lease: None,
                 deadline: spec.deadline,
                 traceparent: spec.traceparent.clone(),
+                app_version: Some(spec.app_version.clone()),
+                skeleton_hash: spec.skeleton_hash.map(str::to_owned),
             })
             .await?;
         check_attach(&row, &spec)?;
@@ -205,6 +207,8 @@ where
             lease: None,
             deadline: spec.deadline,
             traceparent: spec.traceparent.as_deref(),
+            app_version: Some(&spec.app_version),
+            skeleton_hash: spec.skeleton_hash,
         };
         let (row, _) = keiro_store::create_instance_tx(tx, &new).await?;
         check_attach(&row, &spec)?;
@@ -227,7 +231,8 @@ where
     /// The instance to launch: the given id, else a deterministic one inside a
     /// workflow (`<parent id>/<step seq>`), else a fresh UUID.
     /// The input is refused when longer than `keiro`'s `max_payload_bytes`; a
-    /// timeout counts from `keiro`'s clock.
+    /// timeout counts from `keiro`'s clock; the instance records `keiro`'s
+    /// application version.
     pub(crate) fn launch_spec(&self, keiro: &Keiro) -> Result<Launch> {
         let max_payload_bytes = keiro.max_payload_bytes();
         let id = match (&self.id, &self.parent) {
@@ -273,6 +278,8 @@ where
                 CallDeadline::At(at) => crate::time::to_us(at),
             }),
             traceparent: crate::trace::current_traceparent(),
+            app_version: keiro.app_version().to_owned(),
+            skeleton_hash: keiro.registry().skeleton_hash(self.name),
         })
     }
 

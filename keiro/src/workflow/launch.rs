@@ -30,6 +30,10 @@ pub(crate) struct Launch {
     pub(crate) deadline: Option<i64>,
     /// The trace its runs continue: the caller's span's `traceparent`.
     pub(crate) traceparent: Option<String>,
+    /// The application version of the creating runtime.
+    pub(crate) app_version: String,
+    /// The step-call skeleton hash of the workflow's code in this binary.
+    pub(crate) skeleton_hash: Option<&'static str>,
 }
 
 /// Records the instance (or finds the existing one with this id, which must
@@ -58,6 +62,8 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
             lease: Some((lease.owner.to_owned(), lease.ttl_us)),
             deadline: launch.deadline,
             traceparent: launch.traceparent.clone(),
+            app_version: Some(launch.app_version.clone()),
+            skeleton_hash: launch.skeleton_hash.map(str::to_owned),
         })
         .await?;
     check_attach(&row, &launch)?;
