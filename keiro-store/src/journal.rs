@@ -162,6 +162,13 @@ impl Store {
     /// or a child) and that step was recorded meanwhile, it is due at once
     /// instead. Returns whether it applied.
     pub async fn suspend(&self, suspend: &Suspend<'_>) -> Result<bool> {
+        // Waiting on a step another transaction records (a child's end, an
+        // answer): check it under the instance's row lock, in a statement
+        // after taking it, so a result committed while this suspends is
+        // never missed (on PostgreSQL one UPDATE's snapshot could miss it).
+        if suspend.awaiting.is_some() {
+            return self.suspend_for_any(suspend, &[], &[]).await;
+        }
         let args = args![
             suspend.id,
             suspend.generation,

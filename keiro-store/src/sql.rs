@@ -280,8 +280,14 @@ impl Statements {
                  AND status <> 'nondeterministic' \
                  ON CONFLICT (workflow_id, generation, seq) DO NOTHING"
             ),
+            // Touches the parent's row whenever it is unfinished, not only
+            // when suspended: the row lock orders this with a parent that is
+            // suspending right now (`Store::suspend` checks the awaited step
+            // under that lock), so the child's end is either seen by the
+            // suspension or sees the suspended parent and makes it due.
             wake_parent: format!(
-                "UPDATE {w} SET wake_at = $2, updated_at = $2 WHERE status = 'suspended' \
+                "UPDATE {w} SET wake_at = CASE WHEN status = 'suspended' THEN $2 ELSE wake_at END, \
+                 updated_at = $2 WHERE {UNFINISHED} \
                  AND id = (SELECT parent_id FROM {w} WHERE id = $1)"
             ),
             suspend: format!(
