@@ -202,11 +202,13 @@ impl Store {
         dispatch!(Store, self, |s| {
             let mut tx = s.begin(OP).await?;
             let resolution = resolve_on((&mut *tx).into(), created, kind, row, now).await?;
-            // Anything else wrote nothing: the transaction is dropped.
+            // Anything else wrote nothing: rolled back, its locks released.
             if resolution == Resolution::Recorded {
                 tx.commit().await.map_err(StoreError::query(OP))?;
+                Ok(resolution)
+            } else {
+                crate::query::rolled_back(tx, OP, resolution).await
             }
-            Ok(resolution)
         })
     }
 
@@ -223,11 +225,11 @@ impl Store {
                 .await
                 .map_err(StoreError::query(OP))?;
             let Some(status) = status else {
-                return Ok(Cancellation::NotFound);
+                return crate::query::rolled_back(tx, OP, Cancellation::NotFound).await;
             };
             let status = rows::instance_status(id, &status)?;
             if status.is_final() {
-                return Ok(Cancellation::AlreadyFinal(status));
+                return crate::query::rolled_back(tx, OP, Cancellation::AlreadyFinal(status)).await;
             }
             let ended = end_tree((&mut *tx).into(), OP, id, InstanceStatus::Cancelled, now).await?;
             tx.commit().await.map_err(StoreError::query(OP))?;
@@ -250,14 +252,15 @@ impl Store {
                 .await
                 .map_err(StoreError::query(OP))?;
             let Some((status, deadline)) = row else {
-                return Ok(Some(Cancellation::NotFound));
+                return crate::query::rolled_back(tx, OP, Some(Cancellation::NotFound)).await;
             };
             let status = rows::instance_status(id, &status)?;
             if status.is_final() {
-                return Ok(Some(Cancellation::AlreadyFinal(status)));
+                return crate::query::rolled_back(tx, OP, Some(Cancellation::AlreadyFinal(status)))
+                    .await;
             }
             if deadline.is_none_or(|deadline| deadline > now) {
-                return Ok(None);
+                return crate::query::rolled_back(tx, OP, None).await;
             }
             let ended = end_tree((&mut *tx).into(), OP, id, InstanceStatus::TimedOut, now).await?;
             tx.commit().await.map_err(StoreError::query(OP))?;

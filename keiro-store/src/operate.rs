@@ -168,13 +168,17 @@ impl Store {
                     .await
                     .map_err(StoreError::query(OP))?;
             let Some((status, output)) = row else {
-                return Ok(Retry::NotFound);
+                return crate::query::rolled_back(tx, OP, Retry::NotFound).await;
             };
             let status = rows::instance_status(id, &status)?;
             match status {
-                InstanceStatus::Failed if output.is_some() => return Ok(Retry::ReturnedError),
+                InstanceStatus::Failed if output.is_some() => {
+                    return crate::query::rolled_back(tx, OP, Retry::ReturnedError).await
+                }
                 InstanceStatus::Failed | InstanceStatus::Cancelled => {}
-                other => return Ok(Retry::NotRetryable(other)),
+                other => {
+                    return crate::query::rolled_back(tx, OP, Retry::NotRetryable(other)).await
+                }
             }
             // A child whose parent still waits for it reports its new result
             // when it ends, as the first would have; one whose parent has its
@@ -185,11 +189,16 @@ impl Store {
                 .await
                 .map_err(StoreError::query(OP))?;
             if let Some((parent_id, parent_name)) = recorded {
-                return Ok(Retry::ParentRecorded {
-                    status,
-                    parent_id,
-                    parent_name,
-                });
+                return crate::query::rolled_back(
+                    tx,
+                    OP,
+                    Retry::ParentRecorded {
+                        status,
+                        parent_id,
+                        parent_name,
+                    },
+                )
+                .await;
             }
             sqlx::query(&sql.operate.retry)
                 .bind(id)
@@ -239,7 +248,7 @@ impl Store {
                 .await
                 .map_err(StoreError::query(OP))?;
             let Some((_name, generation)) = source else {
-                return Ok(Fork::NotFound);
+                return crate::query::rolled_back(tx, OP, Fork::NotFound).await;
             };
             let inserted = sqlx::query(&sql.operate.fork_instance)
                 .bind(id)
@@ -250,7 +259,7 @@ impl Store {
                 .map_err(StoreError::query(OP))?
                 .rows_affected();
             if inserted == 0 {
-                return Ok(Fork::Conflict);
+                return crate::query::rolled_back(tx, OP, Fork::Conflict).await;
             }
             let steps = sqlx::query(&sql.operate.fork_steps)
                 .bind(id)

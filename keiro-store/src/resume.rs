@@ -182,7 +182,7 @@ impl Store {
                 .await
                 .map_err(StoreError::query(OP))?;
             if removed.rows_affected() == 0 {
-                return Ok(None);
+                return crate::query::rolled_back(tx, OP, None).await;
             }
             sqlx::query(&sql.delete_worker_workflows)
                 .bind(id)
