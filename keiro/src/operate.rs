@@ -161,6 +161,9 @@ pub struct WorkflowSummary {
     /// The W3C `traceparent` of the span that started or enqueued it, when
     /// one was stored (feature `otel`): the trace its runs continue.
     pub traceparent: Option<String>,
+    /// The queue it was enqueued on ([`WorkflowCall::queue`](crate::WorkflowCall::queue));
+    /// `None`: the default queue.
+    pub queue: Option<String>,
 }
 
 /// What a suspended instance waits on ([`WorkflowSummary::waiting_on`]).
@@ -247,6 +250,7 @@ impl WorkflowSummary {
             wake_at: row.wake_at.map(from_us),
             waiting_on,
             traceparent: row.traceparent.clone(),
+            queue: listed.queue.clone(),
         }
     }
 }

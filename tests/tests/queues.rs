@@ -290,6 +290,8 @@ async fn dedup_refuses_while_unfinished_and_accepts_after(backend: Backend) {
             .dedup("order-7")
     };
     let first = job("dedup-1").enqueue().await.unwrap();
+    let summary = keiro.summary("dedup-1").await.unwrap();
+    assert_eq!(summary.queue.as_deref(), Some("test-plain"));
     match job("dedup-2").enqueue().await {
         Err(Error::Duplicate {
             queue,
@@ -335,6 +337,7 @@ async fn delay_is_respected_on_a_queue_and_the_default_queue(backend: Backend) {
         .await
         .unwrap();
     all_done(vec![queued, default]).await;
+    assert_eq!(keiro.summary("delay-default").await.unwrap().queue, None);
     for event in events(&file).iter().filter(|e| e.what == "start") {
         assert!(
             event.at_us >= enqueued_at + 800_000,
