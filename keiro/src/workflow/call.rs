@@ -210,15 +210,7 @@ where
             })
             .await?;
         check_attach(&row, &spec)?;
-        if created {
-            keiro.wake_resume_worker();
-            // The instance is committed: a lost notification only costs
-            // latency (workers poll), so it never fails the enqueue.
-            if let Err(error) = keiro.raw_store().wake_workers("").await {
-                tracing::warn!(%error, "keiro could not notify an enqueue");
-            }
-        }
-        Ok(WorkflowHandle::new(keiro, spec.id, None))
+        enqueued(keiro, spec.id, created).await
     }
 
     /// [`enqueue`](WorkflowCall::enqueue) with queue settings: in one
@@ -232,13 +224,7 @@ where
             .await
             .map_err(Error::from_store)?;
         check_attach(&row, &spec)?;
-        if created {
-            keiro.wake_resume_worker();
-            if let Err(error) = keiro.raw_store().wake_workers("").await {
-                tracing::warn!(%error, "keiro could not notify an enqueue");
-            }
-        }
-        Ok(WorkflowHandle::new(keiro, spec.id, None))
+        enqueued(keiro, spec.id, created).await
     }
 
     /// Records the instance as pending inside the caller's own transaction on
@@ -381,6 +367,22 @@ where
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(self.run_to_end())
     }
+}
+
+/// The handle of an enqueued instance, after waking the workers when the
+/// enqueue `created` it. The instance is committed: a lost notification
+/// only costs latency (workers poll), so it never fails the enqueue.
+async fn enqueued<R>(keiro: Keiro, id: String, created: bool) -> Result<WorkflowHandle<R>>
+where
+    R: Serialize + DeserializeOwned + Send + 'static,
+{
+    if created {
+        keiro.wake_resume_worker();
+        if let Err(error) = keiro.raw_store().wake_workers("").await {
+            tracing::warn!(%error, "keiro could not notify an enqueue");
+        }
+    }
+    Ok(WorkflowHandle::new(keiro, id, None))
 }
 
 /// A context shared by a parent and the child calls it makes.
