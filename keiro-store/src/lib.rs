@@ -58,6 +58,7 @@ mod outbox;
 mod outcome;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod queue;
 mod resume;
 mod retention;
 mod rows;
@@ -114,6 +115,7 @@ pub use outbox::{create_instance_tx, get_step_tx, resolve_tx, send_message_tx};
 pub use outcome::Outcome;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};
+pub use queue::{create_queued_tx, QueueLimits, Queued};
 pub use retention::{GcCursor, GcPolicy, GcProgress, GcRequest, GcSummary};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};

@@ -66,10 +66,12 @@ pub struct ListedInstance {
     pub row: InstanceRow,
     /// What it waits on while it is suspended; `None` otherwise.
     pub waiting: Option<WaitingStep>,
+    /// The queue it was enqueued on; `None`: the default queue.
+    pub queue: Option<String>,
 }
 
 /// The columns a listing reads besides [`INSTANCE_COLUMNS`].
-const WAITING_COLUMNS: &str = "waiting_seq, waiting_kind, waiting_name";
+const WAITING_COLUMNS: &str = "waiting_seq, waiting_kind, waiting_name, queue";
 
 impl FromRow for ListedInstance {
     fn from_row(r: &impl StoreRow) -> Result<Self> {
@@ -78,6 +80,7 @@ impl FromRow for ListedInstance {
         let seq = r.maybe_int(what, "waiting_seq")?;
         let kind = r.maybe_text(what, "waiting_kind")?;
         let name = r.maybe_text(what, "waiting_name")?;
+        let queue = r.maybe_text(what, "queue")?;
         // The columns keep the last suspension's wait; it holds only while
         // the instance is still suspended.
         let waiting = match (row.status, seq, kind, name) {
@@ -86,7 +89,11 @@ impl FromRow for ListedInstance {
             }
             _ => None,
         };
-        Ok(ListedInstance { row, waiting })
+        Ok(ListedInstance {
+            row,
+            waiting,
+            queue,
+        })
     }
 }
 

@@ -51,6 +51,10 @@ pub(crate) struct Dialect {
     /// The channel a new or moved timer notifies in the statement that writes
     /// it (PostgreSQL); `None` where workers share the process.
     pub(crate) timer_channel: Option<&'static str>,
+    /// Taken before a queue's claim (queue name at `$1`) so claims of one
+    /// queue from many processes run one at a time (PostgreSQL); `None`
+    /// where `BEGIN IMMEDIATE` serialises them already.
+    pub(crate) queue_lock: Option<&'static str>,
 }
 
 impl Dialect {
@@ -78,6 +82,7 @@ impl Dialect {
             create_is_one_statement: false,
             modifying_ctes: false,
             wake_channel: None,
+            queue_lock: None,
         }
     }
 }
@@ -178,6 +183,8 @@ pub(crate) struct Statements {
     pub(crate) retention: crate::retention::RetentionStatements,
     // Application versions.
     pub(crate) versions: crate::versions::VersionStatements,
+    // Queues.
+    pub(crate) queue: crate::queue::QueueStatements,
 }
 
 impl Statements {
@@ -354,6 +361,7 @@ impl Statements {
                 "UPDATE {w} SET lease_owner = $1, lease_expires_at = $2, wake_at = $2, \
                  status = 'running', updated_at = $3 \
                  WHERE id IN (SELECT id FROM {w} WHERE {UNFINISHED} AND wake_at <= $3 \
+                     AND queue IS NULL \
                      AND (lease_owner IS NULL OR lease_owner = $1 OR lease_expires_at < $3) \
                      AND (app_version IS NULL OR app_version IN ({})) \
                      AND {} ORDER BY wake_at LIMIT $4{}) \
@@ -511,6 +519,7 @@ impl Statements {
             operate: crate::operate::OperateStatements::new(d),
             retention: crate::retention::RetentionStatements::new(d),
             versions: crate::versions::VersionStatements::new(d),
+            queue: crate::queue::QueueStatements::new(d),
         }
     }
 }

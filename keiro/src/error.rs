@@ -325,6 +325,20 @@ pub enum Error {
     /// A timer operation failed or was refused.
     #[error(transparent)]
     Timer(#[from] crate::timers::TimerError),
+    /// An enqueue with a dedup key that an unfinished instance of the same
+    /// queue holds; once that one finishes, the key is free again.
+    #[error(
+        "queue `{queue}` already holds unfinished instance `{existing_id}` with dedup key \
+         `{key}`; wait for it to finish or use another key"
+    )]
+    Duplicate {
+        /// The queue.
+        queue: String,
+        /// The dedup key.
+        key: String,
+        /// The unfinished instance holding the key.
+        existing_id: String,
+    },
     /// A builder or options setting is out of range (checked before anything
     /// connects or starts).
     #[error("invalid keiro option `{option}`: {reason}")]
@@ -542,6 +556,23 @@ impl Error {
         Error::Decode {
             what: what.into(),
             source: Arc::new(source),
+        }
+    }
+
+    /// A store error as the caller sees it: a dedup refusal becomes
+    /// [`Error::Duplicate`].
+    pub(crate) fn from_store(error: StoreError) -> Error {
+        match error {
+            StoreError::Duplicate {
+                queue,
+                key,
+                existing_id,
+            } => Error::Duplicate {
+                queue,
+                key,
+                existing_id,
+            },
+            other => Error::Store(other),
         }
     }
 

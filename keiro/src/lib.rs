@@ -63,6 +63,7 @@ pub mod inspect;
 mod json;
 mod operate;
 mod panic;
+mod queue;
 mod registry;
 mod resume;
 mod retention;
@@ -83,7 +84,10 @@ mod workflow;
 pub mod __private;
 
 #[doc(inline)]
+pub use keiro_macros::queue;
+#[doc(inline)]
 pub use keiro_macros::{step, workflow};
+pub use queue::Queue;
 
 #[doc(inline)]
 pub use keiro_macros::select;

@@ -177,6 +177,9 @@ pub struct WorkflowSummary {
     /// The step-call skeleton hash of the code that created it (see
     /// [`crate::binary_hashes`]); `None` when not recorded.
     pub skeleton_hash: Option<String>,
+    /// The queue it was enqueued on ([`WorkflowCall::queue`](crate::WorkflowCall::queue));
+    /// `None`: the default queue.
+    pub queue: Option<String>,
 }
 
 /// What a suspended instance waits on ([`WorkflowSummary::waiting_on`]).
@@ -265,6 +268,7 @@ impl WorkflowSummary {
             traceparent: row.traceparent.clone(),
             version: row.app_version.clone(),
             skeleton_hash: row.skeleton_hash.clone(),
+            queue: listed.queue.clone(),
         }
     }
 }

@@ -128,13 +128,24 @@ impl WorkflowOutput {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Registry {
     by_name: HashMap<&'static str, (&'static WorkflowRegistration, String)>,
+    /// The queues declared with `keiro::queue!`, sorted by name.
+    queues: Vec<&'static crate::Queue>,
 }
 
 impl Registry {
     /// Collects the `inventory` submissions; two functions claiming one name
     /// are refused with an error naming both.
     pub(crate) fn collect() -> Result<Registry> {
-        Registry::from_iter(inventory::iter::<WorkflowRegistration>)
+        let registry = Registry::from_iter(inventory::iter::<WorkflowRegistration>)?;
+        Ok(Registry {
+            queues: crate::queue::collect()?,
+            ..registry
+        })
+    }
+
+    /// The queues linked into this binary, sorted by name.
+    pub(crate) fn queues(&self) -> &[&'static crate::Queue] {
+        &self.queues
     }
 
     fn from_iter(
@@ -158,7 +169,10 @@ impl Registry {
                 });
             }
         }
-        Ok(Registry { by_name })
+        Ok(Registry {
+            by_name,
+            queues: Vec::new(),
+        })
     }
 
     /// The registered names, sorted.

@@ -42,6 +42,8 @@ const DIALECT: Dialect = Dialect {
     create_is_one_statement: true,
     modifying_ctes: true,
     wake_channel: Some(notify::WAKE_CHANNEL),
+    // Class `"keiq"` in ASCII; the queue name's hash is the second key.
+    queue_lock: Some("SELECT pg_advisory_xact_lock(1801808241, hashtext($1))"),
     ..Dialect::plain(
         "keiro.",
         resume::registered_match,

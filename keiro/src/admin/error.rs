@@ -110,6 +110,7 @@ fn classify(error: &Error) -> (StatusCode, &'static str) {
         Error::NotFound { .. } => (S::NOT_FOUND, "not_found"),
         Error::UnknownAwakeable { .. } => (S::NOT_FOUND, "unknown_awakeable"),
         Error::IdConflict { .. } => (S::CONFLICT, "id_conflict"),
+        Error::Duplicate { .. } => (S::CONFLICT, "duplicate"),
         Error::InputMismatch { .. } => (S::CONFLICT, "input_mismatch"),
         Error::SignatureMismatch { .. } => (S::CONFLICT, "signature_mismatch"),
         Error::NotSetAside { .. } => (S::CONFLICT, "not_set_aside"),

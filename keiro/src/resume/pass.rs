@@ -40,9 +40,19 @@ impl Keiro {
         };
         // Claim in the same statement that discovers, so concurrent workers
         // take disjoint batches instead of racing for the same rows.
-        let claimed = store
+        let mut claimed = store
             .claim_due(lease, &workflows, &versions, options.claim_limit())
             .await?;
+        let queued = self
+            .claim_queues(lease, &workflows, &versions, options, claimed.len())
+            .await?;
+        if !queued.is_empty() {
+            // Those started, so their queues may have room again when they
+            // end: look again at once after this pass instead of waiting a
+            // poll interval.
+            self.wake_resume_worker();
+        }
+        claimed.extend(queued);
         let blocked = store
             .find_blocked(owner, &workflows, &versions, BLOCKED_REPORTED)
             .await?;
@@ -94,6 +104,31 @@ impl Keiro {
         }
         (options.log)(&ResumeEvent::Pass(summary));
         Ok(summary)
+    }
+
+    /// Claims due instances of every queue this binary declares, each within
+    /// its limits, up to the pass's claim limit less the `already` claimed.
+    async fn claim_queues(
+        &self,
+        lease: Lease<'_>,
+        workflows: &[keiro_store::Registered<'_>],
+        versions: &[&str],
+        options: &ResumeOptions,
+        already: usize,
+    ) -> Result<Vec<InstanceRow>> {
+        let mut claimed = Vec::new();
+        for queue in self.registry().queues() {
+            let room = options.claim_limit() - (already + claimed.len()) as i64;
+            if room <= 0 {
+                break;
+            }
+            let rows = self
+                .raw_store()
+                .claim_queue(lease, workflows, versions, &queue.limits(), room)
+                .await?;
+            claimed.extend(rows);
+        }
+        Ok(claimed)
     }
 
     /// Records (once per runtime) which workflow names this worker serves, so

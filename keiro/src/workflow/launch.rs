@@ -36,6 +36,31 @@ pub(crate) struct Launch {
     pub(crate) skeleton_hash: Option<&'static str>,
 }
 
+impl Launch {
+    /// The instance to record, pending for any worker (an enqueue).
+    pub(crate) fn new_instance(&self) -> keiro_store::NewInstance<'_> {
+        keiro_store::NewInstance {
+            id: &self.id,
+            name: self.name,
+            input: &self.input,
+            signature: Some(&self.signature),
+            parent: self
+                .parent
+                .as_ref()
+                .map(|(id, generation, seq)| keiro_store::ParentLink {
+                    id,
+                    generation: *generation,
+                    seq: *seq,
+                }),
+            lease: None,
+            deadline: self.deadline,
+            traceparent: self.traceparent.as_deref(),
+            app_version: Some(&self.app_version),
+            skeleton_hash: self.skeleton_hash,
+        }
+    }
+}
+
 /// Records the instance (or finds the existing one with this id, which must
 /// be the same call: see [`check_attach`]) and drives it to a final state in
 /// a background task of this process. Returns at once with a receiver for the
