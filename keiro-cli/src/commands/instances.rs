@@ -122,6 +122,7 @@ pub(crate) async fn show(keiro: &Keiro, id: &str) -> Result<Report, Failure> {
         ("parent", summary.parent_id.clone()),
         ("executor", summary.executor.clone()),
         ("version", summary.version.clone()),
+        ("queue", summary.queue.clone()),
         ("waits", waits),
         ("awakeable", awaited.clone()),
         ("due", due.map(clock::short)),
