@@ -26,6 +26,19 @@ async fn first_child_parent(n: u64) -> Result<u64, String> {
     }
 }
 
+/// Each generation calls `leaf` as its first child, then continues as new
+/// until `left` is 0; returns the sum of what its children gave.
+#[workflow]
+async fn generations_with_children(left: u64, sum: u64) -> Result<u64, String> {
+    let got = leaf(left).await.map_err(|e| e.to_string())?;
+    if left == 0 {
+        return Ok(sum + got);
+    }
+    keiro::continue_as_new(generations_with_children(left - 1, sum + got))
+        .await
+        .map_err(|e| e.to_string())
+}
+
 async fn runtime(db: &TestDb) -> Keiro {
     Keiro::builder(&db.url)
         .executor_id(format!("cid-{}", uuid::Uuid::new_v4().simple()))
@@ -117,7 +130,34 @@ async fn an_outside_call_of_a_childs_id_with_other_arguments_is_a_conflict(backe
     assert_eq!(run_parent(&keiro, &parent, 7).await, Ok(8));
 }
 
+/// A generation after continue-as-new gets children of its own: the same
+/// step position in a later generation is another default child id, never
+/// the earlier generation's child (whose result is not this call's).
+async fn each_generation_after_continue_as_new_has_its_own_children(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = runtime(&db).await;
+    let parent = format!("G-{}", uuid::Uuid::new_v4().simple());
+    let call = generations_with_children(2, 0).id(&parent).on(&keiro);
+    let out = tokio::time::timeout(Duration::from_secs(20), call)
+        .await
+        .expect("the generations end in time")
+        .unwrap();
+    // leaf(2) + leaf(1) + leaf(0) = 3 + 2 + 1.
+    assert_eq!(out, Ok(6));
+    for (child, input) in [
+        (format!("{parent}/0"), 2u64),
+        (format!("{parent}/1.0"), 1),
+        (format!("{parent}/2.0"), 0),
+    ] {
+        let row = keiro.store().get_instance(&child).await.unwrap();
+        let row = row.unwrap_or_else(|| panic!("child {child} was created"));
+        assert_eq!(row.parent_id.as_deref(), Some(parent.as_str()));
+        assert_eq!(row.input, serde_json::json!([input]).to_string(), "{child}");
+    }
+}
+
 on_both_backends!(
+    each_generation_after_continue_as_new_has_its_own_children,
     a_completed_outside_instance_with_the_childs_id_is_a_conflict,
     an_enqueued_outside_instance_with_the_childs_id_is_a_conflict,
     an_outside_call_of_a_childs_id_with_other_arguments_is_a_conflict,

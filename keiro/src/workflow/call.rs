@@ -288,7 +288,9 @@ where
     }
 
     /// The instance to launch: the given id, else a deterministic one inside a
-    /// workflow (`<parent id>/<step seq>`), else a fresh UUID.
+    /// workflow (`<parent id>/<step seq>` in the first generation,
+    /// `<parent id>/<generation>.<step seq>` after continue-as-new, so a later
+    /// generation never meets an earlier one's child), else a fresh UUID.
     /// The input is refused when longer than `keiro`'s `max_payload_bytes`; a
     /// timeout counts from `keiro`'s clock; the instance records `keiro`'s
     /// application version.
@@ -296,7 +298,8 @@ where
         let max_payload_bytes = keiro.max_payload_bytes();
         let id = match (&self.id, &self.parent) {
             (Some(id), _) => id.clone(),
-            (None, Some((cx, seq))) => format!("{}/{seq}", cx.id),
+            (None, Some((cx, seq))) if cx.generation == 0 => format!("{}/{seq}", cx.id),
+            (None, Some((cx, seq))) => format!("{}/{}.{seq}", cx.id, cx.generation),
             (None, None) => uuid::Uuid::new_v4().to_string(),
         };
         if id.is_empty() {
