@@ -61,6 +61,7 @@ mod postgres;
 mod resume;
 mod retention;
 mod rows;
+mod schedules;
 mod schema;
 mod sql;
 #[cfg(feature = "sqlite")]
@@ -114,6 +115,7 @@ pub use outcome::Outcome;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};
 pub use retention::{GcCursor, GcPolicy, GcProgress, GcRequest, GcSummary};
+pub use schedules::{ScheduleDef, ScheduleRow};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};
 pub use step_tx::StepTx;

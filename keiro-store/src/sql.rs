@@ -171,6 +171,8 @@ pub(crate) struct Statements {
     pub(crate) operate: crate::operate::OperateStatements,
     // Retention.
     pub(crate) retention: crate::retention::RetentionStatements,
+    // Cron schedules.
+    pub(crate) schedules: crate::schedules::ScheduleStatements,
 }
 
 impl Statements {
@@ -484,6 +486,7 @@ impl Statements {
             talk: crate::messages::TalkStatements::new(d),
             operate: crate::operate::OperateStatements::new(d),
             retention: crate::retention::RetentionStatements::new(d),
+            schedules: crate::schedules::ScheduleStatements::new(d),
         }
     }
 }

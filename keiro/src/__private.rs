@@ -7,6 +7,7 @@ pub use crate::context::{step_once, step_retry, step_transaction, StepMeta};
 pub use crate::registry::{
     BoxFuture, RunFn, SignatureFn, WorkflowInput, WorkflowOutput, WorkflowRegistration,
 };
+pub use crate::schedule::CronRegistration;
 pub use crate::signature::of as signature;
 
 use crate::{Result, WorkflowCall};

@@ -157,6 +157,13 @@ impl Registry {
         workflows
     }
 
+    /// The signature of the registered workflow `name`.
+    pub(crate) fn signature(&self, name: &str) -> Option<&str> {
+        self.by_name
+            .get(name)
+            .map(|(_, signature)| signature.as_str())
+    }
+
     pub(crate) fn get(&self, name: &str) -> Option<&'static WorkflowRegistration> {
         self.by_name
             .get(name)

@@ -33,6 +33,10 @@ impl Keiro {
                 let (keiro, log) = (keiro.clone(), options.log.clone());
                 tokio::spawn(keiro.gc_every(retention, options.gc_interval, log))
             });
+            let scheduler = tokio::spawn(crate::schedule::scheduler::run(
+                keiro.clone(),
+                options.missed_ticks,
+            ));
             let mut stop = Stop::of_worker(&keiro, watched);
             loop {
                 keiro.listen_for_wakes();
@@ -56,6 +60,9 @@ impl Keiro {
                     _ = stop.draining() => break,
                 }
             }
+            // Ticks are created in the store: stopping between two loses none
+            // (another worker, or this one's successor, creates the next).
+            scheduler.abort();
             if let Some(gc) = gc {
                 // A batch cut short rolls back; the next worker's gc redoes it.
                 gc.abort();

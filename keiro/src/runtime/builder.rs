@@ -253,6 +253,7 @@ impl KeiroBuilder {
                 wake,
                 inflight,
                 wakes,
+                schedulers: Default::default(),
             }),
         })
     }
