@@ -18,6 +18,7 @@
 //! elsewhere, the suspended-scale worker and multi-process workers.
 
 mod common;
+mod cron;
 mod listing;
 mod messages;
 mod raw;
@@ -40,7 +41,7 @@ use keiro::SqliteSynchronous;
 use crate::common::{fail, parse_sync, Backend, BenchResult, Config};
 
 /// Every workload, in the order a full run takes them.
-const WORKLOADS: [&str; 16] = [
+const WORKLOADS: [&str; 17] = [
     "raw_commit_1",
     "raw_commit_16",
     "seq_0steps",
@@ -57,6 +58,7 @@ const WORKLOADS: [&str; 16] = [
     "list_page",
     "gc_rate",
     "transactional_step",
+    "cron_lag",
 ];
 
 const USAGE: &str = "usage: keiro-bench --backend sqlite|postgres [--workload NAME] \
@@ -182,6 +184,7 @@ async fn bench(args: &[String]) -> BenchResult {
             "list_page" => listing::list_page(&cfg).await,
             "gc_rate" => retention::gc_rate(&cfg).await,
             "transactional_step" => transactional::transactional_step(&cfg).await,
+            "cron_lag" => cron::cron_lag(&cfg).await,
             other => Err(fail(format!("unknown workload {other}"))),
         };
         eprintln!(

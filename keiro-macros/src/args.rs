@@ -240,6 +240,30 @@ impl StepArgs {
     }
 }
 
+/// The cron field names, in order.
+const CRON_FIELDS: [&str; 7] = [
+    "seconds",
+    "minutes",
+    "hours",
+    "day-of-month",
+    "month",
+    "day-of-week",
+    "year",
+];
+
+/// The one field of a six- or seven-field `expression` that makes it
+/// invalid (the expression parses with that field as `*`), and its text.
+fn bad_cron_field(expression: &str) -> Option<(&'static str, String)> {
+    let fields: Vec<&str> = expression.split_whitespace().collect();
+    (0..fields.len()).find_map(|i| {
+        let mut fixed = fields.clone();
+        fixed[i] = "*";
+        <cron::Schedule as std::str::FromStr>::from_str(&fixed.join(" "))
+            .is_ok()
+            .then(|| (CRON_FIELDS[i], fields[i].to_owned()))
+    })
+}
+
 /// Error collection and duplicate tracking while the keys are read.
 struct State {
     mac: Macro,
@@ -383,14 +407,25 @@ impl State {
         match <cron::Schedule as std::str::FromStr>::from_str(&lit.value()) {
             Ok(_) => Ok(Some(lit)),
             Err(e) => {
+                let expression = lit.value();
+                let fields = expression.split_whitespace().count();
+                let problem = if matches!(fields, 6 | 7) {
+                    match bad_cron_field(&expression) {
+                        Some((field, value)) => format!(
+                            "invalid cron expression `{expression}`: the {field} field `{value}` \
+                             is out of range or malformed"
+                        ),
+                        None => format!("invalid cron expression `{expression}` ({e})"),
+                    }
+                } else {
+                    format!("cron expression `{expression}` has {fields} fields")
+                };
                 self.errors.spanned(
                     &lit,
                     format!(
-                        "invalid cron expression `{}`: {e}; write six or seven fields with \
-                         seconds first (sec min hour day-of-month month day-of-week [year]), \
-                         e.g. `0 0 2 * * *` for 02:00:00 every day or `*/10 * * * * *` for \
-                         every 10 seconds",
-                        lit.value()
+                        "{problem}; write six or seven fields, seconds first (sec min hour \
+                         day-of-month month day-of-week [year]), e.g. `0 0 2 * * *` for \
+                         02:00:00 every day or `*/10 * * * * *` for every 10 seconds"
                     ),
                 );
                 Ok(None)

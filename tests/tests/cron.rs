@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use keiro::{Keiro, ListFilter, ResumeOptions, WorkflowStatus};
+use keiro::{Keiro, ListFilter, MissedTicks, ResumeOptions, WorkflowStatus};
 use keiro_tests::process::CrashChild;
 use keiro_tests::{Backend, TestDb};
 
@@ -261,12 +261,86 @@ async fn dynamic_schedules_are_created_listed_and_deleted(backend: Backend) {
         .map(|row| row.status)
         .collect();
     assert!(
-        statuses.iter().any(|s| *s == WorkflowStatus::Completed),
+        statuses.contains(&WorkflowStatus::Completed),
         "{statuses:?}"
     );
 }
 
+/// The tick (seconds since the Unix epoch) of an `every_second` instance id.
+fn tick_of(id: &str) -> i64 {
+    let tick = id.strip_prefix("cron:every_second:").expect("a tick id");
+    chrono::DateTime::parse_from_rfc3339(tick)
+        .unwrap_or_else(|e| panic!("{id}: {e}"))
+        .timestamp()
+}
+
+fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// Starts a worker with `missed`, lets it run 1.5 s, stops it; returns the
+/// ticks it created, the whole second it started in, and whether its first
+/// pass surely fell within that second.
+async fn restart(keiro: &Keiro, missed: MissedTicks) -> (Vec<i64>, i64, bool) {
+    let before = ids(keiro, "cron:every_second:").await;
+    let started = now_secs();
+    let worker = keiro
+        .resume_worker(ResumeOptions::default().missed_ticks(missed))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let same_second = now_secs() == started;
+    tokio::time::sleep(Duration::from_millis(1400)).await;
+    worker.stop().await;
+    let new = ids(keiro, "cron:every_second:")
+        .await
+        .into_iter()
+        .filter(|id| !before.contains(id))
+        .map(|id| tick_of(&id))
+        .collect();
+    (new, started, same_second)
+}
+
+async fn missed_ticks_run_the_latest_once_or_none(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    // A first worker ticks, so the schedule has a last tick.
+    let first = worker(&keiro).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while ids(&keiro, "cron:every_second:").await.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    first.stop().await;
+    assert!(!ids(&keiro, "cron:every_second:").await.is_empty());
+
+    // Skip: none of the ticks that fell while no worker ran.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (new, started, _) = restart(&keiro, MissedTicks::Skip).await;
+    assert!(
+        new.iter().all(|&tick| tick > started),
+        "Skip ran a missed tick: {new:?} (started in second {started})"
+    );
+
+    // RunLatest (the default): the latest missed tick once, none before it.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (new, started, same_second) = restart(&keiro, MissedTicks::default()).await;
+    assert!(
+        new.iter().all(|&tick| tick >= started),
+        "only the latest missed tick runs: {new:?} (started in second {started})"
+    );
+    if same_second {
+        assert!(
+            new.contains(&started),
+            "the latest missed tick ({started}) runs on start-up: {new:?}"
+        );
+    }
+}
+
 keiro_tests::on_both_backends!(
+    missed_ticks_run_the_latest_once_or_none,
     two_worker_processes_run_every_tick_exactly_once,
     pause_stops_ticks_and_resume_restarts_them,
     trigger_and_backfill_run_each_tick_once,

@@ -22,21 +22,23 @@ impl Keiro {
     /// a wake-up (an enqueue in this process; on PostgreSQL a notification
     /// from any process), until [`ResumeWorker::shutdown`] (or
     /// [`Keiro::shutdown`]).
+    ///
+    /// Beside its passes it runs a cron scheduler: at each tick (by the
+    /// store's clock) of a schedule whose workflow this binary links, it
+    /// creates the tick's instance (see [`Keiro::schedules`]); ticks missed
+    /// while no worker ran follow [`ResumeOptions::missed_ticks`].
     pub async fn resume_worker(&self, options: ResumeOptions) -> Result<ResumeWorker> {
         options.validate()?;
         self.ensure_executor().await?;
         let (phase, watched) = watch::channel(Phase::Running);
         self.listen_for_wakes();
+        let scheduler = crate::schedule::scheduler::spawn(self, options.missed_ticks);
         let keiro = self.clone();
         let join = tokio::spawn(async move {
             let gc = options.retention.clone().map(|retention| {
                 let (keiro, log) = (keiro.clone(), options.log.clone());
                 tokio::spawn(keiro.gc_every(retention, options.gc_interval, log))
             });
-            let scheduler = tokio::spawn(crate::schedule::scheduler::run(
-                keiro.clone(),
-                options.missed_ticks,
-            ));
             let mut stop = Stop::of_worker(&keiro, watched);
             loop {
                 keiro.listen_for_wakes();

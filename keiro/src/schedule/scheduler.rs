@@ -84,11 +84,19 @@ struct Cursor {
     handled: i64,
 }
 
-/// Runs the scheduler until the task is aborted (with its resume worker).
-pub(crate) async fn run(keiro: Keiro, missed: MissedTicks) {
+/// Starts a scheduler task, which runs until it is aborted (with its resume
+/// worker). It counts as running, and behind, from this call on, so a
+/// [`crate::testing::TestEnv`] waits for its first pass.
+pub(crate) fn spawn(keiro: &Keiro, missed: MissedTicks) -> tokio::task::JoinHandle<()> {
     let state = keiro.scheduler_state();
     state.running.fetch_add(1, Ordering::SeqCst);
-    let _running = Running(keiro.clone());
+    state.requested.fetch_add(1, Ordering::SeqCst);
+    let running = Running(keiro.clone());
+    tokio::spawn(run(keiro.clone(), missed, running))
+}
+
+async fn run(keiro: Keiro, missed: MissedTicks, _running: Running) {
+    let state = keiro.scheduler_state();
     let mut cursors: HashMap<String, Cursor> = HashMap::new();
     let mut first = true;
     loop {
@@ -106,7 +114,7 @@ pub(crate) async fn run(keiro: Keiro, missed: MissedTicks) {
         state
             .next_tick
             .store(next.unwrap_or(i64::MAX), Ordering::SeqCst);
-        state.done.store(seen, Ordering::SeqCst);
+        state.done.fetch_max(seen, Ordering::SeqCst);
         let pause = match next {
             Some(at) => crate::time::until_us(at, keiro.now_us()).min(SCHEDULE_POLL),
             None => SCHEDULE_POLL,
