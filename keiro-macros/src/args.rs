@@ -650,11 +650,32 @@ mod tests {
     }
 
     #[test]
-    fn unknown_workflow_key_lists_the_valid_key() {
+    fn unknown_workflow_key_lists_the_valid_keys() {
         assert_eq!(
             workflow_errors(quote!(label = "x")),
-            ["unknown `#[workflow]` argument `label`; the only supported argument is `name`"]
+            [
+                "unknown `#[workflow]` argument `label`; supported arguments are `name`, \
+                 `cron`, `timezone`"
+            ]
         );
+    }
+
+    #[test]
+    fn cron_and_timezone_are_checked() {
+        assert!(
+            workflow_errors(quote!(cron = "0 0 2 * * *", timezone = "Europe/Berlin")).is_empty()
+        );
+        let errors = workflow_errors(quote!(cron = "0 0 2 * *"));
+        assert!(errors[0].contains("has 5 fields"), "{errors:?}");
+        let errors = workflow_errors(quote!(cron = "0 61 2 * * *"));
+        assert!(errors[0].contains("the minutes field `61`"), "{errors:?}");
+        let errors = workflow_errors(quote!(cron = "0 0 2 * * *", timezone = "Mars/Base"));
+        assert!(
+            errors[0].contains("unknown time zone `Mars/Base`"),
+            "{errors:?}"
+        );
+        let errors = workflow_errors(quote!(timezone = "UTC"));
+        assert!(errors[0].contains("has none"), "{errors:?}");
     }
 
     #[test]
