@@ -21,6 +21,7 @@ mod common;
 mod cron;
 mod listing;
 mod messages;
+mod queues;
 mod raw;
 mod recovery;
 mod retention;
@@ -41,7 +42,7 @@ use keiro::SqliteSynchronous;
 use crate::common::{fail, parse_sync, Backend, BenchResult, Config};
 
 /// Every workload, in the order a full run takes them.
-const WORKLOADS: [&str; 17] = [
+const WORKLOADS: [&str; 18] = [
     "raw_commit_1",
     "raw_commit_16",
     "seq_0steps",
@@ -59,6 +60,7 @@ const WORKLOADS: [&str; 17] = [
     "gc_rate",
     "transactional_step",
     "cron_lag",
+    "queue_throughput",
 ];
 
 const USAGE: &str = "usage: keiro-bench --backend sqlite|postgres [--workload NAME] \
@@ -185,6 +187,7 @@ async fn bench(args: &[String]) -> BenchResult {
             "gc_rate" => retention::gc_rate(&cfg).await,
             "transactional_step" => transactional::transactional_step(&cfg).await,
             "cron_lag" => cron::cron_lag(&cfg).await,
+            "queue_throughput" => queues::queue_throughput(&cfg).await,
             other => Err(fail(format!("unknown workload {other}"))),
         };
         eprintln!(

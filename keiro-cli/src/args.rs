@@ -16,7 +16,7 @@ pub(crate) const DATABASE_ENV: &str = keiro::DATABASE_URL_ENV;
 /// migrate` changes the schema.
 ///
 /// Exit codes: 0 success, 1 refused operation, unknown id or store error,
-/// 2 bad usage.
+/// 2 bad usage, 3 `keiro check` listed diverging instances.
 #[derive(Debug, Parser)]
 #[command(name = "keiro", version, max_term_width = 100)]
 pub(crate) struct Cli {
@@ -146,6 +146,43 @@ pub(crate) enum Command {
     /// console is read-only. Binds 127.0.0.1 unless told otherwise; stops
     /// on Ctrl-C or SIGTERM.
     Serve(ServeArgs),
+    /// Application versions holding unfinished instances, with how many are
+    /// due.
+    ///
+    /// A worker runs only instances of its own version (KEIRO_APP_VERSION,
+    /// by default a hash of its workflows' code), of versions it declares
+    /// compatible, or unversioned ones: due instances of a version no
+    /// running worker has wait here until one starts or `keiro retarget`
+    /// moves them.
+    Versions,
+    /// Move the unfinished instances of one application version to another.
+    ///
+    /// Pending, running, suspended and set-aside instances of version FROM
+    /// are recorded as version TO, so workers of TO run them; finished ones
+    /// keep their version. Prints how many moved. Check first that TO's
+    /// code replays their journals (`keiro check --binary-hashes`).
+    Retarget {
+        /// The version the instances run under now.
+        #[arg(long, value_name = "FROM")]
+        from: String,
+        /// The version to move them to.
+        #[arg(long, value_name = "TO")]
+        to: String,
+    },
+    /// Before a deploy: list the unfinished instances the new binary's code
+    /// could replay differently.
+    ///
+    /// FILE holds the new binary's hashes (`keiro::binary_hashes().to_json()`,
+    /// e.g. printed by a `--print-hashes` flag of that binary). Lists every
+    /// pending, running or suspended instance whose recorded step-call
+    /// skeleton differs from FILE's hash of its workflow, or whose workflow
+    /// FILE lacks. Exits 3 when it lists any, so a pipeline can stop the
+    /// deploy.
+    Check {
+        /// The new binary's hashes, as JSON.
+        #[arg(long, value_name = "FILE")]
+        binary_hashes: std::path::PathBuf,
+    },
     /// Run the schema migrations and print the schema version.
     ///
     /// The other commands never migrate: on an older schema they ask for
@@ -169,6 +206,9 @@ pub(crate) struct ListArgs {
     /// Only children of this instance.
     #[arg(long, value_name = "ID")]
     pub(crate) parent: Option<String>,
+    /// Only instances of this application version (see `keiro versions`).
+    #[arg(long = "version", value_name = "V")]
+    pub(crate) app_version: Option<String>,
     /// Only instances created within this long (30s, 15m, 1h, 30d, 2w).
     #[arg(long, value_name = "AGE", value_parser = crate::duration::parse)]
     pub(crate) since: Option<Duration>,

@@ -6,7 +6,8 @@
 //! them. It never migrates a database except through `keiro migrate`.
 //!
 //! Exit codes: 0 success, 1 a refused operation, an unknown id or a store
-//! error (the message, naming the id, on stderr), 2 bad usage.
+//! error (the message, naming the id, on stderr), 2 bad usage, 3 `keiro
+//! check` listed instances the new code could diverge from.
 
 mod args;
 mod clock;
@@ -32,6 +33,10 @@ pub(crate) enum Failure {
     /// The operation was refused, the id is unknown, or the store failed
     /// (exit 1).
     Refused(String),
+    /// The command ran and found what it checks for (`keiro check` listed
+    /// diverging instances): its report is printed as on success, and the
+    /// exit code is 3.
+    Listed(Report),
 }
 
 impl From<keiro::Error> for Failure {
@@ -80,26 +85,8 @@ fn main() -> ExitCode {
     };
     let json = cli.json;
     match runtime.block_on(run(cli)) {
-        Ok(report) => {
-            let text = if json {
-                format!("{:#}\n", report.json)
-            } else {
-                report.human
-            };
-            // A reader that stops early (`keiro list | head`) closes the
-            // pipe: not a failure of the command.
-            let mut stdout = std::io::stdout().lock();
-            match stdout
-                .write_all(text.as_bytes())
-                .and_then(|()| stdout.flush())
-            {
-                Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
-                    eprintln!("keiro: cannot write the output: {error}");
-                    ExitCode::from(1)
-                }
-                _ => ExitCode::SUCCESS,
-            }
-        }
+        Ok(report) => print(json, &report, ExitCode::SUCCESS),
+        Err(Failure::Listed(report)) => print(json, &report, ExitCode::from(3)),
         Err(Failure::Usage(message)) => fail(json, "usage", &message, 2),
         Err(Failure::Refused(message)) => fail(json, "refused", &message, 1),
     }
@@ -121,6 +108,29 @@ fn usage_error(error: clap::Error) -> ExitCode {
             fail(true, "usage", message, 2)
         }
         _ => error.exit(),
+    }
+}
+
+/// Prints a command's report (with `--json`, its JSON document) on stdout;
+/// returns `code`, or 1 when stdout cannot be written.
+fn print(json: bool, report: &Report, code: ExitCode) -> ExitCode {
+    let text = if json {
+        format!("{:#}\n", report.json)
+    } else {
+        report.human.clone()
+    };
+    // A reader that stops early (`keiro list | head`) closes the pipe: not a
+    // failure of the command.
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!("keiro: cannot write the output: {error}");
+            ExitCode::from(1)
+        }
+        _ => code,
     }
 }
 

@@ -53,7 +53,9 @@ impl Table {
         let over = |widths: &[usize]| (widths.iter().sum::<usize>() + gaps).saturating_sub(WIDTH);
         if let Some(last) = widths.len().checked_sub(1) {
             let keep = widths[last].min(LAST_KEPT).max(floor[last]);
-            widths[last] -= over(&widths).min(widths[last] - keep);
+            // A last column narrower than its floor (a header under 4
+            // characters) has nothing to give.
+            widths[last] -= over(&widths).min(widths[last].saturating_sub(keep));
         }
         while over(&widths) > 0 {
             let Some(widest) = (0..widths.len())

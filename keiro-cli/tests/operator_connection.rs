@@ -152,7 +152,16 @@ async fn untyped_answers_reach_the_workflow(backend: Backend) {
     assert!(matches!(error, Error::UnknownAwakeable { .. }), "{error:?}");
 
     let summary = worker.resume_once(&quiet).await.unwrap();
-    assert_eq!(summary.completed, 2, "{summary:?}");
+    if summary.completed != 2 {
+        let mut rows = Vec::new();
+        for key in [&good, &bad] {
+            rows.push(format!(
+                "{:?}",
+                keiro::unstable::raw_store(&worker).get_instance(key).await
+            ));
+        }
+        panic!("{summary:?}\n{}", rows.join("\n"));
+    }
     let result = |key: String| {
         let worker = worker.clone();
         async move {

@@ -17,8 +17,11 @@ mod args;
 mod check;
 mod diag;
 mod expand;
+mod fingerprint;
 mod model;
+mod queue;
 mod select;
+mod skeleton;
 
 use proc_macro::TokenStream;
 
@@ -413,4 +416,25 @@ pub fn nondeterministic_ok(args: TokenStream, item: TokenStream) -> TokenStream 
 #[proc_macro]
 pub fn select(input: TokenStream) -> TokenStream {
     expand::select(input.into()).into()
+}
+
+/// Declares a queue: `static NAME: keiro::Queue`, registered at link time
+/// like a workflow, for [`WorkflowCall::queue`](../keiro/struct.WorkflowCall.html#method.queue).
+///
+/// ```ignore
+/// use std::time::Duration;
+/// keiro::queue!(PAYMENTS = "payments", concurrency = 10, worker_concurrency = 2,
+///               rate_limit = (100, Duration::from_secs(60)));
+/// ```
+///
+/// Every setting is optional (none: no limit) and holds per partition key:
+/// `concurrency` (`u32`) running at once across all workers,
+/// `worker_concurrency` (`u32`) running at once in one worker process, and
+/// `rate_limit` (`(u32, Duration)`) starts within any window of that length.
+/// An empty name, a literal 0, an unknown or repeated setting is a compile
+/// error; a 0 the macro cannot see, or one name declared twice with other
+/// settings, is `keiro::Error::InvalidOption` when the runtime connects.
+#[proc_macro]
+pub fn queue(input: TokenStream) -> TokenStream {
+    expand::queue(input.into()).into()
 }

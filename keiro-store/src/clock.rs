@@ -71,6 +71,18 @@ impl Clock {
     }
 }
 
+impl Clock {
+    /// Sets a manual clock to exactly `at_us`, backwards too; the system clock
+    /// is left alone. Only for a runtime nobody else uses, between runs (keiro's
+    /// private replay runtime sets it to each history's time): a clock shared
+    /// with running workflows moves forward only, through [`Clock::set_us`].
+    pub fn reset_us(&self, at_us: i64) {
+        if let Some(at) = &self.manual {
+            at.store(at_us, Ordering::SeqCst);
+        }
+    }
+}
+
 impl std::fmt::Debug for Clock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.manual {

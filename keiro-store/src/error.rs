@@ -91,6 +91,20 @@ pub enum StoreError {
         /// What is wrong with it and what to do.
         reason: String,
     },
+    /// An instance was enqueued with a dedup key that an unfinished instance
+    /// of the same queue holds.
+    #[error(
+        "queue `{queue}` already holds unfinished instance `{existing_id}` with dedup key \
+         `{key}`; wait for it to finish or use another key"
+    )]
+    Duplicate {
+        /// The queue.
+        queue: String,
+        /// The dedup key.
+        key: String,
+        /// The unfinished instance holding it.
+        existing_id: String,
+    },
 }
 
 impl StoreError {

@@ -62,7 +62,7 @@ impl Store {
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             if let Some(first) = journal_once((&mut *tx).into(), OP, publish.step, now).await? {
-                return Ok(AppendOutcome::Existing(first));
+                return crate::query::rolled_back(tx, OP, AppendOutcome::Existing(first)).await;
             }
             sqlx::query(&sql.talk.upsert_event)
                 .bind(&publish.step.workflow_id)
@@ -112,7 +112,7 @@ impl Store {
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             if let Some(first) = journal_once((&mut *tx).into(), OP, publish.step, now).await? {
-                return Ok(AppendOutcome::Existing(first));
+                return crate::query::rolled_back(tx, OP, AppendOutcome::Existing(first)).await;
             }
             let position: i64 = sqlx::query_scalar(&sql.talk.next_position)
                 .bind(id)

@@ -162,6 +162,13 @@ impl Store {
     /// or a child) and that step was recorded meanwhile, it is due at once
     /// instead. Returns whether it applied.
     pub async fn suspend(&self, suspend: &Suspend<'_>) -> Result<bool> {
+        // Waiting on a step another transaction records (a child's end, an
+        // answer): check it under the instance's row lock, in a statement
+        // after taking it, so a result committed while this suspends is
+        // never missed (on PostgreSQL one UPDATE's snapshot could miss it).
+        if suspend.awaiting.is_some() {
+            return self.suspend_for_any(suspend, &[], &[]).await;
+        }
         let args = args![
             suspend.id,
             suspend.generation,
@@ -195,11 +202,13 @@ impl Store {
         dispatch!(Store, self, |s| {
             let mut tx = s.begin(OP).await?;
             let resolution = resolve_on((&mut *tx).into(), created, kind, row, now).await?;
-            // Anything else wrote nothing: the transaction is dropped.
+            // Anything else wrote nothing: rolled back, its locks released.
             if resolution == Resolution::Recorded {
                 tx.commit().await.map_err(StoreError::query(OP))?;
+                Ok(resolution)
+            } else {
+                crate::query::rolled_back(tx, OP, resolution).await
             }
-            Ok(resolution)
         })
     }
 
@@ -216,11 +225,11 @@ impl Store {
                 .await
                 .map_err(StoreError::query(OP))?;
             let Some(status) = status else {
-                return Ok(Cancellation::NotFound);
+                return crate::query::rolled_back(tx, OP, Cancellation::NotFound).await;
             };
             let status = rows::instance_status(id, &status)?;
             if status.is_final() {
-                return Ok(Cancellation::AlreadyFinal(status));
+                return crate::query::rolled_back(tx, OP, Cancellation::AlreadyFinal(status)).await;
             }
             let ended = end_tree((&mut *tx).into(), OP, id, InstanceStatus::Cancelled, now).await?;
             tx.commit().await.map_err(StoreError::query(OP))?;
@@ -243,14 +252,15 @@ impl Store {
                 .await
                 .map_err(StoreError::query(OP))?;
             let Some((status, deadline)) = row else {
-                return Ok(Some(Cancellation::NotFound));
+                return crate::query::rolled_back(tx, OP, Some(Cancellation::NotFound)).await;
             };
             let status = rows::instance_status(id, &status)?;
             if status.is_final() {
-                return Ok(Some(Cancellation::AlreadyFinal(status)));
+                return crate::query::rolled_back(tx, OP, Some(Cancellation::AlreadyFinal(status)))
+                    .await;
             }
             if deadline.is_none_or(|deadline| deadline > now) {
-                return Ok(None);
+                return crate::query::rolled_back(tx, OP, None).await;
             }
             let ended = end_tree((&mut *tx).into(), OP, id, InstanceStatus::TimedOut, now).await?;
             tx.commit().await.map_err(StoreError::query(OP))?;
@@ -274,7 +284,8 @@ impl Store {
             next.generation,
             next.owner,
             next.input,
-            self.now_us()
+            self.now_us(),
+            next.app_version,
         ];
         Ok(self
             .execute("continue_as_new", |sql| &sql.continue_as_new, &args)
@@ -535,7 +546,7 @@ pub(crate) async fn report_to_parent(conn: Conn<'_>, child: &str, now: i64) -> R
 
 /// The parameters of [`crate::sql::Statements::insert_instance`] for `new`:
 /// pending, or running under its lease when it has one.
-pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>; 13] {
+pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>; 15] {
     let (status, owner, expires) = match new.lease {
         Some(lease) => (
             InstanceStatus::Running,
@@ -558,6 +569,8 @@ pub(crate) fn new_instance_args<'a>(new: &NewInstance<'a>, now: i64) -> [Arg<'a>
         new.signature,
         new.deadline,
         new.traceparent,
+        new.app_version,
+        new.skeleton_hash,
     ]
 }
 

@@ -58,6 +58,7 @@ mod outbox;
 mod outcome;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod queue;
 mod resume;
 mod retention;
 mod rows;
@@ -70,6 +71,7 @@ mod step_tx;
 mod suspend;
 mod timers;
 mod validate;
+mod versions;
 mod writer;
 
 pub use clock::Clock;
@@ -114,6 +116,7 @@ pub use outbox::{create_instance_tx, get_step_tx, resolve_tx, send_message_tx};
 pub use outcome::Outcome;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};
+pub use queue::{create_queued_tx, QueueLimits, Queued};
 pub use retention::{GcCursor, GcPolicy, GcProgress, GcRequest, GcSummary};
 pub use schedules::{ScheduleDef, ScheduleRow};
 #[cfg(feature = "sqlite")]
@@ -121,6 +124,7 @@ pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};
 pub use step_tx::StepTx;
 pub use timers::{cancel_timer_tx, schedule_timer_once_tx, schedule_timer_tx, TimerTx};
 pub use validate::{preview as preview_id, validate_id, validate_id_within, MAX_ID_BYTES};
+pub use versions::VersionCount;
 pub use writer::{CreateRequest, FinishRequest, JournalWriter, MessageRequest};
 
 /// A `Result` whose error is [`StoreError`].

@@ -19,6 +19,9 @@ pub struct ListQuery<'a> {
     pub statuses: &'a [InstanceStatus],
     /// Only this workflow name.
     pub name: Option<&'a str>,
+    /// Only instances of this application version (read through the
+    /// `(app_version, created_at, id)` index of migration 0014).
+    pub app_version: Option<&'a str>,
     /// Only ids starting with this.
     pub id_prefix: Option<&'a str>,
     /// Only children of this instance.
@@ -63,10 +66,12 @@ pub struct ListedInstance {
     pub row: InstanceRow,
     /// What it waits on while it is suspended; `None` otherwise.
     pub waiting: Option<WaitingStep>,
+    /// The queue it was enqueued on; `None`: the default queue.
+    pub queue: Option<String>,
 }
 
 /// The columns a listing reads besides [`INSTANCE_COLUMNS`].
-const WAITING_COLUMNS: &str = "waiting_seq, waiting_kind, waiting_name";
+const WAITING_COLUMNS: &str = "waiting_seq, waiting_kind, waiting_name, queue";
 
 impl FromRow for ListedInstance {
     fn from_row(r: &impl StoreRow) -> Result<Self> {
@@ -75,6 +80,7 @@ impl FromRow for ListedInstance {
         let seq = r.maybe_int(what, "waiting_seq")?;
         let kind = r.maybe_text(what, "waiting_kind")?;
         let name = r.maybe_text(what, "waiting_name")?;
+        let queue = r.maybe_text(what, "queue")?;
         // The columns keep the last suspension's wait; it holds only while
         // the instance is still suspended.
         let waiting = match (row.status, seq, kind, name) {
@@ -83,7 +89,11 @@ impl FromRow for ListedInstance {
             }
             _ => None,
         };
-        Ok(ListedInstance { row, waiting })
+        Ok(ListedInstance {
+            row,
+            waiting,
+            queue,
+        })
     }
 }
 
@@ -135,6 +145,9 @@ impl Store {
         let mut conditions: Vec<String> = Vec::new();
         if let Some(name) = query.name {
             conditions.push(format!("name = {}", st.text(name)));
+        }
+        if let Some(version) = query.app_version {
+            conditions.push(format!("app_version = {}", st.text(version)));
         }
         if let Some(parent) = query.parent_id {
             conditions.push(format!("parent_id = {}", st.text(parent)));

@@ -94,6 +94,13 @@ pub struct NewInstance<'a> {
     /// runs continue that trace wherever they happen. Stored as given (keiro
     /// checks it when it reads it back); fixed at creation like `deadline`.
     pub traceparent: Option<&'a str>,
+    /// The application version of the creating process: only workers of that
+    /// version (or declaring it compatible) claim the instance. `None` leaves
+    /// it unversioned, claimable by every worker.
+    pub app_version: Option<&'a str>,
+    /// The step-call skeleton hash of the workflow code that created it, for
+    /// the pre-deploy check. `None` when unknown.
+    pub skeleton_hash: Option<&'a str>,
 }
 
 /// Where a child workflow reports its end: the parent step it fills.
@@ -186,6 +193,13 @@ pub struct InstanceRow {
     /// The W3C `traceparent` of the span that started or enqueued it, if
     /// one was recorded ([`NewInstance::traceparent`]).
     pub traceparent: Option<String>,
+    /// The application version it runs under ([`NewInstance::app_version`]);
+    /// `None` for an unversioned instance (created before versions were
+    /// recorded), which every worker may claim.
+    pub app_version: Option<String>,
+    /// The step-call skeleton hash of the code that created it
+    /// ([`NewInstance::skeleton_hash`]), if recorded.
+    pub skeleton_hash: Option<String>,
     /// When the row was created (µs since the Unix epoch).
     pub created_at: i64,
     /// When the row last changed (µs since the Unix epoch).
@@ -276,6 +290,9 @@ pub struct ContinueAsNew<'a> {
     pub owner: &'a str,
     /// The JSON-encoded input of the next generation.
     pub input: &'a str,
+    /// The application version of the process continuing it, recorded for
+    /// the next generation; `None` keeps the stored one.
+    pub app_version: Option<&'a str>,
 }
 
 /// A crash (panic) of a run, counted against the instance's attempts.
@@ -344,17 +361,29 @@ pub enum BlockReason {
     },
     /// Another executor holds a live lease on it.
     Leased,
+    /// It runs under an application version the worker neither has nor
+    /// declares compatible.
+    OtherVersion {
+        /// The instance's version.
+        version: String,
+    },
 }
 
 impl BlockReason {
     /// Classifies a blocked row from its stored signature and the signature
     /// registered under its name (`None`: the name is not registered).
-    pub(crate) fn of(stored: Option<String>, registered: Option<String>) -> BlockReason {
-        match (stored, registered) {
-            (_, None) => BlockReason::UnknownName,
-            (Some(stored), Some(registered)) if stored != registered => {
+    /// `other_version` is its version when the worker does not accept it.
+    pub(crate) fn of(
+        stored: Option<String>,
+        registered: Option<String>,
+        other_version: Option<String>,
+    ) -> BlockReason {
+        match (stored, registered, other_version) {
+            (_, None, _) => BlockReason::UnknownName,
+            (Some(stored), Some(registered), _) if stored != registered => {
                 BlockReason::SignatureMismatch { stored, registered }
             }
+            (_, _, Some(version)) => BlockReason::OtherVersion { version },
             _ => BlockReason::Leased,
         }
     }

@@ -51,8 +51,9 @@ impl OperateStatements {
             ),
             fork_instance: format!(
                 "INSERT INTO {w} (id, name, generation, status, input, attempts, wake_at, \
-                 created_at, updated_at, signature) \
-                 SELECT $2, name, 0, 'pending', input, 0, $3, $3, $3, signature \
+                 created_at, updated_at, signature, app_version, skeleton_hash) \
+                 SELECT $2, name, 0, 'pending', input, 0, $3, $3, $3, signature, app_version, \
+                 skeleton_hash \
                  FROM {w} WHERE id = $1 \
                  ON CONFLICT (id) DO NOTHING"
             ),
@@ -167,13 +168,17 @@ impl Store {
                     .await
                     .map_err(StoreError::query(OP))?;
             let Some((status, output)) = row else {
-                return Ok(Retry::NotFound);
+                return crate::query::rolled_back(tx, OP, Retry::NotFound).await;
             };
             let status = rows::instance_status(id, &status)?;
             match status {
-                InstanceStatus::Failed if output.is_some() => return Ok(Retry::ReturnedError),
+                InstanceStatus::Failed if output.is_some() => {
+                    return crate::query::rolled_back(tx, OP, Retry::ReturnedError).await
+                }
                 InstanceStatus::Failed | InstanceStatus::Cancelled => {}
-                other => return Ok(Retry::NotRetryable(other)),
+                other => {
+                    return crate::query::rolled_back(tx, OP, Retry::NotRetryable(other)).await
+                }
             }
             // A child whose parent still waits for it reports its new result
             // when it ends, as the first would have; one whose parent has its
@@ -184,11 +189,16 @@ impl Store {
                 .await
                 .map_err(StoreError::query(OP))?;
             if let Some((parent_id, parent_name)) = recorded {
-                return Ok(Retry::ParentRecorded {
-                    status,
-                    parent_id,
-                    parent_name,
-                });
+                return crate::query::rolled_back(
+                    tx,
+                    OP,
+                    Retry::ParentRecorded {
+                        status,
+                        parent_id,
+                        parent_name,
+                    },
+                )
+                .await;
             }
             sqlx::query(&sql.operate.retry)
                 .bind(id)
@@ -238,7 +248,7 @@ impl Store {
                 .await
                 .map_err(StoreError::query(OP))?;
             let Some((_name, generation)) = source else {
-                return Ok(Fork::NotFound);
+                return crate::query::rolled_back(tx, OP, Fork::NotFound).await;
             };
             let inserted = sqlx::query(&sql.operate.fork_instance)
                 .bind(id)
@@ -249,7 +259,7 @@ impl Store {
                 .map_err(StoreError::query(OP))?
                 .rows_affected();
             if inserted == 0 {
-                return Ok(Fork::Conflict);
+                return crate::query::rolled_back(tx, OP, Fork::Conflict).await;
             }
             let steps = sqlx::query(&sql.operate.fork_steps)
                 .bind(id)

@@ -108,7 +108,7 @@ where
 /// Wakes the workers and waiters on instance `id` (empty: none in
 /// particular) when `conn`'s transaction commits: PostgreSQL delivers a
 /// `NOTIFY` then. Nothing on SQLite, whose workers poll.
-async fn notify_on(conn: Conn<'_>, id: &str) -> Result<()> {
+pub(crate) async fn notify_on(conn: Conn<'_>, id: &str) -> Result<()> {
     match conn {
         #[cfg(feature = "sqlite")]
         Conn::Sqlite(_) => {

@@ -144,3 +144,16 @@ impl Store {
         Ok(n.max(0) as u64)
     }
 }
+
+/// Rolls `tx` back and returns `value`: an operation that refuses after
+/// taking row locks releases them before it returns, instead of whenever the
+/// pool gets round to the rollback a dropped transaction queues (until then
+/// a worker's `SKIP LOCKED` claim would pass the row over).
+pub(crate) async fn rolled_back<DB: sqlx::Database, T>(
+    tx: sqlx::Transaction<'_, DB>,
+    op: &'static str,
+    value: T,
+) -> crate::Result<T> {
+    tx.rollback().await.map_err(crate::StoreError::query(op))?;
+    Ok(value)
+}

@@ -8,6 +8,7 @@
 use crate::journal::report_to_parent;
 use crate::query::Statement;
 use crate::rows::StoreRow;
+use crate::versions::versions_json;
 use crate::{
     now_us, rows, Blocked, Crash, ExecutorRow, InstanceRow, InstanceStatus, Lease, Registered,
     Result, Store, StoreError,
@@ -36,30 +37,35 @@ impl Store {
     /// `lease.owner` in one statement, earliest first (on PostgreSQL with
     /// `SKIP LOCKED`, so concurrent workers take disjoint batches). An
     /// instance is taken only when its name is registered with the same
-    /// signature, or it has none recorded.
+    /// signature, or it has none recorded, and when its application version
+    /// is one of `versions` or it has none (unversioned).
     pub async fn claim_due(
         &self,
         lease: Lease<'_>,
         workflows: &[Registered<'_>],
+        versions: &[&str],
         limit: i64,
     ) -> Result<Vec<InstanceRow>> {
         let now = self.now_us();
-        let args = args![lease.owner, now + lease.ttl_us, now, limit];
+        let versions = versions_json(versions);
+        let args = args![lease.owner, now + lease.ttl_us, now, limit, &versions];
         let registered = Some(workflows);
         self.fetch_all("claim_due", |sql| &sql.claim_due, &args, registered)
             .await
     }
 
     /// Due instances `owner` cannot claim: of names not in `workflows`, of a
-    /// name registered there with another signature, or under another
-    /// executor's live lease.
+    /// name registered there with another signature, of an application
+    /// version not in `versions`, or under another executor's live lease.
     pub async fn find_blocked(
         &self,
         owner: &str,
         workflows: &[Registered<'_>],
+        versions: &[&str],
         limit: i64,
     ) -> Result<Vec<Blocked>> {
-        let args = args![owner, self.now_us(), limit];
+        let versions = versions_json(versions);
+        let args = args![owner, self.now_us(), limit, &versions];
         let registered = Some(workflows);
         self.fetch_all("find_blocked", |sql| &sql.find_blocked, &args, registered)
             .await
@@ -176,7 +182,7 @@ impl Store {
                 .await
                 .map_err(StoreError::query(OP))?;
             if removed.rows_affected() == 0 {
-                return Ok(None);
+                return crate::query::rolled_back(tx, OP, None).await;
             }
             sqlx::query(&sql.delete_worker_workflows)
                 .bind(id)

@@ -101,6 +101,8 @@ impl FromRow for InstanceRow {
             parent_seq: row.maybe_int(what, "parent_seq")?,
             deadline: row.maybe_int(what, "deadline")?,
             traceparent: row.maybe_text(what, "traceparent")?,
+            app_version: row.maybe_text(what, "app_version")?,
+            skeleton_hash: row.maybe_text(what, "skeleton_hash")?,
             created_at: row.int(what, "created_at")?,
             updated_at: row.int(what, "updated_at")?,
             id,
@@ -160,6 +162,7 @@ impl FromRow for Blocked {
             reason: BlockReason::of(
                 row.maybe_text(what, "signature")?,
                 row.maybe_text(what, "registered")?,
+                row.maybe_text(what, "other_version")?,
             ),
             id,
         })

@@ -30,8 +30,11 @@ pub(crate) struct Dialect {
     /// needle)`, `strpos(haystack, needle)`).
     pub(crate) find_text: &'static str,
     /// The condition a claimable instance's `name` and `signature` meet,
-    /// given the worker's registered workflows bound from `$5` on.
-    pub(crate) registered_match: &'static str,
+    /// given the worker's registered workflows bound from placeholder `$n` on.
+    pub(crate) registered_match: fn(n: usize) -> String,
+    /// The text elements of the JSON array bound at the given placeholder,
+    /// as a one-column `SELECT` (for `x IN (…)`).
+    pub(crate) json_text_elements: fn(param: &str) -> String,
     /// The worker's registered workflows bound from placeholder `$n` on, as
     /// a table `r(name, signature)`.
     pub(crate) registered_rows: fn(n: usize) -> String,
@@ -48,6 +51,10 @@ pub(crate) struct Dialect {
     /// The channel a new or moved timer notifies in the statement that writes
     /// it (PostgreSQL); `None` where workers share the process.
     pub(crate) timer_channel: Option<&'static str>,
+    /// Taken before a queue's claim (queue name at `$1`) so claims of one
+    /// queue from many processes run one at a time (PostgreSQL); `None`
+    /// where `BEGIN IMMEDIATE` serialises them already.
+    pub(crate) queue_lock: Option<&'static str>,
 }
 
 impl Dialect {
@@ -56,8 +63,9 @@ impl Dialect {
     /// overrides.
     pub(crate) const fn plain(
         tables: &'static str,
-        registered_match: &'static str,
+        registered_match: fn(usize) -> String,
         registered_rows: fn(usize) -> String,
+        json_text_elements: fn(&str) -> String,
     ) -> Dialect {
         Dialect {
             tables,
@@ -70,9 +78,11 @@ impl Dialect {
             timer_channel: None,
             registered_match,
             registered_rows,
+            json_text_elements,
             create_is_one_statement: false,
             modifying_ctes: false,
             wake_channel: None,
+            queue_lock: None,
         }
     }
 }
@@ -80,7 +90,7 @@ impl Dialect {
 /// The columns of an [`crate::InstanceRow`], in `SELECT` and `RETURNING` lists.
 pub(crate) const INSTANCE_COLUMNS: &str = "id, name, generation, status, input, first_input, \
      signature, output, error, attempts, lease_owner, lease_expires_at, wake_at, parent_id, \
-     parent_seq, deadline, traceparent, created_at, updated_at";
+     parent_seq, deadline, traceparent, app_version, skeleton_hash, created_at, updated_at";
 
 /// The columns of a [`crate::StepRow`].
 pub(crate) const STEP_COLUMNS: &str = "workflow_id, generation, seq, name, kind, result";
@@ -173,6 +183,10 @@ pub(crate) struct Statements {
     pub(crate) retention: crate::retention::RetentionStatements,
     // Cron schedules.
     pub(crate) schedules: crate::schedules::ScheduleStatements,
+    // Application versions.
+    pub(crate) versions: crate::versions::VersionStatements,
+    // Queues.
+    pub(crate) queue: crate::queue::QueueStatements,
 }
 
 impl Statements {
@@ -212,11 +226,12 @@ impl Statements {
             insert_instance: format!(
                 "INSERT INTO {w} (id, name, generation, status, input, attempts, lease_owner, \
                  lease_expires_at, wake_at, parent_id, parent_seq, parent_generation, \
-                 created_at, updated_at, signature, deadline, traceparent) \
+                 created_at, updated_at, signature, deadline, traceparent, app_version, \
+                 skeleton_hash) \
                  VALUES ($1, $2, 0, $3, $4, 0, $5, $6, COALESCE($6, $9), $7, $8, $10, $9, $9, \
                  $11, CASE WHEN {parent_deadline} IS NOT NULL \
                      AND (CAST($12 AS BIGINT) IS NULL OR {parent_deadline} < $12) \
-                     THEN {parent_deadline} ELSE $12 END, $13) \
+                     THEN {parent_deadline} ELSE $12 END, $13, $14, $15) \
                  ON CONFLICT (id) DO NOTHING"
             ),
             get_instance: format!("SELECT {INSTANCE_COLUMNS} FROM {w} WHERE id = $1"),
@@ -274,8 +289,14 @@ impl Statements {
                  AND status <> 'nondeterministic' \
                  ON CONFLICT (workflow_id, generation, seq) DO NOTHING"
             ),
+            // Touches the parent's row whenever it is unfinished, not only
+            // when suspended: the row lock orders this with a parent that is
+            // suspending right now (`Store::suspend` checks the awaited step
+            // under that lock), so the child's end is either seen by the
+            // suspension or sees the suspended parent and makes it due.
             wake_parent: format!(
-                "UPDATE {w} SET wake_at = $2, updated_at = $2 WHERE status = 'suspended' \
+                "UPDATE {w} SET wake_at = CASE WHEN status = 'suspended' THEN $2 ELSE wake_at END, \
+                 updated_at = $2 WHERE {UNFINISHED} \
                  AND id = (SELECT parent_id FROM {w} WHERE id = $1)"
             ),
             suspend: format!(
@@ -320,7 +341,7 @@ impl Statements {
                 "UPDATE {w} SET generation = generation + 1, input = $4, \
                  first_input = COALESCE(first_input, input), status = 'pending', attempts = 0, \
                  error = NULL, output = NULL, lease_owner = NULL, lease_expires_at = NULL, \
-                 wake_at = $5, updated_at = $5 \
+                 wake_at = $5, updated_at = $5, app_version = COALESCE($6, app_version) \
                  WHERE id = $1 AND generation = $2 AND lease_owner = $3 AND status = 'running'"
             ),
             requeue_set_aside: format!(
@@ -333,28 +354,41 @@ impl Statements {
             ),
             next_wake_at: format!("SELECT MIN(wake_at) FROM {w} WHERE {UNFINISHED}"),
             // Registered workflows whose signature matches (or was never
-            // recorded). On SQLite the statement takes the write lock before
-            // it reads; on PostgreSQL `SKIP LOCKED` gives workers claiming at
-            // once disjoint batches.
+            // recorded), of an accepted version (`$5`, a JSON array) or none.
+            // The version test is a filter on the rows the `wake_at` range
+            // scan yields, its list read once per statement. On SQLite the
+            // statement takes the write lock before it reads; on PostgreSQL
+            // `SKIP LOCKED` gives workers claiming at once disjoint batches.
             claim_due: format!(
                 "UPDATE {w} SET lease_owner = $1, lease_expires_at = $2, wake_at = $2, \
                  status = 'running', updated_at = $3 \
                  WHERE id IN (SELECT id FROM {w} WHERE {UNFINISHED} AND wake_at <= $3 \
+                     AND queue IS NULL \
                      AND (lease_owner IS NULL OR lease_owner = $1 OR lease_expires_at < $3) \
+                     AND (app_version IS NULL OR app_version IN ({})) \
                      AND {} ORDER BY wake_at LIMIT $4{}) \
                  RETURNING {INSTANCE_COLUMNS}",
-                d.registered_match, d.skip_locked
+                (d.json_text_elements)("$5"),
+                (d.registered_match)(6),
+                d.skip_locked
             ),
-            find_blocked: format!(
-                "SELECT w.id, w.name, w.signature, r.signature AS registered \
-                 FROM {w} w LEFT JOIN {} ON r.name = w.name \
-                 WHERE w.{UNFINISHED} AND w.wake_at <= $2 \
-                 AND (r.name IS NULL OR w.signature <> r.signature \
-                      OR (w.lease_owner IS NOT NULL AND w.lease_owner <> $1 \
-                          AND w.lease_expires_at >= $2)) \
-                 ORDER BY w.wake_at LIMIT $3",
-                (d.registered_rows)(4)
-            ),
+            find_blocked: {
+                let other_version = format!(
+                    "w.app_version IS NOT NULL AND w.app_version NOT IN ({})",
+                    (d.json_text_elements)("$4")
+                );
+                format!(
+                    "SELECT w.id, w.name, w.signature, r.signature AS registered, \
+                     CASE WHEN {other_version} THEN w.app_version END AS other_version \
+                     FROM {w} w LEFT JOIN {} ON r.name = w.name \
+                     WHERE w.{UNFINISHED} AND w.wake_at <= $2 \
+                     AND (r.name IS NULL OR w.signature <> r.signature OR ({other_version}) \
+                          OR (w.lease_owner IS NOT NULL AND w.lease_owner <> $1 \
+                              AND w.lease_expires_at >= $2)) \
+                     ORDER BY w.wake_at LIMIT $3",
+                    (d.registered_rows)(5)
+                )
+            },
             insert_worker_workflows: format!(
                 "INSERT INTO {ww} (executor_id, name) SELECT $1, r.name FROM {}",
                 (d.registered_rows)(2)
@@ -487,6 +521,8 @@ impl Statements {
             operate: crate::operate::OperateStatements::new(d),
             retention: crate::retention::RetentionStatements::new(d),
             schedules: crate::schedules::ScheduleStatements::new(d),
+            versions: crate::versions::VersionStatements::new(d),
+            queue: crate::queue::QueueStatements::new(d),
         }
     }
 }

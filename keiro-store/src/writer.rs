@@ -35,6 +35,10 @@ pub struct CreateRequest {
     pub deadline: Option<i64>,
     /// The trace it continues (see [`NewInstance::traceparent`]).
     pub traceparent: Option<String>,
+    /// The version it runs under (see [`NewInstance::app_version`]).
+    pub app_version: Option<String>,
+    /// Its code's skeleton hash (see [`NewInstance::skeleton_hash`]).
+    pub skeleton_hash: Option<String>,
 }
 
 /// An owned [`Finish`], to hand to the writer.
@@ -277,6 +281,8 @@ impl BatchWrite for CreateRequest {
                 }),
                 deadline: r.deadline,
                 traceparent: r.traceparent.as_deref(),
+                app_version: r.app_version.as_deref(),
+                skeleton_hash: r.skeleton_hash.as_deref(),
             })
             .collect();
         store.create_instances(&news).await

@@ -65,6 +65,8 @@ fn new_instance<'a>(id: &'a str, input: &'a str, lease: Option<Lease<'a>>) -> Ne
         lease,
         deadline: None,
         traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
     }
 }
 

@@ -41,6 +41,8 @@ async fn create(db: &TestDb, id: &str, parent: Option<&str>, deadline: Option<i6
         lease: Some(lease()),
         deadline,
         traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
     };
     let (row, created) = db.store.create_instance(&new).await.unwrap();
     assert!(created);
@@ -69,6 +71,8 @@ async fn a_child_deadline_is_the_earlier_of_its_own_and_its_parents(db: &TestDb)
         lease: None,
         deadline: Some(at + 1_000),
         traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
     };
     let (row, created) = db.store.create_instance(&again).await.unwrap();
     assert!(!created);

@@ -85,6 +85,8 @@ fn new_instance(id: &str) -> NewInstance<'_> {
         lease: None,
         deadline: None,
         traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
     }
 }
 

@@ -45,6 +45,8 @@ async fn leased(db: &TestDb, id: &str, owner: &str) {
         }),
         deadline: None,
         traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
     };
     assert!(db.store.create_instance(&new).await.unwrap().1);
 }

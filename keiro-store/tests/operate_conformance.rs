@@ -37,6 +37,8 @@ async fn create(db: &TestDb, id: &str) {
         lease: Some(lease()),
         deadline: None,
         traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
     };
     assert!(db.store.create_instance(&new).await.unwrap().1);
 }

@@ -56,6 +56,8 @@ fn instance<'a>(id: &'a str, lease: Option<Lease<'a>>) -> NewInstance<'a> {
         lease,
         deadline: None,
         traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
     }
 }
 

@@ -36,6 +36,8 @@ fn greeting<'a>(id: &'a str, signature: Option<&'a str>) -> NewInstance<'a> {
         lease: None,
         deadline: None,
         traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
     }
 }
 
@@ -96,7 +98,7 @@ async fn claim_due_takes_only_matching_or_unrecorded_signatures(db: &TestDb) {
     }
     let claimed = db
         .store
-        .claim_due(lease("w1"), &registered(), 10)
+        .claim_due(lease("w1"), &registered(), &[], 10)
         .await
         .unwrap();
     let mut ids: Vec<_> = claimed.iter().map(|r| r.id.as_str()).collect();
@@ -112,7 +114,11 @@ async fn claim_due_takes_only_matching_or_unrecorded_signatures(db: &TestDb) {
         name: "greeting",
         signature: THEIRS,
     }];
-    let claimed = db.store.claim_due(lease("w2"), &theirs, 10).await.unwrap();
+    let claimed = db
+        .store
+        .claim_due(lease("w2"), &theirs, &[], 10)
+        .await
+        .unwrap();
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].id, "other-types");
 }
@@ -150,7 +156,7 @@ async fn find_blocked_reports_mismatched_signatures_and_unknown_names(db: &TestD
 
     let mut blocked = db
         .store
-        .find_blocked("w1", &registered(), 10)
+        .find_blocked("w1", &registered(), &[], 10)
         .await
         .unwrap();
     blocked.sort_by(|a, b| a.id.cmp(&b.id));
@@ -190,7 +196,8 @@ async fn continue_as_new_keeps_the_first_input(db: &TestDb) {
             id: "counter",
             generation: 0,
             owner: "w1",
-            input: "[8]"
+            input: "[8]",
+            app_version: None,
         })
         .await
         .unwrap());
@@ -205,7 +212,8 @@ async fn continue_as_new_keeps_the_first_input(db: &TestDb) {
             id: "counter",
             generation: 1,
             owner: "w1",
-            input: "[9]"
+            input: "[9]",
+            app_version: None,
         })
         .await
         .unwrap());

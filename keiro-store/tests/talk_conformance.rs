@@ -51,6 +51,8 @@ async fn running(db: &TestDb, id: &str) {
         lease: Some(lease()),
         deadline: None,
         traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
     };
     assert!(db.store.create_instance(&new).await.unwrap().1);
 }

@@ -44,6 +44,8 @@ async fn running(db: &TestDb, id: &str, parent: Option<ParentLink<'_>>) {
         lease: Some(lease()),
         deadline: None,
         traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
     };
     assert!(db.store.create_instance(&new).await.unwrap().1);
 }
@@ -379,7 +381,8 @@ async fn continue_as_new_starts_the_next_generation_and_keeps_the_old_journal(db
             id: "wf",
             generation: 0,
             owner: "intruder",
-            input: "[2]"
+            input: "[2]",
+            app_version: None,
         })
         .await
         .unwrap());
@@ -389,7 +392,8 @@ async fn continue_as_new_starts_the_next_generation_and_keeps_the_old_journal(db
             id: "wf",
             generation: 0,
             owner: OWNER,
-            input: "[2]"
+            input: "[2]",
+            app_version: None,
         })
         .await
         .unwrap());
@@ -409,7 +413,8 @@ async fn continue_as_new_starts_the_next_generation_and_keeps_the_old_journal(db
             id: "wf",
             generation: 0,
             owner: OWNER,
-            input: "[3]"
+            input: "[3]",
+            app_version: None,
         })
         .await
         .unwrap());
@@ -431,6 +436,8 @@ async fn the_writer_batches_creates_steps_and_finishes_of_many_workflows(db: &Te
                 lease: Some((OWNER.into(), 60_000_000)),
                 deadline: None,
                 traceparent: None,
+                app_version: None,
+                skeleton_hash: None,
             };
             let (row, created) = writer.create(create.clone()).await.unwrap();
             assert!(created && row.status == InstanceStatus::Running);

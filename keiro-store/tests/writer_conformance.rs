@@ -67,6 +67,8 @@ fn create(id: &str, input: &str) -> CreateRequest {
         lease: None,
         deadline: None,
         traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
     }
 }
 
@@ -147,6 +149,8 @@ async fn a_refused_write_fails_alone(db: &TestDb) {
             lease: None,
             deadline: None,
             traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
         })
         .await
         .unwrap();

@@ -4,6 +4,7 @@ pub use inventory;
 
 pub use crate::context::{branch, BranchFuture, Durable, DurableFuture, Select};
 pub use crate::context::{step_once, step_retry, step_transaction, StepMeta};
+pub use crate::queue::QueueRegistration;
 pub use crate::registry::{
     BoxFuture, RunFn, SignatureFn, WorkflowInput, WorkflowOutput, WorkflowRegistration,
 };

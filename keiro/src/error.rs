@@ -342,6 +342,20 @@ pub enum Error {
         /// What is wrong and what to do instead.
         reason: String,
     },
+    /// An enqueue with a dedup key that an unfinished instance of the same
+    /// queue holds; once that one finishes, the key is free again.
+    #[error(
+        "queue `{queue}` already holds unfinished instance `{existing_id}` with dedup key \
+         `{key}`; wait for it to finish or use another key"
+    )]
+    Duplicate {
+        /// The queue.
+        queue: String,
+        /// The dedup key.
+        key: String,
+        /// The unfinished instance holding the key.
+        existing_id: String,
+    },
     /// A builder or options setting is out of range (checked before anything
     /// connects or starts).
     #[error("invalid keiro option `{option}`: {reason}")]
@@ -409,6 +423,21 @@ pub enum Error {
         value_preview: String,
         /// What is wrong with it and what to do.
         reason: String,
+    },
+    /// An application version (see [`crate::Keiro::app_version`]) was
+    /// refused: empty, longer than [`crate::MAX_APP_VERSION_BYTES`], or
+    /// holding whitespace or control characters.
+    #[error(
+        "invalid application version `{version}` from {source_name}: {reason}; use a short \
+         printable name such as a release tag or commit hash"
+    )]
+    InvalidAppVersion {
+        /// The version's start, escaped, as [`Error::InvalidId`] shows ids.
+        version: String,
+        /// Where it came from (`KEIRO_APP_VERSION`, `KeiroBuilder::app_version`, …).
+        source_name: &'static str,
+        /// What is wrong with it.
+        reason: &'static str,
     },
     /// A value cannot be journaled as it is: its JSON would not read back
     /// into its type (a NaN or infinite float, which JSON writes as `null`,
@@ -544,6 +573,23 @@ impl Error {
         Error::Decode {
             what: what.into(),
             source: Arc::new(source),
+        }
+    }
+
+    /// A store error as the caller sees it: a dedup refusal becomes
+    /// [`Error::Duplicate`].
+    pub(crate) fn from_store(error: StoreError) -> Error {
+        match error {
+            StoreError::Duplicate {
+                queue,
+                key,
+                existing_id,
+            } => Error::Duplicate {
+                queue,
+                key,
+                existing_id,
+            },
+            other => Error::Store(other),
         }
     }
 

@@ -57,11 +57,13 @@ pub mod admin;
 mod check;
 mod context;
 mod error;
+mod hash_check;
 mod history;
 pub mod inspect;
 mod json;
 mod operate;
 mod panic;
+mod queue;
 mod registry;
 mod resume;
 mod retention;
@@ -76,13 +78,17 @@ pub mod timers;
 mod trace;
 mod transaction;
 pub mod unstable;
+mod version;
 mod workflow;
 
 #[doc(hidden)]
 pub mod __private;
 
 #[doc(inline)]
+pub use keiro_macros::queue;
+#[doc(inline)]
 pub use keiro_macros::{step, workflow};
+pub use queue::Queue;
 
 #[doc(inline)]
 pub use keiro_macros::select;
@@ -99,6 +105,9 @@ pub use context::{
 pub use context::{deprecate_patch, patched, MAX_PATCH_ID_BYTES};
 pub use context::{AwakeableTimeout, DurableFuture};
 pub use error::{Error, Result, StoreError, TypeMismatch};
+pub use hash_check::{
+    binary_hashes, BinaryHashes, HashCheckReport, HashMismatch, HashMismatchReason,
+};
 pub use history::{
     Divergence, History, HistoryEntry, HistoryError, ReplayError, ReplayStop, Replayed,
     HISTORY_FORMAT,
@@ -116,6 +125,7 @@ pub use runtime::{
 pub use schedule::{MissedTicks, ScheduleInfo, DEFAULT_TIMEZONE, MAX_BACKFILL_TICKS};
 pub use transaction::Transaction;
 pub use uuid::Uuid;
+pub use version::{VersionCount, APP_VERSION_ENV, MAX_APP_VERSION_BYTES};
 pub use workflow::{
     cancel, continue_as_new, handle, spawn, CancelOutcome, ChildHandle, ChildTimeout, WorkflowCall,
     WorkflowHandle, WorkflowStatus,

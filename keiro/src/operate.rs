@@ -36,6 +36,9 @@ pub struct ListFilter {
     pub updated_before: Option<SystemTime>,
     /// Only instances whose lease this executor holds.
     pub executor: Option<String>,
+    /// Only instances of this application version (see
+    /// [`Keiro::app_version`](crate::Keiro::app_version)).
+    pub version: Option<String>,
     /// Oldest first (default: newest first).
     pub oldest_first: bool,
     /// Rows per page, 1..=[`MAX_PAGE`] (default 50).
@@ -56,6 +59,7 @@ impl Default for ListFilter {
             updated_after: None,
             updated_before: None,
             executor: None,
+            version: None,
             oldest_first: false,
             limit: 50,
             cursor: None,
@@ -99,6 +103,11 @@ impl ListFilter {
     /// Only instances whose lease `executor` holds.
     pub fn executor(mut self, executor: impl Into<String>) -> Self {
         self.executor = Some(executor.into());
+        self
+    }
+    /// Only instances of application version `version`.
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = Some(version.into());
         self
     }
     /// Oldest first instead of newest first.
@@ -161,6 +170,16 @@ pub struct WorkflowSummary {
     /// The W3C `traceparent` of the span that started or enqueued it, when
     /// one was stored (feature `otel`): the trace its runs continue.
     pub traceparent: Option<String>,
+    /// The application version it runs under; `None` for an unversioned
+    /// instance (created before versions were recorded), which every worker
+    /// claims.
+    pub version: Option<String>,
+    /// The step-call skeleton hash of the code that created it (see
+    /// [`crate::binary_hashes`]); `None` when not recorded.
+    pub skeleton_hash: Option<String>,
+    /// The queue it was enqueued on ([`WorkflowCall::queue`](crate::WorkflowCall::queue));
+    /// `None`: the default queue.
+    pub queue: Option<String>,
 }
 
 /// What a suspended instance waits on ([`WorkflowSummary::waiting_on`]).
@@ -247,6 +266,9 @@ impl WorkflowSummary {
             wake_at: row.wake_at.map(from_us),
             waiting_on,
             traceparent: row.traceparent.clone(),
+            version: row.app_version.clone(),
+            skeleton_hash: row.skeleton_hash.clone(),
+            queue: listed.queue.clone(),
         }
     }
 }
@@ -398,6 +420,7 @@ impl Keiro {
             updated_after: filter.updated_after.map(to_us),
             updated_before: filter.updated_before.map(to_us),
             executor: filter.executor.as_deref(),
+            app_version: filter.version.as_deref(),
             oldest_first: filter.oldest_first,
             after: after.as_ref().map(|(created, id)| (*created, id.as_str())),
             // One more than asked tells whether another page follows.

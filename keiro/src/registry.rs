@@ -26,6 +26,11 @@ pub struct WorkflowRegistration {
     pub(crate) fn_path: &'static str,
     pub(crate) run: RunFn,
     pub(crate) signature: SignatureFn,
+    /// The hash of the body's tokens (see [`WorkflowRegistration::with_body_hash`]).
+    pub(crate) body_hash: &'static str,
+    /// The hash of the body's step-call skeleton (see
+    /// [`WorkflowRegistration::with_skeleton_hash`]); empty when not emitted.
+    pub(crate) skeleton_hash: &'static str,
 }
 
 impl WorkflowRegistration {
@@ -41,7 +46,24 @@ impl WorkflowRegistration {
             fn_path,
             run,
             signature,
+            body_hash: "",
+            skeleton_hash: "",
         }
+    }
+
+    /// Used by `#[workflow]`: the hash of the body's step-call skeleton,
+    /// recorded with each instance it starts for the pre-deploy check (see
+    /// [`crate::binary_hashes`]).
+    pub const fn with_skeleton_hash(mut self, hash: &'static str) -> Self {
+        self.skeleton_hash = hash;
+        self
+    }
+
+    /// Used by `#[workflow]`: the hash of the body's tokens, which the
+    /// default application version combines (see [`crate::Keiro::app_version`]).
+    pub const fn with_body_hash(mut self, hash: &'static str) -> Self {
+        self.body_hash = hash;
+        self
     }
 }
 
@@ -106,13 +128,24 @@ impl WorkflowOutput {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Registry {
     by_name: HashMap<&'static str, (&'static WorkflowRegistration, String)>,
+    /// The queues declared with `keiro::queue!`, sorted by name.
+    queues: Vec<&'static crate::Queue>,
 }
 
 impl Registry {
     /// Collects the `inventory` submissions; two functions claiming one name
     /// are refused with an error naming both.
     pub(crate) fn collect() -> Result<Registry> {
-        Registry::from_iter(inventory::iter::<WorkflowRegistration>)
+        let registry = Registry::from_iter(inventory::iter::<WorkflowRegistration>)?;
+        Ok(Registry {
+            queues: crate::queue::collect()?,
+            ..registry
+        })
+    }
+
+    /// The queues linked into this binary, sorted by name.
+    pub(crate) fn queues(&self) -> &[&'static crate::Queue] {
+        &self.queues
     }
 
     fn from_iter(
@@ -136,7 +169,10 @@ impl Registry {
                 });
             }
         }
-        Ok(Registry { by_name })
+        Ok(Registry {
+            by_name,
+            queues: Vec::new(),
+        })
     }
 
     /// The registered names, sorted.
@@ -144,6 +180,17 @@ impl Registry {
         let mut names: Vec<_> = self.by_name.keys().copied().collect();
         names.sort_unstable();
         names
+    }
+
+    /// Every registered name with its body hash, sorted by name.
+    pub(crate) fn body_hashes(&self) -> Vec<(&'static str, &'static str)> {
+        let mut hashes: Vec<_> = self
+            .by_name
+            .iter()
+            .map(|(name, (registration, _))| (*name, registration.body_hash))
+            .collect();
+        hashes.sort_unstable();
+        hashes
     }
 
     /// The registered names and signatures, sorted by name.
@@ -162,6 +209,14 @@ impl Registry {
         self.by_name
             .get(name)
             .map(|(_, signature)| signature.as_str())
+    }
+
+    /// The skeleton hash of the workflow registered under `name`, if it is
+    /// registered and its macro emitted one.
+    pub(crate) fn skeleton_hash(&self, name: &str) -> Option<&'static str> {
+        self.get(name)
+            .map(|registration| registration.skeleton_hash)
+            .filter(|hash| !hash.is_empty())
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<&'static WorkflowRegistration> {

@@ -20,6 +20,8 @@ pub const RESUMED: &str = "keiro_resume_resumed_total";
 pub const LEASE_SKIPPED: &str = "keiro_resume_lease_skipped_total";
 /// Instances naming a workflow this binary does not register (per pass).
 pub const UNKNOWN_NAME: &str = "keiro_resume_unknown_name_total";
+/// Due instances of another application version, skipped (per pass).
+pub const OTHER_VERSION: &str = "keiro_resume_other_version_total";
 /// Store errors met while advancing instances.
 pub const TRANSIENT_ERRORS: &str = "keiro_resume_transient_errors_total";
 /// Awakeables created and not yet answered, as of the last resume pass.
@@ -40,6 +42,7 @@ pub(crate) fn pass(summary: &ResumeSummary) {
     counter!(LEASE_SKIPPED).increment(summary.lease_skipped as u64);
     counter!(UNKNOWN_NAME).increment(summary.unknown_name as u64);
     counter!(TRANSIENT_ERRORS).increment(summary.transient_errors as u64);
+    counter!(OTHER_VERSION).increment(summary.other_version as u64);
 }
 
 pub(crate) fn awakeables_pending(n: u64) {

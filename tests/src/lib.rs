@@ -10,6 +10,7 @@ pub mod faults;
 pub mod operator;
 pub mod pg_cluster;
 pub mod process;
+pub mod queues;
 pub mod shared_name;
 pub mod tcp_proxy;
 pub mod timers;

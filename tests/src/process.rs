@@ -27,13 +27,24 @@ impl CrashChild {
         args: &[&str],
         crash_at: Option<&str>,
     ) -> CrashChild {
-        CrashChild::spawn(binary, db, Some(executor), args, crash_at)
+        CrashChild::spawn(binary, db, Some(executor), args, crash_at, &[])
     }
 
     /// Starts `binary args..` on `db` with no `KEIRO_EXECUTOR_ID`: it takes
     /// a default identity.
     pub fn start_default(binary: &str, db: &TestDb, args: &[&str]) -> CrashChild {
-        CrashChild::spawn(binary, db, None, args, None)
+        CrashChild::spawn(binary, db, None, args, None, &[])
+    }
+
+    /// Starts `binary args..` on `db` with a default identity and the
+    /// environment variables `env` set.
+    pub fn start_with_env(
+        binary: &str,
+        db: &TestDb,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> CrashChild {
+        CrashChild::spawn(binary, db, None, args, None, env)
     }
 
     fn spawn(
@@ -42,6 +53,7 @@ impl CrashChild {
         executor: Option<&str>,
         args: &[&str],
         crash_at: Option<&str>,
+        env: &[(&str, &str)],
     ) -> CrashChild {
         let mut command = Command::new(binary);
         command
@@ -49,6 +61,7 @@ impl CrashChild {
             .env("KEIRO_DATABASE_URL", &db.url)
             .env_remove("KEIRO_EXECUTOR_ID")
             .env_remove(CRASH_AT_ENV)
+            .env_remove(keiro::APP_VERSION_ENV)
             .stdout(Stdio::piped())
             .kill_on_drop(true);
         if let Some(executor) = executor {
@@ -57,6 +70,7 @@ impl CrashChild {
         if let Some(point) = crash_at {
             command.env(CRASH_AT_ENV, point);
         }
+        command.envs(env.iter().copied());
         let mut child = command.spawn().expect("start the crash_workflow child");
         let stdout = child.stdout.take().expect("piped stdout");
         CrashChild {

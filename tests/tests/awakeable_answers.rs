@@ -333,6 +333,8 @@ async fn an_awakeable_created_before_secrets_keeps_its_id(backend: Backend) {
             lease: None,
             deadline: None,
             traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
         })
         .await
         .unwrap();

@@ -208,6 +208,8 @@ async fn a_child_with_no_steps_is_driven_by_the_worker(backend: Backend) {
             lease: Some(dead),
             deadline: None,
             traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
         })
         .await
         .unwrap();
@@ -228,6 +230,8 @@ async fn a_child_with_no_steps_is_driven_by_the_worker(backend: Backend) {
             lease: Some(dead),
             deadline: None,
             traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
         })
         .await
         .unwrap();
@@ -269,4 +273,45 @@ on_both_backends!(
     a_suspended_parent_is_woken_by_its_childs_end,
     a_child_with_no_steps_is_driven_by_the_worker,
     spawn_outside_a_workflow_is_refused,
+    parents_suspending_as_their_children_end_are_all_woken,
 );
+
+#[workflow]
+async fn awaiting_parent(key: String, n: u64) -> u64 {
+    squarer(key, n).await.unwrap() + 1
+}
+
+/// Many parents suspend (at once: `suspend_after` zero) just as their
+/// children end, in parallel: each child's end is either seen by its
+/// parent's suspension or finds the parent suspended and makes it due. A
+/// lost wake-up leaves a parent suspended with no wake time, forever.
+async fn parents_suspending_as_their_children_end_are_all_woken(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = runtime(&db, Duration::ZERO).await;
+    let worker = keiro
+        .resume_worker(quiet().poll_interval(Duration::from_millis(50)))
+        .await
+        .unwrap();
+    let key = uuid::Uuid::new_v4().to_string();
+    let mut handles = Vec::new();
+    for n in 0..60u64 {
+        let id = format!("{key}-{n}");
+        handles.push(
+            awaiting_parent(key.clone(), n)
+                .id(&id)
+                .on(&keiro)
+                .start()
+                .await
+                .unwrap(),
+        );
+    }
+    for (n, handle) in handles.into_iter().enumerate() {
+        let n = n as u64;
+        let result = tokio::time::timeout(Duration::from_secs(60), handle.result())
+            .await
+            .unwrap_or_else(|_| panic!("parent {key}-{n} was never woken by its child's end"))
+            .unwrap();
+        assert_eq!(result, n * n + 1);
+    }
+    worker.shutdown().await;
+}

@@ -319,9 +319,17 @@ async fn the_deadline_survives_a_sigkill(backend: Backend) {
         .deadline
         .expect("stored before the crash");
 
-    // The same identity restarted (here, in this process) reclaims the
-    // instance at once, runs it on, and its driver ends it at the deadline.
-    let restarted = db.builder().executor_id(&executor).connect().await.unwrap();
+    // The same identity restarted (here, in this process, under the same
+    // application version) reclaims the instance at once, runs it on, and
+    // its driver ends it at the deadline.
+    let version = watcher.summary(&id).await.unwrap().version.unwrap();
+    let restarted = db
+        .builder()
+        .executor_id(&executor)
+        .app_version(version)
+        .connect()
+        .await
+        .unwrap();
     let worker = restarted.resume_worker(fast_worker()).await.unwrap();
     let err = tokio::time::timeout(
         Duration::from_secs(20),
@@ -356,6 +364,8 @@ async fn a_resume_pass_counts_a_timed_out_instance_apart(backend: Backend) {
             lease: None,
             deadline: Some(keiro_store::now_us() - 1_000),
             traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
         }])
         .await
         .unwrap();

@@ -111,6 +111,8 @@ async fn an_unregistered_name_is_an_unknown_workflow_naming_the_fix(backend: Bac
             lease: None,
             deadline: None,
             traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
         })
         .await
         .unwrap();

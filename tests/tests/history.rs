@@ -444,6 +444,8 @@ async fn check_lists_exactly_the_diverging_unfinished_instance(backend: Backend)
             lease: None,
             deadline: None,
             traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
         })
         .await
         .unwrap();

@@ -131,6 +131,8 @@ async fn equal_arguments_encoded_in_another_order_attach(backend: Backend) {
             lease: None,
             deadline: None,
             traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
         })
         .await
         .unwrap();
@@ -180,6 +182,8 @@ async fn a_child_attaching_with_other_arguments_is_refused(backend: Backend) {
                 lease: None,
                 deadline: None,
                 traceparent: None,
+                app_version: None,
+                skeleton_hash: None,
             })
             .await
             .unwrap();
@@ -217,6 +221,8 @@ async fn an_id_of_another_binarys_same_named_workflow_is_refused(backend: Backen
             lease: None,
             deadline: None,
             traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
         })
         .await
         .unwrap();

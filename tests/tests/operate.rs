@@ -23,6 +23,8 @@ async fn insert(store: &keiro_store::Store, name: &str, prefix: &str, range: std
                 lease: None,
                 deadline: None,
                 traceparent: None,
+                app_version: None,
+                skeleton_hash: None,
             })
             .collect();
         store.create_instances(&news).await.unwrap();

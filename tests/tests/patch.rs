@@ -347,6 +347,8 @@ async fn a_journal_with_entries_past_the_call_answers_false(backend: Backend) {
             lease: None,
             deadline: None,
             traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
         })
         .await
         .unwrap();

@@ -126,6 +126,8 @@ async fn unknown_names_are_counted_every_pass_and_kept(backend: Backend) {
         lease: None,
         deadline: None,
         traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
     };
     keiro::unstable::raw_store(&keiro)
         .create_instance(&new)
@@ -166,6 +168,8 @@ async fn live_foreign_leases_are_skipped_and_dead_ones_taken(backend: Backend) {
         lease: Some(lease),
         deadline: None,
         traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
     };
     keiro::unstable::raw_store(&keiro)
         .create_instance(&new)
@@ -219,6 +223,8 @@ async fn racing_executors_converge_on_the_first_result(backend: Backend) {
         lease: Some(lease),
         deadline: None,
         traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
     };
     keiro::unstable::raw_store(&keiro)
         .create_instance(&new)

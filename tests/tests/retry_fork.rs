@@ -136,6 +136,8 @@ async fn retry_refuses_running_and_unknown_instances(backend: Backend) {
         }),
         deadline: None,
         traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
     };
     store.create_instance(&new).await.unwrap();
     let error = keiro.retry("held").await.unwrap_err();

@@ -217,6 +217,8 @@ async fn journal_entries_the_code_never_reaches_are_non_determinism(backend: Bac
             lease: None,
             deadline: None,
             traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
         })
         .await
         .unwrap();
@@ -256,6 +258,8 @@ async fn undecodable_rows_are_refused_by_name_and_kept(backend: Backend) {
             lease: None,
             deadline: None,
             traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
         })
         .await
         .unwrap();
@@ -300,6 +304,8 @@ async fn undecodable_rows_are_refused_by_name_and_kept(backend: Backend) {
             lease: None,
             deadline: None,
             traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
         })
         .await
         .unwrap();

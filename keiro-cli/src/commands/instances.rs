@@ -34,6 +34,9 @@ fn filter(args: &ListArgs) -> Result<ListFilter, Failure> {
     if let Some(parent) = &args.parent {
         filter = filter.parent_id(parent);
     }
+    if let Some(version) = &args.app_version {
+        filter = filter.version(version);
+    }
     if let Some(age) = args.since {
         let after = SystemTime::now()
             .checked_sub(age)
@@ -118,6 +121,7 @@ pub(crate) async fn show(keiro: &Keiro, id: &str) -> Result<Report, Failure> {
     let optional = [
         ("parent", summary.parent_id.clone()),
         ("executor", summary.executor.clone()),
+        ("version", summary.version.clone()),
         ("waits", waits),
         ("awakeable", awaited.clone()),
         ("due", due.map(clock::short)),

@@ -1,5 +1,6 @@
 //! One module per group of commands; [`dispatch`] picks the one asked for.
 
+mod check;
 mod gc;
 mod instances;
 mod messages;
@@ -8,6 +9,7 @@ mod schedules;
 pub(crate) mod schema;
 mod serve;
 mod timers;
+mod versions;
 
 use keiro::Keiro;
 
@@ -47,6 +49,9 @@ pub(crate) async fn dispatch(keiro: &Keiro, command: Command) -> Result<Report, 
         Command::Schedules { action } => schedules::run(keiro, action).await,
         Command::Gc(args) => gc::run(keiro, &args).await,
         Command::Serve(args) => serve::run(keiro, &args).await,
+        Command::Versions => versions::list(keiro).await,
+        Command::Check { binary_hashes } => check::run(keiro, &binary_hashes).await,
+        Command::Retarget { from, to } => versions::retarget(keiro, &from, &to).await,
         Command::Migrate => Err(Failure::Usage(
             "`keiro migrate` runs before connecting; this is a bug in the keiro command".into(),
         )),

@@ -2,6 +2,7 @@
 //! `::keiro::__private::…` paths (and `::core::…`), so it works whatever the
 //! user's crate has in scope.
 
+mod queue;
 mod select;
 mod step;
 mod workflow;
@@ -19,6 +20,11 @@ pub(crate) fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
         Ok(func) => workflow::expand(&func),
         Err(err) => diag::with_item(crate::check::strip_escape_tokens(item), err),
     }
+}
+
+/// `queue!`: the declaration, plus any errors.
+pub(crate) fn queue(input: TokenStream) -> TokenStream {
+    queue::expand(input)
 }
 
 /// `select!`: the expansion, or the errors.

@@ -17,6 +17,9 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
     let body_ident = format_ident!("__keiro_workflow_body_{}", ident.unraw());
     let run_ident = format_ident!("__keiro_workflow_run_{}", ident.unraw());
     let name = Literal::string(&workflow.name);
+    let block = &func.block;
+    let body_hash = Literal::string(&crate::fingerprint::body_hash(&quote!(#block)));
+    let skeleton_hash = Literal::string(&crate::skeleton::skeleton_hash(block));
     let ret = workflow.output.tokens();
     let attrs = SplitAttrs::new(&func.attrs);
 
@@ -145,6 +148,8 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
                     #run_ident,
                     ::keiro::__private::signature::<#args_tuple, #ret>,
                 )
+                .with_body_hash(#body_hash)
+                .with_skeleton_hash(#skeleton_hash)
             }
             #cron
 

@@ -42,7 +42,14 @@ const DIALECT: Dialect = Dialect {
     create_is_one_statement: true,
     modifying_ctes: true,
     wake_channel: Some(notify::WAKE_CHANNEL),
-    ..Dialect::plain("keiro.", resume::REGISTERED_MATCH, resume::registered_rows)
+    // Class `"keiq"` in ASCII; the queue name's hash is the second key.
+    queue_lock: Some("SELECT pg_advisory_xact_lock(1801808241, hashtext($1))"),
+    ..Dialect::plain(
+        "keiro.",
+        resume::registered_match,
+        resume::registered_rows,
+        resume::json_text_elements,
+    )
 };
 
 /// PostgreSQL's text of the shared statements, built on first use.

@@ -9,11 +9,21 @@ use sqlx::Postgres;
 use super::PostgresStore;
 use crate::Registered;
 
-/// A claimable instance's name is one of the registered names (`$5`), a
+/// A claimable instance's name is one of the registered names (`$n`), a
 /// plain filter; its signature, unless unrecorded, is a hashed lookup of the
-/// (name, signature) pairs (`$5`, `$6`).
-pub(super) const REGISTERED_MATCH: &str = "name = ANY($5) AND (signature IS NULL \
-     OR (name, signature) IN (SELECT * FROM UNNEST($5::text[], $6::text[])))";
+/// (name, signature) pairs (`$n`, `$n+1`).
+pub(super) fn registered_match(n: usize) -> String {
+    format!(
+        "name = ANY(${n}) AND (signature IS NULL \
+         OR (name, signature) IN (SELECT * FROM UNNEST(${n}::text[], ${}::text[])))",
+        n + 1
+    )
+}
+
+/// The elements of the JSON array of text at `param`.
+pub(super) fn json_text_elements(param: &str) -> String {
+    format!("SELECT json_array_elements_text(CAST({param} AS json))")
+}
 
 /// The registered names and signatures (at `$n`, `$n+1`) as a table.
 pub(super) fn registered_rows(n: usize) -> String {

@@ -27,8 +27,12 @@ use crate::{Result, SqliteSynchronous, StoreError, StoreOptions};
 pub static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
 /// How SQLite spells the shared statements.
-const DIALECT: Dialect =
-    Dialect::plain("keiro_", resume::REGISTERED_MATCH, resume::registered_rows);
+const DIALECT: Dialect = Dialect::plain(
+    "keiro_",
+    resume::registered_match,
+    resume::registered_rows,
+    resume::json_text_elements,
+);
 
 /// SQLite's text of the shared statements, built on first use.
 pub(crate) static SQL: LazyLock<Statements> = LazyLock::new(|| Statements::new(&DIALECT));

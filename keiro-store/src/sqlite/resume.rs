@@ -9,10 +9,18 @@ use super::SqliteStore;
 use crate::Registered;
 
 /// A claimable instance's name is a key of the registered workflows' JSON
-/// object (`$5`), its signature that key's value or unrecorded.
-pub(super) const REGISTERED_MATCH: &str = "EXISTS (SELECT 1 FROM json_each($5) r \
-     WHERE r.key = keiro_workflows.name \
-     AND (keiro_workflows.signature IS NULL OR keiro_workflows.signature = r.value))";
+/// object (`$n`), its signature that key's value or unrecorded.
+pub(super) fn registered_match(n: usize) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM json_each(${n}) r WHERE r.key = keiro_workflows.name \
+         AND (keiro_workflows.signature IS NULL OR keiro_workflows.signature = r.value))"
+    )
+}
+
+/// The elements of the JSON array of text at `param`.
+pub(super) fn json_text_elements(param: &str) -> String {
+    format!("SELECT value FROM json_each({param})")
+}
 
 /// The registered workflows' JSON object (at `$n`) as a table.
 pub(super) fn registered_rows(n: usize) -> String {

@@ -85,6 +85,7 @@ pub fn summary(s: &WorkflowSummary) -> Value {
             "name": w.name,
         })),
         "traceparent": s.traceparent,
+        "version": s.version,
     });
     if let WorkflowStatus::NonDeterministic { expected, found } = &s.status {
         value["nondeterminism"] = json!({ "expected": expected, "found": found });

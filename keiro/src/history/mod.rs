@@ -158,6 +158,16 @@ impl History {
         }
     }
 
+    /// The latest time the history shows passing (µs since the Unix
+    /// epoch): when its last entry was recorded or its last step began.
+    /// `None` for a history without entries.
+    pub(crate) fn recorded_until_us(&self) -> Option<i64> {
+        self.entries
+            .iter()
+            .map(|e| e.recorded_at_us.max(e.started_at_us.unwrap_or(i64::MIN)))
+            .max()
+    }
+
     /// The journal rows the history holds, as the store keeps them.
     pub(crate) fn step_rows(
         &self,

@@ -13,10 +13,10 @@
 //! message sent, an event set) lands in the private store.
 
 use std::panic::AssertUnwindSafe;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures::FutureExt;
-use keiro_store::CreateRequest;
+use keiro_store::{Clock, CreateRequest};
 
 use super::History;
 use crate::context::{self, Halt, WorkflowContext};
@@ -165,18 +165,23 @@ impl ReplayError {
 /// A private in-memory runtime to replay histories in.
 pub(crate) struct Replayer {
     keiro: Keiro,
+    /// The private runtime's clock, set to each history's own time.
+    clock: Clock,
 }
 
 impl Replayer {
     /// A fresh private runtime: SQLite in memory, waits never held in memory
-    /// (a wait the history does not answer ends the replay at once).
+    /// (a wait the history does not answer ends the replay at once), on a
+    /// manual clock.
     pub(crate) async fn new() -> crate::Result<Replayer> {
+        let clock = Clock::manual(SystemTime::now());
         let keiro = Keiro::builder("sqlite::memory:")
             .executor_id("keiro-replay")
             .suspend_after(Duration::ZERO)
+            .clock(clock.clone())
             .connect()
             .await?;
-        Ok(Replayer { keiro })
+        Ok(Replayer { keiro, clock })
     }
 
     /// Closes the private runtime's store.
@@ -198,6 +203,13 @@ impl Replayer {
                 history: history.workflow.clone(),
                 code: name.to_owned(),
             });
+        }
+        // A replay reads the history's time, not the wall clock's: a sleep
+        // or timeout the history went past has passed (whenever, and on
+        // whichever clock, it was recorded), one it was still waiting on has
+        // not.
+        if let Some(at) = history.recorded_until_us() {
+            self.clock.reset_us(at);
         }
         let journal = self
             .import(history)
@@ -285,6 +297,8 @@ impl Replayer {
                 lease: None,
                 deadline: None,
                 traceparent: None,
+                app_version: None,
+                skeleton_hash: None,
             })
             .await?;
         let rows: Vec<_> = history.step_rows().collect();

@@ -1,6 +1,8 @@
 //! One pass of the resume worker: claim due instances, report the ones it
 //! cannot run, and drive the claimed ones through the registry.
 
+use std::collections::BTreeMap;
+
 use futures::StreamExt;
 use keiro_store::{BlockReason, InstanceRow, InstanceStatus, Lease};
 
@@ -11,8 +13,8 @@ use crate::time::duration_us;
 use crate::workflow::drive::execute;
 use crate::{Error, Keiro, Result};
 
-/// How many unclaimable due instances (unknown names, live foreign leases) a
-/// pass reports.
+/// How many unclaimable due instances (unknown names, other versions, live
+/// foreign leases) a pass reports.
 const BLOCKED_REPORTED: i64 = 100;
 
 impl Keiro {
@@ -31,22 +33,35 @@ impl Keiro {
         let store = self.raw_store();
         let owner = self.owner();
         let workflows = self.registry().workflows();
+        let versions = self.versions().accepted();
         let lease = Lease {
             owner,
             ttl_us: duration_us(self.lease_ttl()),
         };
         // Claim in the same statement that discovers, so concurrent workers
         // take disjoint batches instead of racing for the same rows.
-        let claimed = store
-            .claim_due(lease, &workflows, options.claim_limit())
+        let mut claimed = store
+            .claim_due(lease, &workflows, &versions, options.claim_limit())
             .await?;
+        let queued = self
+            .claim_queues(lease, &workflows, &versions, options, claimed.len())
+            .await?;
+        if !queued.is_empty() {
+            // Those started, so their queues may have room again when they
+            // end: look again at once after this pass instead of waiting a
+            // poll interval.
+            self.wake_resume_worker();
+        }
+        claimed.extend(queued);
         let blocked = store
-            .find_blocked(owner, &workflows, BLOCKED_REPORTED)
+            .find_blocked(owner, &workflows, &versions, BLOCKED_REPORTED)
             .await?;
         let mut summary = ResumeSummary {
             discovered: claimed.len() + blocked.len(),
             ..ResumeSummary::default()
         };
+        // Instances of other versions are reported once per version.
+        let mut other_versions: BTreeMap<String, usize> = BTreeMap::new();
         for row in blocked {
             let (name, id) = (row.name, row.id);
             match row.reason {
@@ -63,8 +78,19 @@ impl Keiro {
                         registered,
                     });
                 }
+                BlockReason::OtherVersion { version } => {
+                    summary.other_version += 1;
+                    *other_versions.entry(version).or_default() += 1;
+                }
                 _ => summary.lease_skipped += 1,
             }
+        }
+        for (version, due) in other_versions {
+            (options.log)(&ResumeEvent::OtherVersion {
+                version,
+                due,
+                own: self.app_version().to_owned(),
+            });
         }
         let summary = futures::stream::iter(claimed)
             .map(|row| self.advance(row, options, stop.clone()))
@@ -78,6 +104,31 @@ impl Keiro {
         }
         (options.log)(&ResumeEvent::Pass(summary));
         Ok(summary)
+    }
+
+    /// Claims due instances of every queue this binary declares, each within
+    /// its limits, up to the pass's claim limit less the `already` claimed.
+    async fn claim_queues(
+        &self,
+        lease: Lease<'_>,
+        workflows: &[keiro_store::Registered<'_>],
+        versions: &[&str],
+        options: &ResumeOptions,
+        already: usize,
+    ) -> Result<Vec<InstanceRow>> {
+        let mut claimed = Vec::new();
+        for queue in self.registry().queues() {
+            let room = options.claim_limit() - (already + claimed.len()) as i64;
+            if room <= 0 {
+                break;
+            }
+            let rows = self
+                .raw_store()
+                .claim_queue(lease, workflows, versions, &queue.limits(), room)
+                .await?;
+            claimed.extend(rows);
+        }
+        Ok(claimed)
     }
 
     /// Records (once per runtime) which workflow names this worker serves, so

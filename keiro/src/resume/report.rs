@@ -31,6 +31,18 @@ pub enum ResumeEvent {
         /// The signature of the workflow this binary registers under the name.
         registered: String,
     },
+    /// Due instances run under an application version this worker neither
+    /// has nor declares compatible: they wait for a worker of that version,
+    /// or for [`crate::Keiro::retarget`]. Reported once per version and pass.
+    OtherVersion {
+        /// Their version.
+        version: String,
+        /// How many of them are due (among the first 100 unclaimable ones a
+        /// pass reports).
+        due: usize,
+        /// This worker's version.
+        own: String,
+    },
     /// The store failed while advancing an instance; it is retried next pass.
     TransientError {
         /// The workflow name.
@@ -107,7 +119,7 @@ impl ResumeEvent {
             | ResumeEvent::Crashed { error, .. }
             | ResumeEvent::PassFailed { error }
             | ResumeEvent::GcFailed { error } => Some(error.clone()),
-            ResumeEvent::Pass(_) | ResumeEvent::Gc(_) => None,
+            ResumeEvent::Pass(_) | ResumeEvent::Gc(_) | ResumeEvent::OtherVersion { .. } => None,
         }
     }
 }
@@ -132,6 +144,12 @@ pub(super) fn log_to_tracing(event: &ResumeEvent) {
             %name, %id, %stored, %registered,
             "keiro resume worker: workflow `{name}` (id {id}) was started with types `{stored}`, \
              but this binary registers `{name}` with `{registered}`; skipping"
+        ),
+        ResumeEvent::OtherVersion { version, due, own } => tracing::info!(
+            %version, due, %own,
+            "keiro resume worker: {due} due instance(s) of application version `{version}` wait \
+             for a worker of that version (this one is `{own}`); `keiro retarget --from \
+             {version} --to {own}` moves them here"
         ),
         ResumeEvent::TransientError { name, id, error } => {
             tracing::warn!(%name, %id, %error, "keiro resume worker: transient store error")
@@ -171,6 +189,7 @@ pub(super) fn log_to_tracing(event: &ResumeEvent) {
             failed = summary.failed,
             transient_errors = summary.transient_errors,
             lease_skipped = summary.lease_skipped,
+            other_version = summary.other_version,
             "keiro resume pass"
         ),
     }
@@ -202,6 +221,11 @@ pub struct ResumeSummary {
     /// Instances another executor holds a live lease on (or this process
     /// runs already).
     pub lease_skipped: usize,
+    /// Due instances skipped because they run under an application version
+    /// this worker neither has nor declares compatible (see
+    /// [`crate::Keiro::app_version`]); never dropped, each such version is
+    /// logged once per pass ([`ResumeEvent::OtherVersion`]).
+    pub other_version: usize,
 }
 
 impl ResumeSummary {
@@ -217,6 +241,7 @@ impl ResumeSummary {
         self.failed += other.failed;
         self.transient_errors += other.transient_errors;
         self.lease_skipped += other.lease_skipped;
+        self.other_version += other.other_version;
         self
     }
 }

@@ -13,6 +13,7 @@ use super::inflight::InFlight;
 use super::listener::Wakes;
 use super::{Inner, Keiro};
 use crate::registry::Registry;
+use crate::version::AppVersions;
 use crate::{Error, Result};
 
 impl Keiro {
@@ -48,6 +49,8 @@ impl Keiro {
             no_worker_timeout: Duration::from_secs(30),
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             store: StoreOptions::default(),
+            app_version: None,
+            compatible_versions: Vec::new(),
         }
     }
 }
@@ -67,6 +70,8 @@ pub struct KeiroBuilder {
     no_worker_timeout: Duration,
     max_payload_bytes: usize,
     store: StoreOptions,
+    app_version: Option<String>,
+    compatible_versions: Vec<String>,
 }
 
 impl std::fmt::Debug for KeiroBuilder {
@@ -80,6 +85,8 @@ impl std::fmt::Debug for KeiroBuilder {
             .field("no_worker_timeout", &self.no_worker_timeout)
             .field("max_payload_bytes", &self.max_payload_bytes)
             .field("store", &self.store)
+            .field("app_version", &self.app_version)
+            .field("compatible_versions", &self.compatible_versions)
             .finish()
     }
 }
@@ -150,6 +157,36 @@ impl KeiroBuilder {
         self
     }
 
+    /// The application version recorded with every instance this runtime
+    /// creates; its resume worker claims only instances of this version,
+    /// of a [compatible](KeiroBuilder::compatible_versions) one, or
+    /// unversioned ones (created before versions were recorded).
+    ///
+    /// Default: [`APP_VERSION_ENV`](crate::APP_VERSION_ENV) if set, else a
+    /// hash of every linked workflow's body, so a binary whose workflow code
+    /// changed is a new version and leaves the old version's instances to
+    /// the old workers (or to [`Keiro::retarget`]). At most
+    /// [`MAX_APP_VERSION_BYTES`](crate::MAX_APP_VERSION_BYTES), printable,
+    /// no whitespace: another value is refused by
+    /// [`connect`](KeiroBuilder::connect) with
+    /// [`Error::InvalidAppVersion`].
+    pub fn app_version(mut self, version: impl Into<String>) -> Self {
+        self.app_version = Some(version.into());
+        self
+    }
+
+    /// Versions besides [its own](KeiroBuilder::app_version) whose instances
+    /// this runtime's resume worker claims too: declare the versions whose
+    /// journals this code replays (a release that changed no workflow's
+    /// steps). Replaces any earlier list.
+    pub fn compatible_versions(
+        mut self,
+        versions: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        self.compatible_versions = versions.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// SQLite durability (default [`SqliteSynchronous::Full`]).
     pub fn sqlite_synchronous(mut self, sync: SqliteSynchronous) -> Self {
         self.store.sqlite_synchronous = sync;
@@ -181,8 +218,8 @@ impl KeiroBuilder {
     }
 
     /// The clock durable time is read from (default: the system clock);
-    /// [`crate::testing::TestEnv`] gives its runtime a manual one.
-    #[cfg(feature = "sqlite")]
+    /// [`crate::testing::TestEnv`] and the replayer give their runtimes a
+    /// manual one.
     pub(crate) fn clock(mut self, clock: keiro_store::Clock) -> Self {
         self.store.clock = clock;
         self
@@ -229,6 +266,7 @@ impl KeiroBuilder {
             None => (default_executor_id(), false),
         };
         let registry = Registry::collect()?;
+        let versions = AppVersions::new(self.app_version, self.compatible_versions, &registry)?;
         let store = Store::connect(&self.url, &self.store).await?;
         let writer = JournalWriter::spawn(store.clone());
         let inflight = Arc::new(InFlight::default());
@@ -240,6 +278,7 @@ impl KeiroBuilder {
                 store,
                 writer,
                 registry,
+                versions,
                 requested_id,
                 exclusive,
                 lease_ttl: self.lease_ttl,

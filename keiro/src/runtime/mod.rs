@@ -48,6 +48,8 @@ struct Inner {
     store: Store,
     writer: JournalWriter,
     registry: Registry,
+    /// This runtime's application version and the compatible ones.
+    versions: crate::version::AppVersions,
     /// The identity asked for: explicit (exclusive) or the default base.
     requested_id: String,
     /// Whether `requested_id` was set explicitly, so no other is taken.
@@ -133,6 +135,11 @@ impl Keiro {
     /// The workflows linked into this binary.
     pub(crate) fn registry(&self) -> &Registry {
         &self.inner.registry
+    }
+
+    /// This runtime's application version and the compatible ones.
+    pub(crate) fn versions(&self) -> &crate::version::AppVersions {
+        &self.inner.versions
     }
 
     /// The instances this process drives, their live runs and their waiters.

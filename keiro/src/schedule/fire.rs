@@ -18,8 +18,13 @@ pub(crate) async fn fire_as(
     id: String,
 ) -> Result<bool> {
     // A process that does not link the workflow (the `keiro` command, a web
-    // process) records no signature: any worker serving the name runs it.
-    let signature = keiro.registry().signature(&row.workflow).map(str::to_owned);
+    // process) records no signature and no application version: any worker
+    // serving the name runs it. A process linking it records its own, like
+    // any other new instance.
+    let registry = keiro.registry();
+    let signature = registry.signature(&row.workflow).map(str::to_owned);
+    let app_version = signature.as_ref().map(|_| keiro.app_version().to_owned());
+    let skeleton_hash = registry.skeleton_hash(&row.workflow).map(str::to_owned);
     let input = match &row.input {
         Some(input) => input.clone(),
         None => crate::json::to_json(&(crate::time::from_us(tick_us),), || {
@@ -37,6 +42,8 @@ pub(crate) async fn fire_as(
             lease: None,
             deadline: None,
             traceparent: None,
+            app_version,
+            skeleton_hash,
         })
         .await?;
     if existing.name != row.workflow {

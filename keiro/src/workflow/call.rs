@@ -32,6 +32,7 @@ pub struct WorkflowCall<R> {
     keiro: Option<Keiro>,
     pub(crate) parent: ParentSlot,
     deadline: Option<CallDeadline>,
+    queue: crate::queue::QueueCall,
     _output: PhantomData<fn() -> R>,
 }
 
@@ -74,6 +75,7 @@ where
             keiro: None,
             parent,
             deadline: None,
+            queue: crate::queue::QueueCall::default(),
             _output: PhantomData,
         }
     }
@@ -109,6 +111,64 @@ where
         self
     }
 
+    /// Enqueues on `queue` (declared with [`queue!`](crate::queue!)) instead
+    /// of the default queue: its resume workers start the instance within the
+    /// queue's limits. Applies to [`enqueue`](WorkflowCall::enqueue) and
+    /// [`enqueue_tx`](WorkflowCall::enqueue_tx); starting or awaiting a
+    /// queued call is [`Error::InvalidOption`].
+    pub fn queue(mut self, queue: &'static crate::Queue) -> Self {
+        self.queue.queue = Some(queue);
+        self
+    }
+
+    /// Within its queue, lower runs first (default 0); equal priorities run
+    /// in enqueue order. Needs [`queue`](WorkflowCall::queue).
+    pub fn priority(mut self, priority: i64) -> Self {
+        self.queue.priority = Some(priority);
+        self
+    }
+
+    /// The queue's limits apply per partition key: a busy key does not hold
+    /// back another. Needs [`queue`](WorkflowCall::queue).
+    pub fn partition(mut self, key: impl Into<String>) -> Self {
+        self.queue.partition = Some(key.into());
+        self
+    }
+
+    /// While an unfinished instance of the same queue was enqueued with this
+    /// key, enqueueing another is refused with [`Error::Duplicate`] (naming
+    /// the one holding it); once it finishes the key is free. Needs
+    /// [`queue`](WorkflowCall::queue).
+    pub fn dedup(mut self, key: impl Into<String>) -> Self {
+        self.queue.dedup = Some(key.into());
+        self
+    }
+
+    /// Not started before `delay` has passed on the runtime's clock (so
+    /// [`TestEnv`](crate::testing::TestEnv)'s virtual time moves it too). On
+    /// the default queue or a named one.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.queue.delay = Some(delay);
+        self
+    }
+
+    /// Refuses to start or await a call given queue settings, which only an
+    /// enqueue honours.
+    fn refuse_queue(&self, how: &str) -> Result<()> {
+        if !self.queue.is_set() {
+            return Ok(());
+        }
+        Err(Error::InvalidOption {
+            option: "WorkflowCall::queue",
+            reason: format!(
+                "workflow `{}` was given queue settings (queue, priority, partition, dedup or \
+                 delay) but {how}, which runs it at once in this process; call `.enqueue()` and \
+                 wait on the handle's `result()` instead",
+                self.name
+            ),
+        })
+    }
+
     /// Runs on `keiro` instead of the process-wide runtime.
     pub fn on(mut self, keiro: &Keiro) -> Self {
         self.keiro = Some(keiro.clone());
@@ -119,6 +179,7 @@ where
     /// holding its lease. Errors at once if the store is unreachable or the id
     /// belongs to another workflow or call (see [`WorkflowCall::id`]).
     pub async fn start(self) -> Result<WorkflowHandle<R>> {
+        self.refuse_queue("was started")?;
         let keiro = self.runtime().await?;
         let launch_spec = self.launch_spec(&keiro)?;
         let id = launch_spec.id.clone();
@@ -132,6 +193,9 @@ where
     pub async fn enqueue(self) -> Result<WorkflowHandle<R>> {
         let keiro = self.runtime().await?;
         let spec = self.launch_spec(&keiro)?;
+        if self.queue.is_set() {
+            return self.enqueue_queued(keiro, spec).await;
+        }
         let (row, created) = keiro
             .writer()
             .create(CreateRequest {
@@ -143,18 +207,26 @@ where
                 lease: None,
                 deadline: spec.deadline,
                 traceparent: spec.traceparent.clone(),
+                app_version: Some(spec.app_version.clone()),
+                skeleton_hash: spec.skeleton_hash.map(str::to_owned),
             })
             .await?;
         check_attach(&row, &spec)?;
-        if created {
-            keiro.wake_resume_worker();
-            // The instance is committed: a lost notification only costs
-            // latency (workers poll), so it never fails the enqueue.
-            if let Err(error) = keiro.raw_store().wake_workers("").await {
-                tracing::warn!(%error, "keiro could not notify an enqueue");
-            }
-        }
-        Ok(WorkflowHandle::new(keiro, spec.id, None))
+        enqueued(keiro, spec.id, created).await
+    }
+
+    /// [`enqueue`](WorkflowCall::enqueue) with queue settings: in one
+    /// transaction of its own rather than the writer's batches, so a dedup
+    /// refusal fails this call alone.
+    async fn enqueue_queued(self, keiro: Keiro, spec: Launch) -> Result<WorkflowHandle<R>> {
+        let queued = self.queue.queued(self.name, keiro.now_us())?;
+        let (row, created) = keiro
+            .raw_store()
+            .create_queued(&spec.new_instance(), &queued)
+            .await
+            .map_err(Error::from_store)?;
+        check_attach(&row, &spec)?;
+        enqueued(keiro, spec.id, created).await
     }
 
     /// Records the instance as pending inside the caller's own transaction on
@@ -189,24 +261,15 @@ where
     {
         let keiro = self.runtime().await?;
         let spec = self.launch_spec(&keiro)?;
-        let new = keiro_store::NewInstance {
-            id: &spec.id,
-            name: spec.name,
-            input: &spec.input,
-            signature: Some(&spec.signature),
-            parent: spec
-                .parent
-                .as_ref()
-                .map(|(id, generation, seq)| keiro_store::ParentLink {
-                    id,
-                    generation: *generation,
-                    seq: *seq,
-                }),
-            lease: None,
-            deadline: spec.deadline,
-            traceparent: spec.traceparent.as_deref(),
+        let new = spec.new_instance();
+        let (row, _) = if self.queue.is_set() {
+            let queued = self.queue.queued(self.name, keiro.now_us())?;
+            keiro_store::create_queued_tx(tx, &new, &queued)
+                .await
+                .map_err(Error::from_store)?
+        } else {
+            keiro_store::create_instance_tx(tx, &new).await?
         };
-        let (row, _) = keiro_store::create_instance_tx(tx, &new).await?;
         check_attach(&row, &spec)?;
         Ok(WorkflowHandle::new(keiro, spec.id, None))
     }
@@ -227,7 +290,8 @@ where
     /// The instance to launch: the given id, else a deterministic one inside a
     /// workflow (`<parent id>/<step seq>`), else a fresh UUID.
     /// The input is refused when longer than `keiro`'s `max_payload_bytes`; a
-    /// timeout counts from `keiro`'s clock.
+    /// timeout counts from `keiro`'s clock; the instance records `keiro`'s
+    /// application version.
     pub(crate) fn launch_spec(&self, keiro: &Keiro) -> Result<Launch> {
         let max_payload_bytes = keiro.max_payload_bytes();
         let id = match (&self.id, &self.parent) {
@@ -273,10 +337,13 @@ where
                 CallDeadline::At(at) => crate::time::to_us(at),
             }),
             traceparent: crate::trace::current_traceparent(),
+            app_version: keiro.app_version().to_owned(),
+            skeleton_hash: keiro.registry().skeleton_hash(self.name),
         })
     }
 
     async fn run_to_end(self) -> Result<R> {
+        self.refuse_queue("was awaited")?;
         match self.parent.clone() {
             None => {
                 let keiro = self.runtime().await?;
@@ -305,6 +372,22 @@ where
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(self.run_to_end())
     }
+}
+
+/// The handle of an enqueued instance, after waking the workers when the
+/// enqueue `created` it. The instance is committed: a lost notification
+/// only costs latency (workers poll), so it never fails the enqueue.
+async fn enqueued<R>(keiro: Keiro, id: String, created: bool) -> Result<WorkflowHandle<R>>
+where
+    R: Serialize + DeserializeOwned + Send + 'static,
+{
+    if created {
+        keiro.wake_resume_worker();
+        if let Err(error) = keiro.raw_store().wake_workers("").await {
+            tracing::warn!(%error, "keiro could not notify an enqueue");
+        }
+    }
+    Ok(WorkflowHandle::new(keiro, id, None))
 }
 
 /// A context shared by a parent and the child calls it makes.

@@ -130,6 +130,7 @@ pub(crate) async fn record(
                     generation: row.generation,
                     owner,
                     input: &input,
+                    app_version: Some(keiro.app_version()),
                 })
                 .await?
             {

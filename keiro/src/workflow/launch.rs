@@ -30,6 +30,35 @@ pub(crate) struct Launch {
     pub(crate) deadline: Option<i64>,
     /// The trace its runs continue: the caller's span's `traceparent`.
     pub(crate) traceparent: Option<String>,
+    /// The application version of the creating runtime.
+    pub(crate) app_version: String,
+    /// The step-call skeleton hash of the workflow's code in this binary.
+    pub(crate) skeleton_hash: Option<&'static str>,
+}
+
+impl Launch {
+    /// The instance to record, pending for any worker (an enqueue).
+    pub(crate) fn new_instance(&self) -> keiro_store::NewInstance<'_> {
+        keiro_store::NewInstance {
+            id: &self.id,
+            name: self.name,
+            input: &self.input,
+            signature: Some(&self.signature),
+            parent: self
+                .parent
+                .as_ref()
+                .map(|(id, generation, seq)| keiro_store::ParentLink {
+                    id,
+                    generation: *generation,
+                    seq: *seq,
+                }),
+            lease: None,
+            deadline: self.deadline,
+            traceparent: self.traceparent.as_deref(),
+            app_version: Some(&self.app_version),
+            skeleton_hash: self.skeleton_hash,
+        }
+    }
 }
 
 /// Records the instance (or finds the existing one with this id, which must
@@ -58,6 +87,8 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
             lease: Some((lease.owner.to_owned(), lease.ttl_us)),
             deadline: launch.deadline,
             traceparent: launch.traceparent.clone(),
+            app_version: Some(launch.app_version.clone()),
+            skeleton_hash: launch.skeleton_hash.map(str::to_owned),
         })
         .await?;
     check_attach(&row, &launch)?;

@@ -93,6 +93,8 @@ async fn a_trace_crosses_into_a_worker_process(backend: Backend) {
         .arg(&file)
         .arg(&id)
         .env("KEIRO_DATABASE_URL", &db.url)
+        // One deployment: the worker runs the enqueuer's application version.
+        .env(keiro::APP_VERSION_ENV, keiro.app_version())
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(Duration::from_secs(60), run)
@@ -239,6 +241,8 @@ async fn malformed_stored_traceparents_are_ignored(backend: Backend) {
             lease: None,
             deadline: None,
             traceparent: Some(traceparent),
+            app_version: None,
+            skeleton_hash: None,
         };
         keiro::unstable::raw_store(&keiro)
             .create_instance(&new)

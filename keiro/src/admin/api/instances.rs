@@ -23,6 +23,7 @@ pub(crate) struct ListQuery {
     name: Option<String>,
     id_prefix: Option<String>,
     parent_id: Option<String>,
+    version: Option<String>,
     limit: Option<u32>,
     cursor: Option<String>,
     #[serde(default)]
@@ -57,6 +58,9 @@ impl ListQuery {
         }
         if let Some(parent) = optional(&self.parent_id) {
             filter = filter.parent_id(parent);
+        }
+        if let Some(version) = optional(&self.version) {
+            filter = filter.version(version);
         }
         if let Some(limit) = self.limit {
             filter = filter.limit(limit);

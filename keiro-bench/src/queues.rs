@@ -1,0 +1,115 @@
+//! `queue_throughput`: 10,000 one-step workflows enqueued on a queue with
+//! `concurrency = 8`, run by two workers (two runtimes in this process, each
+//! with its own executor identity and resume worker), next to the same
+//! workload on the default queue (no limits). Timed from the moment the
+//! workers start (the instances are all enqueued before) until all are
+//! completed. The step counts how many run at once; the most it saw is
+//! reported next to the rate (it must be at most 8 on the queue).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use keiro::{step, workflow, Keiro, ResumeOptions};
+
+use crate::common::{count, fail, tables, with_fresh_db, BenchResult, Config, Figure};
+
+keiro::queue!(BENCH_QUEUE = "bench-queue", concurrency = 8);
+
+/// Workflows per run.
+const WORKFLOWS: usize = 10_000;
+/// The queue's concurrency.
+const CONCURRENCY: usize = 8;
+
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+static MOST_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts itself in flight for one scheduler turn.
+#[step]
+async fn counted(n: u32) -> u32 {
+    let now = IN_FLIGHT.fetch_add(1, Ordering::SeqCst) + 1;
+    MOST_IN_FLIGHT.fetch_max(now, Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    n
+}
+
+/// One counted step.
+#[workflow(name = "bench_queued")]
+async fn bench_queued(n: u32) -> u32 {
+    counted(n).await
+}
+
+/// The `queue_throughput` workload.
+pub(crate) async fn queue_throughput(cfg: &Config) -> BenchResult {
+    for queued in [true, false] {
+        let (rate, most) = with_fresh_db(cfg.backend, |db| async move {
+            one_run(cfg, &db.url, queued).await
+        })
+        .await?;
+        let limit = if queued {
+            "concurrency 8"
+        } else {
+            "default queue, no limits"
+        };
+        cfg.emit(
+            Figure::new("queue_throughput", rate, "wf/s")
+                .with("queue", limit)
+                .with("workflows", WORKFLOWS)
+                .with("workers", 2)
+                .with("max_in_flight", most),
+        );
+        if queued && most > CONCURRENCY {
+            return Err(fail(format!(
+                "queue_throughput saw {most} in flight on a queue of concurrency {CONCURRENCY}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+async fn one_run(cfg: &Config, url: &str, queued: bool) -> BenchResult<(f64, usize)> {
+    let keiro: Keiro = cfg.builder(url).connect().await?;
+    IN_FLIGHT.store(0, Ordering::SeqCst);
+    MOST_IN_FLIGHT.store(0, Ordering::SeqCst);
+    let enqueues = futures::stream::iter(0..WORKFLOWS as u32)
+        .map(|n| {
+            let call = bench_queued(n).on(&keiro).id(format!("q-{n}"));
+            async move {
+                match queued {
+                    true => call.queue(&BENCH_QUEUE).enqueue().await,
+                    false => call.enqueue().await,
+                }
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+    for enqueued in enqueues {
+        enqueued?;
+    }
+    let options = || ResumeOptions::default().poll_interval(Duration::from_millis(50));
+    let other: Keiro = cfg.builder(url).connect().await?;
+    let started = Instant::now();
+    let workers = [
+        keiro.resume_worker(options()).await?,
+        other.resume_worker(options()).await?,
+    ];
+    let (workflows, _) = tables(cfg.backend);
+    let done = format!("SELECT count(*) FROM {workflows} WHERE status = 'completed'");
+    let store = keiro::unstable::raw_store(&keiro);
+    while count(store, &done).await? < WORKFLOWS as i64 {
+        if started.elapsed() > Duration::from_secs(600) {
+            return Err(fail("queue_throughput did not finish within 10 minutes"));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    for worker in workers {
+        worker.shutdown().await;
+    }
+    Ok((
+        WORKFLOWS as f64 / secs,
+        MOST_IN_FLIGHT.load(Ordering::SeqCst),
+    ))
+}

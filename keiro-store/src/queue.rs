@@ -1,0 +1,332 @@
+//! Queues (`keiro::queue!`): recording an instance on a named queue, and the
+//! claim that starts a queue's due instances within its limits.
+//!
+//! A queue's limits hold per partition key (`''` when none was given):
+//! `concurrency` counts the queue's instances running under a live lease in
+//! any process, `worker_concurrency` those under the claiming executor's
+//! lease, and the rate limit counts first starts (`queue_started_at`) in the
+//! sliding window `(now - period, now]`. A suspended instance holds no slot:
+//! it gave up its lease, and when it is due again it waits for room like a
+//! new one (without counting as a second start).
+//!
+//! Race freedom: on PostgreSQL each queue's claim runs in a transaction that
+//! first takes a transaction-scoped advisory lock on the queue's name, so
+//! claims of one queue from any number of processes run one after the other,
+//! and each counts what the previous ones committed (under `READ COMMITTED`
+//! every statement reads a fresh snapshot). Claims of other queues and of
+//! the default queue never wait on it. On SQLite the claim runs under
+//! `BEGIN IMMEDIATE`, which already serialises writers.
+
+use crate::rows::{FromRow, StoreRow};
+use crate::sql::Dialect;
+use crate::{Conn, InstanceRow, Lease, Registered, Result, Store, StoreError};
+
+/// How a new instance sits on its queue.
+#[derive(Debug, Clone, Copy)]
+pub struct Queued<'a> {
+    /// The queue's name; `None`: the default queue (only `not_before`
+    /// applies there).
+    pub queue: Option<&'a str>,
+    /// Lower runs first within the queue; equal priorities in creation order.
+    pub priority: i64,
+    /// The key the queue's limits apply per (`""`: the queue's one shared
+    /// partition).
+    pub partition: &'a str,
+    /// While an unfinished instance of this queue has this key, another is
+    /// refused with [`StoreError::Duplicate`].
+    pub dedup: Option<&'a str>,
+    /// Not claimed before this time (µs since the Unix epoch, store clock).
+    pub not_before: Option<i64>,
+}
+
+/// A queue's limits as a claim applies them, each per partition key.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueLimits<'a> {
+    /// The queue's name.
+    pub name: &'a str,
+    /// At most this many of its instances running at once in all processes.
+    pub concurrency: Option<i64>,
+    /// At most this many running at once under one executor's lease.
+    pub worker_concurrency: Option<i64>,
+    /// At most `.0` first starts within any `.1` µs (a sliding window).
+    pub rate_limit: Option<(i64, i64)>,
+}
+
+/// One backend's text of the queue statements.
+#[derive(Debug)]
+pub(crate) struct QueueStatements {
+    /// Serialises one queue's claims across processes (PostgreSQL).
+    lock: Option<&'static str>,
+    mark_queued: String,
+    find_duplicate: String,
+    claim: String,
+}
+
+impl QueueStatements {
+    /// Spells the queue statements in `d`'s dialect.
+    pub(crate) fn new(d: &Dialect) -> QueueStatements {
+        let w = format!("{}workflows", d.tables);
+        let unfinished = "status IN ('pending', 'running', 'suspended')";
+        let registered = (d.registered_rows)(11);
+        let versions = (d.json_text_elements)("$10");
+        // Counts rows of the candidate's queue and partition meeting `cond`.
+        let count = |cond: &str| {
+            format!(
+                "(SELECT COUNT(*) FROM {w} x WHERE x.queue = $5 \
+                 AND x.partition_key = p.partition_key AND {cond})"
+            )
+        };
+        let running = "x.status = 'running' AND x.lease_expires_at >= $3";
+        QueueStatements {
+            lock: d.queue_lock,
+            mark_queued: format!(
+                "UPDATE {w} SET queue = $2, priority = $3, partition_key = $4, dedup_key = $5, \
+                 wake_at = COALESCE($6, wake_at) WHERE id = $1"
+            ),
+            find_duplicate: format!(
+                "SELECT id FROM {w} WHERE queue = $1 AND dedup_key = $2 AND {unfinished}"
+            ),
+            // $1 owner, $2 lease expiry, $3 now, $4 limit, $5 queue,
+            // $6 concurrency, $7 worker concurrency, $8 starts per window,
+            // $9 window start, $10 the claimable application versions (a JSON
+            // array), $11 on: the registered workflows. Each
+            // partition's candidates are numbered in run order and taken
+            // while the number fits all three rooms.
+            claim: format!(
+                "WITH cand AS ( \
+                     SELECT c.id, c.partition_key, c.priority, c.created_at, \
+                         ROW_NUMBER() OVER (PARTITION BY c.partition_key \
+                             ORDER BY c.priority, c.created_at, c.id) AS rn \
+                     FROM {w} c \
+                     WHERE c.queue = $5 AND c.{unfinished} AND c.wake_at <= $3 \
+                     AND (c.lease_owner IS NULL OR c.lease_owner = $1 \
+                          OR c.lease_expires_at < $3) \
+                     AND (c.app_version IS NULL OR c.app_version IN ({versions})) \
+                     AND EXISTS (SELECT 1 FROM {registered} WHERE r.name = c.name \
+                         AND (c.signature IS NULL OR c.signature = r.signature)) \
+                 ), room AS ( \
+                     SELECT p.partition_key, {all} AS running, {mine} AS mine, \
+                         {started} AS started \
+                     FROM (SELECT DISTINCT partition_key FROM cand) p \
+                 ) \
+                 UPDATE {w} SET lease_owner = $1, lease_expires_at = $2, wake_at = $2, \
+                     status = 'running', updated_at = $3, \
+                     queue_started_at = COALESCE(queue_started_at, $3) \
+                 WHERE id IN (SELECT cand.id FROM cand \
+                     JOIN room ON room.partition_key = cand.partition_key \
+                     WHERE cand.rn <= $6 - room.running AND cand.rn <= $7 - room.mine \
+                     AND cand.rn <= $8 - room.started \
+                     ORDER BY cand.priority, cand.created_at, cand.id LIMIT $4) \
+                 RETURNING {columns}",
+                all = count(running),
+                mine = count(&format!("{running} AND x.lease_owner = $1")),
+                started = count("x.queue_started_at > $9"),
+                columns = crate::sql::INSTANCE_COLUMNS,
+            ),
+        }
+    }
+}
+
+impl Conn<'_> {
+    /// The same connection, borrowed again for one more statement.
+    fn reborrow(&mut self) -> Conn<'_> {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Conn::Sqlite(c) => Conn::Sqlite(c),
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(c) => Conn::Postgres(c),
+        }
+    }
+}
+
+/// Whether `error` is a unique-index violation (a racing duplicate that
+/// passed the check before the insert).
+fn is_unique_violation(error: &StoreError) -> bool {
+    matches!(error, StoreError::Query { source, .. }
+        if matches!(&**source, sqlx::Error::Database(db) if db.is_unique_violation()))
+}
+
+impl Store {
+    /// Records a new instance on a queue, or returns the existing one with
+    /// its id (the `bool` is `true` when this call created it). While an
+    /// unfinished instance of the queue holds `queued.dedup`, a new one is
+    /// refused with [`StoreError::Duplicate`].
+    pub async fn create_queued(
+        &self,
+        new: &crate::NewInstance<'_>,
+        queued: &Queued<'_>,
+    ) -> Result<(InstanceRow, bool)> {
+        const OP: &str = "create_queued";
+        crate::validate::validate_id("workflow id", new.id)?;
+        crate::validate::validate_id("workflow name", new.name)?;
+        let now = self.now_us();
+        let created = dispatch!(Store, self, |s| {
+            let mut tx = s.begin(OP).await?;
+            let created = create_queued_on((&mut *tx).into(), new, queued, now).await?;
+            tx.commit().await.map_err(StoreError::query(OP))?;
+            Ok::<_, StoreError>(created)
+        });
+        match created {
+            Err(error) if is_unique_violation(&error) => {
+                Err(self.duplicate_of(new, queued).await?.unwrap_or(error))
+            }
+            other => other,
+        }
+    }
+
+    /// The [`StoreError::Duplicate`] a conflicting `new` met, if its id is
+    /// not itself taken (then the conflict was something else).
+    async fn duplicate_of(
+        &self,
+        new: &crate::NewInstance<'_>,
+        queued: &Queued<'_>,
+    ) -> Result<Option<StoreError>> {
+        let Some(key) = queued.dedup else {
+            return Ok(None);
+        };
+        dispatch!(Store, self, |s| {
+            let mut conn = s.acquire("create_queued").await?;
+            find_duplicate((&mut *conn).into(), new, queued, key).await
+        })
+    }
+
+    /// Claims up to `limit` due instances of queue `limits.name` for
+    /// `lease.owner`, lowest priority first and then in creation order,
+    /// within the queue's limits (see the module docs for how they count and
+    /// why the claim is race-free). Like [`Store::claim_due`], it takes only
+    /// instances of a registered signature and of one of `versions` (or
+    /// unversioned).
+    pub async fn claim_queue(
+        &self,
+        lease: Lease<'_>,
+        workflows: &[Registered<'_>],
+        versions: &[&str],
+        limits: &QueueLimits<'_>,
+        limit: i64,
+    ) -> Result<Vec<InstanceRow>> {
+        const OP: &str = "claim_queue";
+        let versions = crate::versions::versions_json(versions);
+        let now = self.now_us();
+        let (starts, window_start) = match limits.rate_limit {
+            Some((starts, period_us)) => (starts, now.saturating_sub(period_us)),
+            None => (i64::MAX, i64::MAX),
+        };
+        let args = args![
+            lease.owner,
+            now + lease.ttl_us,
+            now,
+            limit,
+            limits.name,
+            limits.concurrency.unwrap_or(i64::MAX),
+            limits.worker_concurrency.unwrap_or(i64::MAX),
+            starts,
+            window_start,
+            &versions,
+        ];
+        dispatch!(Store, self, |s, sql| {
+            let mut tx = s.begin(OP).await?;
+            if let Some(lock) = sql.queue.lock {
+                sqlx::query(lock)
+                    .bind(limits.name)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::query(OP))?;
+            }
+            let query = bind_all!(sqlx::query(&sql.queue.claim), &args);
+            let rows = s
+                .bind_registered(query, workflows)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(StoreError::query(OP))?;
+            tx.commit().await.map_err(StoreError::query(OP))?;
+            rows.iter().map(InstanceRow::from_row).collect()
+        })
+    }
+}
+
+/// Records `new` on its queue in the caller's transaction, like
+/// [`Store::create_queued`]. On PostgreSQL a refused duplicate aborts the
+/// transaction; the check before the insert refuses the common case without.
+pub async fn create_queued_tx<'t, 'c>(
+    tx: impl Into<crate::TimerTx<'t, 'c>>,
+    new: &crate::NewInstance<'_>,
+    queued: &Queued<'_>,
+) -> Result<(InstanceRow, bool)>
+where
+    'c: 't,
+{
+    crate::validate::validate_id("workflow id", new.id)?;
+    crate::validate::validate_id("workflow name", new.name)?;
+    let mut tx = tx.into();
+    let created = create_queued_on(tx.reborrow().into(), new, queued, crate::now_us()).await?;
+    if created.1 {
+        crate::outbox::notify_on(tx.into(), "").await?;
+    }
+    Ok(created)
+}
+
+/// Records `new` on its queue on `conn` (a transaction): refuses a live
+/// duplicate, inserts it like any instance, then marks it queued.
+async fn create_queued_on(
+    mut conn: Conn<'_>,
+    new: &crate::NewInstance<'_>,
+    queued: &Queued<'_>,
+    now: i64,
+) -> Result<(InstanceRow, bool)> {
+    const OP: &str = "create_queued";
+    if let Some(key) = queued.dedup {
+        if let Some(duplicate) = find_duplicate(conn.reborrow(), new, queued, key).await? {
+            return Err(duplicate);
+        }
+    }
+    let (mut row, created) = crate::journal::create_instance_on(conn.reborrow(), new, now).await?;
+    if created {
+        let args = args![
+            new.id,
+            queued.queue,
+            queued.priority,
+            queued.partition,
+            queued.dedup,
+            queued.not_before,
+        ];
+        dispatch!(Conn, conn, |c, sql| {
+            bind_all!(sqlx::query(&sql.queue.mark_queued), &args)
+                .execute(&mut *c)
+                .await
+                .map(|_| ())
+                .map_err(StoreError::query(OP))
+        })?;
+        if let Some(at) = queued.not_before {
+            row.wake_at = Some(at);
+        }
+    }
+    Ok((row, created))
+}
+
+/// The unfinished instance of `queued`'s queue holding dedup `key`, as the
+/// [`StoreError::Duplicate`] refusing `new` (none when it is `new` itself).
+async fn find_duplicate(
+    conn: Conn<'_>,
+    new: &crate::NewInstance<'_>,
+    queued: &Queued<'_>,
+    key: &str,
+) -> Result<Option<StoreError>> {
+    let queue = queued.queue.unwrap_or_default();
+    let existing: Option<String> = dispatch!(Conn, conn, |c, sql| {
+        sqlx::query(&sql.queue.find_duplicate)
+            .bind(queue)
+            .bind(key)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(StoreError::query("create_queued"))?
+            .map(|row| row.text(|| format!("queue `{queue}`"), "id"))
+            .transpose()
+    })?;
+    Ok(existing
+        .filter(|id| id != new.id)
+        .map(|existing_id| StoreError::Duplicate {
+            queue: queue.to_owned(),
+            key: key.to_owned(),
+            existing_id,
+        }))
+}

@@ -1,0 +1,377 @@
+//! Queues on both backends: `concurrency` across worker processes,
+//! `worker_concurrency` per process, a sliding-window rate limit, priority
+//! order, partitions, dedup and delay. The jobs record their step's start and
+//! end in a file (see `keiro_tests::queues`), from which each test replays
+//! how many ran at once.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use keiro::{Error, Keiro, ResumeOptions, ResumeWorker, WorkflowHandle};
+use keiro_tests::process::CrashChild;
+use keiro_tests::queues::{
+    events, max_in_flight, queue_job, CONCURRENCY_2, ONE_AT_A_TIME, PER_WORKER_1, PLAIN, RATE_20,
+};
+use keiro_tests::{on_both_backends, Backend, TestDb};
+
+const WORKER: &str = env!("CARGO_BIN_EXE_queue_worker");
+
+/// How long any one test waits for its jobs.
+const PATIENCE: Duration = Duration::from_secs(90);
+
+/// `count` worker processes on `db`, each serving once its log says so.
+async fn worker_processes(db: &TestDb, count: usize) -> Vec<CrashChild> {
+    let mut workers = Vec::new();
+    for n in 0..count {
+        let id = format!("queue-worker-{n}-{}", uuid::Uuid::new_v4().simple());
+        let mut child = CrashChild::start(WORKER, db, &id, &[], None);
+        child.line_containing("serves").await;
+        workers.push(child);
+    }
+    workers
+}
+
+/// A resume worker in this process, polling often, running up to 32 at once.
+async fn worker_here(keiro: &Keiro) -> ResumeWorker {
+    keiro
+        .resume_worker(
+            ResumeOptions::default()
+                .poll_interval(Duration::from_millis(20))
+                .concurrency(32),
+        )
+        .await
+        .unwrap()
+}
+
+/// Waits for every handle's result, which must be its tag.
+async fn all_done(handles: Vec<WorkflowHandle<Result<String, String>>>) {
+    let results = tokio::time::timeout(
+        PATIENCE,
+        futures::future::join_all(handles.iter().map(|h| h.result())),
+    )
+    .await
+    .expect("every job ends in time");
+    for (handle, result) in handles.iter().zip(results) {
+        let tag = result.unwrap().unwrap();
+        assert!(
+            handle.id().ends_with(&tag),
+            "{} returned {tag}",
+            handle.id()
+        );
+    }
+}
+
+fn events_file() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events");
+    (dir, file)
+}
+
+fn text(path: &Path) -> String {
+    path.display().to_string()
+}
+
+fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64
+}
+
+async fn concurrency_holds_across_worker_processes(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let workers = worker_processes(&db, 3).await;
+    let (_dir, file) = events_file();
+    let mut handles = Vec::new();
+    for n in 0..60 {
+        let call = queue_job(text(&file), format!("{n}"), 40);
+        let id = format!("conc-{n}");
+        handles.push(
+            call.on(&keiro)
+                .id(id)
+                .queue(&CONCURRENCY_2)
+                .enqueue()
+                .await
+                .unwrap(),
+        );
+    }
+    all_done(handles).await;
+    let events = events(&file);
+    assert_eq!(events.len(), 120, "every job started and ended once");
+    let (max, per_process) = max_in_flight(&events);
+    assert_eq!(max, 2, "at most 2 at once across processes, and 2 reached");
+    assert!(
+        per_process.len() >= 2,
+        "the jobs ran in several processes: {per_process:?}"
+    );
+    for worker in workers {
+        worker.kill().await;
+    }
+}
+
+async fn worker_concurrency_holds_per_process(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let workers = worker_processes(&db, 3).await;
+    let (_dir, file) = events_file();
+    let mut handles = Vec::new();
+    for n in 0..30 {
+        let call = queue_job(text(&file), format!("{n}"), 60);
+        let id = format!("per-worker-{n}");
+        handles.push(
+            call.on(&keiro)
+                .id(id)
+                .queue(&PER_WORKER_1)
+                .enqueue()
+                .await
+                .unwrap(),
+        );
+    }
+    all_done(handles).await;
+    let events = events(&file);
+    assert_eq!(events.len(), 60);
+    let (max, per_process) = max_in_flight(&events);
+    for (pid, most) in &per_process {
+        assert_eq!(
+            *most, 1,
+            "process {pid} ran {most} at once: {per_process:?}"
+        );
+    }
+    assert!(max >= 2, "the processes ran side by side (max {max})");
+    for worker in workers {
+        worker.kill().await;
+    }
+}
+
+/// Reads when each instance of `queue` first started, as the store recorded
+/// it at the claim (what the rate limit counts), in time order.
+async fn recorded_starts(db: &TestDb, backend: Backend, queue: &str) -> Vec<i64> {
+    let mut starts: Vec<i64> = match backend {
+        Backend::Sqlite => {
+            let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+            sqlx::query_scalar(
+                "SELECT queue_started_at FROM keiro_workflows WHERE queue = $1 \
+                 AND queue_started_at IS NOT NULL",
+            )
+            .bind(queue)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+        Backend::Postgres => {
+            let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+            sqlx::query_scalar(
+                "SELECT queue_started_at FROM keiro.workflows WHERE queue = $1 \
+                 AND queue_started_at IS NOT NULL",
+            )
+            .bind(queue)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    starts.sort_unstable();
+    starts
+}
+
+async fn rate_limit_spaces_starts(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let (_dir, file) = events_file();
+    let mut handles = Vec::new();
+    for n in 0..100 {
+        let call = queue_job(text(&file), format!("{n}"), 500);
+        let id = format!("rate-{n}");
+        handles.push(
+            call.on(&keiro)
+                .id(id)
+                .queue(&RATE_20)
+                .enqueue()
+                .await
+                .unwrap(),
+        );
+    }
+    let began = Instant::now();
+    let worker = worker_here(&keiro).await;
+    all_done(handles).await;
+    // 100 starts at 20 within any second: the 81st starts at least 4 s after
+    // the first, and holds 0.5 s.
+    let took = began.elapsed();
+    assert!(took >= Duration::from_millis(4_500), "took {took:?}");
+    let starts = recorded_starts(&db, backend, "test-rate-20").await;
+    assert_eq!(starts.len(), 100);
+    for (first, twenty_first) in starts.iter().zip(starts.iter().skip(20)) {
+        assert!(
+            twenty_first - first >= 1_000_000,
+            "21 starts within one second: {first} .. {twenty_first}"
+        );
+    }
+    assert_eq!(events(&file).len(), 200);
+    worker.stop().await;
+}
+
+async fn lower_priority_runs_first_fifo_among_equals(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let (_dir, file) = events_file();
+    let priorities = [5, 1, 3, 1, 0, 5, 2, 0, 3, 1];
+    let mut handles = Vec::new();
+    for (n, priority) in priorities.iter().enumerate() {
+        let call = queue_job(text(&file), format!("{n}"), 5);
+        let call = call.on(&keiro).id(format!("prio-{n}")).queue(&PER_WORKER_1);
+        handles.push(call.priority(*priority).enqueue().await.unwrap());
+    }
+    let worker = worker_here(&keiro).await;
+    all_done(handles).await;
+    let started: Vec<usize> = events(&file)
+        .iter()
+        .filter(|e| e.what == "start")
+        .map(|e| e.tag.parse().unwrap())
+        .collect();
+    let mut expected: Vec<usize> = (0..priorities.len()).collect();
+    expected.sort_by_key(|&n| (priorities[n], n));
+    assert_eq!(started, expected);
+    worker.stop().await;
+}
+
+async fn a_busy_partition_does_not_block_another(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (first, second) = (db.keiro().await, db.keiro().await);
+    let (_dir, file) = events_file();
+    let workers = [worker_here(&first).await, worker_here(&second).await];
+    let enqueue = |tag: &str, partition: &str, hold_ms: u64| {
+        queue_job(text(&file), tag.to_owned(), hold_ms)
+            .on(&first)
+            .id(format!("part-{tag}"))
+            .queue(&ONE_AT_A_TIME)
+            .partition(partition)
+            .enqueue()
+    };
+    let busy = enqueue("busy", "a", 2_000).await.unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    while !events(&file).iter().any(|e| e.tag == "busy") {
+        assert!(Instant::now() < deadline, "the busy job started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let same = enqueue("same", "a", 10).await.unwrap();
+    let other = enqueue("other", "b", 10).await.unwrap();
+    all_done(vec![busy, same, other]).await;
+    let events = events(&file);
+    let at = |what: &str, tag: &str| {
+        events
+            .iter()
+            .find(|e| e.what == what && e.tag == tag)
+            .unwrap()
+            .at_us
+    };
+    assert!(
+        at("end", "other") < at("end", "busy"),
+        "partition b ran while partition a was busy"
+    );
+    assert!(
+        at("start", "same") >= at("end", "busy"),
+        "partition a ran one at a time"
+    );
+    for worker in workers {
+        worker.stop().await;
+    }
+}
+
+async fn dedup_refuses_while_unfinished_and_accepts_after(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let (_dir, file) = events_file();
+    let job = |id: &str| {
+        queue_job(text(&file), id.to_owned(), 10)
+            .on(&keiro)
+            .id(id.to_owned())
+            .queue(&PLAIN)
+            .dedup("order-7")
+    };
+    let first = job("dedup-1").enqueue().await.unwrap();
+    let summary = keiro.summary("dedup-1").await.unwrap();
+    assert_eq!(summary.queue.as_deref(), Some("test-plain"));
+    match job("dedup-2").enqueue().await {
+        Err(Error::Duplicate {
+            queue,
+            key,
+            existing_id,
+        }) => {
+            assert_eq!(
+                (queue.as_str(), key.as_str(), existing_id.as_str()),
+                ("test-plain", "order-7", "dedup-1")
+            );
+        }
+        other => panic!("expected Error::Duplicate, got {other:?}"),
+    }
+    // The same call again attaches to the instance holding the key.
+    job("dedup-1").enqueue().await.unwrap();
+    let worker = worker_here(&keiro).await;
+    all_done(vec![first]).await;
+    let again = job("dedup-2").enqueue().await.unwrap();
+    all_done(vec![again]).await;
+    worker.stop().await;
+}
+
+async fn delay_is_respected_on_a_queue_and_the_default_queue(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let (_dir, file) = events_file();
+    let worker = worker_here(&keiro).await;
+    let enqueued_at = now_us();
+    let delay = Duration::from_millis(800);
+    let queued = queue_job(text(&file), "queued".into(), 1)
+        .on(&keiro)
+        .id("delay-queued")
+        .queue(&PLAIN)
+        .delay(delay)
+        .enqueue()
+        .await
+        .unwrap();
+    let default = queue_job(text(&file), "default".into(), 1)
+        .on(&keiro)
+        .id("delay-default")
+        .delay(delay)
+        .enqueue()
+        .await
+        .unwrap();
+    all_done(vec![queued, default]).await;
+    assert_eq!(keiro.summary("delay-default").await.unwrap().queue, None);
+    for event in events(&file).iter().filter(|e| e.what == "start") {
+        assert!(
+            event.at_us >= enqueued_at + 800_000,
+            "{} started {} µs after its enqueue",
+            event.tag,
+            event.at_us - enqueued_at
+        );
+    }
+    worker.stop().await;
+}
+
+async fn queue_settings_need_an_enqueue_and_a_queue(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let call = || queue_job("unused".into(), "x".into(), 1).on(&keiro);
+    let started = call().queue(&PLAIN).start().await;
+    assert!(
+        matches!(&started, Err(Error::InvalidOption { reason, .. }) if reason.contains("queue_job") && reason.contains("enqueue")),
+        "{started:?}"
+    );
+    let no_queue = call().priority(1).enqueue().await;
+    assert!(
+        matches!(&no_queue, Err(Error::InvalidOption { reason, .. }) if reason.contains(".priority(..)")),
+        "{no_queue:?}"
+    );
+}
+
+on_both_backends!(
+    concurrency_holds_across_worker_processes,
+    worker_concurrency_holds_per_process,
+    rate_limit_spaces_starts,
+    lower_priority_runs_first_fifo_among_equals,
+    a_busy_partition_does_not_block_another,
+    dedup_refuses_while_unfinished_and_accepts_after,
+    delay_is_respected_on_a_queue_and_the_default_queue,
+    queue_settings_need_an_enqueue_and_a_queue,
+);

@@ -1,0 +1,5 @@
+keiro::queue!(PAYMENTS = "payments", concurrency = 10, concurrency = 5);
+
+fn main() {
+    let _ = &PAYMENTS;
+}

@@ -1,0 +1,5 @@
+keiro::queue!(PAYMENTS = "", concurrency = 10);
+
+fn main() {
+    let _ = &PAYMENTS;
+}

@@ -1,0 +1,5 @@
+keiro::queue!(PAYMENTS = "payments", max_running = 10);
+
+fn main() {
+    let _ = &PAYMENTS;
+}
