@@ -167,6 +167,22 @@ async fn trigger_and_backfill_run_each_tick_once(backend: Backend) {
         .unwrap();
     assert!(again.is_empty(), "a second backfill adds none: {again:?}");
     assert_eq!(ids(&keiro, "cron:nightly_report:2024").await, created);
+    // A tick's instance records the creating runtime's application version
+    // and the workflow's skeleton hash, like any other new instance.
+    let ticks = keiro
+        .list(&ListFilter::default().id_prefix("cron:nightly_report:"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(ticks.len(), created.len() + 1, "{ticks:?}");
+    for tick in &ticks {
+        assert_eq!(
+            tick.version.as_deref(),
+            Some(keiro.app_version()),
+            "{tick:?}"
+        );
+        assert!(tick.skeleton_hash.is_some(), "{tick:?}");
+    }
 
     let err = keiro
         .trigger_schedule("no_such_schedule")
