@@ -18,6 +18,7 @@
 //! elsewhere, the suspended-scale worker and multi-process workers.
 
 mod common;
+mod cron;
 mod listing;
 mod messages;
 mod queues;
@@ -41,7 +42,7 @@ use keiro::SqliteSynchronous;
 use crate::common::{fail, parse_sync, Backend, BenchResult, Config};
 
 /// Every workload, in the order a full run takes them.
-const WORKLOADS: [&str; 17] = [
+const WORKLOADS: [&str; 18] = [
     "raw_commit_1",
     "raw_commit_16",
     "seq_0steps",
@@ -58,6 +59,7 @@ const WORKLOADS: [&str; 17] = [
     "list_page",
     "gc_rate",
     "transactional_step",
+    "cron_lag",
     "queue_throughput",
 ];
 
@@ -184,6 +186,7 @@ async fn bench(args: &[String]) -> BenchResult {
             "list_page" => listing::list_page(&cfg).await,
             "gc_rate" => retention::gc_rate(&cfg).await,
             "transactional_step" => transactional::transactional_step(&cfg).await,
+            "cron_lag" => cron::cron_lag(&cfg).await,
             "queue_throughput" => queues::queue_throughput(&cfg).await,
             other => Err(fail(format!("unknown workload {other}"))),
         };

@@ -149,3 +149,16 @@ pub(crate) async fn bench_selects(count: u32) -> u32 {
     }
     total
 }
+
+/// The probe of `cron_lag`: its first step returns the wall clock (µs) as
+/// its body starts.
+#[workflow(name = "bench_cron_probe")]
+pub(crate) async fn cron_probe() -> i64 {
+    cron_started().await
+}
+
+/// The wall clock as the step's body starts, in µs.
+#[step]
+pub(crate) async fn cron_started() -> i64 {
+    crate::common::now_us()
+}

@@ -122,6 +122,16 @@ pub(crate) enum Command {
     /// Inspect and repair process-manager timers.
     #[command(subcommand)]
     Timers(TimersCommand),
+    /// List cron schedules (with no subcommand), or pause, resume or
+    /// trigger one.
+    ///
+    /// Lists the schedules stored in the database: the `#[workflow(cron)]`
+    /// ones a worker has started with, and the dynamic ones.
+    Schedules {
+        /// What to do; lists the schedules when absent.
+        #[command(subcommand)]
+        action: Option<SchedulesCommand>,
+    },
     /// Delete what finished long ago.
     ///
     /// Root instances with their whole tree (journals, messages, events,
@@ -239,6 +249,26 @@ pub(crate) struct GcArgs {
     /// Count what would be deleted and delete nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
+}
+
+/// `keiro schedules …`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum SchedulesCommand {
+    /// Stop a schedule's ticks on every worker until it is resumed.
+    Pause {
+        /// The schedule's name.
+        name: String,
+    },
+    /// Resume a paused schedule from its next tick.
+    Resume {
+        /// The schedule's name.
+        name: String,
+    },
+    /// Run a schedule once now; prints the instance id.
+    Trigger {
+        /// The schedule's name.
+        name: String,
+    },
 }
 
 /// `keiro timers …`.

@@ -23,6 +23,7 @@ on_both_backends!(
     answers_and_messages_make_instances_due,
     timers_pages_and_repairs,
     gc_dry_run_then_real,
+    schedules_list_pause_resume_and_trigger,
 );
 
 // ---------------------------------------------------------------- workflows
@@ -959,4 +960,45 @@ async fn gc_dry_run_then_real(backend: Backend) {
         .await
         .fails(2);
     assert!(error.contains("`30 days` is not a duration"), "{error}");
+}
+
+async fn schedules_list_pause_resume_and_trigger(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    keiro
+        .create_schedule("nightly-mark", "0 0 2 * * *", cli_steps("sched".into()))
+        .await
+        .unwrap();
+    let cmd = |args: &'static [&'static str]| run(Some(&db.url), args);
+
+    let table = cmd(&["schedules"]).await.ok();
+    assert_fits(&table);
+    assert!(table.starts_with("NAME"), "{table}");
+    assert!(
+        table.contains("nightly-mark") && table.contains("0 0 2 * * *") && table.contains("active"),
+        "{table}"
+    );
+    cmd(&["schedules", "pause", "nightly-mark"]).await.ok();
+    let listed = cmd(&["schedules", "--json"]).await.json();
+    assert_eq!(listed[0]["name"], "nightly-mark");
+    assert_eq!(listed[0]["paused"], true);
+    assert!(listed[0]["next_tick"].is_null(), "{listed}");
+    cmd(&["schedules", "resume", "nightly-mark"]).await.ok();
+    let listed = cmd(&["schedules", "--json"]).await.json();
+    assert_eq!(listed[0]["paused"], false);
+    assert!(listed[0]["next_tick"].is_string(), "{listed}");
+
+    let triggered = cmd(&["schedules", "trigger", "nightly-mark", "--json"])
+        .await
+        .json();
+    let id = triggered["id"].as_str().unwrap();
+    assert!(id.starts_with("cron:nightly-mark:trigger:"), "{triggered}");
+    let handle = keiro.handle::<u32>(id).await.unwrap();
+    assert_eq!(handle.status().await.unwrap(), WorkflowStatus::Pending);
+
+    let err = cmd(&["schedules", "pause", "nope"]).await.fails(1);
+    assert!(
+        err.contains("`nope`") && err.contains("nightly-mark"),
+        "{err}"
+    );
 }

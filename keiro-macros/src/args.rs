@@ -1,4 +1,5 @@
-//! Parsing of the attribute arguments: `#[workflow(name = "..")]` and
+//! Parsing of the attribute arguments: `#[workflow(name = "..", cron = "..",
+//! timezone = "..")]` and
 //! `#[step(name = "..", max_attempts = N, backoff_ms = M, timeout_ms = T,
 //! retry_if = path)]`.
 //!
@@ -26,8 +27,12 @@ pub(crate) const TIMEOUT_MS: &str = "timeout_ms";
 pub(crate) const RETRY_IF: &str = "retry_if";
 /// `transaction`: the step runs in a transaction on keiro's database.
 pub(crate) const TRANSACTION: &str = "transaction";
+/// `cron = ".."`: the workflow runs at each tick of this cron expression.
+pub(crate) const CRON: &str = "cron";
+/// `timezone = ".."`: the IANA time zone a `cron` expression is read in.
+pub(crate) const TIMEZONE: &str = "timezone";
 
-const WORKFLOW_KEYS: &[&str] = &[NAME];
+const WORKFLOW_KEYS: &[&str] = &[NAME, CRON, TIMEZONE];
 const STEP_KEYS: &[&str] = &[
     NAME,
     MAX_ATTEMPTS,
@@ -44,6 +49,10 @@ pub(crate) const DEFAULT_BACKOFF_MS: u64 = 100;
 #[derive(Default)]
 pub(crate) struct WorkflowArgs {
     pub(crate) name: Option<LitStr>,
+    /// `cron = ".."`, checked: the expression as written.
+    pub(crate) cron: Option<LitStr>,
+    /// `timezone = ".."`, checked.
+    pub(crate) timezone: Option<LitStr>,
 }
 
 /// The arguments of `#[step(..)]`.
@@ -98,11 +107,24 @@ impl WorkflowArgs {
             };
             match key {
                 NAME => args.name = state.name(&meta)?,
+                CRON => args.cron = state.cron(&meta)?,
+                TIMEZONE => args.timezone = state.timezone(&meta)?,
                 _ => unreachable!("State::key only returns keys of WORKFLOW_KEYS"),
             }
             Ok(())
         });
         let parsed = parser.parse2(tokens);
+        if let (None, Some(timezone)) = (&args.cron, &args.timezone) {
+            if !state.seen.contains(&CRON) {
+                state.errors.spanned(
+                    timezone,
+                    format!(
+                        "`{TIMEZONE}` is the time zone of a `{CRON}` schedule, and this workflow \
+                         has none; add e.g. `{CRON} = \"0 0 2 * * *\"` or remove `{TIMEZONE}`"
+                    ),
+                );
+            }
+        }
         state.finish(parsed)?;
         Ok(args)
     }
@@ -218,6 +240,30 @@ impl StepArgs {
     }
 }
 
+/// The cron field names, in order.
+const CRON_FIELDS: [&str; 7] = [
+    "seconds",
+    "minutes",
+    "hours",
+    "day-of-month",
+    "month",
+    "day-of-week",
+    "year",
+];
+
+/// The one field of a six- or seven-field `expression` that makes it
+/// invalid (the expression parses with that field as `*`), and its text.
+fn bad_cron_field(expression: &str) -> Option<(&'static str, String)> {
+    let fields: Vec<&str> = expression.split_whitespace().collect();
+    (0..fields.len()).find_map(|i| {
+        let mut fixed = fields.clone();
+        fixed[i] = "*";
+        <cron::Schedule as std::str::FromStr>::from_str(&fixed.join(" "))
+            .is_ok()
+            .then(|| (CRON_FIELDS[i], fields[i].to_owned()))
+    })
+}
+
 /// Error collection and duplicate tracking while the keys are read.
 struct State {
     mac: Macro,
@@ -327,6 +373,82 @@ impl State {
                     Some(expr) => error(expr, message),
                     None => error(&meta.path, message),
                 });
+                Ok(None)
+            }
+        }
+    }
+
+    /// A string literal value, or `None` after recording an error that gives
+    /// `example`.
+    fn string(&mut self, meta: &ParseNestedMeta<'_>, example: &str) -> syn::Result<Option<LitStr>> {
+        let key = path_text(&meta.path);
+        match value(meta)? {
+            Some(Expr::Lit(ExprLit {
+                lit: Lit::Str(lit), ..
+            })) => Ok(Some(lit)),
+            value => {
+                let message =
+                    format!("`{key}` expects a string literal, e.g. `{key} = \"{example}\"`");
+                self.errors.push(match value {
+                    Some(expr) => error(expr, message),
+                    None => error(&meta.path, message),
+                });
+                Ok(None)
+            }
+        }
+    }
+
+    /// `cron = ".."`: an expression the `cron` crate reads (six or seven
+    /// fields, seconds first), checked here so a typo fails the build.
+    fn cron(&mut self, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<LitStr>> {
+        let Some(lit) = self.string(meta, "0 0 2 * * *")? else {
+            return Ok(None);
+        };
+        match <cron::Schedule as std::str::FromStr>::from_str(&lit.value()) {
+            Ok(_) => Ok(Some(lit)),
+            Err(e) => {
+                let expression = lit.value();
+                let fields = expression.split_whitespace().count();
+                let problem = if matches!(fields, 6 | 7) {
+                    match bad_cron_field(&expression) {
+                        Some((field, value)) => format!(
+                            "invalid cron expression `{expression}`: the {field} field `{value}` \
+                             is out of range or malformed"
+                        ),
+                        None => format!("invalid cron expression `{expression}` ({e})"),
+                    }
+                } else {
+                    format!("cron expression `{expression}` has {fields} fields")
+                };
+                self.errors.spanned(
+                    &lit,
+                    format!(
+                        "{problem}; write six or seven fields, seconds first (sec min hour \
+                         day-of-month month day-of-week [year]), e.g. `0 0 2 * * *` for \
+                         02:00:00 every day or `*/10 * * * * *` for every 10 seconds"
+                    ),
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    /// `timezone = ".."`: an IANA time zone name.
+    fn timezone(&mut self, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<LitStr>> {
+        let Some(lit) = self.string(meta, "Europe/Berlin")? else {
+            return Ok(None);
+        };
+        match <chrono_tz::Tz as std::str::FromStr>::from_str(&lit.value()) {
+            Ok(_) => Ok(Some(lit)),
+            Err(_) => {
+                self.errors.spanned(
+                    &lit,
+                    format!(
+                        "unknown time zone `{}`; use an IANA time zone name such as `UTC`, \
+                         `Europe/Berlin` or `America/New_York` (names are case-sensitive)",
+                        lit.value()
+                    ),
+                );
                 Ok(None)
             }
         }
@@ -528,11 +650,32 @@ mod tests {
     }
 
     #[test]
-    fn unknown_workflow_key_lists_the_valid_key() {
+    fn unknown_workflow_key_lists_the_valid_keys() {
         assert_eq!(
             workflow_errors(quote!(label = "x")),
-            ["unknown `#[workflow]` argument `label`; the only supported argument is `name`"]
+            [
+                "unknown `#[workflow]` argument `label`; supported arguments are `name`, \
+                 `cron`, `timezone`"
+            ]
         );
+    }
+
+    #[test]
+    fn cron_and_timezone_are_checked() {
+        assert!(
+            workflow_errors(quote!(cron = "0 0 2 * * *", timezone = "Europe/Berlin")).is_empty()
+        );
+        let errors = workflow_errors(quote!(cron = "0 0 2 * *"));
+        assert!(errors[0].contains("has 5 fields"), "{errors:?}");
+        let errors = workflow_errors(quote!(cron = "0 61 2 * * *"));
+        assert!(errors[0].contains("the minutes field `61`"), "{errors:?}");
+        let errors = workflow_errors(quote!(cron = "0 0 2 * * *", timezone = "Mars/Base"));
+        assert!(
+            errors[0].contains("unknown time zone `Mars/Base`"),
+            "{errors:?}"
+        );
+        let errors = workflow_errors(quote!(timezone = "UTC"));
+        assert!(errors[0].contains("has none"), "{errors:?}");
     }
 
     #[test]

@@ -82,6 +82,28 @@ use proc_macro::TokenStream;
 /// - `name = "..."`: the registered name (a non-empty string). Defaults to the
 ///   function's name. Unfinished instances are resumed by name, so set `name`
 ///   to the old name before renaming a function that has some.
+/// - `cron = "..."`: a schedule. Every resume worker linking the workflow
+///   runs a scheduler that starts it at each tick of this cron expression
+///   (six or seven fields, seconds first: `0 0 2 * * *` is 02:00:00 daily),
+///   exactly once across all workers: the tick's instance id is
+///   `cron:<name>:<tick in RFC 3339, UTC>`. The workflow takes exactly one
+///   argument, the tick time, typed `std::time::SystemTime`. A malformed
+///   expression is a compile error on the string. Manage it at run time with
+///   `Keiro::schedules`, `pause_schedule`, `resume_schedule`,
+///   `trigger_schedule` and `backfill_schedule`; missed ticks follow
+///   `ResumeOptions::missed_ticks`.
+/// - `timezone = "..."`: the IANA time zone the `cron` expression is read in
+///   (default `UTC`), checked at compile time.
+///
+/// ```no_run
+/// use std::time::SystemTime;
+///
+/// #[keiro::workflow(cron = "0 0 2 * * *", timezone = "Europe/Berlin")]
+/// async fn nightly_report(scheduled_at: SystemTime) -> Result<(), String> {
+///     let _ = scheduled_at; // 02:00 Berlin time of the night it runs for
+///     Ok(())
+/// }
+/// ```
 ///
 /// # Requirements
 ///

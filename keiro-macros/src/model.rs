@@ -7,7 +7,7 @@
 use proc_macro2::TokenStream;
 use quote::{quote, ToTokens};
 use syn::ext::IdentExt;
-use syn::{GenericArgument, Ident, ItemFn, PathArguments, Type};
+use syn::{GenericArgument, Ident, ItemFn, LitStr, PathArguments, Type};
 
 use crate::args::{StepArgs, WorkflowArgs, MAX_ATTEMPTS, TIMEOUT_MS};
 use crate::{check, diag};
@@ -92,6 +92,8 @@ pub(crate) struct WorkflowFn {
     pub(crate) func: ItemFn,
     pub(crate) args: Vec<Arg>,
     pub(crate) output: Output,
+    /// `cron = ".."` and its time zone (`UTC` unless `timezone = ".."`).
+    pub(crate) cron: Option<(String, String)>,
 }
 
 impl WorkflowFn {
@@ -107,6 +109,17 @@ impl WorkflowFn {
             Ok((func, inputs, output))
         });
         let (args, (func, inputs, output)) = diag::join(args, func)?;
+        let cron = match &args.cron {
+            Some(cron) => {
+                cron_argument(&func, &inputs, cron)?;
+                let timezone = args
+                    .timezone
+                    .as_ref()
+                    .map_or("UTC".to_owned(), LitStr::value);
+                Some((cron.value(), timezone))
+            }
+            None => None,
+        };
         let name = match args.name {
             Some(lit) => lit.value(),
             None => func.sig.ident.unraw().to_string(),
@@ -116,7 +129,38 @@ impl WorkflowFn {
             func,
             args: inputs,
             output,
+            cron,
         })
+    }
+}
+
+/// A `cron` workflow takes exactly one argument, the tick time, typed
+/// `SystemTime` (`std::time::SystemTime` or an imported `SystemTime`).
+fn cron_argument(func: &ItemFn, inputs: &[Arg], cron: &LitStr) -> syn::Result<()> {
+    let message = "a `cron` workflow takes exactly one argument, the tick it runs for: \
+                   `scheduled_at: std::time::SystemTime`";
+    match inputs {
+        [arg] => {
+            let is_system_time = match &*arg.ty {
+                Type::Path(path) if path.qself.is_none() => path
+                    .path
+                    .segments
+                    .last()
+                    .is_some_and(|last| last.ident == "SystemTime" && last.arguments.is_none()),
+                _ => false,
+            };
+            if is_system_time {
+                Ok(())
+            } else {
+                Err(syn::Error::new_spanned(&arg.ty, message))
+            }
+        }
+        [] => {
+            let mut error = syn::Error::new_spanned(&func.sig.ident, message);
+            error.combine(syn::Error::new_spanned(cron, "the schedule is set here"));
+            Err(error)
+        }
+        [_, extra, ..] => Err(syn::Error::new_spanned(&extra.ident, message)),
     }
 }
 

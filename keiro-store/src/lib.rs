@@ -62,6 +62,7 @@ mod queue;
 mod resume;
 mod retention;
 mod rows;
+mod schedules;
 mod schema;
 mod sql;
 #[cfg(feature = "sqlite")]
@@ -117,6 +118,7 @@ pub use outcome::Outcome;
 pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};
 pub use queue::{create_queued_tx, QueueLimits, Queued};
 pub use retention::{GcCursor, GcPolicy, GcProgress, GcRequest, GcSummary};
+pub use schedules::{ScheduleDef, ScheduleRow};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};
 pub use step_tx::StepTx;

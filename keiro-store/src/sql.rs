@@ -181,6 +181,8 @@ pub(crate) struct Statements {
     pub(crate) operate: crate::operate::OperateStatements,
     // Retention.
     pub(crate) retention: crate::retention::RetentionStatements,
+    // Cron schedules.
+    pub(crate) schedules: crate::schedules::ScheduleStatements,
     // Application versions.
     pub(crate) versions: crate::versions::VersionStatements,
     // Queues.
@@ -518,6 +520,7 @@ impl Statements {
             talk: crate::messages::TalkStatements::new(d),
             operate: crate::operate::OperateStatements::new(d),
             retention: crate::retention::RetentionStatements::new(d),
+            schedules: crate::schedules::ScheduleStatements::new(d),
             versions: crate::versions::VersionStatements::new(d),
             queue: crate::queue::QueueStatements::new(d),
         }

@@ -8,6 +8,7 @@ pub use crate::queue::QueueRegistration;
 pub use crate::registry::{
     BoxFuture, RunFn, SignatureFn, WorkflowInput, WorkflowOutput, WorkflowRegistration,
 };
+pub use crate::schedule::CronRegistration;
 pub use crate::signature::of as signature;
 
 use crate::{Result, WorkflowCall};

@@ -325,6 +325,23 @@ pub enum Error {
     /// A timer operation failed or was refused.
     #[error(transparent)]
     Timer(#[from] crate::timers::TimerError),
+    /// No schedule has this name.
+    #[error("no schedule is named `{name}` (schedules: {known})")]
+    UnknownSchedule {
+        /// The name asked for.
+        name: String,
+        /// The names of the stored schedules, or `none`.
+        known: String,
+    },
+    /// A schedule's definition or the change asked of it is refused: a
+    /// malformed cron expression or time zone, a taken name.
+    #[error("schedule `{name}` is refused: {reason}")]
+    InvalidSchedule {
+        /// The schedule.
+        name: String,
+        /// What is wrong and what to do instead.
+        reason: String,
+    },
     /// An enqueue with a dedup key that an unfinished instance of the same
     /// queue holds; once that one finishes, the key is free again.
     #[error(

@@ -68,6 +68,7 @@ mod registry;
 mod resume;
 mod retention;
 mod runtime;
+mod schedule;
 mod shutdown;
 mod signature;
 pub mod telemetry;
@@ -121,6 +122,7 @@ pub use runtime::{
     global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL,
     DEFAULT_MAX_PAYLOAD_BYTES, EXECUTOR_ID_ENV, SQLITE_SYNCHRONOUS_ENV,
 };
+pub use schedule::{MissedTicks, ScheduleInfo, DEFAULT_TIMEZONE, MAX_BACKFILL_TICKS};
 pub use transaction::Transaction;
 pub use uuid::Uuid;
 pub use version::{VersionCount, APP_VERSION_ENV, MAX_APP_VERSION_BYTES};

@@ -204,6 +204,13 @@ impl Registry {
         workflows
     }
 
+    /// The signature of the registered workflow `name`.
+    pub(crate) fn signature(&self, name: &str) -> Option<&str> {
+        self.by_name
+            .get(name)
+            .map(|(_, signature)| signature.as_str())
+    }
+
     /// The skeleton hash of the workflow registered under `name`, if it is
     /// registered and its macro emitted one.
     pub(crate) fn skeleton_hash(&self, name: &str) -> Option<&'static str> {

@@ -5,6 +5,7 @@ mod gc;
 mod instances;
 mod messages;
 mod repair;
+mod schedules;
 pub(crate) mod schema;
 mod serve;
 mod timers;
@@ -45,6 +46,7 @@ pub(crate) async fn dispatch(keiro: &Keiro, command: Command) -> Result<Report, 
             idempotency_key,
         } => messages::send(keiro, &id, &topic, &value, idempotency_key).await,
         Command::Timers(command) => timers::run(keiro, command).await,
+        Command::Schedules { action } => schedules::run(keiro, action).await,
         Command::Gc(args) => gc::run(keiro, &args).await,
         Command::Serve(args) => serve::run(keiro, &args).await,
         Command::Versions => versions::list(keiro).await,

@@ -110,6 +110,16 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
         },
     );
 
+    // A `cron` workflow also registers its schedule, checked by the parser.
+    let cron = workflow.cron.as_ref().map(|(cron, timezone)| {
+        let (cron, timezone) = (Literal::string(cron), Literal::string(timezone));
+        quote! {
+            ::keiro::__private::inventory::submit! {
+                ::keiro::__private::CronRegistration::new(#name, #cron, #timezone)
+            }
+        }
+    });
+
     // The helpers live inside the public function: nothing but the
     // function's own name is added to the user's namespace, and the expansion
     // is equally valid as an associated function in an `impl` block.
@@ -141,6 +151,7 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
                 .with_body_hash(#body_hash)
                 .with_skeleton_hash(#skeleton_hash)
             }
+            #cron
 
             #(#arg_asserts)*
             #ret_assert

@@ -109,6 +109,8 @@ fn classify(error: &Error) -> (StatusCode, &'static str) {
         Error::Timer(e) => classify_timer(e),
         Error::NotFound { .. } => (S::NOT_FOUND, "not_found"),
         Error::UnknownAwakeable { .. } => (S::NOT_FOUND, "unknown_awakeable"),
+        Error::UnknownSchedule { .. } => (S::NOT_FOUND, "unknown_schedule"),
+        Error::InvalidSchedule { .. } => (S::BAD_REQUEST, "invalid_schedule"),
         Error::IdConflict { .. } => (S::CONFLICT, "id_conflict"),
         Error::Duplicate { .. } => (S::CONFLICT, "duplicate"),
         Error::InputMismatch { .. } => (S::CONFLICT, "input_mismatch"),

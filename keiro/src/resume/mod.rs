@@ -22,11 +22,17 @@ impl Keiro {
     /// a wake-up (an enqueue in this process; on PostgreSQL a notification
     /// from any process), until [`ResumeWorker::shutdown`] (or
     /// [`Keiro::shutdown`]).
+    ///
+    /// Beside its passes it runs a cron scheduler: at each tick (by the
+    /// store's clock) of a schedule whose workflow this binary links, it
+    /// creates the tick's instance (see [`Keiro::schedules`]); ticks missed
+    /// while no worker ran follow [`ResumeOptions::missed_ticks`].
     pub async fn resume_worker(&self, options: ResumeOptions) -> Result<ResumeWorker> {
         options.validate()?;
         self.ensure_executor().await?;
         let (phase, watched) = watch::channel(Phase::Running);
         self.listen_for_wakes();
+        let scheduler = crate::schedule::scheduler::spawn(self, options.missed_ticks);
         let keiro = self.clone();
         let join = tokio::spawn(async move {
             let gc = options.retention.clone().map(|retention| {
@@ -56,6 +62,9 @@ impl Keiro {
                     _ = stop.draining() => break,
                 }
             }
+            // Ticks are created in the store: stopping between two loses none
+            // (another worker, or this one's successor, creates the next).
+            scheduler.abort();
             if let Some(gc) = gc {
                 // A batch cut short rolls back; the next worker's gc redoes it.
                 gc.abort();

@@ -1,6 +1,7 @@
 //! [`ResumeOptions`]: what a resume worker does (poll, concurrency, batch,
 //! log); what an instance is (lease, attempts) is the runtime's.
 
+use crate::schedule::MissedTicks;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,6 +50,10 @@ pub struct ResumeOptions {
     /// How often the worker runs [`ResumeOptions::retention`]: first when it
     /// starts, then every interval (default 1 h).
     pub gc_interval: Duration,
+    /// What the worker's cron scheduler does at start-up with ticks that
+    /// fell while no worker ran (default [`MissedTicks::RunLatest`]: the
+    /// latest missed tick of each schedule runs once).
+    pub missed_ticks: MissedTicks,
 }
 
 impl std::fmt::Debug for ResumeOptions {
@@ -59,6 +64,7 @@ impl std::fmt::Debug for ResumeOptions {
             .field("batch_size", &self.batch_size)
             .field("retention", &self.retention)
             .field("gc_interval", &self.gc_interval)
+            .field("missed_ticks", &self.missed_ticks)
             .finish_non_exhaustive()
     }
 }
@@ -72,6 +78,7 @@ impl Default for ResumeOptions {
             log: Arc::new(log_to_tracing),
             retention: None,
             gc_interval: Duration::from_secs(3600),
+            missed_ticks: MissedTicks::default(),
         }
     }
 }
@@ -114,6 +121,12 @@ impl ResumeOptions {
     }
 
     /// How many instances one pass claims.
+    /// Sets [`ResumeOptions::missed_ticks`].
+    pub fn missed_ticks(mut self, missed: MissedTicks) -> Self {
+        self.missed_ticks = missed;
+        self
+    }
+
     pub(super) fn claim_limit(&self) -> i64 {
         self.batch_size
             .min(self.concurrency.saturating_mul(2))

@@ -292,6 +292,7 @@ impl KeiroBuilder {
                 wake,
                 inflight,
                 wakes,
+                schedulers: Default::default(),
             }),
         })
     }

@@ -79,6 +79,8 @@ struct Inner {
     inflight: Arc<InFlight>,
     /// The wake-ups of this runtime's database, shared in this process.
     wakes: Arc<Wakes>,
+    /// This process's cron schedulers: their wake-up and progress.
+    schedulers: Arc<crate::schedule::scheduler::SchedulerState>,
 }
 
 impl std::fmt::Debug for Keiro {
@@ -207,6 +209,11 @@ impl Keiro {
     }
 
     /// What wakes this process's resume worker.
+    /// What this runtime's cron schedulers share with it.
+    pub(crate) fn scheduler_state(&self) -> &crate::schedule::scheduler::SchedulerState {
+        &self.inner.schedulers
+    }
+
     pub(crate) fn resume_wake(&self) -> &Notify {
         &self.inner.wake
     }

@@ -161,9 +161,10 @@ impl TestEnv {
     /// Moves the virtual clock forward by `by`, making everything that falls
     /// due within it happen, in time order, without waiting: it repeatedly
     /// moves the clock to the earliest wake time up to the target (a
-    /// suspended instance's sleep, timeout or deadline; a timer's fire time),
-    /// wakes the resume worker and timer workers, and waits until nothing is
-    /// running and nothing is due before moving on. The clock ends exactly
+    /// suspended instance's sleep, timeout or deadline; a timer's fire time;
+    /// a cron tick of a schedule whose workflow the test binary links),
+    /// wakes the resume worker, cron scheduler and timer workers, and waits
+    /// until nothing is running and nothing is due before moving on. The clock ends exactly
     /// `by` later than it started.
     ///
     /// Timers fire only through a timer worker the test runs on
@@ -193,7 +194,8 @@ impl TestEnv {
         self.settle().await;
     }
 
-    /// The earliest wake time of an unfinished instance or a scheduled timer.
+    /// The earliest wake time of an unfinished instance, a scheduled timer
+    /// or a cron tick.
     async fn next_due(&self) -> Option<i64> {
         let store = self.keiro.raw_store();
         let wake = store
@@ -204,7 +206,8 @@ impl TestEnv {
             .next_timer_fire_at()
             .await
             .unwrap_or_else(|e| store_failed(e));
-        wake.into_iter().chain(fire).min()
+        let tick = self.keiro.scheduler_state().next_tick();
+        wake.into_iter().chain(fire).chain(tick).min()
     }
 
     /// Wakes the workers and waits until this process drives no instance, no
@@ -216,6 +219,7 @@ impl TestEnv {
         while quiet < 2 {
             self.keiro.wake_resume_worker();
             self.keiro.wake_timer_workers();
+            self.keiro.scheduler_state().wake();
             tokio::time::sleep(SETTLE_POLL).await;
             match self.busy().await {
                 None => quiet += 1,
@@ -235,6 +239,9 @@ impl TestEnv {
 
     /// What keeps the runtime busy, if anything.
     async fn busy(&self) -> Option<String> {
+        if self.keiro.scheduler_state().is_behind() {
+            return Some("the cron scheduler has not caught up with the clock".to_owned());
+        }
         if !self.keiro.inflight().is_idle() {
             return Some("a workflow is still running in this process".to_owned());
         }

@@ -1,0 +1,83 @@
+//! `keiro schedules …`: the cron schedules, and pausing, resuming or
+//! triggering one.
+
+use keiro::{Keiro, ScheduleInfo};
+use serde_json::json;
+
+use crate::args::SchedulesCommand;
+use crate::table::Table;
+use crate::{clock, Failure, Report};
+
+/// Runs one `keiro schedules` command.
+pub(crate) async fn run(
+    keiro: &Keiro,
+    action: Option<SchedulesCommand>,
+) -> Result<Report, Failure> {
+    match action {
+        None => list(keiro).await,
+        Some(SchedulesCommand::Pause { name }) => {
+            keiro.pause_schedule(&name).await?;
+            Ok(done(&name, "paused"))
+        }
+        Some(SchedulesCommand::Resume { name }) => {
+            keiro.resume_schedule(&name).await?;
+            Ok(done(&name, "resumed"))
+        }
+        Some(SchedulesCommand::Trigger { name }) => {
+            let id = keiro.trigger_schedule(&name).await?;
+            Ok(Report {
+                human: format!("schedule {name} triggered: instance {id}\n"),
+                json: json!({ "schedule": name, "id": id }),
+            })
+        }
+    }
+}
+
+async fn list(keiro: &Keiro) -> Result<Report, Failure> {
+    let schedules = keiro.schedules().await?;
+    let mut table = Table::new(&[
+        "NAME",
+        "WORKFLOW",
+        "CRON",
+        "TIMEZONE",
+        "STATE",
+        "NEXT TICK",
+        "LAST TICK",
+    ]);
+    for s in &schedules {
+        table.row(vec![
+            s.name.clone(),
+            s.workflow.clone(),
+            s.cron.clone(),
+            s.timezone.clone(),
+            if s.paused { "paused" } else { "active" }.to_owned(),
+            s.next_tick.map(clock::short).unwrap_or_default(),
+            s.last_tick.map(clock::short).unwrap_or_default(),
+        ]);
+    }
+    Ok(Report {
+        human: table.render(),
+        json: json!(schedules.iter().map(schedule_json).collect::<Vec<_>>()),
+    })
+}
+
+fn schedule_json(s: &ScheduleInfo) -> serde_json::Value {
+    let time = |t: Option<std::time::SystemTime>| t.map(keiro::admin::json::rfc3339);
+    json!({
+        "name": s.name,
+        "workflow": s.workflow,
+        "cron": s.cron,
+        "timezone": s.timezone,
+        "paused": s.paused,
+        "dynamic": s.dynamic,
+        "next_tick": time(s.next_tick),
+        "last_tick": time(s.last_tick),
+    })
+}
+
+fn done(name: &str, what: &str) -> Report {
+    Report {
+        human: format!("schedule {name} {what}\n"),
+        json: json!({ "schedule": name, "state": what }),
+    }
+}

@@ -1,0 +1,191 @@
+//! Cron schedules: the `schedules` table every worker of a database reads
+//! (migration 0017). A row is a schedule's definition (cron expression, time
+//! zone, workflow and, for a dynamic schedule, the call's arguments), whether
+//! it is paused, and the latest tick a worker created an instance for.
+
+use crate::rows::{FromRow, StoreRow};
+use crate::sql::Dialect;
+use crate::{Result, Store};
+
+/// The columns of a [`ScheduleRow`].
+const COLUMNS: &str = "name, cron, timezone, workflow, input, paused, last_tick";
+
+/// One stored schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleRow {
+    /// The schedule's name: the workflow's for a `#[workflow(cron = "..")]`
+    /// schedule, the one given for a dynamic one.
+    pub name: String,
+    /// The cron expression (seconds field first).
+    pub cron: String,
+    /// The IANA time zone the expression is read in (`UTC`, `Europe/Berlin`).
+    pub timezone: String,
+    /// The workflow each tick starts.
+    pub workflow: String,
+    /// A dynamic schedule's encoded call arguments; `None` for a
+    /// `#[workflow(cron = "..")]` schedule, whose argument is the tick time.
+    pub input: Option<String>,
+    /// Whether ticks are paused.
+    pub paused: bool,
+    /// The latest tick an instance was created for (µs since the Unix epoch).
+    pub last_tick: Option<i64>,
+}
+
+impl FromRow for ScheduleRow {
+    fn from_row(row: &impl StoreRow) -> Result<Self> {
+        let name = row.text(|| "a schedule".into(), "name")?;
+        let what = || format!("schedule `{name}`");
+        Ok(ScheduleRow {
+            cron: row.text(what, "cron")?,
+            timezone: row.text(what, "timezone")?,
+            workflow: row.text(what, "workflow")?,
+            input: row.maybe_text(what, "input")?,
+            paused: row.int(what, "paused")? != 0,
+            last_tick: row.maybe_int(what, "last_tick")?,
+            name,
+        })
+    }
+}
+
+/// The statements of the schedule operations.
+#[derive(Debug)]
+pub(crate) struct ScheduleStatements {
+    /// Writes a `#[workflow(cron)]` schedule `$1` (cron `$2`, zone `$3`,
+    /// workflow `$4`, now `$5`), updating the definition of an existing one
+    /// unless it is dynamic; keeps `paused` and `last_tick`.
+    upsert_static: String,
+    /// Writes dynamic schedule `$1` (cron `$2`, zone `$3`, workflow `$4`,
+    /// input `$5`, now `$6`), replacing the definition of an existing one;
+    /// keeps `paused` and `last_tick`.
+    upsert_dynamic: String,
+    /// Every schedule, by name.
+    list: String,
+    /// Schedule `$1`.
+    get: String,
+    /// Sets `paused` of `$1` to `$2` at `$3`.
+    set_paused: String,
+    /// Deletes schedule `$1`.
+    delete: String,
+    /// Moves `last_tick` of `$1` forward to `$2` (never back).
+    record_tick: String,
+}
+
+impl ScheduleStatements {
+    pub(crate) fn new(d: &Dialect) -> ScheduleStatements {
+        let t = format!("{}schedules", d.tables);
+        ScheduleStatements {
+            upsert_static: format!(
+                "INSERT INTO {t} (name, cron, timezone, workflow, input, paused, created_at, \
+                 updated_at) VALUES ($1, $2, $3, $4, NULL, 0, $5, $5) \
+                 ON CONFLICT (name) DO UPDATE SET cron = excluded.cron, \
+                 timezone = excluded.timezone, workflow = excluded.workflow, \
+                 updated_at = excluded.updated_at \
+                 WHERE {t}.input IS NULL AND ({t}.cron <> excluded.cron \
+                 OR {t}.timezone <> excluded.timezone OR {t}.workflow <> excluded.workflow)"
+            ),
+            upsert_dynamic: format!(
+                "INSERT INTO {t} (name, cron, timezone, workflow, input, paused, created_at, \
+                 updated_at) VALUES ($1, $2, $3, $4, $5, 0, $6, $6) \
+                 ON CONFLICT (name) DO UPDATE SET cron = excluded.cron, \
+                 timezone = excluded.timezone, workflow = excluded.workflow, \
+                 input = excluded.input, updated_at = excluded.updated_at"
+            ),
+            list: format!("SELECT {COLUMNS} FROM {t} ORDER BY name"),
+            get: format!("SELECT {COLUMNS} FROM {t} WHERE name = $1"),
+            set_paused: format!("UPDATE {t} SET paused = $2, updated_at = $3 WHERE name = $1"),
+            delete: format!("DELETE FROM {t} WHERE name = $1"),
+            record_tick: format!(
+                "UPDATE {t} SET last_tick = $2 \
+                 WHERE name = $1 AND (last_tick IS NULL OR last_tick < $2)"
+            ),
+        }
+    }
+}
+
+/// A new or changed schedule definition.
+#[derive(Debug, Clone, Copy)]
+pub struct ScheduleDef<'a> {
+    /// The schedule's name.
+    pub name: &'a str,
+    /// The cron expression (seconds field first).
+    pub cron: &'a str,
+    /// The IANA time zone.
+    pub timezone: &'a str,
+    /// The workflow each tick starts.
+    pub workflow: &'a str,
+    /// The call's encoded arguments (a dynamic schedule), or `None` (a
+    /// `#[workflow(cron = "..")]` one: the tick time is the argument).
+    pub input: Option<&'a str>,
+}
+
+impl Store {
+    /// Writes a schedule's definition, keeping its paused state and last
+    /// tick. A `#[workflow(cron)]` definition (`input: None`) never replaces
+    /// a dynamic schedule of the same name.
+    pub async fn put_schedule(&self, def: &ScheduleDef<'_>) -> Result<()> {
+        let now = self.now_us();
+        match def.input {
+            None => {
+                self.execute(
+                    "put_schedule",
+                    |s| &s.schedules.upsert_static,
+                    &args![def.name, def.cron, def.timezone, def.workflow, now],
+                )
+                .await?
+            }
+            Some(input) => {
+                self.execute(
+                    "put_schedule",
+                    |s| &s.schedules.upsert_dynamic,
+                    &args![def.name, def.cron, def.timezone, def.workflow, input, now],
+                )
+                .await?
+            }
+        };
+        Ok(())
+    }
+
+    /// Every stored schedule, by name.
+    pub async fn schedules(&self) -> Result<Vec<ScheduleRow>> {
+        self.fetch_all("schedules", |s| &s.schedules.list, &[], None)
+            .await
+    }
+
+    /// The stored schedule `name`, if any.
+    pub async fn schedule_named(&self, name: &str) -> Result<Option<ScheduleRow>> {
+        self.fetch_optional("schedule", |s| &s.schedules.get, &args![name])
+            .await
+    }
+
+    /// Pauses or resumes schedule `name`; `false` when there is none.
+    pub async fn set_schedule_paused(&self, name: &str, paused: bool) -> Result<bool> {
+        let changed = self
+            .execute(
+                "set_schedule_paused",
+                |s| &s.schedules.set_paused,
+                &args![name, i64::from(paused), self.now_us()],
+            )
+            .await?;
+        Ok(changed > 0)
+    }
+
+    /// Deletes schedule `name`; `false` when there was none.
+    pub async fn delete_schedule(&self, name: &str) -> Result<bool> {
+        let changed = self
+            .execute("delete_schedule", |s| &s.schedules.delete, &args![name])
+            .await?;
+        Ok(changed > 0)
+    }
+
+    /// Records that an instance was created for the tick at `tick_us` of
+    /// schedule `name` (the latest such tick is kept).
+    pub async fn record_schedule_tick(&self, name: &str, tick_us: i64) -> Result<()> {
+        self.execute(
+            "record_schedule_tick",
+            |s| &s.schedules.record_tick,
+            &args![name, tick_us],
+        )
+        .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,75 @@
+//! Creating one tick's instance: the id derived from the schedule and the
+//! tick, the arguments (the tick time, or a dynamic schedule's stored call),
+//! then the normal enqueue path, so whichever resume worker claims it first
+//! runs it.
+
+use keiro_store::{CreateRequest, ScheduleRow};
+
+use super::spec::tick_id;
+use crate::{Error, Keiro, Result};
+
+/// Creates the instance of `row`'s tick at `tick_us` under `id` unless it
+/// exists already, and records the tick. Returns whether it was created.
+/// Workers racing on one tick create it once: the id is unique.
+pub(crate) async fn fire_as(
+    keiro: &Keiro,
+    row: &ScheduleRow,
+    tick_us: i64,
+    id: String,
+) -> Result<bool> {
+    // A process that does not link the workflow (the `keiro` command, a web
+    // process) records no signature and no application version: any worker
+    // serving the name runs it. A process linking it records its own, like
+    // any other new instance.
+    let registry = keiro.registry();
+    let signature = registry.signature(&row.workflow).map(str::to_owned);
+    let app_version = signature.as_ref().map(|_| keiro.app_version().to_owned());
+    let skeleton_hash = registry.skeleton_hash(&row.workflow).map(str::to_owned);
+    let input = match &row.input {
+        Some(input) => input.clone(),
+        None => crate::json::to_json(&(crate::time::from_us(tick_us),), || {
+            format!("the tick time of schedule `{}`", row.name)
+        })?,
+    };
+    let (existing, created) = keiro
+        .writer()
+        .create(CreateRequest {
+            id: id.clone(),
+            name: row.workflow.clone(),
+            input,
+            signature,
+            parent: None,
+            lease: None,
+            deadline: None,
+            traceparent: None,
+            app_version,
+            skeleton_hash,
+        })
+        .await?;
+    if existing.name != row.workflow {
+        return Err(Error::IdConflict {
+            id,
+            existing: existing.name,
+            requested: row.workflow.clone(),
+            held_as: String::new(),
+            requested_as: format!(" for a tick of schedule `{}`", row.name),
+        });
+    }
+    if created {
+        keiro.wake_resume_worker();
+        // The instance is committed: a lost notification only costs latency.
+        if let Err(error) = keiro.raw_store().wake_workers("").await {
+            tracing::warn!(%error, "keiro could not notify a cron tick");
+        }
+    }
+    keiro
+        .raw_store()
+        .record_schedule_tick(&row.name, tick_us)
+        .await?;
+    Ok(created)
+}
+
+/// [`fire_as`] under the tick's own id ([`tick_id`]).
+pub(crate) async fn fire(keiro: &Keiro, row: &ScheduleRow, tick_us: i64) -> Result<bool> {
+    fire_as(keiro, row, tick_us, tick_id(&row.name, tick_us)).await
+}

@@ -1,0 +1,235 @@
+//! The management calls on [`Keiro`]: list, pause, resume, trigger,
+//! backfill, and dynamic schedules made and deleted at run time. Every one
+//! goes through the schedules table, so every worker of the database sees it.
+
+use std::time::SystemTime;
+
+use keiro_store::{ScheduleDef, ScheduleRow};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::fire::{fire, fire_as};
+use super::info::ScheduleInfo;
+use super::registration::linked;
+use super::spec::{rfc3339, CronSpec, DEFAULT_TIMEZONE};
+use crate::time::{from_us, to_us};
+use crate::{Error, Keiro, Result, WorkflowCall};
+
+/// The most ticks one [`Keiro::backfill_schedule`] call creates.
+pub const MAX_BACKFILL_TICKS: usize = 10_000;
+
+/// Writes every `#[workflow(cron)]` schedule linked into this binary to the
+/// table (new ones; changed expressions), keeping paused state and last tick.
+pub(crate) async fn write_linked(keiro: &Keiro) -> Result<()> {
+    for registration in linked() {
+        keiro
+            .raw_store()
+            .put_schedule(&ScheduleDef {
+                name: registration.workflow,
+                cron: registration.cron,
+                timezone: registration.timezone,
+                workflow: registration.workflow,
+                input: None,
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+impl Keiro {
+    /// Every schedule of this database, by name: the `#[workflow(cron)]`
+    /// ones linked into this binary or written by any worker, and the
+    /// dynamic ones, each with its next tick by the store's clock.
+    pub async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
+        write_linked(self).await?;
+        let now = self.now_us();
+        let rows = self.raw_store().schedules().await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                let next_tick = match (
+                    row.paused,
+                    CronSpec::parse(&row.name, &row.cron, &row.timezone),
+                ) {
+                    (false, Ok(spec)) => spec.next_after(now).map(from_us),
+                    _ => None,
+                };
+                ScheduleInfo {
+                    dynamic: row.input.is_some(),
+                    last_tick: row.last_tick.map(from_us),
+                    next_tick,
+                    name: row.name,
+                    workflow: row.workflow,
+                    cron: row.cron,
+                    timezone: row.timezone,
+                    paused: row.paused,
+                }
+            })
+            .collect())
+    }
+
+    /// Pauses schedule `name` on every worker (within half a second): no
+    /// tick runs until [`Keiro::resume_schedule`], and ticks that fall
+    /// meanwhile are not run later. An unknown name is
+    /// [`Error::UnknownSchedule`].
+    pub async fn pause_schedule(&self, name: &str) -> Result<()> {
+        self.set_paused(name, true).await
+    }
+
+    /// Resumes a paused schedule `name`: its next tick after now runs.
+    pub async fn resume_schedule(&self, name: &str) -> Result<()> {
+        self.set_paused(name, false).await
+    }
+
+    async fn set_paused(&self, name: &str, paused: bool) -> Result<()> {
+        write_linked(self).await?;
+        if !self.raw_store().set_schedule_paused(name, paused).await? {
+            return Err(self.unknown_schedule(name).await);
+        }
+        self.scheduler_state().wake();
+        Ok(())
+    }
+
+    /// Runs schedule `name` once now (paused or not), as a tick at the
+    /// store's current time, under the id `cron:<name>:trigger:<now, RFC
+    /// 3339>`. Returns the instance id; whichever resume worker serving the
+    /// workflow claims it runs it.
+    pub async fn trigger_schedule(&self, name: &str) -> Result<String> {
+        let row = self.schedule_row(name).await?;
+        let now = self.now_us();
+        let id = format!("cron:{name}:trigger:{}", rfc3339(now));
+        fire_as(self, &row, now, id.clone()).await?;
+        Ok(id)
+    }
+
+    /// Starts every tick of schedule `name` from `from` to `to` (both
+    /// included) that has no instance yet, each under its tick's own id, so
+    /// a tick the scheduler ran already, or an earlier backfill, is not run
+    /// again. Returns the ids of the instances it created, in tick order. At
+    /// most [`MAX_BACKFILL_TICKS`] ticks per call ([`Error::InvalidOption`]
+    /// beyond).
+    pub async fn backfill_schedule(
+        &self,
+        name: &str,
+        from: SystemTime,
+        to: SystemTime,
+    ) -> Result<Vec<String>> {
+        let row = self.schedule_row(name).await?;
+        let spec = CronSpec::parse(&row.name, &row.cron, &row.timezone)?;
+        let ticks = spec.ticks_within(to_us(from), to_us(to), MAX_BACKFILL_TICKS + 1);
+        if ticks.len() > MAX_BACKFILL_TICKS {
+            return Err(Error::invalid_option(
+                "backfill_schedule",
+                format!(
+                    "schedule `{name}` has more than {MAX_BACKFILL_TICKS} ticks in the range; \
+                     backfill it in shorter ranges"
+                ),
+            ));
+        }
+        let mut created = Vec::new();
+        for tick in ticks {
+            if fire(self, &row, tick).await? {
+                created.push(super::spec::tick_id(name, tick));
+            }
+        }
+        Ok(created)
+    }
+
+    /// Makes (or redefines) dynamic schedule `name`: at each tick of `cron`
+    /// (seconds field first, read in UTC) a worker linking `call`'s workflow
+    /// starts it with `call`'s arguments, under the id
+    /// `cron:<name>:<tick, RFC 3339>`. `call`'s own id, if any, is not used.
+    /// Stored in the database, so every worker sees it; redefining keeps its
+    /// paused state. A malformed expression is [`Error::InvalidSchedule`]; a
+    /// name held by a `#[workflow(cron)]` schedule is refused the same way.
+    pub async fn create_schedule<R>(
+        &self,
+        name: &str,
+        cron: &str,
+        call: WorkflowCall<R>,
+    ) -> Result<()>
+    where
+        R: Serialize + DeserializeOwned + Send + 'static,
+    {
+        self.create_schedule_in(name, cron, DEFAULT_TIMEZONE, call)
+            .await
+    }
+
+    /// [`Keiro::create_schedule`] with the expression read in `timezone`
+    /// (an IANA name such as `Europe/Berlin`).
+    pub async fn create_schedule_in<R>(
+        &self,
+        name: &str,
+        cron: &str,
+        timezone: &str,
+        call: WorkflowCall<R>,
+    ) -> Result<()>
+    where
+        R: Serialize + DeserializeOwned + Send + 'static,
+    {
+        CronSpec::parse(name, cron, timezone)?;
+        Error::check_id("schedule name", name)?;
+        if linked().any(|registration| registration.workflow == name) {
+            return Err(Error::InvalidSchedule {
+                name: name.to_owned(),
+                reason: "the name is taken by a `#[workflow(cron)]` schedule; choose another"
+                    .to_owned(),
+            });
+        }
+        let input = call.encoded_input()?;
+        self.raw_store()
+            .put_schedule(&ScheduleDef {
+                name,
+                cron,
+                timezone,
+                workflow: call.name,
+                input: Some(&input),
+            })
+            .await?;
+        self.scheduler_state().wake();
+        Ok(())
+    }
+
+    /// Deletes dynamic schedule `name`: no further tick runs (instances
+    /// already started are left alone). An unknown name is
+    /// [`Error::UnknownSchedule`]; a `#[workflow(cron)]` schedule cannot be
+    /// deleted ([`Error::InvalidSchedule`]: pause it instead).
+    pub async fn delete_schedule(&self, name: &str) -> Result<()> {
+        let row = self.schedule_row(name).await?;
+        if row.input.is_none() {
+            return Err(Error::InvalidSchedule {
+                name: name.to_owned(),
+                reason: "it is declared by `#[workflow(cron)]` and comes back with the next \
+                         worker; pause it with `pause_schedule` instead"
+                    .to_owned(),
+            });
+        }
+        self.raw_store().delete_schedule(name).await?;
+        self.scheduler_state().wake();
+        Ok(())
+    }
+
+    /// The stored schedule `name`, or [`Error::UnknownSchedule`].
+    async fn schedule_row(&self, name: &str) -> Result<ScheduleRow> {
+        write_linked(self).await?;
+        match self.raw_store().schedule_named(name).await? {
+            Some(row) => Ok(row),
+            None => Err(self.unknown_schedule(name).await),
+        }
+    }
+
+    async fn unknown_schedule(&self, name: &str) -> Error {
+        let known = match self.raw_store().schedules().await {
+            Ok(rows) => rows.into_iter().map(|row| row.name).collect::<Vec<_>>(),
+            Err(error) => return error.into(),
+        };
+        Error::UnknownSchedule {
+            name: name.to_owned(),
+            known: if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            },
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! The scheduler loop each resume worker runs beside its claim loop: it
+//! reads the schedules table, and at each tick (by the store's clock) of a
+//! schedule whose workflow this binary links, creates the tick's instance.
+//! Every worker does so; the tick's derived id makes it one instance.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use keiro_store::ScheduleRow;
+use tokio::sync::Notify;
+
+use super::fire::fire;
+use super::info::MissedTicks;
+use super::spec::CronSpec;
+use crate::{Keiro, Result};
+
+/// The longest pause between two reads of the schedules table, so a
+/// schedule created, paused or resumed by another process is seen within it.
+pub(crate) const SCHEDULE_POLL: Duration = Duration::from_millis(500);
+
+/// The most ticks of one schedule created in one pass: a scheduler that was
+/// held up (a suspended machine) catches up on at most this many and skips
+/// the rest.
+const MAX_CATCH_UP: usize = 100;
+
+/// What this process's schedulers share with the runtime: how to wake them
+/// and what they have done, so [`crate::testing::TestEnv`] can tell when a
+/// tick is due and when they have caught up.
+#[derive(Debug)]
+pub(crate) struct SchedulerState {
+    wake: Notify,
+    /// Wake-ups asked for.
+    requested: AtomicU64,
+    /// The `requested` count the latest finished pass started after.
+    done: AtomicU64,
+    /// The earliest next tick over the schedules a scheduler follows (µs),
+    /// `i64::MAX` for none.
+    next_tick: AtomicI64,
+    /// How many schedulers run.
+    running: AtomicUsize,
+}
+
+impl Default for SchedulerState {
+    fn default() -> Self {
+        SchedulerState {
+            wake: Notify::new(),
+            requested: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            next_tick: AtomicI64::new(i64::MAX),
+            running: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl SchedulerState {
+    /// Makes every scheduler of this process read the table again now.
+    pub(crate) fn wake(&self) {
+        self.requested.fetch_add(1, Ordering::SeqCst);
+        self.wake.notify_waiters();
+    }
+
+    /// The earliest next tick a running scheduler waits for.
+    pub(crate) fn next_tick(&self) -> Option<i64> {
+        let running = self.running.load(Ordering::SeqCst) > 0;
+        let next = self.next_tick.load(Ordering::SeqCst);
+        (running && next != i64::MAX).then_some(next)
+    }
+
+    /// Whether a running scheduler has not yet finished a pass since the
+    /// latest [`SchedulerState::wake`].
+    pub(crate) fn is_behind(&self) -> bool {
+        self.running.load(Ordering::SeqCst) > 0
+            && self.done.load(Ordering::SeqCst) < self.requested.load(Ordering::SeqCst)
+    }
+}
+
+/// Where one schedule stands in this scheduler.
+struct Cursor {
+    /// The definition the spec was parsed from.
+    definition: (String, String),
+    spec: CronSpec,
+    /// Every tick at or before this was handled.
+    handled: i64,
+}
+
+/// Starts a scheduler task, which runs until it is aborted (with its resume
+/// worker). It counts as running, and behind, from this call on, so a
+/// [`crate::testing::TestEnv`] waits for its first pass.
+pub(crate) fn spawn(keiro: &Keiro, missed: MissedTicks) -> tokio::task::JoinHandle<()> {
+    let state = keiro.scheduler_state();
+    state.running.fetch_add(1, Ordering::SeqCst);
+    state.requested.fetch_add(1, Ordering::SeqCst);
+    let running = Running(keiro.clone());
+    tokio::spawn(run(keiro.clone(), missed, running))
+}
+
+async fn run(keiro: Keiro, missed: MissedTicks, _running: Running) {
+    let state = keiro.scheduler_state();
+    let mut cursors: HashMap<String, Cursor> = HashMap::new();
+    let mut first = true;
+    loop {
+        let seen = state.requested.load(Ordering::SeqCst);
+        let next = match pass(&keiro, &mut cursors, first.then_some(missed)).await {
+            Ok(next) => {
+                first = false;
+                next
+            }
+            Err(error) => {
+                tracing::warn!(%error, "keiro's cron scheduler could not read its schedules");
+                None
+            }
+        };
+        state
+            .next_tick
+            .store(next.unwrap_or(i64::MAX), Ordering::SeqCst);
+        state.done.fetch_max(seen, Ordering::SeqCst);
+        let pause = match next {
+            Some(at) => crate::time::until_us(at, keiro.now_us()).min(SCHEDULE_POLL),
+            None => SCHEDULE_POLL,
+        };
+        let woken = state.wake.notified();
+        if state.requested.load(Ordering::SeqCst) != seen {
+            continue;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = woken => {}
+        }
+    }
+}
+
+/// Counts a scheduler out when its task ends (aborted with its worker).
+struct Running(Keiro);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0
+            .scheduler_state()
+            .running
+            .fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// One pass: fires every due tick, returns the earliest next one. `missed`
+/// is set on the first pass only.
+async fn pass(
+    keiro: &Keiro,
+    cursors: &mut HashMap<String, Cursor>,
+    missed: Option<MissedTicks>,
+) -> Result<Option<i64>> {
+    if missed.is_some() {
+        super::manage::write_linked(keiro).await?;
+    }
+    let rows = keiro.raw_store().schedules().await?;
+    cursors.retain(|name, _| rows.iter().any(|row| row.name == *name));
+    let now = keiro.now_us();
+    let mut next: Option<i64> = None;
+    for row in &rows {
+        if keiro.registry().get(&row.workflow).is_none() {
+            continue;
+        }
+        let Some(cursor) = cursor(cursors, row, now) else {
+            continue;
+        };
+        if row.paused {
+            // Ticks that fall while paused are not run on resume.
+            cursor.handled = now;
+            continue;
+        }
+        if missed == Some(MissedTicks::RunLatest) {
+            if let (Some(last), Some(latest)) = (row.last_tick, cursor.spec.latest_until(now)) {
+                if latest > last {
+                    fire_logged(keiro, row, latest).await;
+                }
+            }
+        }
+        let due = cursor
+            .spec
+            .ticks_within(cursor.handled.saturating_add(1), now, MAX_CATCH_UP);
+        for &tick in &due {
+            fire_logged(keiro, row, tick).await;
+        }
+        cursor.handled = due.last().copied().unwrap_or(cursor.handled);
+        if due.len() == MAX_CATCH_UP {
+            cursor.handled = now;
+        }
+        if let Some(at) = cursor.spec.next_after(cursor.handled) {
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
+    }
+    Ok(next)
+}
+
+/// The cursor of `row`, made (starting at `now`) or re-parsed when its
+/// definition changed; `None` when the stored definition does not parse.
+fn cursor<'c>(
+    cursors: &'c mut HashMap<String, Cursor>,
+    row: &ScheduleRow,
+    now: i64,
+) -> Option<&'c mut Cursor> {
+    let definition = (row.cron.clone(), row.timezone.clone());
+    if let Some(existing) = cursors.get(&row.name) {
+        if existing.definition == definition {
+            return cursors.get_mut(&row.name);
+        }
+    }
+    let spec = match CronSpec::parse(&row.name, &row.cron, &row.timezone) {
+        Ok(spec) => spec,
+        Err(error) => {
+            tracing::warn!(%error, "keiro skips a schedule it cannot read");
+            return None;
+        }
+    };
+    let handled = cursors.get(&row.name).map_or(now, |c| c.handled);
+    cursors.insert(
+        row.name.clone(),
+        Cursor {
+            definition,
+            spec,
+            handled,
+        },
+    );
+    cursors.get_mut(&row.name)
+}
+
+async fn fire_logged(keiro: &Keiro, row: &ScheduleRow, tick: i64) {
+    if let Err(error) = fire(keiro, row, tick).await {
+        tracing::warn!(
+            %error,
+            schedule = %row.name,
+            tick = %super::spec::rfc3339(tick),
+            "keiro could not start a cron tick"
+        );
+    }
+}

@@ -1,0 +1,364 @@
+//! Cron schedules: each tick runs exactly once across two worker processes;
+//! pause, resume, trigger and backfill; dynamic schedules; the listing.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use keiro::{Keiro, ListFilter, MissedTicks, ResumeOptions, WorkflowStatus};
+use keiro_tests::process::CrashChild;
+use keiro_tests::{Backend, TestDb};
+
+/// Ticks every second.
+#[keiro::workflow(cron = "*/1 * * * * *")]
+async fn every_second(scheduled_at: SystemTime) -> Result<u64, String> {
+    Ok(scheduled_at
+        .duration_since(UNIX_EPOCH)
+        .map_err(|e| e.to_string())?
+        .as_secs())
+}
+
+/// Ticks at 02:00 in Berlin: never during a test, so its instances are the
+/// ones the test makes.
+#[keiro::workflow(cron = "0 0 2 * * *", timezone = "Europe/Berlin")]
+async fn nightly_report(scheduled_at: SystemTime) -> Result<SystemTime, String> {
+    Ok(scheduled_at)
+}
+
+/// The workflow of the dynamic schedules.
+#[keiro::workflow]
+async fn greet(name: String) -> Result<String, String> {
+    Ok(format!("hello {name}"))
+}
+
+async fn ids(keiro: &Keiro, prefix: &str) -> Vec<String> {
+    let page = keiro
+        .list(&ListFilter::default().id_prefix(prefix).limit(1000))
+        .await
+        .expect("list");
+    let mut ids: Vec<_> = page.items.into_iter().map(|row| row.id).collect();
+    ids.sort();
+    ids
+}
+
+async fn worker(keiro: &Keiro) -> keiro::ResumeWorker {
+    keiro
+        .resume_worker(ResumeOptions::default().poll_interval(Duration::from_millis(50)))
+        .await
+        .expect("start a resume worker")
+}
+
+async fn two_worker_processes_run_every_tick_exactly_once(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await; // migrates
+    let dir = tempfile::tempdir().unwrap();
+    let effects = dir.path().join("effects");
+    let effects_arg = effects.to_str().unwrap();
+    let binary = env!("CARGO_BIN_EXE_cron_worker");
+    let a = CrashChild::start(binary, &db, "cron-a", &[effects_arg], None);
+    let b = CrashChild::start(binary, &db, "cron-b", &[effects_arg], None);
+    let started = SystemTime::now();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let stopped = SystemTime::now();
+    a.kill().await;
+    b.kill().await;
+
+    let mut runs: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for line in keiro_tests::process::lines_of(&effects) {
+        let (tick, pid) = line.split_once(' ').expect("`<tick> <pid>`");
+        runs.entry(tick.parse().unwrap())
+            .or_default()
+            .push(pid.to_owned());
+    }
+    let secs = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap().as_secs();
+    // Both workers are up within 2 s of starting; a tick in the last second
+    // may still be running when they are killed.
+    let (first, last) = (secs(started) + 3, secs(stopped) - 2);
+    for tick in first..=last {
+        assert_eq!(
+            runs.get(&tick).map(Vec::len),
+            Some(1),
+            "tick {tick} must run exactly once between {first} and {last}: {runs:?}"
+        );
+    }
+    for (tick, pids) in &runs {
+        assert_eq!(pids.len(), 1, "tick {tick} ran more than once: {pids:?}");
+    }
+    let pids: std::collections::BTreeSet<_> = runs.values().flatten().collect();
+    assert_eq!(pids.len(), 2, "both workers ran ticks: {runs:?}");
+    let instances = ids(&keiro, "cron:cron_tick:").await;
+    assert!(
+        instances.len() >= (last - first + 1) as usize,
+        "{instances:?}"
+    );
+}
+
+async fn pause_stops_ticks_and_resume_restarts_them(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let worker = worker(&keiro).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        ids(&keiro, "cron:every_second:").await.len() >= 2,
+        "ticks run every second"
+    );
+    keiro.pause_schedule("every_second").await.unwrap();
+    let listed = keiro.schedules().await.unwrap();
+    let info = listed.iter().find(|s| s.name == "every_second").unwrap();
+    assert!(
+        info.paused && info.next_tick.is_none() && !info.dynamic,
+        "{info:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let paused = ids(&keiro, "cron:every_second:").await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        ids(&keiro, "cron:every_second:").await,
+        paused,
+        "no tick while paused"
+    );
+
+    keiro.resume_schedule("every_second").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let resumed = ids(&keiro, "cron:every_second:").await;
+    assert!(
+        resumed.len() >= paused.len() + 2,
+        "{paused:?} then {resumed:?}"
+    );
+    worker.stop().await;
+}
+
+async fn trigger_and_backfill_run_each_tick_once(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let worker = worker(&keiro).await;
+
+    let id = keiro.trigger_schedule("nightly_report").await.unwrap();
+    assert!(id.starts_with("cron:nightly_report:trigger:"), "{id}");
+    let handle = keiro
+        .handle::<Result<SystemTime, String>>(&id)
+        .await
+        .unwrap();
+    handle.result().await.unwrap().unwrap();
+
+    // 2024-01-10T00:00:00Z to 2024-01-15T00:00:00Z: five ticks at 01:00Z.
+    let from = UNIX_EPOCH + Duration::from_secs(1_704_844_800);
+    let to = from + Duration::from_secs(5 * 86_400);
+    let created = keiro
+        .backfill_schedule("nightly_report", from, to)
+        .await
+        .unwrap();
+    assert_eq!(
+        created,
+        (10..15)
+            .map(|day| format!("cron:nightly_report:2024-01-{day}T01:00:00Z"))
+            .collect::<Vec<_>>()
+    );
+    for id in &created {
+        let handle = keiro
+            .handle::<Result<SystemTime, String>>(id)
+            .await
+            .unwrap();
+        let ran_for = handle.result().await.unwrap().unwrap();
+        assert!(ran_for >= from && ran_for <= to, "{id}: {ran_for:?}");
+    }
+    let again = keiro
+        .backfill_schedule("nightly_report", from, to)
+        .await
+        .unwrap();
+    assert!(again.is_empty(), "a second backfill adds none: {again:?}");
+    assert_eq!(ids(&keiro, "cron:nightly_report:2024").await, created);
+    // A tick's instance records the creating runtime's application version
+    // and the workflow's skeleton hash, like any other new instance.
+    let ticks = keiro
+        .list(&ListFilter::default().id_prefix("cron:nightly_report:"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(ticks.len(), created.len() + 1, "{ticks:?}");
+    for tick in &ticks {
+        assert_eq!(
+            tick.version.as_deref(),
+            Some(keiro.app_version()),
+            "{tick:?}"
+        );
+        assert!(tick.skeleton_hash.is_some(), "{tick:?}");
+    }
+
+    let err = keiro
+        .trigger_schedule("no_such_schedule")
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("`no_such_schedule`") && text.contains("nightly_report"),
+        "{text}"
+    );
+    assert!(
+        matches!(err, keiro::Error::UnknownSchedule { .. }),
+        "{err:?}"
+    );
+    worker.stop().await;
+}
+
+async fn dynamic_schedules_are_created_listed_and_deleted(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let worker = worker(&keiro).await;
+    keiro
+        .create_schedule("greet-ada", "*/1 * * * * *", greet("Ada".into()))
+        .await
+        .unwrap();
+    let listed = keiro.schedules().await.unwrap();
+    let info = listed.iter().find(|s| s.name == "greet-ada").unwrap();
+    assert!(
+        info.dynamic && !info.paused && info.next_tick.is_some(),
+        "{info:?}"
+    );
+    assert_eq!(
+        (info.workflow.as_str(), info.timezone.as_str()),
+        ("greet", "UTC")
+    );
+    let nightly = listed.iter().find(|s| s.name == "nightly_report").unwrap();
+    assert_eq!(
+        (nightly.cron.as_str(), nightly.timezone.as_str()),
+        ("0 0 2 * * *", "Europe/Berlin")
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let first = loop {
+        let ids = ids(&keiro, "cron:greet-ada:").await;
+        if ids.len() >= 2 || Instant::now() > deadline {
+            break ids;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(first.len() >= 2, "the dynamic schedule ticks: {first:?}");
+    let handle = keiro
+        .handle::<Result<String, String>>(&first[0])
+        .await
+        .unwrap();
+    assert_eq!(handle.result().await.unwrap(), Ok("hello Ada".to_owned()));
+
+    keiro.delete_schedule("greet-ada").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deleted = ids(&keiro, "cron:greet-ada:").await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(
+        ids(&keiro, "cron:greet-ada:").await,
+        deleted,
+        "no tick after delete"
+    );
+    assert!(keiro
+        .schedules()
+        .await
+        .unwrap()
+        .iter()
+        .all(|s| s.name != "greet-ada"));
+
+    let err = keiro.delete_schedule("greet-ada").await.unwrap_err();
+    assert!(err.to_string().contains("`greet-ada`"), "{err}");
+    let err = keiro.delete_schedule("nightly_report").await.unwrap_err();
+    assert!(
+        matches!(err, keiro::Error::InvalidSchedule { .. }),
+        "{err:?}"
+    );
+    let err = keiro
+        .create_schedule("bad", "every day", greet("x".into()))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("`every day`"), "{err}");
+    worker.stop().await;
+    let statuses: Vec<_> = keiro
+        .list(&ListFilter::default().id_prefix("cron:greet-ada:"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|row| row.status)
+        .collect();
+    assert!(
+        statuses.contains(&WorkflowStatus::Completed),
+        "{statuses:?}"
+    );
+}
+
+/// The tick (seconds since the Unix epoch) of an `every_second` instance id.
+fn tick_of(id: &str) -> i64 {
+    let tick = id.strip_prefix("cron:every_second:").expect("a tick id");
+    chrono::DateTime::parse_from_rfc3339(tick)
+        .unwrap_or_else(|e| panic!("{id}: {e}"))
+        .timestamp()
+}
+
+fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// Starts a worker with `missed`, lets it run 1.5 s, stops it; returns the
+/// ticks it created, the whole second it started in, and whether its first
+/// pass surely fell within that second.
+async fn restart(keiro: &Keiro, missed: MissedTicks) -> (Vec<i64>, i64, bool) {
+    let before = ids(keiro, "cron:every_second:").await;
+    let started = now_secs();
+    let worker = keiro
+        .resume_worker(ResumeOptions::default().missed_ticks(missed))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let same_second = now_secs() == started;
+    tokio::time::sleep(Duration::from_millis(1400)).await;
+    worker.stop().await;
+    let new = ids(keiro, "cron:every_second:")
+        .await
+        .into_iter()
+        .filter(|id| !before.contains(id))
+        .map(|id| tick_of(&id))
+        .collect();
+    (new, started, same_second)
+}
+
+async fn missed_ticks_run_the_latest_once_or_none(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    // A first worker ticks, so the schedule has a last tick.
+    let first = worker(&keiro).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while ids(&keiro, "cron:every_second:").await.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    first.stop().await;
+    assert!(!ids(&keiro, "cron:every_second:").await.is_empty());
+
+    // Skip: none of the ticks that fell while no worker ran.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (new, started, _) = restart(&keiro, MissedTicks::Skip).await;
+    assert!(
+        new.iter().all(|&tick| tick > started),
+        "Skip ran a missed tick: {new:?} (started in second {started})"
+    );
+
+    // RunLatest (the default): the latest missed tick once, none before it.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (new, started, same_second) = restart(&keiro, MissedTicks::default()).await;
+    assert!(
+        new.iter().all(|&tick| tick >= started),
+        "only the latest missed tick runs: {new:?} (started in second {started})"
+    );
+    if same_second {
+        assert!(
+            new.contains(&started),
+            "the latest missed tick ({started}) runs on start-up: {new:?}"
+        );
+    }
+}
+
+keiro_tests::on_both_backends!(
+    missed_ticks_run_the_latest_once_or_none,
+    two_worker_processes_run_every_tick_exactly_once,
+    pause_stops_ticks_and_resume_restarts_them,
+    trigger_and_backfill_run_each_tick_once,
+    dynamic_schedules_are_created_listed_and_deleted,
+);
