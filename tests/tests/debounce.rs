@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use keiro::testing::TestEnv;
 use keiro::{step, workflow, Error, Keiro, ListFilter, ResumeOptions, ResumeWorker};
 use keiro::{WorkflowHandle, WorkflowStatus};
-use keiro_tests::{on_both_backends, Backend, TestDb};
+use keiro_tests::{in_tx, on_both_backends, Backend, TestDb};
 
 keiro::queue!(
     /// No limits: a debounced call on a named queue.
@@ -358,7 +358,79 @@ async fn misuse_is_refused_naming_the_workflow_and_option(backend: Backend) {
     );
 }
 
+async fn a_retried_instance_takes_no_more_calls(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let delay = Duration::from_millis(200);
+    let first = call(&keiro, "r", 1, delay, None).await;
+    keiro.cancel(first.id()).await.unwrap();
+    assert_eq!(first.status().await.unwrap(), WorkflowStatus::Cancelled);
+    let second = call(&keiro, "r", 2, delay, None).await;
+    assert_ne!(
+        second.id(),
+        first.id(),
+        "a cancelled instance ends its burst"
+    );
+
+    // Retried, the first is pending and unclaimed again, but it is no burst's:
+    // the next call joins the second.
+    keiro.retry(first.id()).await.unwrap();
+    assert_eq!(first.status().await.unwrap(), WorkflowStatus::Pending);
+    let third = call(&keiro, "r", 3, delay, None).await;
+    assert_eq!(third.id(), second.id());
+    let worker = worker_here(&keiro).await;
+    assert_eq!(
+        result_of(&first).await.1,
+        1,
+        "the retried instance kept its call"
+    );
+    assert_eq!(result_of(&second).await.1, 3);
+    assert_eq!(instances(&keiro, "sync_profile").await, 2);
+    worker.stop().await;
+}
+
+async fn enqueue_tx_debounces_in_the_callers_transaction(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let delay = Duration::from_millis(300);
+    let debounced = |n: u32| {
+        sync_profile("tx".to_owned(), n)
+            .on(&keiro)
+            .debounce("tx", delay)
+    };
+    let ids = in_tx!(keiro, true, |tx| {
+        let mut ids = Vec::new();
+        for n in 0..3 {
+            ids.push(
+                debounced(n)
+                    .enqueue_tx(&mut tx)
+                    .await
+                    .unwrap()
+                    .id()
+                    .to_owned(),
+            );
+        }
+        ids
+    });
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    // A call rolled back changes nothing.
+    let rolled_back = in_tx!(keiro, false, |tx| debounced(99)
+        .enqueue_tx(&mut tx)
+        .await
+        .unwrap()
+        .id()
+        .to_owned());
+    assert_eq!(rolled_back, ids[0]);
+    let worker = worker_here(&keiro).await;
+    let handle = keiro.handle::<Synced>(&ids[0]).await.unwrap();
+    assert_eq!(result_of(&handle).await.1, 2, "the last committed call");
+    assert_eq!(instances(&keiro, "sync_profile").await, 1);
+    worker.stop().await;
+}
+
 on_both_backends!(
+    a_retried_instance_takes_no_more_calls,
+    enqueue_tx_debounces_in_the_callers_transaction,
     a_burst_starts_one_instance_with_the_last_arguments,
     max_wait_starts_a_never_ending_burst,
     keys_and_workflows_debounce_independently,
