@@ -46,6 +46,7 @@ macro_rules! dispatch {
 #[macro_use]
 mod query;
 mod clock;
+mod debounce;
 mod error;
 mod events;
 mod journal;
@@ -75,6 +76,7 @@ mod versions;
 mod writer;
 
 pub use clock::Clock;
+pub use debounce::{create_debounced_tx, Debounce};
 pub use error::{is_conflict, redact as redact_url, StoreError};
 
 /// Instance ids up to this many bytes travel as they are in wake

@@ -42,8 +42,8 @@ impl OperateStatements {
             ),
             retry: format!(
                 "UPDATE {w} SET status = 'pending', attempts = 0, error = NULL, output = NULL, \
-                 lease_owner = NULL, lease_expires_at = NULL, wake_at = $2, updated_at = $2 \
-                 WHERE id = $1"
+                 lease_owner = NULL, lease_expires_at = NULL, wake_at = $2, updated_at = $2, \
+                 debounce_key = NULL WHERE id = $1"
             ),
             fork_source: format!(
                 "SELECT name, generation FROM {w} WHERE id = $1{}",

@@ -129,7 +129,7 @@ impl QueueStatements {
 
 impl Conn<'_> {
     /// The same connection, borrowed again for one more statement.
-    fn reborrow(&mut self) -> Conn<'_> {
+    pub(crate) fn reborrow(&mut self) -> Conn<'_> {
         match self {
             #[cfg(feature = "sqlite")]
             Conn::Sqlite(c) => Conn::Sqlite(c),

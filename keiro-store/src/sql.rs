@@ -187,6 +187,8 @@ pub(crate) struct Statements {
     pub(crate) versions: crate::versions::VersionStatements,
     // Queues.
     pub(crate) queue: crate::queue::QueueStatements,
+    // Debounce.
+    pub(crate) debounce: crate::debounce::DebounceStatements,
 }
 
 impl Statements {
@@ -340,13 +342,14 @@ impl Statements {
             continue_as_new: format!(
                 "UPDATE {w} SET generation = generation + 1, input = $4, \
                  first_input = COALESCE(first_input, input), status = 'pending', attempts = 0, \
+                 debounce_key = NULL, \
                  error = NULL, output = NULL, lease_owner = NULL, lease_expires_at = NULL, \
                  wake_at = $5, updated_at = $5, app_version = COALESCE($6, app_version) \
                  WHERE id = $1 AND generation = $2 AND lease_owner = $3 AND status = 'running'"
             ),
             requeue_set_aside: format!(
-                "UPDATE {w} SET status = 'pending', error = NULL, wake_at = $2, updated_at = $2 \
-                 WHERE id = $1 AND status = 'nondeterministic'"
+                "UPDATE {w} SET status = 'pending', error = NULL, wake_at = $2, updated_at = $2, \
+                 debounce_key = NULL WHERE id = $1 AND status = 'nondeterministic'"
             ),
             find_due: format!(
                 "SELECT {INSTANCE_COLUMNS} FROM {w} WHERE {UNFINISHED} AND wake_at <= $1 \
@@ -523,6 +526,7 @@ impl Statements {
             schedules: crate::schedules::ScheduleStatements::new(d),
             versions: crate::versions::VersionStatements::new(d),
             queue: crate::queue::QueueStatements::new(d),
+            debounce: crate::debounce::DebounceStatements::new(d),
         }
     }
 }

@@ -56,6 +56,7 @@
 pub mod admin;
 mod check;
 mod context;
+mod debounce;
 mod error;
 mod hash_check;
 mod history;

@@ -75,6 +75,37 @@ pub fn pool(timers: &Timers) -> Pool<'_> {
     }
 }
 
+/// Runs `$body` (which uses `$tx`, a transaction on `$keiro`'s database)
+/// and then commits when `$commit`, else rolls back; yields the body's value.
+#[macro_export]
+macro_rules! in_tx {
+    ($keiro:expr, $commit:expr, |$tx:ident| $body:expr) => {{
+        let timers = $keiro.timers();
+        match $crate::timers::pool(&timers) {
+            $crate::timers::Pool::Sqlite(s) => {
+                let mut $tx = s.begin_with("BEGIN IMMEDIATE").await.unwrap();
+                let out = $body;
+                if $commit {
+                    $tx.commit().await.unwrap();
+                } else {
+                    $tx.rollback().await.unwrap();
+                }
+                out
+            }
+            $crate::timers::Pool::Postgres(p) => {
+                let mut $tx = p.begin().await.unwrap();
+                let out = $body;
+                if $commit {
+                    $tx.commit().await.unwrap();
+                } else {
+                    $tx.rollback().await.unwrap();
+                }
+                out
+            }
+        }
+    }};
+}
+
 /// Schedules every request in one transaction of the store's own pool.
 pub async fn schedule_all(timers: &Timers, requests: &[TimerRequest]) {
     match pool(timers) {

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use keiro::{workflow, Error, Keiro, ResumeOptions, WorkflowStatus};
-use keiro_tests::timers::{pool, Pool};
+use keiro_tests::in_tx;
 use keiro_tests::{on_both_backends, Backend, TestDb};
 
 async fn runtime(db: &TestDb) -> Keiro {
@@ -15,36 +15,6 @@ async fn runtime(db: &TestDb) -> Keiro {
         .connect()
         .await
         .unwrap()
-}
-
-/// Runs `$body` (which uses `$tx`, a transaction on `$keiro`'s database)
-/// and then commits when `$commit`, else rolls back; yields the body's value.
-macro_rules! in_tx {
-    ($keiro:expr, $commit:expr, |$tx:ident| $body:expr) => {{
-        let timers = $keiro.timers();
-        match pool(&timers) {
-            Pool::Sqlite(s) => {
-                let mut $tx = s.begin_with("BEGIN IMMEDIATE").await.unwrap();
-                let out = $body;
-                if $commit {
-                    $tx.commit().await.unwrap();
-                } else {
-                    $tx.rollback().await.unwrap();
-                }
-                out
-            }
-            Pool::Postgres(p) => {
-                let mut $tx = p.begin().await.unwrap();
-                let out = $body;
-                if $commit {
-                    $tx.commit().await.unwrap();
-                } else {
-                    $tx.rollback().await.unwrap();
-                }
-                out
-            }
-        }
-    }};
 }
 
 /// The application's own state change, made in the same transaction.

@@ -33,6 +33,7 @@ pub struct WorkflowCall<R> {
     pub(crate) parent: ParentSlot,
     deadline: Option<CallDeadline>,
     queue: crate::queue::QueueCall,
+    debounce: crate::debounce::DebounceCall,
     _output: PhantomData<fn() -> R>,
 }
 
@@ -76,6 +77,7 @@ where
             parent,
             deadline: None,
             queue: crate::queue::QueueCall::default(),
+            debounce: crate::debounce::DebounceCall::default(),
             _output: PhantomData,
         }
     }
@@ -152,9 +154,64 @@ where
         self
     }
 
-    /// Refuses to start or await a call given queue settings, which only an
-    /// enqueue honours.
+    /// Debounces the enqueue: the calls of this workflow with the same `key`
+    /// form a burst, and the workflow starts once, `delay` after the burst's
+    /// last call (on the runtime's clock, so
+    /// [`TestEnv`](crate::testing::TestEnv)'s virtual time moves it too),
+    /// with the last call's arguments. Every call of one burst returns a
+    /// handle to the same instance (the same id), so
+    /// [`result`](WorkflowHandle::result) on any of them gives the one run's
+    /// result. A call after the instance has started opens a new burst.
+    /// Calls from any number of processes fold into one burst on either
+    /// backend. See [`max_wait`](WorkflowCall::max_wait) for a burst that
+    /// never pauses.
+    ///
+    /// Applies to [`enqueue`](WorkflowCall::enqueue) and
+    /// [`enqueue_tx`](WorkflowCall::enqueue_tx), each in a transaction of its
+    /// own (an enqueue without `debounce` keeps the writer's batches). With
+    /// [`queue`](WorkflowCall::queue) (and `priority`, `partition`) the
+    /// instance runs on that queue within its limits once due, the last
+    /// call's queue settings holding. Refused with [`Error::InvalidOption`]
+    /// naming the workflow and the option: an empty `key`, a zero `delay`,
+    /// together with [`id`](WorkflowCall::id) (the burst picks the id),
+    /// [`delay`](WorkflowCall::delay) (the debounce says when it starts) or
+    /// [`dedup`](WorkflowCall::dedup) (the burst is the deduplication),
+    /// inside a workflow, and on [`start`](WorkflowCall::start) or an await
+    /// (which run at once).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # #[keiro::workflow]
+    /// # async fn sync_profile(user: u64, fields: Vec<String>) -> u64 { user }
+    /// # async fn demo(user_id: u64, fields: Vec<String>) -> keiro::Result<()> {
+    /// let handle = sync_profile(user_id, fields)
+    ///     .debounce(user_id.to_string(), Duration::from_secs(2))
+    ///     .max_wait(Duration::from_secs(30))
+    ///     .enqueue()
+    ///     .await?;
+    /// # let _ = handle;
+    /// # Ok(()) }
+    /// ```
+    pub fn debounce(mut self, key: impl Into<String>, delay: Duration) -> Self {
+        self.debounce.debounce = Some((key.into(), delay));
+        self
+    }
+
+    /// Bounds a debounced burst that never pauses: its instance starts no
+    /// later than `max` after the burst's first call, even while calls still
+    /// arrive (later calls until it starts still replace its arguments). The
+    /// first call's bound holds for the whole burst. Needs
+    /// [`debounce`](WorkflowCall::debounce), and `max` at least its delay;
+    /// otherwise [`Error::InvalidOption`].
+    pub fn max_wait(mut self, max: Duration) -> Self {
+        self.debounce.max_wait = Some(max);
+        self
+    }
+
+    /// Refuses to start or await a call given queue or debounce settings,
+    /// which only an enqueue honours.
     fn refuse_queue(&self, how: &str) -> Result<()> {
+        self.debounce.refuse_run(self.name, how)?;
         if !self.queue.is_set() {
             return Ok(());
         }
@@ -193,6 +250,9 @@ where
     pub async fn enqueue(self) -> Result<WorkflowHandle<R>> {
         let keiro = self.runtime().await?;
         let spec = self.launch_spec(&keiro)?;
+        if self.debounce.is_set() {
+            return self.enqueue_debounced(keiro, spec).await;
+        }
         if self.queue.is_set() {
             return self.enqueue_queued(keiro, spec).await;
         }
@@ -229,6 +289,29 @@ where
         enqueued(keiro, spec.id, created).await
     }
 
+    /// [`enqueue`](WorkflowCall::enqueue) with [`debounce`](WorkflowCall::debounce):
+    /// joins the open burst or opens one, in a transaction of its own.
+    async fn enqueue_debounced(self, keiro: Keiro, spec: Launch) -> Result<WorkflowHandle<R>> {
+        let debounce = self.debounced()?;
+        let queued = self.queue.queued(self.name, keiro.now_us())?;
+        let (row, created) = keiro
+            .raw_store()
+            .create_debounced(&spec.new_instance(), &queued, &debounce)
+            .await
+            .map_err(Error::from_store)?;
+        enqueued(keiro, row.id, created).await
+    }
+
+    /// The store's debounce settings, misuse refused.
+    fn debounced(&self) -> Result<keiro_store::Debounce<'_>> {
+        self.debounce.debounced(
+            self.name,
+            self.id.is_some(),
+            self.parent.is_some(),
+            &self.queue,
+        )
+    }
+
     /// Records the instance as pending inside the caller's own transaction on
     /// keiro's database (the outbox pattern): it exists, for any resume
     /// worker to run, exactly when `tx` commits, and not at all when it rolls
@@ -262,6 +345,15 @@ where
         let keiro = self.runtime().await?;
         let spec = self.launch_spec(&keiro)?;
         let new = spec.new_instance();
+        if self.debounce.is_set() {
+            let debounce = self.debounced()?;
+            let now_us = keiro.now_us();
+            let queued = self.queue.queued(self.name, now_us)?;
+            let (row, _) = keiro_store::create_debounced_tx(tx, &new, &queued, &debounce, now_us)
+                .await
+                .map_err(Error::from_store)?;
+            return Ok(WorkflowHandle::new(keiro, row.id, None));
+        }
         let (row, _) = if self.queue.is_set() {
             let queued = self.queue.queued(self.name, keiro.now_us())?;
             keiro_store::create_queued_tx(tx, &new, &queued)

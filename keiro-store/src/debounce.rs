@@ -1,0 +1,198 @@
+//! Debounce (`WorkflowCall::debounce`): folding a burst of enqueues of one
+//! workflow and key into one pending instance that starts after the burst.
+//!
+//! A burst is open while its instance is `pending` and unclaimed
+//! (`lease_owner IS NULL`); a unique partial index holds at most one open
+//! burst per workflow name and key. A debounced enqueue, in one transaction,
+//! updates the open burst's instance (the new call's input, and a wake time
+//! `delay` from now, capped at the burst's `debounce_until`), or, when there
+//! is none, creates one. The ordinary claim starts it once it is due; once
+//! claimed it leaves the index and the next call opens a new burst.
+//!
+//! Race freedom: on PostgreSQL the transaction first takes a
+//! transaction-scoped advisory lock on the workflow name and key, so calls
+//! of one burst from any number of processes run one after the other, each
+//! reading what the previous committed. A claim that locked the row first
+//! makes the update wait and then find the row claimed (so the call opens a
+//! new burst); an update that locked it first makes the claim's
+//! `SKIP LOCKED` pass it over until the next poll. On SQLite
+//! `BEGIN IMMEDIATE` serialises writers already.
+
+use crate::rows::FromRow;
+use crate::sql::Dialect;
+use crate::{Conn, InstanceRow, NewInstance, Queued, Result, Store, StoreError};
+
+/// How a debounced call folds into its burst.
+#[derive(Debug, Clone, Copy)]
+pub struct Debounce<'a> {
+    /// The calls of one workflow with this key form a burst.
+    pub key: &'a str,
+    /// The burst's instance is due this long (µs) after its latest call.
+    pub delay_us: i64,
+    /// And no later than this long (µs) after its first call; `None`: no
+    /// bound.
+    pub max_wait_us: Option<i64>,
+}
+
+/// Class `"keid"` in ASCII: bursts' advisory locks, apart from queues'.
+const LOCK: &str = "SELECT pg_advisory_xact_lock(1801808228, hashtext($1))";
+
+/// One backend's text of the debounce statements.
+#[derive(Debug)]
+pub(crate) struct DebounceStatements {
+    /// Serialises one burst's calls across processes (PostgreSQL).
+    lock: Option<&'static str>,
+    extend: String,
+    open: String,
+}
+
+impl DebounceStatements {
+    /// Spells the debounce statements in `d`'s dialect.
+    pub(crate) fn new(d: &Dialect) -> DebounceStatements {
+        let w = format!("{}workflows", d.tables);
+        DebounceStatements {
+            // Where queue claims need an advisory lock to be race-free, so
+            // do bursts.
+            lock: d.queue_lock.map(|_| LOCK),
+            // $1 name, $2 key, $3 input, $4 signature, $5 deadline,
+            // $6 traceparent, $7 app version, $8 skeleton hash, $9 queue,
+            // $10 priority, $11 partition, $12 due (now + delay), $13 now.
+            extend: format!(
+                "UPDATE {w} SET input = $3, signature = $4, deadline = $5, traceparent = $6, \
+                 app_version = $7, skeleton_hash = $8, queue = $9, priority = $10, \
+                 partition_key = $11, \
+                 wake_at = CASE WHEN debounce_until IS NOT NULL AND debounce_until < $12 \
+                     THEN debounce_until ELSE $12 END, updated_at = $13 \
+                 WHERE name = $1 AND debounce_key = $2 AND status = 'pending' \
+                 AND lease_owner IS NULL \
+                 RETURNING {columns}",
+                columns = crate::sql::INSTANCE_COLUMNS,
+            ),
+            // $1 id, $2 queue, $3 priority, $4 partition, $5 due, $6 key,
+            // $7 the burst's latest start.
+            open: format!(
+                "UPDATE {w} SET queue = $2, priority = $3, partition_key = $4, wake_at = $5, \
+                 debounce_key = $6, debounce_until = $7 WHERE id = $1"
+            ),
+        }
+    }
+}
+
+impl Store {
+    /// Records a debounced call of `new.name`: updates the open burst of
+    /// `debounce.key` to `new`'s input (and signature, deadline, trace,
+    /// version and queue settings), due `debounce.delay_us` from now but no
+    /// later than the burst's bound; or, when no burst is open, opens one
+    /// with `new` (its id) on `queued`'s queue. Returns the burst's
+    /// instance, and `true` when this call created it. `queued.dedup` and
+    /// `queued.not_before` are ignored: the burst decides when it is due.
+    pub async fn create_debounced(
+        &self,
+        new: &NewInstance<'_>,
+        queued: &Queued<'_>,
+        debounce: &Debounce<'_>,
+    ) -> Result<(InstanceRow, bool)> {
+        const OP: &str = "create_debounced";
+        let now = self.now_us();
+        dispatch!(Store, self, |s| {
+            let mut tx = s.begin(OP).await?;
+            let debounced =
+                create_debounced_on((&mut *tx).into(), new, queued, debounce, now).await?;
+            tx.commit().await.map_err(StoreError::query(OP))?;
+            Ok(debounced)
+        })
+    }
+}
+
+/// Records a debounced call in the caller's transaction, like
+/// [`Store::create_debounced`] (`now_us` from the store clock of the caller's
+/// runtime). On PostgreSQL the burst's lock is held until `tx` ends, and
+/// workers are notified at commit when the call opened a burst.
+pub async fn create_debounced_tx<'t, 'c>(
+    tx: impl Into<crate::TimerTx<'t, 'c>>,
+    new: &NewInstance<'_>,
+    queued: &Queued<'_>,
+    debounce: &Debounce<'_>,
+    now_us: i64,
+) -> Result<(InstanceRow, bool)>
+where
+    'c: 't,
+{
+    let mut tx = tx.into();
+    let debounced =
+        create_debounced_on(tx.reborrow().into(), new, queued, debounce, now_us).await?;
+    if debounced.1 {
+        crate::outbox::notify_on(tx.into(), "").await?;
+    }
+    Ok(debounced)
+}
+
+/// [`Store::create_debounced`] on `conn`, a transaction.
+async fn create_debounced_on(
+    mut conn: Conn<'_>,
+    new: &NewInstance<'_>,
+    queued: &Queued<'_>,
+    debounce: &Debounce<'_>,
+    now: i64,
+) -> Result<(InstanceRow, bool)> {
+    const OP: &str = "create_debounced";
+    crate::validate::validate_id("workflow id", new.id)?;
+    crate::validate::validate_id("workflow name", new.name)?;
+    crate::validate::validate_id("debounce key", debounce.key)?;
+    let due = now.saturating_add(debounce.delay_us);
+    let extend = args![
+        new.name,
+        debounce.key,
+        new.input,
+        new.signature,
+        new.deadline,
+        new.traceparent,
+        new.app_version,
+        new.skeleton_hash,
+        queued.queue,
+        queued.priority,
+        queued.partition,
+        due,
+        now,
+    ];
+    let extended = dispatch!(Conn, conn.reborrow(), |c, sql| {
+        if let Some(lock) = sql.debounce.lock {
+            sqlx::query(lock)
+                .bind(format!("{}\n{}", new.name, debounce.key))
+                .execute(&mut *c)
+                .await
+                .map_err(StoreError::query(OP))?;
+        }
+        bind_all!(sqlx::query(&sql.debounce.extend), &extend)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(StoreError::query(OP))?
+            .map(|row| InstanceRow::from_row(&row))
+            .transpose()
+    })?;
+    if let Some(row) = extended {
+        return Ok((row, false));
+    }
+    let (mut row, created) = crate::journal::create_instance_on(conn.reborrow(), new, now).await?;
+    if created {
+        let until = debounce.max_wait_us.map(|max| now.saturating_add(max));
+        let open = args![
+            new.id,
+            queued.queue,
+            queued.priority,
+            queued.partition,
+            due,
+            debounce.key,
+            until,
+        ];
+        dispatch!(Conn, conn, |c, sql| {
+            bind_all!(sqlx::query(&sql.debounce.open), &open)
+                .execute(&mut *c)
+                .await
+                .map(|_| ())
+                .map_err(StoreError::query(OP))
+        })?;
+        row.wake_at = Some(due);
+    }
+    Ok((row, created))
+}

@@ -1,0 +1,468 @@
+//! Debounce on both backends: a burst of enqueues with one key starts one
+//! instance, after the burst, with the last call's arguments, every call's
+//! handle naming it; `max_wait` bounds a burst that never pauses; keys and
+//! workflows debounce independently, also with many callers at once; misuse
+//! is refused naming the workflow and the option; a debounced call may run
+//! on a queue. A `TestEnv` case shows virtual time driving it.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use keiro::testing::TestEnv;
+use keiro::{step, workflow, Error, Keiro, ListFilter, ResumeOptions, ResumeWorker};
+use keiro::{WorkflowHandle, WorkflowStatus};
+use keiro_tests::{in_tx, on_both_backends, Backend, TestDb};
+
+keiro::queue!(
+    /// No limits: a debounced call on a named queue.
+    DEBOUNCED = "debounce-test"
+);
+
+/// How long any one test waits for a result.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The wall-clock time the step ran (µs since the Unix epoch).
+#[step]
+async fn started_at() -> Result<i64, String> {
+    Ok(now_us())
+}
+
+/// The call number it was given and when it started.
+#[workflow]
+async fn sync_profile(user: String, call: u32) -> Result<(String, u32, i64), String> {
+    let at = started_at().await?;
+    Ok((user, call, at))
+}
+
+/// Another workflow, debounced with the same keys as [`sync_profile`].
+#[workflow]
+async fn reindex(user: String, call: u32) -> Result<(String, u32), String> {
+    Ok((user, call))
+}
+
+fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_micros() as i64
+}
+
+/// A resume worker in this process, polling often.
+async fn worker_here(keiro: &Keiro) -> ResumeWorker {
+    keiro
+        .resume_worker(
+            ResumeOptions::default()
+                .poll_interval(Duration::from_millis(20))
+                .concurrency(16),
+        )
+        .await
+        .unwrap()
+}
+
+type Synced = Result<(String, u32, i64), String>;
+
+/// Enqueues call `n` for `user`, debounced by `user`.
+async fn call(
+    keiro: &Keiro,
+    user: &str,
+    n: u32,
+    delay: Duration,
+    max_wait: Option<Duration>,
+) -> WorkflowHandle<Synced> {
+    let mut call = sync_profile(user.to_owned(), n)
+        .on(keiro)
+        .debounce(user, delay);
+    if let Some(max) = max_wait {
+        call = call.max_wait(max);
+    }
+    call.enqueue().await.unwrap()
+}
+
+async fn result_of(handle: &WorkflowHandle<Synced>) -> (String, u32, i64) {
+    tokio::time::timeout(PATIENCE, handle.result())
+        .await
+        .expect("the debounced instance ends in time")
+        .unwrap()
+        .unwrap()
+}
+
+/// How many instances of `name` exist.
+async fn instances(keiro: &Keiro, name: &str) -> usize {
+    keiro
+        .list(&ListFilter::default().name(name).limit(1000))
+        .await
+        .unwrap()
+        .items
+        .len()
+}
+
+async fn a_burst_starts_one_instance_with_the_last_arguments(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let worker = worker_here(&keiro).await;
+    let delay = Duration::from_millis(500);
+    let mut handles = Vec::new();
+    let mut last_call_us = 0;
+    for n in 0..50 {
+        last_call_us = now_us();
+        handles.push(call(&keiro, "u-1", n, delay, None).await);
+        tokio::time::sleep(Duration::from_millis(4)).await;
+    }
+    let id = handles[0].id().to_owned();
+    assert!(
+        handles.iter().all(|h| h.id() == id),
+        "every call of the burst names one instance"
+    );
+    let (user, n, started) = result_of(&handles[17]).await;
+    assert_eq!((user.as_str(), n), ("u-1", 49), "the last call's arguments");
+    assert!(
+        started >= last_call_us + 500_000,
+        "started {} µs after the last call, before its delay",
+        started - last_call_us
+    );
+    for handle in &handles {
+        assert_eq!(result_of(handle).await.1, 49);
+    }
+    assert_eq!(
+        instances(&keiro, "sync_profile").await,
+        1,
+        "exactly one run"
+    );
+
+    // The instance has run: the next call opens a new burst.
+    let next = call(&keiro, "u-1", 50, delay, None).await;
+    assert_ne!(next.id(), id, "a call after the start makes a new instance");
+    assert_eq!(result_of(&next).await.1, 50);
+    assert_eq!(instances(&keiro, "sync_profile").await, 2);
+    worker.stop().await;
+}
+
+async fn max_wait_starts_a_never_ending_burst(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let worker = worker_here(&keiro).await;
+    let (delay, max_wait) = (Duration::from_millis(300), Duration::from_millis(600));
+    let first_call_us = now_us();
+    let mut handles = Vec::new();
+    for n in 0..30 {
+        handles.push(call(&keiro, "u-2", n, delay, Some(max_wait)).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let last_call_us = now_us();
+    let (_, n, started) = result_of(&handles[0]).await;
+    let after_first = started - first_call_us;
+    assert!(
+        after_first >= 600_000,
+        "started {after_first} µs after the burst's first call, before max_wait"
+    );
+    assert!(
+        after_first <= 600_000 + 400_000,
+        "started {after_first} µs after the burst's first call: max_wait 600 ms not kept"
+    );
+    assert!(
+        started < last_call_us,
+        "the first instance started while calls still arrived"
+    );
+    assert!(n > 0, "calls until the start replaced the arguments");
+    let mut ids: Vec<&str> = handles.iter().map(|h| h.id()).collect();
+    ids.dedup();
+    assert!(
+        ids.len() >= 2,
+        "calls after the start opened new bursts: {ids:?}"
+    );
+    let last = result_of(handles.last().unwrap()).await;
+    assert_eq!(last.1, 29, "the last burst runs with the last call");
+    worker.stop().await;
+}
+
+async fn keys_and_workflows_debounce_independently(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let worker = worker_here(&keiro).await;
+    let delay = Duration::from_millis(400);
+    let (mut a, mut b, mut other) = (Vec::new(), Vec::new(), Vec::new());
+    for n in 0..10 {
+        a.push(call(&keiro, "a", n, delay, None).await);
+        b.push(call(&keiro, "b", 100 + n, delay, None).await);
+        let reindexed = reindex("a".to_owned(), 200 + n)
+            .on(&keiro)
+            .debounce("a", delay)
+            .enqueue()
+            .await
+            .unwrap();
+        other.push(reindexed);
+    }
+    assert!(a.iter().all(|h| h.id() == a[0].id()));
+    assert!(b.iter().all(|h| h.id() == b[0].id()));
+    assert!(other.iter().all(|h| h.id() == other[0].id()));
+    assert_ne!(a[0].id(), b[0].id(), "two keys, two instances");
+    assert_ne!(a[0].id(), other[0].id(), "two workflows, two instances");
+    assert_eq!(result_of(&a[0]).await.1, 9);
+    assert_eq!(result_of(&b[0]).await.1, 109);
+    let reindexed = tokio::time::timeout(PATIENCE, other[0].result())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(reindexed, Ok(("a".to_owned(), 209)));
+    worker.stop().await;
+}
+
+async fn many_callers_at_once_share_one_burst(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let delay = Duration::from_millis(1500);
+    let tasks: Vec<_> = (0..8)
+        .map(|task| {
+            let keiro = keiro.clone();
+            tokio::spawn(async move {
+                let mut ids = Vec::new();
+                for n in 0..10 {
+                    let handle = call(&keiro, "shared", task * 10 + n, delay, None).await;
+                    ids.push(handle.id().to_owned());
+                }
+                ids
+            })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for task in tasks {
+        ids.extend(task.await.unwrap());
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "80 racing calls, one instance: {ids:?}");
+    // No worker ran yet: the one instance waits, pending.
+    let summary = keiro.summary(&ids[0]).await.unwrap();
+    assert_eq!(summary.status, WorkflowStatus::Pending);
+    assert_eq!(instances(&keiro, "sync_profile").await, 1);
+    let worker = worker_here(&keiro).await;
+    let handle = keiro.handle::<Synced>(&ids[0]).await.unwrap();
+    result_of(&handle).await;
+    worker.stop().await;
+}
+
+async fn a_debounced_call_may_run_on_a_queue(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let worker = worker_here(&keiro).await;
+    let mut handles = Vec::new();
+    for n in 0..5 {
+        let handle = sync_profile("q".to_owned(), n)
+            .on(&keiro)
+            .queue(&DEBOUNCED)
+            .debounce("q", Duration::from_millis(300))
+            .enqueue()
+            .await
+            .unwrap();
+        handles.push(handle);
+    }
+    assert!(handles.iter().all(|h| h.id() == handles[0].id()));
+    assert_eq!(result_of(&handles[0]).await.1, 4);
+    let summary = keiro.summary(handles[0].id()).await.unwrap();
+    assert_eq!(summary.queue.as_deref(), Some("debounce-test"));
+    worker.stop().await;
+}
+
+async fn misuse_is_refused_naming_the_workflow_and_option(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let call = || sync_profile("m".to_owned(), 1).on(&keiro);
+    let second = Duration::from_secs(1);
+    let cases = [
+        (
+            call().max_wait(second).enqueue().await.map(|_| ()),
+            "WorkflowCall::max_wait",
+            "without `.debounce",
+        ),
+        (
+            call()
+                .debounce("k", Duration::ZERO)
+                .enqueue()
+                .await
+                .map(|_| ()),
+            "WorkflowCall::debounce",
+            "zero",
+        ),
+        (
+            call()
+                .debounce("k", second)
+                .max_wait(Duration::from_millis(10))
+                .enqueue()
+                .await
+                .map(|_| ()),
+            "WorkflowCall::max_wait",
+            "shorter than its debounce delay",
+        ),
+        (
+            call().debounce("", second).enqueue().await.map(|_| ()),
+            "WorkflowCall::debounce",
+            "empty debounce key",
+        ),
+        (
+            call()
+                .debounce("k", second)
+                .id("mine")
+                .enqueue()
+                .await
+                .map(|_| ()),
+            "WorkflowCall::debounce",
+            "`.id(..)`",
+        ),
+        (
+            call()
+                .debounce("k", second)
+                .delay(second)
+                .enqueue()
+                .await
+                .map(|_| ()),
+            "WorkflowCall::debounce",
+            "`.delay(..)`",
+        ),
+        (
+            call()
+                .queue(&DEBOUNCED)
+                .dedup("d")
+                .debounce("k", second)
+                .enqueue()
+                .await
+                .map(|_| ()),
+            "WorkflowCall::debounce",
+            "`.dedup(..)`",
+        ),
+        (
+            call().debounce("k", second).start().await.map(|_| ()),
+            "WorkflowCall::debounce",
+            "was started",
+        ),
+        (
+            call().debounce("k", second).await.map(|_| ()),
+            "WorkflowCall::debounce",
+            "was awaited",
+        ),
+    ];
+    for (outcome, want_option, want_reason) in cases {
+        match outcome {
+            Err(Error::InvalidOption { option, reason }) => {
+                assert_eq!(option, want_option, "{reason}");
+                assert!(
+                    reason.contains("`sync_profile`") && reason.contains(want_reason),
+                    "{reason}"
+                );
+            }
+            other => panic!("{want_option} ({want_reason}): expected InvalidOption, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        instances(&keiro, "sync_profile").await,
+        0,
+        "nothing recorded"
+    );
+}
+
+async fn a_retried_instance_takes_no_more_calls(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let delay = Duration::from_millis(200);
+    let first = call(&keiro, "r", 1, delay, None).await;
+    keiro.cancel(first.id()).await.unwrap();
+    assert_eq!(first.status().await.unwrap(), WorkflowStatus::Cancelled);
+    let second = call(&keiro, "r", 2, delay, None).await;
+    assert_ne!(
+        second.id(),
+        first.id(),
+        "a cancelled instance ends its burst"
+    );
+
+    // Retried, the first is pending and unclaimed again, but it is no burst's:
+    // the next call joins the second.
+    keiro.retry(first.id()).await.unwrap();
+    assert_eq!(first.status().await.unwrap(), WorkflowStatus::Pending);
+    let third = call(&keiro, "r", 3, delay, None).await;
+    assert_eq!(third.id(), second.id());
+    let worker = worker_here(&keiro).await;
+    assert_eq!(
+        result_of(&first).await.1,
+        1,
+        "the retried instance kept its call"
+    );
+    assert_eq!(result_of(&second).await.1, 3);
+    assert_eq!(instances(&keiro, "sync_profile").await, 2);
+    worker.stop().await;
+}
+
+async fn enqueue_tx_debounces_in_the_callers_transaction(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let delay = Duration::from_millis(300);
+    let debounced = |n: u32| {
+        sync_profile("tx".to_owned(), n)
+            .on(&keiro)
+            .debounce("tx", delay)
+    };
+    let ids = in_tx!(keiro, true, |tx| {
+        let mut ids = Vec::new();
+        for n in 0..3 {
+            ids.push(
+                debounced(n)
+                    .enqueue_tx(&mut tx)
+                    .await
+                    .unwrap()
+                    .id()
+                    .to_owned(),
+            );
+        }
+        ids
+    });
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    // A call rolled back changes nothing.
+    let rolled_back = in_tx!(keiro, false, |tx| debounced(99)
+        .enqueue_tx(&mut tx)
+        .await
+        .unwrap()
+        .id()
+        .to_owned());
+    assert_eq!(rolled_back, ids[0]);
+    let worker = worker_here(&keiro).await;
+    let handle = keiro.handle::<Synced>(&ids[0]).await.unwrap();
+    assert_eq!(result_of(&handle).await.1, 2, "the last committed call");
+    assert_eq!(instances(&keiro, "sync_profile").await, 1);
+    worker.stop().await;
+}
+
+on_both_backends!(
+    a_retried_instance_takes_no_more_calls,
+    enqueue_tx_debounces_in_the_callers_transaction,
+    a_burst_starts_one_instance_with_the_last_arguments,
+    max_wait_starts_a_never_ending_burst,
+    keys_and_workflows_debounce_independently,
+    many_callers_at_once_share_one_burst,
+    a_debounced_call_may_run_on_a_queue,
+    misuse_is_refused_naming_the_workflow_and_option,
+);
+
+#[tokio::test]
+async fn virtual_time_ends_a_burst_and_keeps_max_wait() {
+    let env = TestEnv::new().await;
+    let keiro = env.keiro();
+    let (delay, max_wait) = (Duration::from_secs(60), Duration::from_secs(150));
+    let first = call(keiro, "v", 0, delay, Some(max_wait)).await;
+    for n in 1..=2 {
+        env.advance(Duration::from_secs(50)).await;
+        let next = call(keiro, "v", n, delay, Some(max_wait)).await;
+        assert_eq!(next.id(), first.id());
+        assert_eq!(first.status().await.unwrap(), WorkflowStatus::Pending);
+    }
+    // 100 s in, the last call said 160 s; max_wait says 150 s.
+    env.advance(Duration::from_secs(49)).await;
+    assert_eq!(first.status().await.unwrap(), WorkflowStatus::Pending);
+    env.advance(Duration::from_secs(1)).await;
+    assert_eq!(first.status().await.unwrap(), WorkflowStatus::Completed);
+    assert_eq!(result_of(&first).await.1, 2);
+
+    // A quiet burst ends `delay` after its last call.
+    let quiet = call(keiro, "v", 10, delay, None).await;
+    assert_ne!(quiet.id(), first.id());
+    env.advance(Duration::from_secs(59)).await;
+    assert_eq!(quiet.status().await.unwrap(), WorkflowStatus::Pending);
+    env.advance(Duration::from_secs(1)).await;
+    assert_eq!(result_of(&quiet).await.1, 10);
+}
