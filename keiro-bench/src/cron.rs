@@ -4,7 +4,8 @@
 //! returns the wall clock as its body starts; the lag is that minus the tick
 //! time, read from the instance id (`cron:<schedule>:<tick, RFC 3339>`). One
 //! process: its scheduler sleeps until the tick (store clock), creates the
-//! instance and wakes its resume worker, which claims and runs it.
+//! instance under its own lease and drives it at once, with no claim and no
+//! resume pass in between.
 
 use std::time::Duration;
 
@@ -31,7 +32,8 @@ pub(crate) async fn cron_lag(cfg: &Config) -> BenchResult {
                 .with(
                     "what",
                     "tick time of a `*/1 * * * * *` schedule until its instance's first step \
-                     starts; one process running the scheduler and the resume worker",
+                     starts; the scheduler beside one resume worker creates the instance \
+                     under its lease and drives it at once",
                 ),
         );
     }

@@ -1,5 +1,6 @@
-//! Cron schedules: each tick runs exactly once across two worker processes;
-//! pause, resume, trigger and backfill; dynamic schedules; the listing.
+//! Cron schedules: each tick runs exactly once across two worker processes,
+//! at once in the process that created it; pause, resume, trigger and
+//! backfill; dynamic schedules; missed ticks; the listing.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -22,6 +23,18 @@ async fn every_second(scheduled_at: SystemTime) -> Result<u64, String> {
 #[keiro::workflow(cron = "0 0 2 * * *", timezone = "Europe/Berlin")]
 async fn nightly_report(scheduled_at: SystemTime) -> Result<SystemTime, String> {
     Ok(scheduled_at)
+}
+
+/// Keeps a resume pass busy for 8 s.
+#[keiro::workflow]
+async fn slow_step() -> Result<(), String> {
+    nap().await
+}
+
+#[keiro::step]
+async fn nap() -> Result<(), String> {
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    Ok(())
 }
 
 /// The workflow of the dynamic schedules.
@@ -282,6 +295,49 @@ async fn dynamic_schedules_are_created_listed_and_deleted(backend: Backend) {
     );
 }
 
+async fn a_tick_runs_at_once_without_waiting_for_a_pass(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    // The worker's first pass claims `slow` and waits for it: no other pass
+    // runs while it does, so a tick that completes meanwhile was driven by
+    // the scheduler that created it.
+    let slow = slow_step().on(&keiro).id("slow").enqueue().await.unwrap();
+    let worker = worker(&keiro).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let completed = loop {
+        let done: Vec<_> = keiro
+            .list(&ListFilter::default().id_prefix("cron:every_second:"))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|row| row.status == WorkflowStatus::Completed)
+            .collect();
+        if done.len() >= 2 || Instant::now() > deadline {
+            break done;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        completed.len() >= 2,
+        "ticks complete between passes: {completed:?}"
+    );
+    for row in &completed {
+        let lag = row
+            .updated_at
+            .duration_since(UNIX_EPOCH + Duration::from_secs(tick_of(&row.id) as u64))
+            .unwrap();
+        assert!(
+            lag < Duration::from_secs(1),
+            "{} ended {lag:?} after its tick",
+            row.id
+        );
+    }
+    let slow_status = keiro.summary(slow.id()).await.unwrap().status;
+    assert_eq!(slow_status, WorkflowStatus::Running, "the pass was busy");
+    worker.stop().await;
+}
+
 /// The tick (seconds since the Unix epoch) of an `every_second` instance id.
 fn tick_of(id: &str) -> i64 {
     let tick = id.strip_prefix("cron:every_second:").expect("a tick id");
@@ -356,6 +412,7 @@ async fn missed_ticks_run_the_latest_once_or_none(backend: Backend) {
 }
 
 keiro_tests::on_both_backends!(
+    a_tick_runs_at_once_without_waiting_for_a_pass,
     missed_ticks_run_the_latest_once_or_none,
     two_worker_processes_run_every_tick_exactly_once,
     pause_stops_ticks_and_resume_restarts_them,

@@ -25,14 +25,21 @@ impl Keiro {
     ///
     /// Beside its passes it runs a cron scheduler: at each tick (by the
     /// store's clock) of a schedule whose workflow this binary links, it
-    /// creates the tick's instance (see [`Keiro::schedules`]); ticks missed
-    /// while no worker ran follow [`ResumeOptions::missed_ticks`].
+    /// creates the tick's instance (see [`Keiro::schedules`]) and, when it
+    /// is the worker that created it, drives it at once, without waiting for
+    /// a pass (outside [`ResumeOptions::concurrency`]: one run per schedule
+    /// and tick); ticks missed while no worker ran follow
+    /// [`ResumeOptions::missed_ticks`].
     pub async fn resume_worker(&self, options: ResumeOptions) -> Result<ResumeWorker> {
         options.validate()?;
         self.ensure_executor().await?;
         let (phase, watched) = watch::channel(Phase::Running);
         self.listen_for_wakes();
-        let scheduler = crate::schedule::scheduler::spawn(self, options.missed_ticks);
+        let runs = std::sync::Arc::new(crate::schedule::tick_runs::TickRuns::new(
+            options.clone(),
+            Stop::of_worker(self, watched.clone()),
+        ));
+        let scheduler = crate::schedule::scheduler::spawn(self, options.missed_ticks, runs.clone());
         let keiro = self.clone();
         let join = tokio::spawn(async move {
             let gc = options.retention.clone().map(|retention| {
@@ -65,6 +72,10 @@ impl Keiro {
             // Ticks are created in the store: stopping between two loses none
             // (another worker, or this one's successor, creates the next).
             scheduler.abort();
+            let _ = scheduler.await;
+            // The ticks it started run on like the pass's runs: to their end
+            // while draining, released when halted.
+            runs.wait().await;
             if let Some(gc) = gc {
                 // A batch cut short rolls back; the next worker's gc redoes it.
                 gc.abort();

@@ -93,7 +93,7 @@ impl Keiro {
             });
         }
         let summary = futures::stream::iter(claimed)
-            .map(|row| self.advance(row, options, stop.clone()))
+            .map(|row| self.advance(row, false, options, stop.clone()))
             .buffer_unordered(options.concurrency)
             .fold(summary, |acc, one| async move { acc.add(one) })
             .await;
@@ -163,10 +163,13 @@ impl Keiro {
             .map(|_| ())
     }
 
-    /// Drives one instance this pass claimed.
-    async fn advance(
+    /// Drives one instance this worker claimed (a pass's, or a cron tick's
+    /// its scheduler created under this process's lease): `fresh` when it
+    /// was created so, with no journal to read.
+    pub(crate) async fn advance(
         &self,
         row: InstanceRow,
+        fresh: bool,
         options: &ResumeOptions,
         stop: Stop,
     ) -> ResumeSummary {
@@ -193,7 +196,7 @@ impl Keiro {
         };
         summary.resumed = 1;
         let (name, id) = (row.name.clone(), row.id.clone());
-        let result = execute(self, registration.run, row, false, stop).await;
+        let result = execute(self, registration.run, row, fresh, stop).await;
         match &result {
             Ok(Some(done)) => match done.status {
                 InstanceStatus::Failed if done.output.is_none() => {

@@ -1,21 +1,37 @@
 //! Creating one tick's instance: the id derived from the schedule and the
 //! tick, the arguments (the tick time, or a dynamic schedule's stored call),
-//! then the normal enqueue path, so whichever resume worker claims it first
-//! runs it.
+//! then either the normal enqueue path (whichever resume worker claims it
+//! first runs it) or, from a scheduler, a run started at once in its own
+//! process.
 
 use keiro_store::{CreateRequest, ScheduleRow};
 
 use super::spec::tick_id;
+use super::tick_runs::TickRuns;
 use crate::{Error, Keiro, Result};
 
+/// Where a tick's new instance runs.
+#[derive(Clone, Copy)]
+pub(crate) enum Start<'a> {
+    /// Pending, for whichever resume worker serving the workflow claims it
+    /// first (a trigger or a backfill, from any process).
+    Pending,
+    /// Created under this process's lease and driven at once by the
+    /// scheduler's worker, so no claim and no resume pass stand between the
+    /// tick and its first step.
+    Here(&'a TickRuns),
+}
+
 /// Creates the instance of `row`'s tick at `tick_us` under `id` unless it
-/// exists already, and records the tick. Returns whether it was created.
-/// Workers racing on one tick create it once: the id is unique.
+/// exists already, starts it as `start` says, and records the tick. Returns
+/// whether it was created. Workers racing on one tick create it once: the
+/// id is unique, and only the creator runs it.
 pub(crate) async fn fire_as(
     keiro: &Keiro,
     row: &ScheduleRow,
     tick_us: i64,
     id: String,
+    start: Start<'_>,
 ) -> Result<bool> {
     // A process that does not link the workflow (the `keiro` command, a web
     // process) records no signature and no application version: any worker
@@ -25,6 +41,16 @@ pub(crate) async fn fire_as(
     let signature = registry.signature(&row.workflow).map(str::to_owned);
     let app_version = signature.as_ref().map(|_| keiro.app_version().to_owned());
     let skeleton_hash = registry.skeleton_hash(&row.workflow).map(str::to_owned);
+    let runs = match start {
+        Start::Here(runs) if signature.is_some() => Some(runs),
+        _ => None,
+    };
+    let lease = runs.map(|_| {
+        (
+            keiro.owner().to_owned(),
+            crate::time::duration_us(keiro.lease_ttl()),
+        )
+    });
     let input = match &row.input {
         Some(input) => input.clone(),
         None => crate::json::to_json(&(crate::time::from_us(tick_us),), || {
@@ -39,7 +65,7 @@ pub(crate) async fn fire_as(
             input,
             signature,
             parent: None,
-            lease: None,
+            lease,
             deadline: None,
             traceparent: None,
             app_version,
@@ -55,12 +81,16 @@ pub(crate) async fn fire_as(
             requested_as: format!(" for a tick of schedule `{}`", row.name),
         });
     }
-    if created {
-        keiro.wake_resume_worker();
-        // The instance is committed: a lost notification only costs latency.
-        if let Err(error) = keiro.raw_store().wake_workers("").await {
-            tracing::warn!(%error, "keiro could not notify a cron tick");
+    match (created, runs) {
+        (true, Some(runs)) => runs.start(keiro, existing),
+        (true, None) => {
+            keiro.wake_resume_worker();
+            // The instance is committed: a lost notification only costs latency.
+            if let Err(error) = keiro.raw_store().wake_workers("").await {
+                tracing::warn!(%error, "keiro could not notify a cron tick");
+            }
         }
+        (false, _) => {}
     }
     keiro
         .raw_store()
@@ -70,6 +100,11 @@ pub(crate) async fn fire_as(
 }
 
 /// [`fire_as`] under the tick's own id ([`tick_id`]).
-pub(crate) async fn fire(keiro: &Keiro, row: &ScheduleRow, tick_us: i64) -> Result<bool> {
-    fire_as(keiro, row, tick_us, tick_id(&row.name, tick_us)).await
+pub(crate) async fn fire(
+    keiro: &Keiro,
+    row: &ScheduleRow,
+    tick_us: i64,
+    start: Start<'_>,
+) -> Result<bool> {
+    fire_as(keiro, row, tick_us, tick_id(&row.name, tick_us), start).await
 }

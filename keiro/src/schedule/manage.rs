@@ -8,7 +8,7 @@ use keiro_store::{ScheduleDef, ScheduleRow};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::fire::{fire, fire_as};
+use super::fire::{fire, fire_as, Start};
 use super::info::ScheduleInfo;
 use super::registration::linked;
 use super::spec::{rfc3339, CronSpec, DEFAULT_TIMEZONE};
@@ -98,7 +98,7 @@ impl Keiro {
         let row = self.schedule_row(name).await?;
         let now = self.now_us();
         let id = format!("cron:{name}:trigger:{}", rfc3339(now));
-        fire_as(self, &row, now, id.clone()).await?;
+        fire_as(self, &row, now, id.clone(), Start::Pending).await?;
         Ok(id)
     }
 
@@ -128,7 +128,7 @@ impl Keiro {
         }
         let mut created = Vec::new();
         for tick in ticks {
-            if fire(self, &row, tick).await? {
+            if fire(self, &row, tick, Start::Pending).await? {
                 created.push(super::spec::tick_id(name, tick));
             }
         }

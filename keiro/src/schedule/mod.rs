@@ -5,12 +5,16 @@
 //! * `registration.rs`: the link-time registry of `#[workflow(cron)]`.
 //! * `fire.rs`: creating one tick's instance under its derived id.
 //! * `scheduler.rs`: the loop each resume worker runs beside its claims.
+//! * `tick_runs.rs`: the runs a scheduler starts itself, one per tick it
+//!   created.
 //! * `manage.rs`: list, pause, resume, trigger, backfill, create, delete.
 //! * `info.rs`: [`ScheduleInfo`] and the [`MissedTicks`] setting.
 //!
 //! Each tick's instance id is `cron:<schedule>:<tick in RFC 3339, UTC>`:
 //! every worker running the scheduler creates it, and the id's uniqueness
-//! makes that one instance, run by whichever resume worker claims it.
+//! makes that one instance. The scheduler that created it holds its lease
+//! from the start and drives it at once in its own process; an instance of
+//! a trigger or a backfill is pending for whichever resume worker claims it.
 
 mod fire;
 mod info;
@@ -18,6 +22,7 @@ mod manage;
 mod registration;
 pub(crate) mod scheduler;
 mod spec;
+pub(crate) mod tick_runs;
 
 pub use info::{MissedTicks, ScheduleInfo};
 pub use manage::MAX_BACKFILL_TICKS;

@@ -1,7 +1,8 @@
 //! The scheduler loop each resume worker runs beside its claim loop: it
 //! reads the schedules table, and at each tick (by the store's clock) of a
-//! schedule whose workflow this binary links, creates the tick's instance.
-//! Every worker does so; the tick's derived id makes it one instance.
+//! schedule whose workflow this binary links, creates the tick's instance
+//! under this process's lease and starts driving it at once. Every worker
+//! does so; the tick's derived id makes it one instance, run by its creator.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -10,9 +11,10 @@ use std::time::Duration;
 use keiro_store::ScheduleRow;
 use tokio::sync::Notify;
 
-use super::fire::fire;
+use super::fire::{fire, Start};
 use super::info::MissedTicks;
 use super::spec::CronSpec;
+use super::tick_runs::TickRuns;
 use crate::{Keiro, Result};
 
 /// The longest pause between two reads of the schedules table, so a
@@ -85,23 +87,28 @@ struct Cursor {
 }
 
 /// Starts a scheduler task, which runs until it is aborted (with its resume
-/// worker). It counts as running, and behind, from this call on, so a
-/// [`crate::testing::TestEnv`] waits for its first pass.
-pub(crate) fn spawn(keiro: &Keiro, missed: MissedTicks) -> tokio::task::JoinHandle<()> {
+/// worker), starting the ticks it creates on `runs`. It counts as running,
+/// and behind, from this call on, so a [`crate::testing::TestEnv`] waits for
+/// its first pass.
+pub(crate) fn spawn(
+    keiro: &Keiro,
+    missed: MissedTicks,
+    runs: std::sync::Arc<TickRuns>,
+) -> tokio::task::JoinHandle<()> {
     let state = keiro.scheduler_state();
     state.running.fetch_add(1, Ordering::SeqCst);
     state.requested.fetch_add(1, Ordering::SeqCst);
     let running = Running(keiro.clone());
-    tokio::spawn(run(keiro.clone(), missed, running))
+    tokio::spawn(run(keiro.clone(), missed, runs, running))
 }
 
-async fn run(keiro: Keiro, missed: MissedTicks, _running: Running) {
+async fn run(keiro: Keiro, missed: MissedTicks, runs: std::sync::Arc<TickRuns>, _running: Running) {
     let state = keiro.scheduler_state();
     let mut cursors: HashMap<String, Cursor> = HashMap::new();
     let mut first = true;
     loop {
         let seen = state.requested.load(Ordering::SeqCst);
-        let next = match pass(&keiro, &mut cursors, first.then_some(missed)).await {
+        let next = match pass(&keiro, &runs, &mut cursors, first.then_some(missed)).await {
             Ok(next) => {
                 first = false;
                 next
@@ -146,6 +153,7 @@ impl Drop for Running {
 /// is set on the first pass only.
 async fn pass(
     keiro: &Keiro,
+    runs: &TickRuns,
     cursors: &mut HashMap<String, Cursor>,
     missed: Option<MissedTicks>,
 ) -> Result<Option<i64>> {
@@ -171,7 +179,7 @@ async fn pass(
         if missed == Some(MissedTicks::RunLatest) {
             if let (Some(last), Some(latest)) = (row.last_tick, cursor.spec.latest_until(now)) {
                 if latest > last {
-                    fire_logged(keiro, row, latest).await;
+                    fire_logged(keiro, runs, row, latest).await;
                 }
             }
         }
@@ -179,7 +187,7 @@ async fn pass(
             .spec
             .ticks_within(cursor.handled.saturating_add(1), now, MAX_CATCH_UP);
         for &tick in &due {
-            fire_logged(keiro, row, tick).await;
+            fire_logged(keiro, runs, row, tick).await;
         }
         cursor.handled = due.last().copied().unwrap_or(cursor.handled);
         if due.len() == MAX_CATCH_UP {
@@ -224,8 +232,8 @@ fn cursor<'c>(
     cursors.get_mut(&row.name)
 }
 
-async fn fire_logged(keiro: &Keiro, row: &ScheduleRow, tick: i64) {
-    if let Err(error) = fire(keiro, row, tick).await {
+async fn fire_logged(keiro: &Keiro, runs: &TickRuns, row: &ScheduleRow, tick: i64) {
+    if let Err(error) = fire(keiro, row, tick, Start::Here(runs)).await {
         tracing::warn!(
             %error,
             schedule = %row.name,
