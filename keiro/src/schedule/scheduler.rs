@@ -62,7 +62,9 @@ impl SchedulerState {
         self.wake.notify_waiters();
     }
 
-    /// The earliest next tick a running scheduler waits for.
+    /// The earliest next tick a running scheduler waits for (read by the
+    /// SQLite-backed test environment).
+    #[cfg(feature = "sqlite")]
     pub(crate) fn next_tick(&self) -> Option<i64> {
         let running = self.running.load(Ordering::SeqCst) > 0;
         let next = self.next_tick.load(Ordering::SeqCst);
@@ -71,6 +73,7 @@ impl SchedulerState {
 
     /// Whether a running scheduler has not yet finished a pass since the
     /// latest [`SchedulerState::wake`].
+    #[cfg(feature = "sqlite")]
     pub(crate) fn is_behind(&self) -> bool {
         self.running.load(Ordering::SeqCst) > 0
             && self.done.load(Ordering::SeqCst) < self.requested.load(Ordering::SeqCst)
