@@ -9,6 +9,13 @@
 //! it gave up its lease, and when it is due again it waits for room like a
 //! new one (without counting as a second start).
 //!
+//! A claim reads each partition that has a takeable row with its three counts
+//! (skipping through the queue's order index one partition key at a time),
+//! serves the partitions in the order of their first takeable row (the one
+//! waiting longest goes first), and takes from each as many rows, in run
+//! order, as its room allows: its cost grows with the number of partitions,
+//! not with the number of rows waiting.
+//!
 //! Race freedom: on PostgreSQL each queue's claim runs in a transaction that
 //! first takes a transaction-scoped advisory lock on the queue's name, so
 //! claims of one queue from any number of processes run one after the other,
@@ -59,7 +66,8 @@ pub(crate) struct QueueStatements {
     lock: Option<&'static str>,
     mark_queued: String,
     find_duplicate: String,
-    claim: String,
+    rooms: String,
+    claim_partition: String,
 }
 
 impl QueueStatements {
@@ -67,16 +75,22 @@ impl QueueStatements {
     pub(crate) fn new(d: &Dialect) -> QueueStatements {
         let w = format!("{}workflows", d.tables);
         let unfinished = "status IN ('pending', 'running', 'suspended')";
-        let registered = (d.registered_rows)(11);
-        let versions = (d.json_text_elements)("$10");
-        // Counts rows of the candidate's queue and partition meeting `cond`.
+        // Counts rows of the queue ($3) in partition `f.k` meeting `cond`.
         let count = |cond: &str| {
             format!(
-                "(SELECT COUNT(*) FROM {w} x WHERE x.queue = $5 \
-                 AND x.partition_key = p.partition_key AND {cond})"
+                "(SELECT COUNT(*) FROM {w} x WHERE x.queue = $3 \
+                 AND x.partition_key = f.k AND {cond})"
             )
         };
-        let running = "x.status = 'running' AND x.lease_expires_at >= $3";
+        let running = "x.status = 'running' AND x.lease_expires_at >= $2";
+        // A row the claiming owner ($1) may take now ($2), as `c`.
+        let takeable = |now: &str| {
+            format!(
+                "c.{unfinished} AND c.wake_at <= {now} \
+                 AND (c.lease_owner IS NULL OR c.lease_owner = $1 OR c.lease_expires_at < {now})"
+            )
+        };
+        let order = "c.priority, c.created_at, c.id";
         QueueStatements {
             lock: d.queue_lock,
             mark_queued: format!(
@@ -86,44 +100,78 @@ impl QueueStatements {
             find_duplicate: format!(
                 "SELECT id FROM {w} WHERE queue = $1 AND dedup_key = $2 AND {unfinished}"
             ),
-            // $1 owner, $2 lease expiry, $3 now, $4 limit, $5 queue,
-            // $6 concurrency, $7 worker concurrency, $8 starts per window,
-            // $9 window start, $10 the claimable application versions (a JSON
-            // array), $11 on: the registered workflows. Each
-            // partition's candidates are numbered in run order and taken
-            // while the number fits all three rooms.
-            claim: format!(
-                "WITH cand AS ( \
-                     SELECT c.id, c.partition_key, c.priority, c.created_at, \
-                         ROW_NUMBER() OVER (PARTITION BY c.partition_key \
-                             ORDER BY c.priority, c.created_at, c.id) AS rn \
-                     FROM {w} c \
-                     WHERE c.queue = $5 AND c.{unfinished} AND c.wake_at <= $3 \
-                     AND (c.lease_owner IS NULL OR c.lease_owner = $1 \
-                          OR c.lease_expires_at < $3) \
+            // $1 owner, $2 now, $3 queue, $4 the rate window's start. Every
+            // partition with a takeable row, found by skipping through the
+            // queue's index one key at a time (not by reading every row),
+            // with its three counts, ordered by its first takeable row: the
+            // partitions waiting longest are served first. (The order is
+            // read by primary-key lookups, not by a join, which PostgreSQL
+            // planned as a hash join over the whole table.)
+            rooms: format!(
+                "WITH RECURSIVE parts(k) AS ( \
+                     SELECT MIN(partition_key) FROM {w} WHERE queue = $3 AND {unfinished} \
+                     UNION ALL \
+                     SELECT (SELECT MIN(x.partition_key) FROM {w} x WHERE x.queue = $3 \
+                         AND x.{unfinished} AND x.partition_key > parts.k) \
+                     FROM parts WHERE parts.k IS NOT NULL \
+                 ), firsts AS ( \
+                     SELECT parts.k, (SELECT c.id FROM {w} c WHERE c.queue = $3 \
+                         AND c.partition_key = parts.k AND {takeable} \
+                         ORDER BY {order} LIMIT 1) AS first \
+                     FROM parts WHERE parts.k IS NOT NULL \
+                 ) \
+                 SELECT f.k AS partition_key, {all} AS running, {mine} AS mine, \
+                     {started} AS started \
+                 FROM firsts f WHERE f.first IS NOT NULL \
+                 ORDER BY (SELECT c.priority FROM {w} c WHERE c.id = f.first), \
+                     (SELECT c.created_at FROM {w} c WHERE c.id = f.first), f.first",
+                takeable = takeable("$2"),
+                all = count(running),
+                mine = count(&format!("{running} AND x.lease_owner = $1")),
+                started = count("x.queue_started_at > $4"),
+            ),
+            // $1 owner, $2 lease expiry, $3 now, $4 how many, $5 queue,
+            // $6 partition, $7 the claimable application versions (a JSON
+            // array), $8 on: the registered workflows. The partition's first
+            // takeable rows in run order, read off the queue's order index.
+            claim_partition: format!(
+                "UPDATE {w} SET lease_owner = $1, lease_expires_at = $2, wake_at = $2, \
+                     status = 'running', updated_at = $3, \
+                     queue_started_at = COALESCE(queue_started_at, $3) \
+                 WHERE {picked} RETURNING {columns}",
+                picked = (d.picked_ids)(&format!(
+                    "SELECT c.id FROM {w} c \
+                     WHERE c.queue = $5 AND c.partition_key = $6 AND {takeable} \
                      AND (c.app_version IS NULL OR c.app_version IN ({versions})) \
                      AND EXISTS (SELECT 1 FROM {registered} WHERE r.name = c.name \
                          AND (c.signature IS NULL OR c.signature = r.signature)) \
-                 ), room AS ( \
-                     SELECT p.partition_key, {all} AS running, {mine} AS mine, \
-                         {started} AS started \
-                     FROM (SELECT DISTINCT partition_key FROM cand) p \
-                 ) \
-                 UPDATE {w} SET lease_owner = $1, lease_expires_at = $2, wake_at = $2, \
-                     status = 'running', updated_at = $3, \
-                     queue_started_at = COALESCE(queue_started_at, $3) \
-                 WHERE id IN (SELECT cand.id FROM cand \
-                     JOIN room ON room.partition_key = cand.partition_key \
-                     WHERE cand.rn <= $6 - room.running AND cand.rn <= $7 - room.mine \
-                     AND cand.rn <= $8 - room.started \
-                     ORDER BY cand.priority, cand.created_at, cand.id LIMIT $4) \
-                 RETURNING {columns}",
-                all = count(running),
-                mine = count(&format!("{running} AND x.lease_owner = $1")),
-                started = count("x.queue_started_at > $9"),
+                     ORDER BY {order} LIMIT $4",
+                    takeable = takeable("$3"),
+                    versions = (d.json_text_elements)("$7"),
+                    registered = (d.registered_rows)(8),
+                )),
                 columns = crate::sql::INSTANCE_COLUMNS,
             ),
         }
+    }
+}
+
+/// One partition of a queue with room, as the rooms statement reads it.
+struct Room {
+    partition: String,
+    running: i64,
+    mine: i64,
+    started: i64,
+}
+
+impl Room {
+    /// How many more of this partition `limits` let start now (`starts`:
+    /// the rate limit's starts per window, `i64::MAX` without one).
+    fn free(&self, limits: &QueueLimits<'_>, starts: i64) -> i64 {
+        let room = |limit: Option<i64>, used: i64| limit.unwrap_or(i64::MAX).saturating_sub(used);
+        room(limits.concurrency, self.running)
+            .min(room(limits.worker_concurrency, self.mine))
+            .min(starts.saturating_sub(self.started))
     }
 }
 
@@ -211,18 +259,7 @@ impl Store {
             Some((starts, period_us)) => (starts, now.saturating_sub(period_us)),
             None => (i64::MAX, i64::MAX),
         };
-        let args = args![
-            lease.owner,
-            now + lease.ttl_us,
-            now,
-            limit,
-            limits.name,
-            limits.concurrency.unwrap_or(i64::MAX),
-            limits.worker_concurrency.unwrap_or(i64::MAX),
-            starts,
-            window_start,
-            &versions,
-        ];
+        let expires = now + lease.ttl_us;
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             if let Some(lock) = sql.queue.lock {
@@ -232,14 +269,55 @@ impl Store {
                     .await
                     .map_err(StoreError::query(OP))?;
             }
-            let query = bind_all!(sqlx::query(&sql.queue.claim), &args);
-            let rows = s
-                .bind_registered(query, workflows)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?;
+            let what = || format!("queue `{}`", limits.name);
+            let rooms = bind_all!(
+                sqlx::query(&sql.queue.rooms),
+                &args![lease.owner, now, limits.name, window_start]
+            )
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::query(OP))?
+            .iter()
+            .map(|row| {
+                Ok(Room {
+                    partition: row.text(what, "partition_key")?,
+                    running: row.int(what, "running")?,
+                    mine: row.int(what, "mine")?,
+                    started: row.int(what, "started")?,
+                })
+            })
+            .collect::<Result<Vec<Room>>>()?;
+            let mut claimed = Vec::new();
+            for room in rooms {
+                let left = limit - claimed.len() as i64;
+                if left <= 0 {
+                    break;
+                }
+                let take = room.free(limits, starts).min(left);
+                if take <= 0 {
+                    continue;
+                }
+                let args = args![
+                    lease.owner,
+                    expires,
+                    now,
+                    take,
+                    limits.name,
+                    room.partition.as_str(),
+                    &versions,
+                ];
+                let query = bind_all!(sqlx::query(&sql.queue.claim_partition), &args);
+                let rows = s
+                    .bind_registered(query, workflows)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(StoreError::query(OP))?;
+                for row in &rows {
+                    claimed.push(InstanceRow::from_row(row)?);
+                }
+            }
             tx.commit().await.map_err(StoreError::query(OP))?;
-            rows.iter().map(InstanceRow::from_row).collect()
+            Ok(claimed)
         })
     }
 }

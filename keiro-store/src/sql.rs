@@ -55,6 +55,11 @@ pub(crate) struct Dialect {
     /// queue from many processes run one at a time (PostgreSQL); `None`
     /// where `BEGIN IMMEDIATE` serialises them already.
     pub(crate) queue_lock: Option<&'static str>,
+    /// The condition "`id` is one of the ids the subquery `sub` picks", for
+    /// an `UPDATE` of a claim's picked rows. PostgreSQL spells it
+    /// `id = ANY(ARRAY(sub))`: its generic plan for `id IN (sub)` hash-joins
+    /// the picked ids against the whole table instead of looking each up.
+    pub(crate) picked_ids: fn(sub: &str) -> String,
 }
 
 impl Dialect {
@@ -83,8 +88,14 @@ impl Dialect {
             modifying_ctes: false,
             wake_channel: None,
             queue_lock: None,
+            picked_ids: in_subquery,
         }
     }
+}
+
+/// `id IN (sub)`: how SQLite tests an id against a claim's picked ids.
+fn in_subquery(sub: &str) -> String {
+    format!("id IN ({sub})")
 }
 
 /// The columns of an [`crate::InstanceRow`], in `SELECT` and `RETURNING` lists.
@@ -365,15 +376,17 @@ impl Statements {
             claim_due: format!(
                 "UPDATE {w} SET lease_owner = $1, lease_expires_at = $2, wake_at = $2, \
                  status = 'running', updated_at = $3 \
-                 WHERE id IN (SELECT id FROM {w} WHERE {UNFINISHED} AND wake_at <= $3 \
+                 WHERE {} RETURNING {INSTANCE_COLUMNS}",
+                (d.picked_ids)(&format!(
+                    "SELECT id FROM {w} WHERE {UNFINISHED} AND wake_at <= $3 \
                      AND queue IS NULL \
                      AND (lease_owner IS NULL OR lease_owner = $1 OR lease_expires_at < $3) \
                      AND (app_version IS NULL OR app_version IN ({})) \
-                     AND {} ORDER BY wake_at LIMIT $4{}) \
-                 RETURNING {INSTANCE_COLUMNS}",
-                (d.json_text_elements)("$5"),
-                (d.registered_match)(6),
-                d.skip_locked
+                     AND {} ORDER BY wake_at LIMIT $4{}",
+                    (d.json_text_elements)("$5"),
+                    (d.registered_match)(6),
+                    d.skip_locked
+                )),
             ),
             find_blocked: {
                 let other_version = format!(

@@ -25,6 +25,12 @@ pub(super) fn json_text_elements(param: &str) -> String {
     format!("SELECT json_array_elements_text(CAST({param} AS json))")
 }
 
+/// `id` is one of the ids `sub` picks, read into an array first so the
+/// update looks each up by primary key whatever the plan's row estimate.
+pub(super) fn any_of_array(sub: &str) -> String {
+    format!("id = ANY(ARRAY({sub}))")
+}
+
 /// The registered names and signatures (at `$n`, `$n+1`) as a table.
 pub(super) fn registered_rows(n: usize) -> String {
     format!(

@@ -1,0 +1,6 @@
+-- A queue claim reads each partition's takeable rows in run order (priority,
+-- then creation) straight off this index, and skips from one partition key
+-- to the next through it, instead of numbering every row of the queue.
+CREATE INDEX workflows_queue_order
+    ON keiro.workflows (queue, partition_key, priority, created_at, id)
+    WHERE queue IS NOT NULL AND status IN ('pending', 'running', 'suspended');
