@@ -158,6 +158,12 @@ pub fn lines_of(path: &std::path::Path) -> Vec<String> {
 /// The body of the worker test binaries: logs to stdout at `info`, runs the
 /// process-wide resume worker (`KEIRO_DATABASE_URL`) until killed.
 pub async fn serve_until_killed() {
+    serve_until_killed_with(keiro::ResumeOptions::default()).await
+}
+
+/// [`serve_until_killed`] with the resume worker's `options` (polling every
+/// 50 ms whatever they say).
+pub async fn serve_until_killed_with(options: keiro::ResumeOptions) {
     tracing_subscriber::fmt()
         .with_env_filter("keiro=info")
         .with_writer(std::io::stdout)
@@ -165,7 +171,7 @@ pub async fn serve_until_killed() {
         .init();
     let keiro = keiro::global().await.expect("open the database");
     let _worker = keiro
-        .resume_worker(keiro::ResumeOptions::default().poll_interval(Duration::from_millis(50)))
+        .resume_worker(options.poll_interval(Duration::from_millis(50)))
         .await
         .expect("start the resume worker");
     std::future::pending::<()>().await;

@@ -19,12 +19,14 @@ const WORKER: &str = env!("CARGO_BIN_EXE_queue_worker");
 /// How long any one test waits for its jobs.
 const PATIENCE: Duration = Duration::from_secs(90);
 
-/// `count` worker processes on `db`, each serving once its log says so.
-async fn worker_processes(db: &TestDb, count: usize) -> Vec<CrashChild> {
+/// `count` worker processes on `db`, each serving once its log says so and
+/// running up to `concurrency` instances at once.
+async fn worker_processes(db: &TestDb, count: usize, concurrency: usize) -> Vec<CrashChild> {
     let mut workers = Vec::new();
+    let concurrency = concurrency.to_string();
     for n in 0..count {
         let id = format!("queue-worker-{n}-{}", uuid::Uuid::new_v4().simple());
-        let mut child = CrashChild::start(WORKER, db, &id, &[], None);
+        let mut child = CrashChild::start(WORKER, db, &id, &[&concurrency], None);
         child.line_containing("serves").await;
         workers.push(child);
     }
@@ -81,7 +83,9 @@ fn now_us() -> i64 {
 async fn concurrency_holds_across_worker_processes(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
-    let workers = worker_processes(&db, 3).await;
+    // Each process runs one at a time, so reaching 2 takes two processes at
+    // once, and only the queue's limit keeps the three from running 3.
+    let workers = worker_processes(&db, 3, 1).await;
     let (_dir, file) = events_file();
     let mut handles = Vec::new();
     for n in 0..60 {
@@ -113,7 +117,7 @@ async fn concurrency_holds_across_worker_processes(backend: Backend) {
 async fn worker_concurrency_holds_per_process(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
-    let workers = worker_processes(&db, 3).await;
+    let workers = worker_processes(&db, 3, 32).await;
     let (_dir, file) = events_file();
     let mut handles = Vec::new();
     for n in 0..30 {
@@ -349,6 +353,25 @@ async fn delay_is_respected_on_a_queue_and_the_default_queue(backend: Backend) {
     worker.stop().await;
 }
 
+/// A worker refills a queue's free slots while its other instances run: on a
+/// pool of two connections, with 32 instances at once all busy with the
+/// database, the refill claims must not wait for a connection that only the
+/// instances they stopped driving could give back.
+async fn refills_do_not_starve_a_small_pool(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.builder().max_connections(2).connect().await.unwrap();
+    let (_dir, file) = events_file();
+    let mut handles = Vec::new();
+    for n in 0..200 {
+        let call = queue_job(text(&file), format!("{n}"), 0).on(&keiro);
+        let call = call.id(format!("small-pool-{n}")).queue(&PLAIN);
+        handles.push(call.enqueue().await.unwrap());
+    }
+    let worker = worker_here(&keiro).await;
+    all_done(handles).await;
+    worker.stop().await;
+}
+
 async fn queue_settings_need_an_enqueue_and_a_queue(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
@@ -374,4 +397,5 @@ on_both_backends!(
     dedup_refuses_while_unfinished_and_accepts_after,
     delay_is_respected_on_a_queue_and_the_default_queue,
     queue_settings_need_an_enqueue_and_a_queue,
+    refills_do_not_starve_a_small_pool,
 );

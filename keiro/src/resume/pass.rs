@@ -1,8 +1,10 @@
 //! One pass of the resume worker: claim due instances, report the ones it
 //! cannot run, and drive the claimed ones through the registry.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
+use futures::future::Either;
+use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use keiro_store::{BlockReason, InstanceRow, InstanceStatus, Lease};
 
@@ -11,7 +13,24 @@ use crate::runtime::inflight::Slot;
 use crate::shutdown::Stop;
 use crate::time::duration_us;
 use crate::workflow::drive::execute;
-use crate::{Error, Keiro, Result};
+use crate::{Error, Keiro, Queue, Result};
+
+/// What ended in a pass's set of running instances and refill claims.
+enum Finished {
+    /// An instance's run, and the queue it was claimed from (`None`: the
+    /// default queue).
+    Ran(Option<&'static Queue>, ResumeSummary),
+    /// A refill claim of a queue for this much room.
+    Claimed(&'static Queue, i64, keiro_store::Result<Vec<InstanceRow>>),
+}
+
+/// What a pass refills its queues' free slots under.
+#[derive(Clone, Copy)]
+struct Refill<'a> {
+    lease: Lease<'a>,
+    workflows: &'a [keiro_store::Registered<'a>],
+    versions: &'a [&'a str],
+}
 
 /// How many unclaimable due instances (unknown names, other versions, live
 /// foreign leases) a pass reports.
@@ -52,7 +71,9 @@ impl Keiro {
             // poll interval.
             self.wake_resume_worker();
         }
-        claimed.extend(queued);
+        let mut claimed: Vec<(Option<&'static Queue>, InstanceRow)> =
+            claimed.drain(..).map(|row| (None, row)).collect();
+        claimed.extend(queued.into_iter().map(|(queue, row)| (Some(queue), row)));
         let blocked = store
             .find_blocked(owner, &workflows, &versions, BLOCKED_REPORTED)
             .await?;
@@ -92,10 +113,13 @@ impl Keiro {
                 own: self.app_version().to_owned(),
             });
         }
-        let summary = futures::stream::iter(claimed)
-            .map(|row| self.advance(row, false, options, stop.clone()))
-            .buffer_unordered(options.concurrency)
-            .fold(summary, |acc, one| async move { acc.add(one) })
+        let refill = Refill {
+            lease,
+            workflows: &workflows,
+            versions: &versions,
+        };
+        let summary = self
+            .run_claimed(claimed, summary, refill, options, stop)
             .await;
         crate::telemetry::pass(&summary);
         match store.count_pending_awakeables().await {
@@ -115,9 +139,9 @@ impl Keiro {
         versions: &[&str],
         options: &ResumeOptions,
         already: usize,
-    ) -> Result<Vec<InstanceRow>> {
+    ) -> Result<Vec<(&'static Queue, InstanceRow)>> {
         let mut claimed = Vec::new();
-        for queue in self.registry().queues() {
+        for &queue in self.registry().queues() {
             let room = options.claim_limit() - (already + claimed.len()) as i64;
             if room <= 0 {
                 break;
@@ -126,9 +150,126 @@ impl Keiro {
                 .raw_store()
                 .claim_queue(lease, workflows, versions, &queue.limits(), room)
                 .await?;
-            claimed.extend(rows);
+            claimed.extend(rows.into_iter().map(|row| (queue, row)));
         }
         Ok(claimed)
+    }
+
+    /// Drives a pass's claimed instances, at most
+    /// [`ResumeOptions::concurrency`] at once. Each time one of a queue's
+    /// instances ends, its slot is free: the pass claims that queue again at
+    /// once (within its limits, for the room this pass has) instead of
+    /// leaving the slot empty until the next pass, so a busy queue stays
+    /// full. Those refills stop after as many more instances as a pass
+    /// claims (the pass then ends, and the next begins at once, so the
+    /// default queue and timers wait at most one pass), and when the worker
+    /// is stopping.
+    ///
+    /// A refill claim is polled in the same set as the running instances:
+    /// awaiting it alone would stop polling them while they hold pool
+    /// connections, and the claim could wait for a connection forever.
+    async fn run_claimed(
+        &self,
+        claimed: Vec<(Option<&'static Queue>, InstanceRow)>,
+        mut summary: ResumeSummary,
+        refill: Refill<'_>,
+        options: &ResumeOptions,
+        stop: &Stop,
+    ) -> ResumeSummary {
+        let mut waiting: VecDeque<_> = claimed.into();
+        let mut active = FuturesUnordered::new();
+        let run = |queue: Option<&'static Queue>, row: InstanceRow| {
+            Either::Left(async move {
+                let one = self.advance(row, false, options, stop.clone()).await;
+                Finished::Ran(queue, one)
+            })
+        };
+        let claim = |queue: &'static Queue, room: i64| {
+            Either::Right(async move {
+                let rows = self
+                    .raw_store()
+                    .claim_queue(
+                        refill.lease,
+                        refill.workflows,
+                        refill.versions,
+                        &queue.limits(),
+                        room,
+                    )
+                    .await;
+                Finished::Claimed(queue, room, rows)
+            })
+        };
+        let mut refills_left = options.claim_limit();
+        // Instances running, and slots promised to claims in flight.
+        let (mut running, mut promised) = (0usize, 0usize);
+        // Queues with a refill claim in flight, and those of them one of
+        // whose instances ended meanwhile (claimed again when it returns).
+        let mut claiming: Vec<&'static str> = Vec::new();
+        let mut stale: Vec<&'static str> = Vec::new();
+        loop {
+            while running < options.concurrency {
+                let Some((queue, row)) = waiting.pop_front() else {
+                    break;
+                };
+                running += 1;
+                active.push(run(queue, row));
+            }
+            let Some(finished) = active.next().await else {
+                break;
+            };
+            let queue = match finished {
+                Finished::Ran(queue, one) => {
+                    running -= 1;
+                    summary = summary.add(one);
+                    let Some(queue) = queue else { continue };
+                    if claiming.contains(&queue.name()) {
+                        if !stale.contains(&queue.name()) {
+                            stale.push(queue.name());
+                        }
+                        continue;
+                    }
+                    queue
+                }
+                Finished::Claimed(queue, room, rows) => {
+                    promised -= room as usize;
+                    claiming.retain(|&name| name != queue.name());
+                    match rows {
+                        Ok(rows) => {
+                            // Room not taken returns to the budget.
+                            refills_left += room - rows.len() as i64;
+                            summary.discovered += rows.len();
+                            waiting.extend(rows.into_iter().map(|row| (Some(queue), row)));
+                        }
+                        Err(error) => {
+                            // The runs in flight go on; the next pass claims
+                            // again.
+                            refills_left = 0;
+                            tracing::warn!(%error, queue = queue.name(), "keiro could not refill a queue");
+                        }
+                    }
+                    let before = stale.len();
+                    stale.retain(|&name| name != queue.name());
+                    if stale.len() == before {
+                        continue;
+                    }
+                    queue
+                }
+            };
+            // One of `queue`'s instances ended since its last claim: claim
+            // it again, one claim in flight per queue (the instances ending
+            // while it waits for the queue's lock are refilled together by
+            // the next, not each by a claim of its own).
+            let used = running + waiting.len() + promised;
+            let room = (options.concurrency.saturating_sub(used) as i64).min(refills_left);
+            if room <= 0 || stop.is_draining() {
+                continue;
+            }
+            promised += room as usize;
+            refills_left -= room;
+            claiming.push(queue.name());
+            active.push(claim(queue, room));
+        }
+        summary
     }
 
     /// Records (once per runtime) which workflow names this worker serves, so
