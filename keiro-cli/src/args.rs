@@ -209,6 +209,9 @@ pub(crate) struct ListArgs {
     /// Only instances of this application version (see `keiro versions`).
     #[arg(long = "version", value_name = "V")]
     pub(crate) app_version: Option<String>,
+    /// Only instances on this queue (a `keiro::queue!` name).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) queue: Option<String>,
     /// Only instances created within this long (30s, 15m, 1h, 30d, 2w).
     #[arg(long, value_name = "AGE", value_parser = crate::duration::parse)]
     pub(crate) since: Option<Duration>,

@@ -1,4 +1,4 @@
-//! `keiro list --version`, `keiro versions`, `keiro retarget` and the
+//! `keiro list --version` and `--queue`, `keiro versions`, `keiro retarget` and the
 //! pre-deploy `keiro check --binary-hashes`, run as the built binary on both
 //! backends. Workflows are recorded by this test process; the command links
 //! none of them.
@@ -11,6 +11,7 @@ use serde_json::Value;
 
 on_both_backends!(
     list_by_version_versions_and_retarget,
+    list_by_queue,
     check_lists_exactly_the_instances_of_a_changed_workflow,
 );
 
@@ -28,6 +29,8 @@ async fn cli_v_changed(key: String) -> String {
 async fn cli_v_kept(key: String) -> String {
     cli_v_step(key).await
 }
+
+keiro::queue!(CLI_PAYMENTS = "cli-payments", concurrency = 1);
 
 /// What one run of the binary printed.
 #[derive(Debug)]
@@ -218,4 +221,28 @@ async fn check_lists_exactly_the_instances_of_a_changed_workflow(backend: Backen
     let run = keiro_cli(&db.url, &["check", "--binary-hashes", absent]).await;
     assert_eq!(run.code, 2, "{run:#?}");
     assert!(run.stderr.contains(absent), "{run:#?}");
+}
+
+async fn list_by_queue(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    for key in ["pay-1", "pay-2"] {
+        cli_v_kept(key.into())
+            .id(key)
+            .on(&keiro)
+            .queue(&CLI_PAYMENTS)
+            .enqueue()
+            .await
+            .unwrap();
+    }
+    enqueue(&keiro, "plain-1", false).await;
+
+    let listed = keiro_cli(&db.url, &["list", "--queue", "cli-payments", "--json"]).await;
+    let items = &listed.json(0)["items"];
+    assert_eq!(ids(items), ["pay-1", "pay-2"]);
+    assert_eq!(items[0]["queue"], "cli-payments", "{items}");
+    let listed = keiro_cli(&db.url, &["list", "--queue", "no-such-queue", "--json"]).await;
+    assert_eq!(ids(&listed.json(0)["items"]), Vec::<String>::new());
+    let listed = keiro_cli(&db.url, &["list", "--json"]).await;
+    assert_eq!(ids(&listed.json(0)["items"]), ["pay-1", "pay-2", "plain-1"]);
 }

@@ -22,6 +22,9 @@ pub struct ListQuery<'a> {
     /// Only instances of this application version (read through the
     /// `(app_version, created_at, id)` index of migration 0014).
     pub app_version: Option<&'a str>,
+    /// Only instances on this queue (`keiro::queue!` name; the default
+    /// queue has none).
+    pub queue: Option<&'a str>,
     /// Only ids starting with this.
     pub id_prefix: Option<&'a str>,
     /// Only children of this instance.
@@ -148,6 +151,9 @@ impl Store {
         }
         if let Some(version) = query.app_version {
             conditions.push(format!("app_version = {}", st.text(version)));
+        }
+        if let Some(queue) = query.queue {
+            conditions.push(format!("queue = {}", st.text(queue)));
         }
         if let Some(parent) = query.parent_id {
             conditions.push(format!("parent_id = {}", st.text(parent)));

@@ -39,6 +39,8 @@ pub struct ListFilter {
     /// Only instances of this application version (see
     /// [`Keiro::app_version`](crate::Keiro::app_version)).
     pub version: Option<String>,
+    /// Only instances on this queue (a [`queue!`](crate::queue!) name).
+    pub queue: Option<String>,
     /// Oldest first (default: newest first).
     pub oldest_first: bool,
     /// Rows per page, 1..=[`MAX_PAGE`] (default 50).
@@ -60,6 +62,7 @@ impl Default for ListFilter {
             updated_before: None,
             executor: None,
             version: None,
+            queue: None,
             oldest_first: false,
             limit: 50,
             cursor: None,
@@ -108,6 +111,11 @@ impl ListFilter {
     /// Only instances of application version `version`.
     pub fn version(mut self, version: impl Into<String>) -> Self {
         self.version = Some(version.into());
+        self
+    }
+    /// Only instances on queue `queue` (a [`queue!`](crate::queue!) name).
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
         self
     }
     /// Oldest first instead of newest first.
@@ -421,6 +429,7 @@ impl Keiro {
             updated_before: filter.updated_before.map(to_us),
             executor: filter.executor.as_deref(),
             app_version: filter.version.as_deref(),
+            queue: filter.queue.as_deref(),
             oldest_first: filter.oldest_first,
             after: after.as_ref().map(|(created, id)| (*created, id.as_str())),
             // One more than asked tells whether another page follows.

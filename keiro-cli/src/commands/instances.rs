@@ -37,6 +37,9 @@ fn filter(args: &ListArgs) -> Result<ListFilter, Failure> {
     if let Some(version) = &args.app_version {
         filter = filter.version(version);
     }
+    if let Some(queue) = &args.queue {
+        filter = filter.queue(queue);
+    }
     if let Some(age) = args.since {
         let after = SystemTime::now()
             .checked_sub(age)

@@ -24,6 +24,7 @@ pub(crate) struct ListQuery {
     id_prefix: Option<String>,
     parent_id: Option<String>,
     version: Option<String>,
+    queue: Option<String>,
     limit: Option<u32>,
     cursor: Option<String>,
     #[serde(default)]
@@ -61,6 +62,9 @@ impl ListQuery {
         }
         if let Some(version) = optional(&self.version) {
             filter = filter.version(version);
+        }
+        if let Some(queue) = optional(&self.queue) {
+            filter = filter.queue(queue);
         }
         if let Some(limit) = self.limit {
             filter = filter.limit(limit);
