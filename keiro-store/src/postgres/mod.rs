@@ -42,13 +42,19 @@ const DIALECT: Dialect = Dialect {
     create_is_one_statement: true,
     modifying_ctes: true,
     wake_channel: Some(notify::WAKE_CHANNEL),
-    // Class `"keiq"` in ASCII; the queue name's hash is the second key. The
-    // claim's statements run on generic plans for the rest of its
-    // transaction: planning the recursive rooms statement afresh for each
-    // execution (PostgreSQL keeps custom plans for it) cost ten times its
-    // run, while the claim holds the queue's lock.
+    // Class `"keiq"` in ASCII; the queue name's hash is the second key. For
+    // the rest of the claim's transaction (which holds the queue's lock, so
+    // every claim of the queue waits on it):
+    // - its statements run on generic plans: planning the recursive rooms
+    //   statement afresh for each execution (PostgreSQL keeps custom plans
+    //   for it) cost ten times its run;
+    // - its commit does not wait for the WAL flush. Losing it in a server
+    //   crash only returns the claimed instances to their queue: anything
+    //   the claimer writes for them later commits after it in the WAL, so a
+    //   durable step or end implies a durable claim.
     queue_lock: Some(
         "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), \
+         set_config('synchronous_commit', 'off', true), \
          pg_advisory_xact_lock(1801808241, hashtext($1))",
     ),
     picked_ids: resume::any_of_array,

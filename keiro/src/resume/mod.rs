@@ -13,6 +13,10 @@ use tokio::sync::watch;
 use crate::shutdown::{Phase, Stop};
 use crate::{Keiro, Result};
 
+/// How often a running worker looks for the due instances it cannot run
+/// (unknown names, other versions, live foreign leases) and reports them.
+const BLOCKED_REPORT_EVERY: Duration = Duration::from_secs(1);
+
 pub use options::ResumeOptions;
 pub use report::{ResumeEvent, ResumeLog, ResumeSummary};
 
@@ -47,9 +51,18 @@ impl Keiro {
                 tokio::spawn(keiro.gc_every(retention, options.gc_interval, log))
             });
             let mut stop = Stop::of_worker(&keiro, watched);
+            let mut reported: Option<tokio::time::Instant> = None;
             loop {
                 keiro.listen_for_wakes();
-                let full = match keiro.pass(&options, &stop).await {
+                // Finding the due instances this worker cannot run reads
+                // every due row: on a backlog waiting for a queue's room it
+                // cost more than the claims, so it runs at most once per
+                // `BLOCKED_REPORT_EVERY` however often wakes start a pass.
+                let report = reported.is_none_or(|at| at.elapsed() >= BLOCKED_REPORT_EVERY);
+                if report {
+                    reported = Some(tokio::time::Instant::now());
+                }
+                let full = match keiro.pass(&options, &stop, report).await {
                     Ok(summary) => summary.resumed as i64 >= options.claim_limit(),
                     Err(error) => {
                         (options.log)(&ResumeEvent::PassFailed { error });

@@ -41,11 +41,17 @@ impl Keiro {
     /// advance each, and report what happened. The single testable unit
     /// behind [`Keiro::resume_worker`].
     pub async fn resume_once(&self, options: &ResumeOptions) -> Result<ResumeSummary> {
-        self.pass(options, &Stop::of(self)).await
+        self.pass(options, &Stop::of(self), true).await
     }
 
-    /// One pass whose runs stop on `stop`.
-    pub(super) async fn pass(&self, options: &ResumeOptions, stop: &Stop) -> Result<ResumeSummary> {
+    /// One pass whose runs stop on `stop`; it looks for the due instances it
+    /// cannot run (and reports them) only when `report_blocked`.
+    pub(super) async fn pass(
+        &self,
+        options: &ResumeOptions,
+        stop: &Stop,
+        report_blocked: bool,
+    ) -> Result<ResumeSummary> {
         options.validate()?;
         self.ensure_executor().await?;
         self.serve_registered().await?;
@@ -74,9 +80,14 @@ impl Keiro {
         let mut claimed: Vec<(Option<&'static Queue>, InstanceRow)> =
             claimed.drain(..).map(|row| (None, row)).collect();
         claimed.extend(queued.into_iter().map(|(queue, row)| (Some(queue), row)));
-        let blocked = store
-            .find_blocked(owner, &workflows, &versions, BLOCKED_REPORTED)
-            .await?;
+        let blocked = match report_blocked {
+            true => {
+                store
+                    .find_blocked(owner, &workflows, &versions, BLOCKED_REPORTED)
+                    .await?
+            }
+            false => Vec::new(),
+        };
         let mut summary = ResumeSummary {
             discovered: claimed.len() + blocked.len(),
             ..ResumeSummary::default()
