@@ -12,6 +12,7 @@ use serde_json::Value;
 on_both_backends!(
     list_by_version_versions_and_retarget,
     list_by_queue,
+    show_names_queue_and_debounce_key,
     check_lists_exactly_the_instances_of_a_changed_workflow,
 );
 
@@ -245,4 +246,34 @@ async fn list_by_queue(backend: Backend) {
     assert_eq!(ids(&listed.json(0)["items"]), Vec::<String>::new());
     let listed = keiro_cli(&db.url, &["list", "--json"]).await;
     assert_eq!(ids(&listed.json(0)["items"]), ["pay-1", "pay-2", "plain-1"]);
+}
+
+/// `keiro show` names the queue an instance waits on and the debounce key
+/// that enqueued it, in text and in JSON.
+async fn show_names_queue_and_debounce_key(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let handle = cli_v_kept("burst".into())
+        .on(&keiro)
+        .queue(&CLI_PAYMENTS)
+        .debounce("customer-7", Duration::from_secs(3600))
+        .enqueue()
+        .await
+        .unwrap();
+    let shown = keiro_cli(&db.url, &["show", handle.id(), "--json"]).await;
+    let json = shown.json(0);
+    assert_eq!(json["queue"], "cli-payments", "{json}");
+    assert_eq!(json["debounce_key"], "customer-7", "{json}");
+    let shown = keiro_cli(&db.url, &["show", handle.id()]).await;
+    assert_eq!(shown.code, 0, "{shown:#?}");
+    let line = |key: &str| {
+        shown
+            .stdout
+            .lines()
+            .find(|line| line.trim_start().starts_with(key))
+            .unwrap_or_else(|| panic!("no `{key}` line: {shown:#?}"))
+            .to_owned()
+    };
+    assert!(line("queue").contains("cli-payments"), "{shown:#?}");
+    assert!(line("debounce").contains("customer-7"), "{shown:#?}");
 }

@@ -71,10 +71,13 @@ pub struct ListedInstance {
     pub waiting: Option<WaitingStep>,
     /// The queue it was enqueued on; `None`: the default queue.
     pub queue: Option<String>,
+    /// The key of the debounced burst it was enqueued by; `None` when it
+    /// was not debounced.
+    pub debounce_key: Option<String>,
 }
 
 /// The columns a listing reads besides [`INSTANCE_COLUMNS`].
-const WAITING_COLUMNS: &str = "waiting_seq, waiting_kind, waiting_name, queue";
+const WAITING_COLUMNS: &str = "waiting_seq, waiting_kind, waiting_name, queue, debounce_key";
 
 impl FromRow for ListedInstance {
     fn from_row(r: &impl StoreRow) -> Result<Self> {
@@ -84,6 +87,7 @@ impl FromRow for ListedInstance {
         let kind = r.maybe_text(what, "waiting_kind")?;
         let name = r.maybe_text(what, "waiting_name")?;
         let queue = r.maybe_text(what, "queue")?;
+        let debounce_key = r.maybe_text(what, "debounce_key")?;
         // The columns keep the last suspension's wait; it holds only while
         // the instance is still suspended.
         let waiting = match (row.status, seq, kind, name) {
@@ -96,6 +100,7 @@ impl FromRow for ListedInstance {
             row,
             waiting,
             queue,
+            debounce_key,
         })
     }
 }

@@ -188,6 +188,10 @@ pub struct WorkflowSummary {
     /// The queue it was enqueued on ([`WorkflowCall::queue`](crate::WorkflowCall::queue));
     /// `None`: the default queue.
     pub queue: Option<String>,
+    /// The key of the debounced burst that enqueued it
+    /// ([`WorkflowCall::debounce`](crate::WorkflowCall::debounce)); `None`
+    /// when it was not debounced.
+    pub debounce_key: Option<String>,
 }
 
 /// What a suspended instance waits on ([`WorkflowSummary::waiting_on`]).
@@ -277,6 +281,7 @@ impl WorkflowSummary {
             version: row.app_version.clone(),
             skeleton_hash: row.skeleton_hash.clone(),
             queue: listed.queue.clone(),
+            debounce_key: listed.debounce_key.clone(),
         }
     }
 }

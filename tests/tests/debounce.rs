@@ -127,6 +127,12 @@ async fn a_burst_starts_one_instance_with_the_last_arguments(backend: Backend) {
         1,
         "exactly one run"
     );
+    let summary = keiro.summary(&id).await.unwrap();
+    assert_eq!(
+        summary.debounce_key.as_deref(),
+        Some("u-1"),
+        "operators see the burst's key"
+    );
 
     // The instance has run: the next call opens a new burst.
     let next = call(&keiro, "u-1", 50, delay, None).await;

@@ -126,6 +126,7 @@ pub(crate) async fn show(keiro: &Keiro, id: &str) -> Result<Report, Failure> {
         ("executor", summary.executor.clone()),
         ("version", summary.version.clone()),
         ("queue", summary.queue.clone()),
+        ("debounce", summary.debounce_key.clone()),
         ("waits", waits),
         ("awakeable", awaited.clone()),
         ("due", due.map(clock::short)),

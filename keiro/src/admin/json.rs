@@ -65,7 +65,8 @@ pub fn status_name(status: &WorkflowStatus) -> &'static str {
 /// An instance summary: `id`, `name`, `status`, `attempts`, `generation`,
 /// `created_at`, `updated_at`, `parent_id`, `error`, `executor`, `wake_at`,
 /// `waiting_on` (`{seq, kind, name}` or `null`), `traceparent`, `version`,
-/// `queue` (`null` on the default queue), and for a set-aside
+/// `queue` (`null` on the default queue), `debounce_key` (`null` unless it
+/// was debounced), and for a set-aside
 /// instance `nondeterminism` (`{expected, found}`).
 pub fn summary(s: &WorkflowSummary) -> Value {
     let mut value = json!({
@@ -88,6 +89,7 @@ pub fn summary(s: &WorkflowSummary) -> Value {
         "traceparent": s.traceparent,
         "version": s.version,
         "queue": s.queue,
+        "debounce_key": s.debounce_key,
     });
     if let WorkflowStatus::NonDeterministic { expected, found } = &s.status {
         value["nondeterminism"] = json!({ "expected": expected, "found": found });
