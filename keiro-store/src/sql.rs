@@ -114,6 +114,13 @@ pub(crate) const TIMER_COLUMNS: &str = "id, process_manager, correlation_id, fir
      CAST(payload AS TEXT) AS payload, status, attempts, last_error, event_id, claimed_at, \
      resume_lease_until, created_at, updated_at";
 
+/// How many of the longest-due instances a look for blocked ones reads.
+/// Reading the whole backlog cost a worker time in proportion to it (17 ms
+/// at 10,000 queued instances on PostgreSQL). A blocked instance is never
+/// claimed, so it keeps its place in the due order: one behind a longer
+/// backlog is reported once the backlog ahead of it shrinks below this.
+const BLOCKED_SCAN: i64 = 5_000;
+
 /// The statuses of an instance that may still run.
 const UNFINISHED: &str = "status IN ('pending', 'running', 'suspended')";
 
@@ -396,9 +403,10 @@ impl Statements {
                 format!(
                     "SELECT w.id, w.name, w.signature, r.signature AS registered, \
                      CASE WHEN {other_version} THEN w.app_version END AS other_version \
-                     FROM {w} w LEFT JOIN {} ON r.name = w.name \
-                     WHERE w.{UNFINISHED} AND w.wake_at <= $2 \
-                     AND (r.name IS NULL OR w.signature <> r.signature OR ({other_version}) \
+                     FROM (SELECT * FROM {w} WHERE {UNFINISHED} AND wake_at <= $2 \
+                         ORDER BY wake_at LIMIT {BLOCKED_SCAN}) w \
+                     LEFT JOIN {} ON r.name = w.name \
+                     WHERE (r.name IS NULL OR w.signature <> r.signature OR ({other_version}) \
                           OR (w.lease_owner IS NOT NULL AND w.lease_owner <> $1 \
                               AND w.lease_expires_at >= $2)) \
                      ORDER BY w.wake_at LIMIT $3",
