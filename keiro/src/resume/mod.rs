@@ -55,9 +55,10 @@ impl Keiro {
             loop {
                 keiro.listen_for_wakes();
                 // Finding the due instances this worker cannot run reads
-                // every due row: on a backlog waiting for a queue's room it
-                // cost more than the claims, so it runs at most once per
-                // `BLOCKED_REPORT_EVERY` however often wakes start a pass.
+                // thousands of due rows on a backlog waiting for a queue's
+                // room (it cost more than the claims), so it runs at most
+                // once per `BLOCKED_REPORT_EVERY` however often wakes start
+                // a pass.
                 let report = reported.is_none_or(|at| at.elapsed() >= BLOCKED_REPORT_EVERY);
                 if report {
                     reported = Some(tokio::time::Instant::now());

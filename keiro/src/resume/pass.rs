@@ -24,12 +24,42 @@ enum Finished {
     Claimed(&'static Queue, i64, keiro_store::Result<Vec<InstanceRow>>),
 }
 
-/// What a pass refills its queues' free slots under.
+/// What a pass claims queued instances under: its lease, and the workflows
+/// and versions it may run.
 #[derive(Clone, Copy)]
-struct Refill<'a> {
+struct QueueClaim<'a> {
     lease: Lease<'a>,
     workflows: &'a [keiro_store::Registered<'a>],
     versions: &'a [&'a str],
+}
+
+impl QueueClaim<'_> {
+    /// Claims up to `room` due instances of `queue` within its limits.
+    async fn claim(
+        self,
+        keiro: &Keiro,
+        queue: &'static Queue,
+        room: i64,
+    ) -> keiro_store::Result<Vec<InstanceRow>> {
+        keiro
+            .raw_store()
+            .claim_queue(
+                self.lease,
+                self.workflows,
+                self.versions,
+                &queue.limits(),
+                room,
+            )
+            .await
+    }
+}
+
+/// A queue with a refill claim in flight.
+struct Refilling {
+    queue: &'static str,
+    /// One of its instances ended while the claim was in flight: claim
+    /// again when it returns.
+    ended_meanwhile: bool,
 }
 
 /// How many unclaimable due instances (unknown names, other versions, live
@@ -65,12 +95,15 @@ impl Keiro {
         };
         // Claim in the same statement that discovers, so concurrent workers
         // take disjoint batches instead of racing for the same rows.
-        let mut claimed = store
+        let claimed = store
             .claim_due(lease, &workflows, &versions, options.claim_limit())
             .await?;
-        let queued = self
-            .claim_queues(lease, &workflows, &versions, options, claimed.len())
-            .await?;
+        let scope = QueueClaim {
+            lease,
+            workflows: &workflows,
+            versions: &versions,
+        };
+        let queued = self.claim_queues(scope, options, claimed.len()).await?;
         if !queued.is_empty() {
             // Those started, so their queues may have room again when they
             // end: look again at once after this pass instead of waiting a
@@ -78,15 +111,14 @@ impl Keiro {
             self.wake_resume_worker();
         }
         let mut claimed: Vec<(Option<&'static Queue>, InstanceRow)> =
-            claimed.drain(..).map(|row| (None, row)).collect();
+            claimed.into_iter().map(|row| (None, row)).collect();
         claimed.extend(queued.into_iter().map(|(queue, row)| (Some(queue), row)));
-        let blocked = match report_blocked {
-            true => {
-                store
-                    .find_blocked(owner, &workflows, &versions, BLOCKED_REPORTED)
-                    .await?
-            }
-            false => Vec::new(),
+        let blocked = if report_blocked {
+            store
+                .find_blocked(owner, &workflows, &versions, BLOCKED_REPORTED)
+                .await?
+        } else {
+            Vec::new()
         };
         let mut summary = ResumeSummary {
             discovered: claimed.len() + blocked.len(),
@@ -124,13 +156,8 @@ impl Keiro {
                 own: self.app_version().to_owned(),
             });
         }
-        let refill = Refill {
-            lease,
-            workflows: &workflows,
-            versions: &versions,
-        };
         let summary = self
-            .run_claimed(claimed, summary, refill, options, stop)
+            .run_claimed(claimed, summary, scope, options, stop)
             .await;
         crate::telemetry::pass(&summary);
         match store.count_pending_awakeables().await {
@@ -145,9 +172,7 @@ impl Keiro {
     /// its limits, up to the pass's claim limit less the `already` claimed.
     async fn claim_queues(
         &self,
-        lease: Lease<'_>,
-        workflows: &[keiro_store::Registered<'_>],
-        versions: &[&str],
+        scope: QueueClaim<'_>,
         options: &ResumeOptions,
         already: usize,
     ) -> Result<Vec<(&'static Queue, InstanceRow)>> {
@@ -157,10 +182,7 @@ impl Keiro {
             if room <= 0 {
                 break;
             }
-            let rows = self
-                .raw_store()
-                .claim_queue(lease, workflows, versions, &queue.limits(), room)
-                .await?;
+            let rows = scope.claim(self, queue, room).await?;
             claimed.extend(rows.into_iter().map(|row| (queue, row)));
         }
         Ok(claimed)
@@ -183,7 +205,7 @@ impl Keiro {
         &self,
         claimed: Vec<(Option<&'static Queue>, InstanceRow)>,
         mut summary: ResumeSummary,
-        refill: Refill<'_>,
+        scope: QueueClaim<'_>,
         options: &ResumeOptions,
         stop: &Stop,
     ) -> ResumeSummary {
@@ -197,26 +219,14 @@ impl Keiro {
         };
         let claim = |queue: &'static Queue, room: i64| {
             Either::Right(async move {
-                let rows = self
-                    .raw_store()
-                    .claim_queue(
-                        refill.lease,
-                        refill.workflows,
-                        refill.versions,
-                        &queue.limits(),
-                        room,
-                    )
-                    .await;
-                Finished::Claimed(queue, room, rows)
+                Finished::Claimed(queue, room, scope.claim(self, queue, room).await)
             })
         };
         let mut refills_left = options.claim_limit();
         // Instances running, and slots promised to claims in flight.
         let (mut running, mut promised) = (0usize, 0usize);
-        // Queues with a refill claim in flight, and those of them one of
-        // whose instances ended meanwhile (claimed again when it returns).
-        let mut claiming: Vec<&'static str> = Vec::new();
-        let mut stale: Vec<&'static str> = Vec::new();
+        // At most one refill claim in flight per queue.
+        let mut refilling: Vec<Refilling> = Vec::new();
         loop {
             while running < options.concurrency {
                 let Some((queue, row)) = waiting.pop_front() else {
@@ -233,17 +243,16 @@ impl Keiro {
                     running -= 1;
                     summary = summary.add(one);
                     let Some(queue) = queue else { continue };
-                    if claiming.contains(&queue.name()) {
-                        if !stale.contains(&queue.name()) {
-                            stale.push(queue.name());
-                        }
+                    if let Some(claim) = refilling.iter_mut().find(|c| c.queue == queue.name()) {
+                        claim.ended_meanwhile = true;
                         continue;
                     }
                     queue
                 }
                 Finished::Claimed(queue, room, rows) => {
                     promised -= room as usize;
-                    claiming.retain(|&name| name != queue.name());
+                    let at = refilling.iter().position(|c| c.queue == queue.name());
+                    let again = at.is_some_and(|at| refilling.swap_remove(at).ended_meanwhile);
                     match rows {
                         Ok(rows) => {
                             // Room not taken returns to the budget.
@@ -258,9 +267,7 @@ impl Keiro {
                             tracing::warn!(%error, queue = queue.name(), "keiro could not refill a queue");
                         }
                     }
-                    let before = stale.len();
-                    stale.retain(|&name| name != queue.name());
-                    if stale.len() == before {
+                    if !again {
                         continue;
                     }
                     queue
@@ -277,7 +284,10 @@ impl Keiro {
             }
             promised += room as usize;
             refills_left -= room;
-            claiming.push(queue.name());
+            refilling.push(Refilling {
+                queue: queue.name(),
+                ended_meanwhile: false,
+            });
             active.push(claim(queue, room));
         }
         summary
