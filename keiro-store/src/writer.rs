@@ -87,11 +87,13 @@ enum Op {
 /// Commits the runtime's writes in shared transactions.
 ///
 /// It never waits to fill a batch: each round commits whatever queued while
-/// the previous one was in flight (new instances, then step results, then
+/// the earlier rounds were in flight (new instances, then step results, then
 /// finished instances: at most three commits, however many workflows), so a
 /// lone workflow pays one commit per write and a thousand concurrent ones pay
-/// a handful. Every call returns only once its write is durable. Operations
-/// of one workflow never share a round: each waits for the previous.
+/// a handful. On PostgreSQL up to four rounds commit at once (see
+/// `rounds_in_flight`); on SQLite one at a time. Every call returns only once
+/// its write is durable. Operations of one workflow never share a round, nor
+/// run in two at once: each waits for the previous to be durable.
 #[derive(Debug, Clone)]
 pub struct JournalWriter {
     sender: mpsc::UnboundedSender<Op>,
@@ -194,57 +196,111 @@ impl JournalWriter {
     }
 }
 
-async fn run(store: Store, mut receiver: mpsc::UnboundedReceiver<Op>, rounds: Arc<AtomicU64>) {
-    let mut creates = Vec::new();
-    let mut sends = Vec::new();
-    let mut takes = Vec::new();
-    let mut steps = Vec::new();
-    let mut finishes = Vec::new();
-    let mut gcs = Vec::new();
-    while let Some(first) = receiver.recv().await {
-        let mut queued = 1;
-        let mut next = Some(first);
-        while let Some(op) = next.take() {
-            match op {
-                Op::Create(request, reply) => creates.push((request, reply)),
-                Op::Send(request, reply) => sends.push((request, reply)),
-                Op::Take(take, reply) => takes.push((take, reply)),
-                Op::Step(row, reply) => steps.push((row, reply)),
-                Op::Finish(request, reply) => finishes.push((request, reply)),
-                Op::Gc(request, reply) => gcs.push((request, reply)),
-            }
-            if queued < MAX_BATCH {
-                next = receiver.try_recv().ok();
-                queued += 1;
-            }
+/// The writes of one round, by kind.
+#[derive(Default)]
+struct Round {
+    creates: Pending<CreateRequest, (InstanceRow, bool)>,
+    sends: Pending<MessageRequest, SendOutcome>,
+    takes: Pending<Take, Taken>,
+    steps: Pending<TimedStep, AppendOutcome>,
+    finishes: Pending<FinishRequest, bool>,
+    gcs: Pending<GcRequest, GcProgress>,
+}
+
+impl Round {
+    /// Files `op` in this round; how many workflow writes (not gc batches)
+    /// it holds then.
+    fn add(&mut self, op: Op) {
+        match op {
+            Op::Create(request, reply) => self.creates.push((request, reply)),
+            Op::Send(request, reply) => self.sends.push((request, reply)),
+            Op::Take(take, reply) => self.takes.push((take, reply)),
+            Op::Step(row, reply) => self.steps.push((row, reply)),
+            Op::Finish(request, reply) => self.finishes.push((request, reply)),
+            Op::Gc(request, reply) => self.gcs.push((request, reply)),
         }
-        if queued > gcs.len() {
-            rounds.fetch_add(1, Ordering::Relaxed);
-        }
-        if !creates.is_empty() {
-            commit(&store, &mut creates).await;
+    }
+
+    /// Whether it holds workflow writes (anything but gc batches).
+    fn writes_workflows(&self) -> bool {
+        !(self.creates.is_empty()
+            && self.sends.is_empty()
+            && self.takes.is_empty()
+            && self.steps.is_empty()
+            && self.finishes.is_empty())
+    }
+
+    /// Commits the round's writes, kind by kind, and answers their callers.
+    async fn commit(mut self, store: Store) {
+        if !self.creates.is_empty() {
+            commit(&store, &mut self.creates).await;
         }
         // After the creates: a message may be for an instance created in
         // the same round.
-        if !sends.is_empty() {
-            commit(&store, &mut sends).await;
+        if !self.sends.is_empty() {
+            commit(&store, &mut self.sends).await;
         }
-        if !takes.is_empty() {
-            commit(&store, &mut takes).await;
+        if !self.takes.is_empty() {
+            commit(&store, &mut self.takes).await;
         }
-        if !steps.is_empty() {
-            commit(&store, &mut steps).await;
+        if !self.steps.is_empty() {
+            commit(&store, &mut self.steps).await;
         }
-        if !finishes.is_empty() {
-            commit(&store, &mut finishes).await;
+        if !self.finishes.is_empty() {
+            commit(&store, &mut self.finishes).await;
         }
         // Last, each in its own transaction: a gc caller sends its next
         // batch only once told about this one, so it never runs two batches
         // in a row while workflow writes wait.
-        for (request, reply) in gcs.drain(..) {
+        for (request, reply) in self.gcs.drain(..) {
             let _ = reply.send(store.gc_batch(request).await);
         }
     }
+}
+
+/// How many rounds may commit at once on `store`: SQLite has one write
+/// lock, so its rounds follow one another; PostgreSQL commits concurrent
+/// transactions side by side (and flushes their WAL together), so a write
+/// arriving while a round commits starts a round of its own instead of
+/// waiting for that one to end, which halves what a write waits.
+fn rounds_in_flight(store: &Store) -> usize {
+    match store.backend() {
+        "postgres" => 4,
+        _ => 1,
+    }
+}
+
+async fn run(store: Store, mut receiver: mpsc::UnboundedReceiver<Op>, rounds: Arc<AtomicU64>) {
+    let most = rounds_in_flight(&store);
+    let mut committing = tokio::task::JoinSet::new();
+    loop {
+        // With every slot committing, wait for one to end: the writes that
+        // queue meanwhile make the next round.
+        if committing.len() >= most {
+            let _ = committing.join_next().await;
+            continue;
+        }
+        let first = tokio::select! {
+            op = receiver.recv() => match op {
+                Some(op) => op,
+                None => break,
+            },
+            Some(_) = committing.join_next(), if !committing.is_empty() => continue,
+        };
+        let mut round = Round::default();
+        round.add(first);
+        let mut queued = 1;
+        while queued < MAX_BATCH {
+            let Ok(op) = receiver.try_recv() else { break };
+            round.add(op);
+            queued += 1;
+        }
+        if round.writes_workflows() {
+            rounds.fetch_add(1, Ordering::Relaxed);
+        }
+        committing.spawn(round.commit(store.clone()));
+    }
+    while committing.join_next().await.is_some() {}
 }
 
 type Pending<T, R> = Vec<(T, oneshot::Sender<Result<R>>)>;
