@@ -34,6 +34,20 @@ async fn postgres_a_refused_write_fails_alone() {
     db.finish().await;
 }
 
+#[tokio::test]
+async fn sqlite_a_round_of_every_kind_isolates_a_refused_write() {
+    let db = TestDb::sqlite().await;
+    a_round_of_every_kind_isolates_a_refused_write(&db).await;
+    db.finish().await;
+}
+
+#[tokio::test]
+async fn postgres_a_round_of_every_kind_isolates_a_refused_write() {
+    let db = TestDb::postgres().await;
+    a_round_of_every_kind_isolates_a_refused_write(&db).await;
+    db.finish().await;
+}
+
 /// Makes the database refuse [`POISON`] as an instance's input or output and
 /// as a step's result.
 async fn refuse_poison(db: &TestDb) {
@@ -193,6 +207,79 @@ async fn a_refused_write_fails_alone(db: &TestDb) {
             InstanceStatus::Completed
         };
         assert_eq!(row.status, expected, "{id}");
+    }
+}
+
+/// One round holding new instances, step rows and finishes together: first
+/// all good, and every write lands; then with one poisoned step row, which
+/// alone fails, while the new instances and finishes sharing its round still
+/// commit.
+async fn a_round_of_every_kind_isolates_a_refused_write(db: &TestDb) {
+    refuse_poison(db).await;
+    let writer = JournalWriter::spawn(db.store.clone());
+    for i in 0..8 {
+        writer
+            .create(create(&format!("old-{i}"), "0"))
+            .await
+            .unwrap();
+    }
+    for (round, poisoned) in [(0, None), (1, Some(2))] {
+        // Queued before the writer task runs (current-thread runtime): one
+        // round.
+        let creates: Vec<_> = (0..3)
+            .map(|i| {
+                let (writer, request) = (writer.clone(), create(&format!("new-{round}-{i}"), "1"));
+                tokio::spawn(async move { writer.create(request).await })
+            })
+            .collect();
+        let steps: Vec<_> = (0..4)
+            .map(|i| {
+                let result = match poisoned == Some(i) {
+                    true => POISON.to_owned(),
+                    false => format!("{i}"),
+                };
+                let mut row = step(&format!("old-{i}"), &result);
+                row.seq = round;
+                let writer = writer.clone();
+                tokio::spawn(async move { writer.append(row).await })
+            })
+            .collect();
+        let finishes: Vec<_> = (0..2)
+            .map(|i| {
+                let id = format!("old-{}", 4 + 2 * round as usize + i);
+                let (writer, request) = (writer.clone(), finish(&id, "2"));
+                tokio::spawn(async move { writer.finish(request).await })
+            })
+            .collect();
+        for (i, created) in join(creates).await.into_iter().enumerate() {
+            let (row, fresh) = created.unwrap_or_else(|e| panic!("create {i}: {e}"));
+            assert!(fresh, "new-{round}-{i} is new");
+            assert_eq!(row.input, "1");
+        }
+        let appended = join(steps).await;
+        match poisoned {
+            Some(bad) => assert_only(&appended, bad),
+            None => assert!(appended
+                .iter()
+                .all(|a| matches!(a, Ok(AppendOutcome::Inserted)))),
+        }
+        for finished in join(finishes).await {
+            assert!(finished.unwrap(), "each finish applies");
+        }
+        for i in 0..3 {
+            let id = format!("new-{round}-{i}");
+            assert!(db.store.get_instance(&id).await.unwrap().is_some(), "{id}");
+        }
+        for i in 0..4 {
+            let journal = db.store.load_journal(&format!("old-{i}"), 0).await.unwrap();
+            let expected = round as usize + usize::from(poisoned != Some(i));
+            assert_eq!(journal.len(), expected, "old-{i} after round {round}");
+        }
+        for i in 0..2 {
+            let id = format!("old-{}", 4 + 2 * round as usize + i);
+            let row = db.store.get_instance(&id).await.unwrap().unwrap();
+            assert_eq!(row.status, InstanceStatus::Completed, "{id}");
+        }
     }
 }
 
