@@ -60,6 +60,20 @@ impl Store {
             validate_id("workflow name", new.name)?;
         }
         let now = self.now_us();
+        // One statement for the batch: it commits alone, like the one
+        // create below.
+        #[cfg(feature = "postgres")]
+        if let (Store::Postgres(pg), true) = (self, news.len() > 1) {
+            return pg.create_many(news, now).await;
+        }
+        // One insert and one read for the batch, in one transaction.
+        #[cfg(feature = "sqlite")]
+        if let (Store::Sqlite(s), true) = (self, news.len() > 1) {
+            let mut tx = s.begin(OP).await?;
+            let created = crate::sqlite::journal::create_many_on(&mut tx, news, now).await?;
+            tx.commit().await.map_err(StoreError::query(OP))?;
+            return Ok(created);
+        }
         dispatch!(Store, self, |s, sql| {
             if let ([one], true) = (news, sql.create_is_one_statement) {
                 let mut conn = s.acquire(OP).await?;
@@ -145,6 +159,20 @@ impl Store {
     pub async fn finish_many(&self, finishes: &[Finish<'_>]) -> Result<Vec<bool>> {
         const OP: &str = "finish";
         let now = self.now_us();
+        if finishes.len() > 1 && distinct_ids(finishes) {
+            match self {
+                #[cfg(feature = "postgres")]
+                Store::Postgres(pg) => return pg.finish_many(finishes, now).await,
+                #[cfg(feature = "sqlite")]
+                Store::Sqlite(s) => {
+                    let mut tx = s.begin(OP).await?;
+                    let applied =
+                        crate::sqlite::journal::finish_many_on(&mut tx, finishes, now).await?;
+                    tx.commit().await.map_err(StoreError::query(OP))?;
+                    return Ok(applied);
+                }
+            }
+        }
         dispatch!(Store, self, |s| {
             let mut tx = s.begin(OP).await?;
             let mut applied = Vec::with_capacity(finishes.len());
@@ -525,6 +553,15 @@ async fn finish_on(conn: Conn<'_>, finish: &Finish<'_>, now: i64) -> Result<bool
         }
         Ok(updated.is_some())
     })
+}
+
+/// Whether no two of `finishes` name the same instance (one statement can
+/// finish them all: a row matched twice by an `UPDATE .. FROM` is updated
+/// once, by whichever match comes first).
+fn distinct_ids(finishes: &[Finish<'_>]) -> bool {
+    let mut ids: Vec<&str> = finishes.iter().map(|f| f.id).collect();
+    ids.sort_unstable();
+    ids.windows(2).all(|pair| pair[0] != pair[1])
 }
 
 /// Records a child's end in its parent's journal (the step the parent awaits,

@@ -32,6 +32,56 @@ const INSERT_STEPS: &str = "INSERT INTO keiro.steps (workflow_id, generation, se
      ON CONFLICT (workflow_id, generation, seq) DO NOTHING \
      RETURNING workflow_id, generation, seq";
 
+/// Inserts a batch of new instances given as parallel arrays, each as the
+/// one-instance insert does (`$15` now; a child inherits its parent's
+/// deadline when that comes first), keeping any id already there. Returns
+/// the rows it inserted.
+static CREATE_MANY: LazyLock<String> = LazyLock::new(|| {
+    let parent_deadline = "(SELECT p.deadline FROM keiro.workflows p WHERE p.id = t.parent_id)";
+    format!(
+        "INSERT INTO keiro.workflows (id, name, generation, status, input, attempts, \
+             lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, parent_generation, \
+             created_at, updated_at, signature, deadline, traceparent, app_version, \
+             skeleton_hash) \
+         SELECT t.id, t.name, 0, t.status, t.input, 0, t.lease_owner, t.lease_expires_at, \
+             COALESCE(t.lease_expires_at, $15), t.parent_id, t.parent_seq, \
+             t.parent_generation, $15, $15, t.signature, \
+             CASE WHEN {parent_deadline} IS NOT NULL \
+                 AND (t.deadline IS NULL OR {parent_deadline} < t.deadline) \
+                 THEN {parent_deadline} ELSE t.deadline END, \
+             t.traceparent, t.app_version, t.skeleton_hash \
+         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+             $6::int8[], $7::text[], $8::int8[], $9::int8[], $10::text[], $11::int8[], \
+             $12::text[], $13::text[], $14::text[]) \
+         WITH ORDINALITY AS t(id, name, status, input, lease_owner, lease_expires_at, \
+             parent_id, parent_seq, parent_generation, signature, deadline, traceparent, \
+             app_version, skeleton_hash, ord) \
+         ORDER BY t.ord \
+         ON CONFLICT (id) DO NOTHING \
+         RETURNING {INSTANCE_COLUMNS}"
+    )
+});
+
+/// Reads the instances whose ids are in the array `$1`.
+static READ_INSTANCES: LazyLock<String> = LazyLock::new(|| {
+    format!("SELECT {INSTANCE_COLUMNS} FROM keiro.workflows WHERE id = ANY($1::text[])")
+});
+
+/// Finishes a batch of instances given as parallel arrays (id, generation,
+/// lease owner, status, output, error; `$7` now): each applies only while
+/// unfinished and unleased or leased by its owner, like the one-instance
+/// finish. Returns the batch position (from 1) of each that applied, and
+/// whether it has a parent to report to.
+const FINISH_MANY: &str = "UPDATE keiro.workflows w SET status = f.status, output = f.output, \
+     error = f.error, lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, \
+     updated_at = $7 \
+     FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[], $6::text[]) \
+     WITH ORDINALITY AS f(id, generation, owner, status, output, error, ord) \
+     WHERE w.id = f.id AND w.generation = f.generation \
+     AND w.status IN ('pending', 'running', 'suspended') \
+     AND (w.lease_owner IS NULL OR w.lease_owner = f.owner) \
+     RETURNING f.ord, w.parent_id IS NOT NULL AS has_parent";
+
 /// Reads back the recorded steps of the step ids given as parallel arrays.
 static READ_BACK: LazyLock<String> = LazyLock::new(|| {
     format!(
@@ -57,6 +107,144 @@ static CREATE_INSTANCE: LazyLock<String> = LazyLock::new(|| {
 });
 
 impl PostgresStore {
+    /// Records several new instances with one statement for them all (then
+    /// reads the ones whose ids were taken already with one more), each
+    /// outcome as `Store::create_instances` gives it, in batch order. Of two
+    /// creates of one id in the batch, the first creates it.
+    pub(crate) async fn create_many<'a>(
+        &self,
+        news: &[NewInstance<'a>],
+        now: i64,
+    ) -> Result<Vec<(InstanceRow, bool)>> {
+        const OP: &str = "create_instance";
+        let column = |pick: fn(&NewInstance<'a>) -> Option<&'a str>| -> Vec<Option<&'a str>> {
+            news.iter().map(pick).collect()
+        };
+        let leases: Vec<(&str, Option<&str>, Option<i64>)> = news
+            .iter()
+            .map(|n| match n.lease {
+                Some(lease) => ("running", Some(lease.owner), Some(now + lease.ttl_us)),
+                None => ("pending", None, None),
+            })
+            .collect();
+        let inserted = sqlx::query(&CREATE_MANY)
+            .bind(news.iter().map(|n| n.id).collect::<Vec<_>>())
+            .bind(news.iter().map(|n| n.name).collect::<Vec<_>>())
+            .bind(leases.iter().map(|l| l.0).collect::<Vec<_>>())
+            .bind(news.iter().map(|n| n.input).collect::<Vec<_>>())
+            .bind(leases.iter().map(|l| l.1).collect::<Vec<_>>())
+            .bind(leases.iter().map(|l| l.2).collect::<Vec<_>>())
+            .bind(column(|n| n.parent.map(|p| p.id)))
+            .bind(
+                news.iter()
+                    .map(|n| n.parent.map(|p| p.seq))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                news.iter()
+                    .map(|n| n.parent.map(|p| p.generation))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(column(|n| n.signature))
+            .bind(news.iter().map(|n| n.deadline).collect::<Vec<_>>())
+            .bind(column(|n| n.traceparent))
+            .bind(column(|n| n.app_version))
+            .bind(column(|n| n.skeleton_hash))
+            .bind(now)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::query(OP))?;
+        let mut rows: HashMap<String, (InstanceRow, bool)> = HashMap::with_capacity(news.len());
+        for row in &inserted {
+            let row = InstanceRow::from_row(row)?;
+            rows.insert(row.id.clone(), (row, true));
+        }
+        let missing: Vec<&str> = news
+            .iter()
+            .map(|n| n.id)
+            .filter(|id| !rows.contains_key(*id))
+            .collect();
+        if !missing.is_empty() {
+            // A new statement, so a new snapshot: it sees the rows whose
+            // concurrent insert the conflict above waited for.
+            let existing = sqlx::query(&READ_INSTANCES)
+                .bind(&missing)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(StoreError::query(OP))?;
+            for row in &existing {
+                let row = InstanceRow::from_row(row)?;
+                rows.insert(row.id.clone(), (row, false));
+            }
+        }
+        let mut outcomes = Vec::with_capacity(news.len());
+        for new in news {
+            let Some((row, created)) = rows.get_mut(new.id) else {
+                return Err(StoreError::Corrupt {
+                    what: format!(
+                        "workflow instance `{}` conflicted on insert but cannot be read",
+                        new.id
+                    ),
+                });
+            };
+            outcomes.push((row.clone(), *created));
+            // A second create of the id in this batch finds it there.
+            *created = false;
+        }
+        Ok(outcomes)
+    }
+
+    /// Finishes several instances (distinct ids) in one transaction with
+    /// one statement for them all, then reports each child among them to its
+    /// parent in the same transaction: what `Store::finish_many` does with a
+    /// statement per instance. Whether each applied, in batch order.
+    pub(crate) async fn finish_many(
+        &self,
+        finishes: &[crate::Finish<'_>],
+        now: i64,
+    ) -> Result<Vec<bool>> {
+        const OP: &str = "finish";
+        let mut tx = self.begin(OP).await?;
+        let rows = sqlx::query(FINISH_MANY)
+            .bind(finishes.iter().map(|f| f.id).collect::<Vec<_>>())
+            .bind(finishes.iter().map(|f| f.generation).collect::<Vec<_>>())
+            .bind(finishes.iter().map(|f| f.owner).collect::<Vec<_>>())
+            .bind(
+                finishes
+                    .iter()
+                    .map(|f| f.status.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(finishes.iter().map(|f| f.output).collect::<Vec<_>>())
+            .bind(finishes.iter().map(|f| f.error).collect::<Vec<_>>())
+            .bind(now)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::query(OP))?;
+        let mut applied = vec![false; finishes.len()];
+        for row in &rows {
+            let ord: i64 = row.int(|| "a finished instance".to_owned(), "ord")?;
+            let has_parent: bool =
+                sqlx::Row::try_get(row, "has_parent").map_err(StoreError::query(OP))?;
+            let Some(at) = usize::try_from(ord).ok().and_then(|ord| ord.checked_sub(1)) else {
+                return Err(StoreError::Corrupt {
+                    what: format!("a batch finish returned position {ord}"),
+                });
+            };
+            let Some(slot) = applied.get_mut(at) else {
+                return Err(StoreError::Corrupt {
+                    what: format!("a batch finish returned position {ord}"),
+                });
+            };
+            *slot = true;
+            if has_parent {
+                crate::journal::report_to_parent((&mut *tx).into(), finishes[at].id, now).await?;
+            }
+        }
+        tx.commit().await.map_err(StoreError::query(OP))?;
+        Ok(applied)
+    }
+
     /// Records the whole batch with one multi-row `INSERT .. ON CONFLICT DO
     /// NOTHING` (a single statement, hence one transaction and one round
     /// trip), then reads back only the step ids that were already recorded.

@@ -10,9 +10,10 @@ use sqlx::SqliteConnection;
 use super::{SqliteStore, SQL};
 use crate::journal::{get_step_on, new_instance_args, step_args, unreadable_step};
 use crate::rows::FromRow;
-use crate::sql::STEP_COLUMNS;
+use crate::rows::StoreRow;
+use crate::sql::{INSTANCE_COLUMNS, STEP_COLUMNS};
 use crate::{
-    rows, AppendOutcome, InstanceRow, NewInstance, Result, StepRow, StepTiming, StoreError,
+    rows, AppendOutcome, Finish, InstanceRow, NewInstance, Result, StepRow, StepTiming, StoreError,
 };
 
 /// Rows per multi-row insert (9 parameters each, well under SQLite's limit).
@@ -136,4 +137,190 @@ pub(crate) async fn create_on(
         .await
         .map_err(StoreError::query(OP))?;
     Ok((InstanceRow::from_row(&row)?, inserted))
+}
+
+/// Rows per multi-row instance insert or finish (15 and 6 parameters a row,
+/// well under SQLite's limit).
+const INSTANCE_CHUNK: usize = 64;
+
+/// The multi-row instance insert for each batch size.
+static CREATE_MANY: [OnceLock<String>; INSTANCE_CHUNK] =
+    [const { OnceLock::new() }; INSTANCE_CHUNK];
+
+/// The multi-row finish for each batch size.
+static FINISH_MANY: [OnceLock<String>; INSTANCE_CHUNK] =
+    [const { OnceLock::new() }; INSTANCE_CHUNK];
+
+/// `tuple` (with `$1` .. `$width` placeholders) once per row of `rows`, each
+/// row's placeholders numbered after the previous row's.
+fn numbered_rows(tuple: &str, width: usize, rows: usize) -> String {
+    let mut out = String::with_capacity(rows * (tuple.len() + 8));
+    for row in 0..rows {
+        if row > 0 {
+            out.push_str(", ");
+        }
+        let mut rest = tuple;
+        while let Some(at) = rest.find('$') {
+            out.push_str(&rest[..at]);
+            let digits = rest[at + 1..]
+                .find(|c: char| !c.is_ascii_digit())
+                .map_or(rest.len() - at - 1, |n| n);
+            let n: usize = rest[at + 1..at + 1 + digits]
+                .parse()
+                .expect("a numbered placeholder");
+            out.push_str(&format!("${}", n + row * width));
+            rest = &rest[at + 1 + digits..];
+        }
+        out.push_str(rest);
+    }
+    out
+}
+
+/// The statement inserting `rows` new instances (1 ..= [`INSTANCE_CHUNK`]),
+/// each as the one-instance insert does, keeping ids already there, and
+/// returning the ids it inserted.
+fn create_many(rows: usize) -> &'static str {
+    CREATE_MANY[rows - 1].get_or_init(|| {
+        let one = &SQL.insert_instance;
+        let (head, tail) = one.split_once(" VALUES ").expect("an INSERT .. VALUES");
+        let (tuple, _) = tail
+            .split_once(" ON CONFLICT")
+            .expect("an INSERT .. ON CONFLICT");
+        format!(
+            "{head} VALUES {} ON CONFLICT (id) DO NOTHING RETURNING id",
+            numbered_rows(tuple, 15, rows)
+        )
+    })
+}
+
+/// The statement finishing `rows` instances (1 ..= [`INSTANCE_CHUNK`]), each
+/// as the one-instance finish does: six parameters a row (id, generation,
+/// owner, status, output, error), then now. Returns the id of each that
+/// applied and whether it has a parent.
+fn finish_many(rows: usize) -> &'static str {
+    FINISH_MANY[rows - 1].get_or_init(|| {
+        let now = rows * 6 + 1;
+        format!(
+            "WITH f(id, generation, owner, status, output, error) AS (VALUES {}) \
+             UPDATE keiro_workflows SET status = f.status, output = f.output, \
+                 error = f.error, lease_owner = NULL, lease_expires_at = NULL, \
+                 wake_at = NULL, updated_at = ${now} \
+             FROM f WHERE keiro_workflows.id = f.id \
+                 AND keiro_workflows.generation = f.generation \
+                 AND keiro_workflows.status IN ('pending', 'running', 'suspended') \
+                 AND (keiro_workflows.lease_owner IS NULL \
+                     OR keiro_workflows.lease_owner = f.owner) \
+             RETURNING id, parent_id IS NOT NULL AS has_parent",
+            numbered_rows("($1, $2, $3, $4, $5, $6)", 6, rows)
+        )
+    })
+}
+
+/// Records several new instances on `tx` (a write transaction) with one
+/// insert per [`INSTANCE_CHUNK`] of them and one read of them all, each
+/// outcome as one create gives it, in batch order. Of two creates of one id
+/// in the batch, the first creates it.
+pub(crate) async fn create_many_on(
+    tx: &mut SqliteConnection,
+    news: &[NewInstance<'_>],
+    now: i64,
+) -> Result<Vec<(InstanceRow, bool)>> {
+    const OP: &str = "create_instance";
+    let mut inserted: HashSet<String> = HashSet::with_capacity(news.len());
+    for chunk in news.chunks(INSTANCE_CHUNK) {
+        let mut query = sqlx::query(create_many(chunk.len()));
+        for new in chunk {
+            query = bind_all!(query, &new_instance_args(new, now));
+        }
+        for row in query
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::query(OP))?
+        {
+            inserted.insert(row.text(|| "a new instance".to_owned(), "id")?);
+        }
+    }
+    let ids: Vec<&str> = news.iter().map(|new| new.id).collect();
+    let ids = serde_json::to_string(&ids).map_err(|e| StoreError::Corrupt {
+        what: format!("instance ids that do not encode as JSON: {e}"),
+    })?;
+    let mut rows: HashMap<String, (InstanceRow, bool)> = HashMap::with_capacity(news.len());
+    for row in sqlx::query(read_instances())
+        .bind(ids)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::query(OP))?
+    {
+        let row = InstanceRow::from_row(&row)?;
+        let created = inserted.contains(&row.id);
+        rows.insert(row.id.clone(), (row, created));
+    }
+    let mut outcomes = Vec::with_capacity(news.len());
+    for new in news {
+        let Some((row, created)) = rows.get_mut(new.id) else {
+            return Err(StoreError::Corrupt {
+                what: format!(
+                    "workflow instance `{}` conflicted on insert but cannot be read",
+                    new.id
+                ),
+            });
+        };
+        outcomes.push((row.clone(), *created));
+        // A second create of the id in this batch finds it there.
+        *created = false;
+    }
+    Ok(outcomes)
+}
+
+/// The read of the instances whose ids are in the JSON array `$1`.
+fn read_instances() -> &'static str {
+    static READ: OnceLock<String> = OnceLock::new();
+    READ.get_or_init(|| {
+        format!(
+            "SELECT {INSTANCE_COLUMNS} FROM keiro_workflows \
+             WHERE id IN (SELECT value FROM json_each($1))"
+        )
+    })
+}
+
+/// Finishes several instances (distinct ids) on `tx` (a write transaction)
+/// with one statement per [`INSTANCE_CHUNK`] of them, and reports each
+/// child among them to its parent: whether each applied, in batch order.
+pub(crate) async fn finish_many_on(
+    tx: &mut SqliteConnection,
+    finishes: &[Finish<'_>],
+    now: i64,
+) -> Result<Vec<bool>> {
+    const OP: &str = "finish";
+    let mut applied: HashMap<String, bool> = HashMap::with_capacity(finishes.len());
+    for chunk in finishes.chunks(INSTANCE_CHUNK) {
+        let mut query = sqlx::query(finish_many(chunk.len()));
+        for finish in chunk {
+            query = query
+                .bind(finish.id)
+                .bind(finish.generation)
+                .bind(finish.owner)
+                .bind(finish.status.as_str())
+                .bind(finish.output)
+                .bind(finish.error);
+        }
+        let rows = query
+            .bind(now)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::query(OP))?;
+        for row in &rows {
+            let what = || "a finished instance".to_owned();
+            applied.insert(row.text(what, "id")?, row.flag(what, "has_parent")?);
+        }
+    }
+    let mut outcomes = Vec::with_capacity(finishes.len());
+    for finish in finishes {
+        let has_parent = applied.get(finish.id).copied();
+        if has_parent == Some(true) {
+            crate::journal::report_to_parent((&mut *tx).into(), finish.id, now).await?;
+        }
+        outcomes.push(has_parent.is_some());
+    }
+    Ok(outcomes)
 }
