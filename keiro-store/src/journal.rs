@@ -555,6 +555,29 @@ async fn finish_on(conn: Conn<'_>, finish: &Finish<'_>, now: i64) -> Result<bool
     })
 }
 
+/// The outcome of each of a batch of creates, in batch order, from the rows
+/// of its ids (each with whether the batch inserted it): of two creates of
+/// one id in the batch, the first created it and the second finds it.
+pub(crate) fn in_batch_order(
+    news: &[NewInstance<'_>],
+    mut rows: std::collections::HashMap<String, (InstanceRow, bool)>,
+) -> Result<Vec<(InstanceRow, bool)>> {
+    let mut outcomes = Vec::with_capacity(news.len());
+    for new in news {
+        let Some((row, created)) = rows.get_mut(new.id) else {
+            return Err(StoreError::Corrupt {
+                what: format!(
+                    "workflow instance `{}` conflicted on insert but cannot be read",
+                    new.id
+                ),
+            });
+        };
+        outcomes.push((row.clone(), *created));
+        *created = false;
+    }
+    Ok(outcomes)
+}
+
 /// Whether no two of `finishes` name the same instance (one statement can
 /// finish them all: a row matched twice by an `UPDATE .. FROM` is updated
 /// once, by whichever match comes first).

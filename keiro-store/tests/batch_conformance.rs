@@ -5,44 +5,13 @@
 #[macro_use]
 mod support;
 
-use keiro_store::{now_us, InstanceStatus, Lease, NewInstance, Outcome, ParentLink};
-use support::TestDb;
+use keiro_store::{now_us, InstanceStatus, NewInstance, Outcome, ParentLink};
+use support::{create_flow as create, lease, TestDb, OWNER};
 
 conformance!(
     a_batch_of_creates_is_each_create_in_turn,
     a_batch_of_finishes_is_each_finish_in_turn,
 );
-
-const OWNER: &str = "w1";
-
-fn lease() -> Lease<'static> {
-    Lease {
-        owner: OWNER,
-        ttl_us: 60_000_000,
-    }
-}
-
-async fn create(db: &TestDb, id: &str, parent: Option<&str>, deadline: Option<i64>) -> i64 {
-    let new = NewInstance {
-        id,
-        name: "flow",
-        input: "[]",
-        signature: None,
-        parent: parent.map(|parent| ParentLink {
-            id: parent,
-            generation: 0,
-            seq: 0,
-        }),
-        lease: Some(lease()),
-        deadline,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
-    };
-    let (row, created) = db.store.create_instance(&new).await.unwrap();
-    assert!(created);
-    row.deadline.unwrap_or(-1)
-}
 
 /// Several creates in one call (the writer's batch; one statement on
 /// PostgreSQL) give what each alone would: a child's inherited deadline, the

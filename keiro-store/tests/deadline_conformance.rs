@@ -6,10 +6,8 @@
 #[macro_use]
 mod support;
 
-use keiro_store::{
-    now_us, Cancellation, InstanceStatus, Lease, NewInstance, Outcome, ParentLink, Suspend,
-};
-use support::TestDb;
+use keiro_store::{now_us, Cancellation, InstanceStatus, NewInstance, Outcome, Suspend};
+use support::{create_flow as create, lease, TestDb, OWNER};
 
 conformance!(
     a_child_deadline_is_the_earlier_of_its_own_and_its_parents,
@@ -17,37 +15,6 @@ conformance!(
     time_out_ends_the_tree_once_the_deadline_passed,
     timed_out_round_trips_and_is_final,
 );
-
-const OWNER: &str = "w1";
-
-fn lease() -> Lease<'static> {
-    Lease {
-        owner: OWNER,
-        ttl_us: 60_000_000,
-    }
-}
-
-async fn create(db: &TestDb, id: &str, parent: Option<&str>, deadline: Option<i64>) -> i64 {
-    let new = NewInstance {
-        id,
-        name: "flow",
-        input: "[]",
-        signature: None,
-        parent: parent.map(|parent| ParentLink {
-            id: parent,
-            generation: 0,
-            seq: 0,
-        }),
-        lease: Some(lease()),
-        deadline,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
-    };
-    let (row, created) = db.store.create_instance(&new).await.unwrap();
-    assert!(created);
-    row.deadline.unwrap_or(-1)
-}
 
 async fn a_child_deadline_is_the_earlier_of_its_own_and_its_parents(db: &TestDb) {
     let at = now_us() + 3_600_000_000;

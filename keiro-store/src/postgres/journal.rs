@@ -177,21 +177,7 @@ impl PostgresStore {
                 rows.insert(row.id.clone(), (row, false));
             }
         }
-        let mut outcomes = Vec::with_capacity(news.len());
-        for new in news {
-            let Some((row, created)) = rows.get_mut(new.id) else {
-                return Err(StoreError::Corrupt {
-                    what: format!(
-                        "workflow instance `{}` conflicted on insert but cannot be read",
-                        new.id
-                    ),
-                });
-            };
-            outcomes.push((row.clone(), *created));
-            // A second create of the id in this batch finds it there.
-            *created = false;
-        }
-        Ok(outcomes)
+        crate::journal::in_batch_order(news, rows)
     }
 
     /// Finishes several instances (distinct ids) in one transaction with

@@ -255,21 +255,7 @@ pub(crate) async fn create_many_on(
         let created = inserted.contains(&row.id);
         rows.insert(row.id.clone(), (row, created));
     }
-    let mut outcomes = Vec::with_capacity(news.len());
-    for new in news {
-        let Some((row, created)) = rows.get_mut(new.id) else {
-            return Err(StoreError::Corrupt {
-                what: format!(
-                    "workflow instance `{}` conflicted on insert but cannot be read",
-                    new.id
-                ),
-            });
-        };
-        outcomes.push((row.clone(), *created));
-        // A second create of the id in this batch finds it there.
-        *created = false;
-    }
-    Ok(outcomes)
+    crate::journal::in_batch_order(news, rows)
 }
 
 /// The read of the instances whose ids are in the JSON array `$1`.

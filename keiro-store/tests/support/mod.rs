@@ -173,3 +173,44 @@ macro_rules! conformance {
         }
     };
 }
+
+/// The executor the shared fixtures lease instances to.
+pub(crate) const OWNER: &str = "w1";
+
+/// A minute's lease for [`OWNER`].
+pub(crate) fn lease() -> keiro_store::Lease<'static> {
+    keiro_store::Lease {
+        owner: OWNER,
+        ttl_us: 60_000_000,
+    }
+}
+
+/// Creates instance `id` of workflow `flow` leased to [`OWNER`] (a child of
+/// `parent` at step 0, with `deadline`), asserting it is new; returns its
+/// stored deadline (-1: none).
+pub(crate) async fn create_flow(
+    db: &TestDb,
+    id: &str,
+    parent: Option<&str>,
+    deadline: Option<i64>,
+) -> i64 {
+    let new = keiro_store::NewInstance {
+        id,
+        name: "flow",
+        input: "[]",
+        signature: None,
+        parent: parent.map(|parent| keiro_store::ParentLink {
+            id: parent,
+            generation: 0,
+            seq: 0,
+        }),
+        lease: Some(lease()),
+        deadline,
+        traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
+    };
+    let (row, created) = db.store.create_instance(&new).await.unwrap();
+    assert!(created);
+    row.deadline.unwrap_or(-1)
+}
