@@ -123,6 +123,11 @@ impl CrashChild {
             .success()
     }
 
+    /// Whether the child is still running (has not exited).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// The child's process id.
     pub fn pid(&self) -> u32 {
         self.child.id().expect("the child is running")

@@ -67,11 +67,20 @@ async fn two_worker_processes_run_every_tick_exactly_once(backend: Backend) {
     let effects = dir.path().join("effects");
     let effects_arg = effects.to_str().unwrap();
     let binary = env!("CARGO_BIN_EXE_cron_worker");
-    let a = CrashChild::start(binary, &db, "cron-a", &[effects_arg], None);
-    let b = CrashChild::start(binary, &db, "cron-b", &[effects_arg], None);
+    let mut a = CrashChild::start(binary, &db, "cron-a", &[effects_arg], None);
+    let mut b = CrashChild::start(binary, &db, "cron-b", &[effects_arg], None);
+    // Both workers (and their schedulers) are serving before the window
+    // opens, so every tick in it is raced for by two processes.
+    for child in [&mut a, &mut b] {
+        child.line_containing("keiro resume worker serves").await;
+    }
     let started = SystemTime::now();
     tokio::time::sleep(Duration::from_secs(10)).await;
     let stopped = SystemTime::now();
+    assert!(
+        a.is_running() && b.is_running(),
+        "both workers serve until the end of the window"
+    );
     a.kill().await;
     b.kill().await;
 
@@ -83,9 +92,9 @@ async fn two_worker_processes_run_every_tick_exactly_once(backend: Backend) {
             .push(pid.to_owned());
     }
     let secs = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap().as_secs();
-    // Both workers are up within 2 s of starting; a tick in the last second
-    // may still be running when they are killed.
-    let (first, last) = (secs(started) + 3, secs(stopped) - 2);
+    // The first whole second after both serve; a tick in the last second may
+    // still be running when they are killed.
+    let (first, last) = (secs(started) + 1, secs(stopped) - 2);
     for tick in first..=last {
         assert_eq!(
             runs.get(&tick).map(Vec::len),
@@ -96,8 +105,10 @@ async fn two_worker_processes_run_every_tick_exactly_once(backend: Backend) {
     for (tick, pids) in &runs {
         assert_eq!(pids.len(), 1, "tick {tick} ran more than once: {pids:?}");
     }
+    // Which of the two wins a tick is a race (on SQLite one process may win
+    // them all); that both were serving throughout is asserted above.
     let pids: std::collections::BTreeSet<_> = runs.values().flatten().collect();
-    assert_eq!(pids.len(), 2, "both workers ran ticks: {runs:?}");
+    assert!(!pids.is_empty(), "no worker ran a tick: {runs:?}");
     let instances = ids(&keiro, "cron:cron_tick:").await;
     assert!(
         instances.len() >= (last - first + 1) as usize,
