@@ -60,33 +60,27 @@ impl Store {
             validate_id("workflow name", new.name)?;
         }
         let now = self.now_us();
-        // One statement for the batch: it commits alone, like the one
-        // create below.
-        #[cfg(feature = "postgres")]
-        if let (Store::Postgres(pg), true) = (self, news.len() > 1) {
-            return pg.create_many(news, now).await;
-        }
-        // One insert and one read for the batch, in one transaction.
-        #[cfg(feature = "sqlite")]
-        if let (Store::Sqlite(s), true) = (self, news.len() > 1) {
-            let mut tx = s.begin(OP).await?;
-            let created = crate::sqlite::journal::create_many_on(&mut tx, news, now).await?;
-            tx.commit().await.map_err(StoreError::query(OP))?;
-            return Ok(created);
-        }
-        dispatch!(Store, self, |s, sql| {
-            if let ([one], true) = (news, sql.create_is_one_statement) {
-                let mut conn = s.acquire(OP).await?;
-                return Ok(vec![s.create_on(&mut conn, one, now).await?]);
+        match (self, news) {
+            (_, []) => Ok(Vec::new()),
+            // One statement, committing alone (two for a batch that meets
+            // ids taken already).
+            #[cfg(feature = "postgres")]
+            (Store::Postgres(pg), [one]) => {
+                let mut conn = pg.acquire(OP).await?;
+                Ok(vec![pg.create_on(&mut conn, one, now).await?])
             }
-            let mut tx = s.begin(OP).await?;
-            let mut created = Vec::with_capacity(news.len());
-            for new in news {
-                created.push(s.create_on(&mut tx, new, now).await?);
+            #[cfg(feature = "postgres")]
+            (Store::Postgres(pg), _) => pg.create_many(news, now).await,
+            // One insert per 64 (and a read of ids taken already) in one
+            // transaction.
+            #[cfg(feature = "sqlite")]
+            (Store::Sqlite(s), _) => {
+                let mut tx = s.begin(OP).await?;
+                let created = crate::sqlite::journal::create_many_on(&mut tx, news, now).await?;
+                tx.commit().await.map_err(StoreError::query(OP))?;
+                Ok(created)
             }
-            tx.commit().await.map_err(StoreError::query(OP))?;
-            Ok(created)
-        })
+        }
     }
 
     /// Reads one instance.

@@ -38,9 +38,6 @@ pub(crate) struct Dialect {
     /// The worker's registered workflows bound from placeholder `$n` on, as
     /// a table `r(name, signature)`.
     pub(crate) registered_rows: fn(n: usize) -> String,
-    /// Whether an instance's insert-or-read is one statement, so creating
-    /// one alone needs no transaction.
-    pub(crate) create_is_one_statement: bool,
     /// Whether `WITH` may hold `INSERT`/`UPDATE` (PostgreSQL), so a
     /// message's send or take is one round trip instead of several.
     pub(crate) modifying_ctes: bool,
@@ -84,7 +81,6 @@ impl Dialect {
             registered_match,
             registered_rows,
             json_text_elements,
-            create_is_one_statement: false,
             modifying_ctes: false,
             wake_channel: None,
             queue_lock: None,
@@ -170,7 +166,6 @@ pub(crate) struct Statements {
     pub(crate) is_served: String,
     // Timers.
     pub(crate) timers_table: String,
-    pub(crate) create_is_one_statement: bool,
     pub(crate) find_text: &'static str,
     pub(crate) schedule_timer: String,
     pub(crate) rearm_timer: String,
@@ -454,7 +449,6 @@ impl Statements {
                 "SELECT EXISTS (SELECT 1 FROM {ww} w JOIN {e} e ON e.id = w.executor_id \
                  WHERE w.name = $1 AND e.heartbeat_at >= $2) AS served"
             ),
-            create_is_one_statement: d.create_is_one_statement,
             find_text: d.find_text,
             schedule_timer: notify(format!(
                 "INSERT INTO {t} (id, process_manager, correlation_id, fire_at, payload, status, \

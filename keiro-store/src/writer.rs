@@ -80,6 +80,8 @@ enum Op {
     Take(Take, oneshot::Sender<Result<Taken>>),
     Create(CreateRequest, oneshot::Sender<Result<(InstanceRow, bool)>>),
     Step(TimedStep, oneshot::Sender<Result<AppendOutcome>>),
+    /// Step rows that must share a round.
+    Steps(Pending<TimedStep, AppendOutcome>),
     Finish(FinishRequest, oneshot::Sender<Result<bool>>),
     Gc(GcRequest, oneshot::Sender<Result<GcProgress>>),
 }
@@ -139,12 +141,17 @@ impl JournalWriter {
         &self,
         rows: Vec<(StepRow, StepTiming)>,
     ) -> Result<Vec<AppendOutcome>> {
+        // One op, so the rows always share a round: rounds may commit side by
+        // side, and rows sent one by one could land in two of them and commit
+        // in either order.
         let mut answers = Vec::with_capacity(rows.len());
+        let mut steps = Vec::with_capacity(rows.len());
         for (row, timing) in rows {
             let (reply, answer) = oneshot::channel();
-            self.send(Op::Step(TimedStep { row, timing }, reply))?;
+            steps.push((TimedStep { row, timing }, reply));
             answers.push(answer);
         }
+        self.send(Op::Steps(steps))?;
         let mut outcomes = Vec::with_capacity(answers.len());
         for answer in answers {
             outcomes.push(answer.await.map_err(|_| StoreError::WriterStopped)??);
@@ -208,14 +215,14 @@ struct Round {
 }
 
 impl Round {
-    /// Files `op` in this round; how many workflow writes (not gc batches)
-    /// it holds then.
+    /// Files `op` in this round.
     fn add(&mut self, op: Op) {
         match op {
             Op::Create(request, reply) => self.creates.push((request, reply)),
             Op::Send(request, reply) => self.sends.push((request, reply)),
             Op::Take(take, reply) => self.takes.push((take, reply)),
             Op::Step(row, reply) => self.steps.push((row, reply)),
+            Op::Steps(rows) => self.steps.extend(rows),
             Op::Finish(request, reply) => self.finishes.push((request, reply)),
             Op::Gc(request, reply) => self.gcs.push((request, reply)),
         }
@@ -262,7 +269,7 @@ impl Round {
 /// lock, so its rounds follow one another; PostgreSQL commits concurrent
 /// transactions side by side (and flushes their WAL together), so a write
 /// arriving while a round commits starts a round of its own instead of
-/// waiting for that one to end, which halves what a write waits.
+/// waiting for that one to end.
 fn rounds_in_flight(store: &Store) -> usize {
     match store.backend() {
         "postgres" => 4,

@@ -209,21 +209,19 @@ impl PostgresStore {
             .map_err(StoreError::query(OP))?;
         let mut applied = vec![false; finishes.len()];
         for row in &rows {
-            let ord: i64 = row.int(|| "a finished instance".to_owned(), "ord")?;
-            let has_parent: bool =
-                sqlx::Row::try_get(row, "has_parent").map_err(StoreError::query(OP))?;
-            let Some(at) = usize::try_from(ord).ok().and_then(|ord| ord.checked_sub(1)) else {
+            let what = || "a finished instance".to_owned();
+            let ord = row.int(what, "ord")?;
+            let Some(at) = usize::try_from(ord)
+                .ok()
+                .and_then(|ord| ord.checked_sub(1))
+                .filter(|at| *at < finishes.len())
+            else {
                 return Err(StoreError::Corrupt {
                     what: format!("a batch finish returned position {ord}"),
                 });
             };
-            let Some(slot) = applied.get_mut(at) else {
-                return Err(StoreError::Corrupt {
-                    what: format!("a batch finish returned position {ord}"),
-                });
-            };
-            *slot = true;
-            if has_parent {
+            applied[at] = true;
+            if row.flag(what, "has_parent")? {
                 crate::journal::report_to_parent((&mut *tx).into(), finishes[at].id, now).await?;
             }
         }

@@ -39,7 +39,6 @@ const DIALECT: Dialect = Dialect {
     json_as_text: "::text",
     find_text: "strpos",
     timer_channel: Some(notify::TIMER_CHANNEL),
-    create_is_one_statement: true,
     modifying_ctes: true,
     wake_channel: Some(notify::WAKE_CHANNEL),
     // Class `"keiq"` in ASCII; the queue name's hash is the second key. For

@@ -103,18 +103,6 @@ impl SqliteStore {
     }
 }
 
-impl SqliteStore {
-    /// Records a new instance, or reads the existing one with its id.
-    pub(crate) async fn create_on(
-        &self,
-        conn: &mut SqliteConnection,
-        new: &NewInstance<'_>,
-        now: i64,
-    ) -> Result<(InstanceRow, bool)> {
-        create_on(conn, new, now).await
-    }
-}
-
 /// Records a new instance on `conn`, or reads the existing one with its id.
 pub(crate) async fn create_on(
     conn: &mut SqliteConnection,
@@ -178,7 +166,7 @@ fn numbered_rows(tuple: &str, width: usize, rows: usize) -> String {
 
 /// The statement inserting `rows` new instances (1 ..= [`INSTANCE_CHUNK`]),
 /// each as the one-instance insert does, keeping ids already there, and
-/// returning the ids it inserted.
+/// returning the rows it inserted.
 fn create_many(rows: usize) -> &'static str {
     CREATE_MANY[rows - 1].get_or_init(|| {
         let one = &SQL.insert_instance;
@@ -187,7 +175,7 @@ fn create_many(rows: usize) -> &'static str {
             .split_once(" ON CONFLICT")
             .expect("an INSERT .. ON CONFLICT");
         format!(
-            "{head} VALUES {} ON CONFLICT (id) DO NOTHING RETURNING id",
+            "{head} VALUES {} ON CONFLICT (id) DO NOTHING RETURNING {INSTANCE_COLUMNS}",
             numbered_rows(tuple, 15, rows)
         )
     })
@@ -217,16 +205,16 @@ fn finish_many(rows: usize) -> &'static str {
 }
 
 /// Records several new instances on `tx` (a write transaction) with one
-/// insert per [`INSTANCE_CHUNK`] of them and one read of them all, each
-/// outcome as one create gives it, in batch order. Of two creates of one id
-/// in the batch, the first creates it.
+/// insert per [`INSTANCE_CHUNK`] of them (and one read of the ids taken
+/// already), each outcome as one create gives it, in batch order. Of two
+/// creates of one id in the batch, the first creates it.
 pub(crate) async fn create_many_on(
     tx: &mut SqliteConnection,
     news: &[NewInstance<'_>],
     now: i64,
 ) -> Result<Vec<(InstanceRow, bool)>> {
     const OP: &str = "create_instance";
-    let mut inserted: HashSet<String> = HashSet::with_capacity(news.len());
+    let mut rows: HashMap<String, (InstanceRow, bool)> = HashMap::with_capacity(news.len());
     for chunk in news.chunks(INSTANCE_CHUNK) {
         let mut query = sqlx::query(create_many(chunk.len()));
         for new in chunk {
@@ -237,23 +225,28 @@ pub(crate) async fn create_many_on(
             .await
             .map_err(StoreError::query(OP))?
         {
-            inserted.insert(row.text(|| "a new instance".to_owned(), "id")?);
+            let row = InstanceRow::from_row(&row)?;
+            rows.insert(row.id.clone(), (row, true));
         }
     }
-    let ids: Vec<&str> = news.iter().map(|new| new.id).collect();
-    let ids = serde_json::to_string(&ids).map_err(|e| StoreError::Corrupt {
-        what: format!("instance ids that do not encode as JSON: {e}"),
-    })?;
-    let mut rows: HashMap<String, (InstanceRow, bool)> = HashMap::with_capacity(news.len());
-    for row in sqlx::query(read_instances())
-        .bind(ids)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(StoreError::query(OP))?
-    {
-        let row = InstanceRow::from_row(&row)?;
-        let created = inserted.contains(&row.id);
-        rows.insert(row.id.clone(), (row, created));
+    let missing: Vec<&str> = news
+        .iter()
+        .map(|new| new.id)
+        .filter(|id| !rows.contains_key(*id))
+        .collect();
+    if !missing.is_empty() {
+        let ids = serde_json::to_string(&missing).map_err(|e| StoreError::Corrupt {
+            what: format!("instance ids that do not encode as JSON: {e}"),
+        })?;
+        for row in sqlx::query(read_instances())
+            .bind(ids)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::query(OP))?
+        {
+            let row = InstanceRow::from_row(&row)?;
+            rows.insert(row.id.clone(), (row, false));
+        }
     }
     crate::journal::in_batch_order(news, rows)
 }
