@@ -8,8 +8,8 @@ use crate::query::Arg;
 use crate::rows::FromRow;
 use crate::validate::validate_id;
 use crate::{
-    rows, AppendOutcome, Cancellation, Conn, ContinueAsNew, Finish, InstanceRow, InstanceStatus,
-    Lease, NewInstance, Resolution, Result, StepRow, Store, StoreError, Suspend,
+    rows, AppendOutcome, Cancellation, Conn, ContinueAsNew, Finish, HandOver, InstanceRow,
+    InstanceStatus, Lease, NewInstance, Resolution, Result, StepRow, Store, StoreError, Suspend,
 };
 
 /// How a step's body ran before its result was recorded, journaled beside
@@ -151,31 +151,68 @@ impl Store {
 
     /// Like [`Store::finish`] for several instances, in one transaction.
     pub async fn finish_many(&self, finishes: &[Finish<'_>]) -> Result<Vec<bool>> {
+        let none = vec![None; finishes.len()];
+        let finished = self.finish_handing_over(finishes, &none).await?;
+        Ok(finished.into_iter().map(|(applied, _)| applied).collect())
+    }
+
+    /// Like [`Store::finish_many`]; besides, each applied finish whose
+    /// `hand_overs` entry (same position) is set hands its queue slot to its
+    /// successor in the same transaction (see [`HandOver`]): the claimed
+    /// successor is returned beside whether the finish applied.
+    pub async fn finish_handing_over(
+        &self,
+        finishes: &[Finish<'_>],
+        hand_overs: &[Option<&HandOver>],
+    ) -> Result<Vec<(bool, Option<InstanceRow>)>> {
         const OP: &str = "finish";
         let now = self.now_us();
-        if finishes.len() > 1 && distinct_ids(finishes) {
-            match self {
-                #[cfg(feature = "postgres")]
-                Store::Postgres(pg) => return pg.finish_many(finishes, now).await,
-                #[cfg(feature = "sqlite")]
-                Store::Sqlite(s) => {
-                    let mut tx = s.begin(OP).await?;
-                    let applied =
-                        crate::sqlite::journal::finish_many_on(&mut tx, finishes, now).await?;
-                    tx.commit().await.map_err(StoreError::query(OP))?;
-                    return Ok(applied);
+        let batch = finishes.len() > 1 && distinct_ids(finishes);
+        // One body per backend: the batch statement is each backend's own.
+        macro_rules! finish_in {
+            ($tx:ident, $batch_on:expr) => {{
+                let applied = if batch {
+                    $batch_on.await?
+                } else {
+                    let mut applied = Vec::with_capacity(finishes.len());
+                    for finish in finishes {
+                        applied.push(finish_on((&mut *$tx).into(), finish, now).await?);
+                    }
+                    applied
+                };
+                let mut finished = Vec::with_capacity(finishes.len());
+                for ((finish, applied), hand_over) in finishes.iter().zip(applied).zip(hand_overs) {
+                    let successor = match hand_over {
+                        Some(hand_over) if applied => {
+                            crate::queue::hand_over_on((&mut *$tx).into(), finish, hand_over, now)
+                                .await?
+                        }
+                        _ => None,
+                    };
+                    finished.push((applied, successor));
                 }
+                $tx.commit().await.map_err(StoreError::query(OP))?;
+                Ok(finished)
+            }};
+        }
+        match self {
+            #[cfg(feature = "postgres")]
+            Store::Postgres(pg) => {
+                let mut tx = pg.begin(OP).await?;
+                finish_in!(
+                    tx,
+                    crate::postgres::PostgresStore::finish_many_on(&mut tx, finishes, now)
+                )
+            }
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(s) => {
+                let mut tx = s.begin(OP).await?;
+                finish_in!(
+                    tx,
+                    crate::sqlite::journal::finish_many_on(&mut tx, finishes, now)
+                )
             }
         }
-        dispatch!(Store, self, |s| {
-            let mut tx = s.begin(OP).await?;
-            let mut applied = Vec::with_capacity(finishes.len());
-            for finish in finishes {
-                applied.push(finish_on((&mut *tx).into(), finish, now).await?);
-            }
-            tx.commit().await.map_err(StoreError::query(OP))?;
-            Ok(applied)
-        })
     }
 
     /// Suspends a running instance `suspend.owner` holds, releasing the

@@ -118,7 +118,7 @@ pub use outbox::{create_instance_tx, get_step_tx, resolve_tx, send_message_tx};
 pub use outcome::Outcome;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};
-pub use queue::{create_queued_tx, QueueLimits, Queued};
+pub use queue::{create_queued_tx, HandOver, QueueLimits, Queued};
 pub use retention::{GcCursor, GcPolicy, GcProgress, GcRequest, GcSummary};
 pub use schedules::{ScheduleDef, ScheduleRow};
 #[cfg(feature = "sqlite")]

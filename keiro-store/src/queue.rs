@@ -46,6 +46,47 @@ pub struct Queued<'a> {
     pub not_before: Option<i64>,
 }
 
+/// What a finishing instance of a queue needs to hand its slot over to the
+/// next instance of its partition in the transaction that records its end
+/// ([`Store::finish_handing_over`]), instead of freeing the slot and leaving
+/// the next to a claim of its own.
+///
+/// The successor is the partition's first takeable instance in run order
+/// that is not under a live lease, of workflow `name` (with the registered
+/// `signature`, or none recorded) and of an accepted version. Handing over
+/// keeps the queue's counts as they were: one instance leaves the running
+/// set as another, under the same lease owner, enters it, in one commit;
+/// so no claim's count of the queue can see more running than before, and
+/// it needs no queue lock. A start counts against a rate limit, which a
+/// hand-over does not check: a queue with one is never handed over.
+#[derive(Debug, Clone)]
+pub struct HandOver {
+    /// The queue the finishing instance was claimed from.
+    pub queue: String,
+    /// The workflow the successor runs (the one this worker has running).
+    pub name: String,
+    /// That workflow's registered signature.
+    pub signature: String,
+    /// The lease the successor is claimed under, its TTL in µs.
+    pub ttl_us: i64,
+    /// The claimable application versions, as a JSON array.
+    pub versions: String,
+}
+
+impl HandOver {
+    /// A hand-over on `queue` of workflow `workflow`, claiming under a lease
+    /// of `ttl_us` µs, of one of `versions` (or unversioned).
+    pub fn new(queue: &str, workflow: Registered<'_>, ttl_us: i64, versions: &[&str]) -> HandOver {
+        HandOver {
+            queue: queue.to_owned(),
+            name: workflow.name.to_owned(),
+            signature: workflow.signature.to_owned(),
+            ttl_us,
+            versions: crate::versions::versions_json(versions),
+        }
+    }
+}
+
 /// A queue's limits as a claim applies them, each per partition key.
 #[derive(Debug, Clone, Copy)]
 pub struct QueueLimits<'a> {
@@ -68,6 +109,7 @@ pub(crate) struct QueueStatements {
     find_duplicate: String,
     rooms: String,
     claim_partition: String,
+    hand_over: String,
 }
 
 impl QueueStatements {
@@ -134,11 +176,18 @@ impl QueueStatements {
             // $6 partition, $7 the claimable application versions (a JSON
             // array), $8 on: the registered workflows. The partition's first
             // takeable rows in run order, read off the queue's order index.
+            //
+            // The pick is repeated outside the subquery: a row a hand-over
+            // leased while this waited on its row lock (PostgreSQL) is
+            // re-checked against the committed row and passed over, where
+            // the subquery's ids alone would take it a second time.
             claim_partition: format!(
                 "UPDATE {w} SET lease_owner = $1, lease_expires_at = $2, wake_at = $2, \
                      status = 'running', updated_at = $3, \
                      queue_started_at = COALESCE(queue_started_at, $3) \
-                 WHERE {picked} RETURNING {columns}",
+                 WHERE {picked} AND {unfinished} \
+                     AND (lease_owner IS NULL OR lease_owner = $1 OR lease_expires_at < $3) \
+                 RETURNING {columns}",
                 picked = (d.picked_ids)(&format!(
                     "SELECT c.id FROM {w} c \
                      WHERE c.queue = $5 AND c.partition_key = $6 AND {takeable} \
@@ -149,6 +198,32 @@ impl QueueStatements {
                     takeable = takeable("$3"),
                     versions = (d.json_text_elements)("$7"),
                     registered = (d.registered_rows)(8),
+                )),
+                columns = crate::sql::INSTANCE_COLUMNS,
+            ),
+            // $1 owner, $2 lease expiry, $3 now, $4 queue, $5 the finishing
+            // instance, $6 workflow name, $7 its registered signature, $8 the
+            // claimable versions (a JSON array). The first row of $5's
+            // partition in run order under no live lease, read off the
+            // queue's order index; concurrent hand-overs skip each other's
+            // (PostgreSQL).
+            hand_over: format!(
+                "UPDATE {w} SET lease_owner = $1, lease_expires_at = $2, wake_at = $2, \
+                     status = 'running', updated_at = $3, \
+                     queue_started_at = COALESCE(queue_started_at, $3) \
+                 WHERE {picked} AND {unfinished} \
+                     AND (lease_owner IS NULL OR lease_expires_at < $3) \
+                 RETURNING {columns}",
+                picked = (d.picked_ids)(&format!(
+                    "SELECT c.id FROM {w} c WHERE c.queue = $4 \
+                     AND c.partition_key = (SELECT f.partition_key FROM {w} f WHERE f.id = $5) \
+                     AND c.{unfinished} AND c.wake_at <= $3 \
+                     AND (c.lease_owner IS NULL OR c.lease_expires_at < $3) \
+                     AND c.name = $6 AND (c.signature IS NULL OR c.signature = $7) \
+                     AND (c.app_version IS NULL OR c.app_version IN ({versions})) \
+                     ORDER BY {order} LIMIT 1{skip}",
+                    versions = (d.json_text_elements)("$8"),
+                    skip = d.skip_locked,
                 )),
                 columns = crate::sql::INSTANCE_COLUMNS,
             ),
@@ -379,6 +454,35 @@ async fn create_queued_on(
         }
     }
     Ok((row, created))
+}
+
+/// Hands `finish`'s queue slot over on `conn` (the transaction that just
+/// recorded the finish) as `hand_over` says: the successor it claimed for
+/// `finish.owner`, if its partition had one.
+pub(crate) async fn hand_over_on(
+    conn: Conn<'_>,
+    finish: &crate::Finish<'_>,
+    hand_over: &HandOver,
+    now: i64,
+) -> Result<Option<InstanceRow>> {
+    let args = args![
+        finish.owner,
+        now + hand_over.ttl_us,
+        now,
+        hand_over.queue.as_str(),
+        finish.id,
+        hand_over.name.as_str(),
+        hand_over.signature.as_str(),
+        hand_over.versions.as_str(),
+    ];
+    dispatch!(Conn, conn, |c, sql| {
+        bind_all!(sqlx::query(&sql.queue.hand_over), &args)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(StoreError::query("hand_over"))?
+            .map(|row| InstanceRow::from_row(&row))
+            .transpose()
+    })
 }
 
 /// The unfinished instance of `queued`'s queue holding dedup `key`, as the

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    AppendOutcome, Finish, GcProgress, GcRequest, InstanceRow, InstanceStatus, Lease, NewInstance,
-    NewMessage, ParentLink, Result, SendOutcome, StepRow, StepTiming, Store, StoreError, Take,
-    Taken,
+    AppendOutcome, Finish, GcProgress, GcRequest, HandOver, InstanceRow, InstanceStatus, Lease,
+    NewInstance, NewMessage, ParentLink, Result, SendOutcome, StepRow, StepTiming, Store,
+    StoreError, Take, Taken,
 };
 
 /// The most operations one batch carries.
@@ -82,7 +82,10 @@ enum Op {
     Step(TimedStep, oneshot::Sender<Result<AppendOutcome>>),
     /// Step rows that must share a round.
     Steps(Pending<TimedStep, AppendOutcome>),
-    Finish(FinishRequest, oneshot::Sender<Result<bool>>),
+    Finish(
+        Finishing,
+        oneshot::Sender<Result<(bool, Option<InstanceRow>)>>,
+    ),
     Gc(GcRequest, oneshot::Sender<Result<GcProgress>>),
 }
 
@@ -184,8 +187,29 @@ impl JournalWriter {
 
     /// [`Store::finish`] through the writer.
     pub async fn finish(&self, request: FinishRequest) -> Result<bool> {
+        let (applied, _) = self.finish_request(request, None).await?;
+        Ok(applied)
+    }
+
+    /// [`JournalWriter::finish`] of an instance claimed from a queue that
+    /// hands its slot over to the next of its partition in the same commit
+    /// (see [`HandOver`]): whether it applied, and the successor now leased
+    /// to `request.owner`, which the caller must run (or release).
+    pub async fn finish_handing_over(
+        &self,
+        request: FinishRequest,
+        hand_over: HandOver,
+    ) -> Result<(bool, Option<InstanceRow>)> {
+        self.finish_request(request, Some(hand_over)).await
+    }
+
+    async fn finish_request(
+        &self,
+        request: FinishRequest,
+        hand_over: Option<HandOver>,
+    ) -> Result<(bool, Option<InstanceRow>)> {
         let (reply, answer) = oneshot::channel();
-        self.send(Op::Finish(request, reply))?;
+        self.send(Op::Finish(Finishing { request, hand_over }, reply))?;
         answer.await.map_err(|_| StoreError::WriterStopped)?
     }
 
@@ -210,7 +234,7 @@ struct Round {
     sends: Pending<MessageRequest, SendOutcome>,
     takes: Pending<Take, Taken>,
     steps: Pending<TimedStep, AppendOutcome>,
-    finishes: Pending<FinishRequest, bool>,
+    finishes: Pending<Finishing, (bool, Option<InstanceRow>)>,
     gcs: Pending<GcRequest, GcProgress>,
 }
 
@@ -397,13 +421,20 @@ impl BatchWrite for TimedStep {
     }
 }
 
-impl BatchWrite for FinishRequest {
-    type Outcome = bool;
+/// A finish queued with the hand-over it makes, if any.
+#[derive(Debug)]
+struct Finishing {
+    request: FinishRequest,
+    hand_over: Option<HandOver>,
+}
+
+impl BatchWrite for Finishing {
+    type Outcome = (bool, Option<InstanceRow>);
 
     async fn write(store: &Store, members: &[&Self]) -> Result<Vec<Self::Outcome>> {
         let finishes: Vec<Finish<'_>> = members
             .iter()
-            .map(|r| Finish {
+            .map(|Finishing { request: r, .. }| Finish {
                 id: &r.id,
                 generation: r.generation,
                 owner: &r.owner,
@@ -412,7 +443,9 @@ impl BatchWrite for FinishRequest {
                 error: r.error.as_deref(),
             })
             .collect();
-        store.finish_many(&finishes).await
+        let hand_overs: Vec<Option<&HandOver>> =
+            members.iter().map(|f| f.hand_over.as_ref()).collect();
+        store.finish_handing_over(&finishes, &hand_overs).await
     }
 }
 

@@ -180,17 +180,16 @@ impl PostgresStore {
         crate::journal::in_batch_order(news, rows)
     }
 
-    /// Finishes several instances (distinct ids) in one transaction with
+    /// Finishes several instances (distinct ids) in the transaction `tx` with
     /// one statement for them all, then reports each child among them to its
     /// parent in the same transaction: what `Store::finish_many` does with a
     /// statement per instance. Whether each applied, in batch order.
-    pub(crate) async fn finish_many(
-        &self,
+    pub(crate) async fn finish_many_on(
+        tx: &mut PgConnection,
         finishes: &[crate::Finish<'_>],
         now: i64,
     ) -> Result<Vec<bool>> {
         const OP: &str = "finish";
-        let mut tx = self.begin(OP).await?;
         let rows = sqlx::query(FINISH_MANY)
             .bind(finishes.iter().map(|f| f.id).collect::<Vec<_>>())
             .bind(finishes.iter().map(|f| f.generation).collect::<Vec<_>>())
@@ -225,7 +224,6 @@ impl PostgresStore {
                 crate::journal::report_to_parent((&mut *tx).into(), finishes[at].id, now).await?;
             }
         }
-        tx.commit().await.map_err(StoreError::query(OP))?;
         Ok(applied)
     }
 

@@ -6,20 +6,25 @@ use std::collections::{BTreeMap, VecDeque};
 use futures::future::Either;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
-use keiro_store::{BlockReason, InstanceRow, InstanceStatus, Lease};
+use keiro_store::{BlockReason, HandOver, InstanceRow, InstanceStatus, Lease, Registered};
 
 use super::{ResumeEvent, ResumeOptions, ResumeSummary};
 use crate::runtime::inflight::Slot;
 use crate::shutdown::Stop;
 use crate::time::duration_us;
 use crate::workflow::drive::execute;
+use crate::workflow::end::HandingOver;
 use crate::{Error, Keiro, Queue, Result};
 
 /// What ended in a pass's set of running instances and refill claims.
 enum Finished {
-    /// An instance's run, and the queue it was claimed from (`None`: the
-    /// default queue).
-    Ran(Option<&'static Queue>, ResumeSummary),
+    /// An instance's run, the queue it was claimed from (`None`: the
+    /// default queue), and the successor its end handed its slot over to.
+    Ran(
+        Option<&'static Queue>,
+        ResumeSummary,
+        Option<Box<InstanceRow>>,
+    ),
     /// A refill claim of a queue for this much room.
     Claimed(&'static Queue, i64, keiro_store::Result<Vec<InstanceRow>>),
 }
@@ -198,6 +203,13 @@ impl Keiro {
     /// default queue and timers wait at most one pass), and when the worker
     /// is stopping.
     ///
+    /// A queued instance whose run returns hands its slot over to the next
+    /// of its partition in the commit that records its end (see
+    /// [`HandOver`]): no claim, no wait for the queue's lock, and no moment
+    /// with the slot empty. It is refilled by a claim as above when its
+    /// partition has no successor, when it ended otherwise (suspended,
+    /// crashed), and on a queue with a rate limit.
+    ///
     /// A refill claim is polled in the same set as the running instances:
     /// awaiting it alone would stop polling them while they hold pool
     /// connections, and the claim could wait for a connection forever.
@@ -211,11 +223,33 @@ impl Keiro {
     ) -> ResumeSummary {
         let mut waiting: VecDeque<_> = claimed.into();
         let mut active = FuturesUnordered::new();
-        let run = |queue: Option<&'static Queue>, row: InstanceRow| {
+        let run = |queue: Option<&'static Queue>, row: InstanceRow, hand_over: Option<HandOver>| {
             Either::Left(async move {
-                let one = self.advance(row, false, options, stop.clone()).await;
-                Finished::Ran(queue, one)
+                let mut handing = hand_over.map(HandingOver::new);
+                let one = self
+                    .advance_handing(row, false, options, stop.clone(), handing.as_mut())
+                    .await;
+                Finished::Ran(queue, one, handing.and_then(|h| h.successor).map(Box::new))
             })
+        };
+        // What a run of `row` from `queue` hands its slot over with, if it
+        // may: the pass still refills, and the queue has no rate limit.
+        let hand_over = |queue: Option<&'static Queue>, row: &InstanceRow, refills_left: i64| {
+            let queue = queue.filter(|q| q.limits().rate_limit.is_none())?;
+            if refills_left <= 0 || stop.is_draining() {
+                return None;
+            }
+            let signature = self.registry().signature(&row.name)?;
+            let workflow = Registered {
+                name: &row.name,
+                signature,
+            };
+            Some(HandOver::new(
+                queue.name(),
+                workflow,
+                scope.lease.ttl_us,
+                scope.versions,
+            ))
         };
         let claim = |queue: &'static Queue, room: i64| {
             Either::Right(async move {
@@ -233,16 +267,24 @@ impl Keiro {
                     break;
                 };
                 running += 1;
-                active.push(run(queue, row));
+                let hand_over = hand_over(queue, &row, refills_left);
+                active.push(run(queue, row, hand_over));
             }
             let Some(finished) = active.next().await else {
                 break;
             };
             let queue = match finished {
-                Finished::Ran(queue, one) => {
+                Finished::Ran(queue, one, successor) => {
                     running -= 1;
                     summary = summary.add(one);
                     let Some(queue) = queue else { continue };
+                    if let Some(next) = successor {
+                        // Its slot is the successor's already: run it next.
+                        refills_left -= 1;
+                        summary.discovered += 1;
+                        waiting.push_front((Some(queue), *next));
+                        continue;
+                    }
                     if let Some(claim) = refilling.iter_mut().find(|c| c.queue == queue.name()) {
                         claim.ended_meanwhile = true;
                         continue;
@@ -335,6 +377,19 @@ impl Keiro {
         options: &ResumeOptions,
         stop: Stop,
     ) -> ResumeSummary {
+        self.advance_handing(row, fresh, options, stop, None).await
+    }
+
+    /// [`Keiro::advance`], handing the instance's queue slot over as
+    /// `handing` says when its run returns.
+    async fn advance_handing(
+        &self,
+        row: InstanceRow,
+        fresh: bool,
+        options: &ResumeOptions,
+        stop: Stop,
+        handing: Option<&mut HandingOver>,
+    ) -> ResumeSummary {
         let mut summary = ResumeSummary::default();
         if stop.is_halting() {
             // Claimed but not started when a shutdown halted the worker: hand
@@ -358,7 +413,7 @@ impl Keiro {
         };
         summary.resumed = 1;
         let (name, id) = (row.name.clone(), row.id.clone());
-        let result = execute(self, registration.run, row, fresh, stop).await;
+        let result = execute(self, registration.run, row, fresh, stop, handing).await;
         match &result {
             Ok(Some(done)) => match done.status {
                 InstanceStatus::Failed if done.output.is_none() => {

@@ -11,7 +11,7 @@ use keiro_store::{InstanceRow, Lease};
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use super::end::{self, Ended};
+use super::end::{self, Ended, HandingOver};
 use crate::context::{self, Halt, WorkflowContext};
 use crate::panic::panic_message;
 use crate::registry::{RunFn, WorkflowInput};
@@ -48,7 +48,7 @@ pub(crate) async fn run_here(
         }
     };
     if let Some(row) = claimed {
-        if let Some(done) = execute(keiro, run, row, fresh, Stop::of(keiro)).await? {
+        if let Some(done) = execute(keiro, run, row, fresh, Stop::of(keiro), None).await? {
             return Ok(done);
         }
     }
@@ -68,13 +68,15 @@ pub(crate) async fn run_here(
 /// is retried later or, at the runtime's `max_attempts`, marked failed (returned as a
 /// final row). A store error is transient: the lease is released and nothing
 /// is counted. So is a clean shutdown (`stop`), which ends the run with
-/// [`Error::Stopped`].
+/// [`Error::Stopped`]. A run of a queued instance that returns hands its
+/// queue slot over as `handing` says.
 pub(crate) async fn execute(
     keiro: &Keiro,
     run: RunFn,
     row: InstanceRow,
     fresh: bool,
     stop: Stop,
+    handing: Option<&mut HandingOver>,
 ) -> Result<Option<InstanceRow>> {
     let journal = if fresh {
         Vec::new()
@@ -106,7 +108,7 @@ pub(crate) async fn execute(
     if let Ended::TimedOut = ended {
         return Ok(keiro.raw_store().get_instance(&row.id).await?);
     }
-    end::record(keiro, row, ended).await
+    end::record(keiro, row, ended, handing).await
 }
 
 /// Runs the body of `row`'s workflow with context `cx` until it returns, halts

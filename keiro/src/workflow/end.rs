@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use keiro_store::{
-    ContinueAsNew, Crash, Finish, FinishRequest, InstanceRow, InstanceStatus, Suspend,
+    ContinueAsNew, Crash, Finish, FinishRequest, HandOver, InstanceRow, InstanceStatus, Suspend,
 };
 
 use crate::registry::WorkflowOutput;
@@ -46,18 +46,40 @@ pub(crate) enum Ended {
     TimedOut,
 }
 
+/// A queue slot to hand over when the run returns (see [`HandOver`]), and
+/// the successor the hand-over claimed, which the caller then runs.
+#[derive(Debug)]
+pub(crate) struct HandingOver {
+    hand_over: HandOver,
+    /// Set once the finish that handed the slot over is durable.
+    pub(crate) successor: Option<InstanceRow>,
+}
+
+impl HandingOver {
+    /// A hand-over as `hand_over` says, with no successor yet.
+    pub(crate) fn new(hand_over: HandOver) -> HandingOver {
+        HandingOver {
+            hand_over,
+            successor: None,
+        }
+    }
+}
+
 /// Records `ended` for the claimed `row`: `Ok(Some(row))` when it finished or
 /// suspended (or continued as new, or failed at the attempt ceiling),
-/// `Ok(None)` when someone else's record stands, an error otherwise.
+/// `Ok(None)` when someone else's record stands, an error otherwise. A run
+/// that returned hands its queue slot over as `handing` says, if given;
+/// one that ended otherwise frees it.
 pub(crate) async fn record(
     keiro: &Keiro,
     row: InstanceRow,
     ended: Ended,
+    handing: Option<&mut HandingOver>,
 ) -> Result<Option<InstanceRow>> {
     let owner = keiro.owner();
     let store = keiro.raw_store();
     match ended {
-        Ended::Returned(output) => finish(keiro, row, output).await,
+        Ended::Returned(output) => finish(keiro, row, output, handing).await,
         Ended::Aborted(error @ Error::NonDeterministic { .. }) => {
             set_aside(keiro, &row, error).await
         }
@@ -176,12 +198,14 @@ fn released(mut row: InstanceRow) -> InstanceRow {
 }
 
 /// Records the body's output as the instance's end (an `Err` output fails
-/// it) and wakes its parent. `Ok(None)` when someone else finished it or
-/// took the lease: their record wins.
+/// it), handing its queue slot over as `handing` says, and wakes its parent.
+/// `Ok(None)` when someone else finished it or took the lease: their record
+/// wins.
 async fn finish(
     keiro: &Keiro,
     row: InstanceRow,
     output: WorkflowOutput,
+    handing: Option<&mut HandingOver>,
 ) -> Result<Option<InstanceRow>> {
     let status = if output.is_err {
         InstanceStatus::Failed
@@ -189,17 +213,25 @@ async fn finish(
         InstanceStatus::Completed
     };
     crate::telemetry::run_ended(&row.name, status.as_str());
-    let finished = keiro
-        .writer()
-        .finish(FinishRequest {
-            id: row.id.clone(),
-            generation: row.generation,
-            owner: keiro.owner().to_owned(),
-            status,
-            output: Some(output.json.clone()),
-            error: None,
-        })
-        .await?;
+    let request = FinishRequest {
+        id: row.id.clone(),
+        generation: row.generation,
+        owner: keiro.owner().to_owned(),
+        status,
+        output: Some(output.json.clone()),
+        error: None,
+    };
+    let finished = match handing {
+        Some(handing) => {
+            let writer = keiro.writer();
+            let (finished, successor) = writer
+                .finish_handing_over(request, handing.hand_over.clone())
+                .await?;
+            handing.successor = successor;
+            finished
+        }
+        None => keiro.writer().finish(request).await?,
+    };
     if !finished {
         return Ok(None);
     }

@@ -6,7 +6,7 @@
 mod call;
 pub(crate) mod child;
 pub(crate) mod drive;
-mod end;
+pub(crate) mod end;
 mod handle;
 pub(crate) mod launch;
 mod lifecycle;

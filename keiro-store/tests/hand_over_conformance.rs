@@ -1,0 +1,279 @@
+//! A queued instance's finish hands its slot over to the next instance of
+//! its partition in the same commit (`Store::finish_handing_over`), on both
+//! backends: which successor it takes, what it never takes, and that
+//! concurrent hand-overs never take one successor twice.
+
+#[macro_use]
+mod support;
+
+use keiro_store::{
+    Finish, HandOver, InstanceRow, InstanceStatus, NewInstance, QueueLimits, Queued, Registered,
+    Store,
+};
+use support::{lease, TestDb, OWNER};
+
+const QUEUE: &str = "q";
+const FLOW: Registered<'static> = Registered {
+    name: "flow",
+    signature: "sig",
+};
+const VERSIONS: &[&str] = &["v1"];
+
+/// One instance to put on the queue.
+struct Job<'a> {
+    id: &'a str,
+    name: &'a str,
+    partition: &'a str,
+    priority: i64,
+    signature: Option<&'a str>,
+    app_version: Option<&'a str>,
+    not_before: Option<i64>,
+}
+
+impl<'a> Job<'a> {
+    /// Instance `id` of [`FLOW`] in partition `partition` at priority 0.
+    fn new(id: &'a str, partition: &'a str) -> Job<'a> {
+        Job {
+            id,
+            name: FLOW.name,
+            partition,
+            priority: 0,
+            signature: Some(FLOW.signature),
+            app_version: Some("v1"),
+            not_before: None,
+        }
+    }
+
+    async fn enqueue(self, store: &Store) {
+        let new = NewInstance {
+            id: self.id,
+            name: self.name,
+            input: "[]",
+            signature: self.signature,
+            parent: None,
+            lease: None,
+            deadline: None,
+            traceparent: None,
+            app_version: self.app_version,
+            skeleton_hash: None,
+        };
+        let queued = Queued {
+            queue: Some(QUEUE),
+            priority: self.priority,
+            partition: self.partition,
+            dedup: None,
+            not_before: self.not_before,
+        };
+        let (_, created) = store.create_queued(&new, &queued).await.unwrap();
+        assert!(created, "{} is new", self.id);
+    }
+}
+
+/// Claims up to `n` of the queue's instances for [`OWNER`] under a
+/// concurrency of `n`.
+async fn claim(store: &Store, n: i64) -> Vec<String> {
+    let limits = QueueLimits {
+        name: QUEUE,
+        concurrency: Some(n),
+        worker_concurrency: None,
+        rate_limit: None,
+    };
+    let rows = store
+        .claim_queue(lease(), &[FLOW], VERSIONS, &limits, n)
+        .await
+        .unwrap();
+    rows.into_iter().map(|row| row.id).collect()
+}
+
+fn hand_over() -> HandOver {
+    HandOver::new(QUEUE, FLOW, 60_000_000, VERSIONS)
+}
+
+fn completed<'a>(id: &'a str, owner: &'a str) -> Finish<'a> {
+    Finish {
+        id,
+        generation: 0,
+        owner,
+        status: InstanceStatus::Completed,
+        output: Some("1"),
+        error: None,
+    }
+}
+
+/// Finishes `id` as [`OWNER`], handing its slot over; the successor's id.
+async fn finish_one(store: &Store, id: &str) -> Option<String> {
+    let hand_over = hand_over();
+    let mut finished = store
+        .finish_handing_over(&[completed(id, OWNER)], &[Some(&hand_over)])
+        .await
+        .unwrap();
+    let (applied, successor) = finished.remove(0);
+    assert!(applied, "the finish of {id} applied");
+    successor.map(|row| leased_to_owner(row).id)
+}
+
+/// Asserts `row` is running under [`OWNER`]'s live lease.
+fn leased_to_owner(row: InstanceRow) -> InstanceRow {
+    assert_eq!(row.status, InstanceStatus::Running, "{} runs", row.id);
+    assert_eq!(
+        row.lease_owner.as_deref(),
+        Some(OWNER),
+        "{} is ours",
+        row.id
+    );
+    assert!(row.lease_expires_at.unwrap() > keiro_store::now_us());
+    row
+}
+
+async fn status(store: &Store, id: &str) -> InstanceStatus {
+    store.get_instance(id).await.unwrap().unwrap().status
+}
+
+async fn the_successor_is_the_next_of_the_partition_in_run_order(db: &TestDb) {
+    let store = &db.store;
+    Job::new("a", "p").enqueue(store).await;
+    assert_eq!(claim(store, 1).await, ["a"]);
+    // Taken by priority (lower first), then in creation order.
+    Job {
+        priority: 5,
+        ..Job::new("late-low", "p")
+    }
+    .enqueue(store)
+    .await;
+    Job {
+        priority: 1,
+        ..Job::new("high", "p")
+    }
+    .enqueue(store)
+    .await;
+    Job {
+        priority: 5,
+        ..Job::new("later-low", "p")
+    }
+    .enqueue(store)
+    .await;
+    // Never a successor: another partition's (its limits are its own),
+    // another workflow's, another signature's, another version's, and one
+    // not due yet.
+    Job::new("elsewhere", "other").enqueue(store).await;
+    Job {
+        name: "other-flow",
+        ..Job::new("other-name", "p")
+    }
+    .enqueue(store)
+    .await;
+    Job {
+        signature: Some("changed"),
+        ..Job::new("other-signature", "p")
+    }
+    .enqueue(store)
+    .await;
+    Job {
+        app_version: Some("v2"),
+        ..Job::new("other-version", "p")
+    }
+    .enqueue(store)
+    .await;
+    Job {
+        not_before: Some(keiro_store::now_us() + 3_600_000_000),
+        ..Job::new("delayed", "p")
+    }
+    .enqueue(store)
+    .await;
+
+    assert_eq!(finish_one(store, "a").await.as_deref(), Some("high"));
+    assert_eq!(finish_one(store, "high").await.as_deref(), Some("late-low"));
+    assert_eq!(
+        finish_one(store, "late-low").await.as_deref(),
+        Some("later-low")
+    );
+    assert_eq!(finish_one(store, "later-low").await, None);
+    for id in ["a", "high", "late-low", "later-low"] {
+        assert_eq!(status(store, id).await, InstanceStatus::Completed, "{id}");
+    }
+    for id in [
+        "elsewhere",
+        "other-name",
+        "other-signature",
+        "other-version",
+        "delayed",
+    ] {
+        assert_eq!(status(store, id).await, InstanceStatus::Pending, "{id}");
+    }
+}
+
+async fn a_finish_that_does_not_apply_hands_nothing_over(db: &TestDb) {
+    let store = &db.store;
+    Job::new("a", "p").enqueue(store).await;
+    assert_eq!(claim(store, 1).await, ["a"]);
+    Job::new("b", "p").enqueue(store).await;
+    let hand_over = hand_over();
+    // Finished by an executor that does not hold its lease: refused, and
+    // the slot stays a's.
+    let finished = store
+        .finish_handing_over(&[completed("a", "intruder")], &[Some(&hand_over)])
+        .await
+        .unwrap();
+    assert!(matches!(finished.as_slice(), [(false, None)]));
+    assert_eq!(status(store, "a").await, InstanceStatus::Running);
+    assert_eq!(status(store, "b").await, InstanceStatus::Pending);
+    // A finish without a hand-over frees the slot and takes nothing.
+    let finished = store
+        .finish_handing_over(&[completed("a", OWNER)], &[None])
+        .await
+        .unwrap();
+    assert!(matches!(finished.as_slice(), [(true, None)]));
+    assert_eq!(status(store, "b").await, InstanceStatus::Pending);
+}
+
+async fn an_instance_under_a_live_lease_is_never_a_successor(db: &TestDb) {
+    let store = &db.store;
+    Job::new("a", "p").enqueue(store).await;
+    Job::new("b", "p").enqueue(store).await;
+    Job::new("c", "p").enqueue(store).await;
+    // a and b run: b (ours) is no successor of a's, though first in order.
+    assert_eq!(claim(store, 2).await, ["a", "b"]);
+    assert_eq!(finish_one(store, "a").await.as_deref(), Some("c"));
+    assert_eq!(finish_one(store, "b").await, None);
+}
+
+async fn hand_overs_at_once_take_distinct_successors(db: &TestDb) {
+    let store = &db.store;
+    let ids: Vec<String> = (0..12).map(|n| format!("job-{n:02}")).collect();
+    for id in &ids {
+        Job::new(id, "p").enqueue(store).await;
+    }
+    let running = claim(store, 4).await;
+    assert_eq!(running, ids[..4]);
+    // Two finishes in one transaction, and two more from another store (a
+    // second process) at the same moment.
+    let other = db.second_store().await;
+    let hand_over = hand_over();
+    let both = [Some(&hand_over), Some(&hand_over)];
+    let first = [completed(&running[0], OWNER), completed(&running[1], OWNER)];
+    let second = [completed(&running[2], OWNER), completed(&running[3], OWNER)];
+    let (one, two) = tokio::join!(
+        store.finish_handing_over(&first, &both),
+        other.finish_handing_over(&second, &both),
+    );
+    let mut successors: Vec<String> = one
+        .unwrap()
+        .into_iter()
+        .chain(two.unwrap())
+        .map(|(applied, successor)| {
+            assert!(applied);
+            leased_to_owner(successor.expect("a successor is waiting")).id
+        })
+        .collect();
+    successors.sort();
+    // The next four, each once.
+    assert_eq!(successors, ids[4..8]);
+    other.close().await;
+}
+
+conformance!(
+    the_successor_is_the_next_of_the_partition_in_run_order,
+    a_finish_that_does_not_apply_hands_nothing_over,
+    an_instance_under_a_live_lease_is_never_a_successor,
+    hand_overs_at_once_take_distinct_successors,
+);
