@@ -177,27 +177,26 @@ impl QueueStatements {
             // array), $8 on: the registered workflows. The partition's first
             // takeable rows in run order, read off the queue's order index.
             //
-            // The pick is repeated outside the subquery: a row a hand-over
-            // leased while this waited on its row lock (PostgreSQL) is
-            // re-checked against the committed row and passed over, where
-            // the subquery's ids alone would take it a second time.
+            // The pick locks its rows and passes over those locked
+            // (PostgreSQL): a hand-over may be leasing one of them, and the
+            // claim must not wait for it and then take it a second time (the
+            // subquery's ids are not re-checked against the committed row).
             claim_partition: format!(
                 "UPDATE {w} SET lease_owner = $1, lease_expires_at = $2, wake_at = $2, \
                      status = 'running', updated_at = $3, \
                      queue_started_at = COALESCE(queue_started_at, $3) \
-                 WHERE {picked} AND {unfinished} \
-                     AND (lease_owner IS NULL OR lease_owner = $1 OR lease_expires_at < $3) \
-                 RETURNING {columns}",
+                 WHERE {picked} RETURNING {columns}",
                 picked = (d.picked_ids)(&format!(
                     "SELECT c.id FROM {w} c \
                      WHERE c.queue = $5 AND c.partition_key = $6 AND {takeable} \
                      AND (c.app_version IS NULL OR c.app_version IN ({versions})) \
                      AND EXISTS (SELECT 1 FROM {registered} WHERE r.name = c.name \
                          AND (c.signature IS NULL OR c.signature = r.signature)) \
-                     ORDER BY {order} LIMIT $4",
+                     ORDER BY {order} LIMIT $4{skip}",
                     takeable = takeable("$3"),
                     versions = (d.json_text_elements)("$7"),
                     registered = (d.registered_rows)(8),
+                    skip = d.skip_locked,
                 )),
                 columns = crate::sql::INSTANCE_COLUMNS,
             ),
@@ -211,9 +210,7 @@ impl QueueStatements {
                 "UPDATE {w} SET lease_owner = $1, lease_expires_at = $2, wake_at = $2, \
                      status = 'running', updated_at = $3, \
                      queue_started_at = COALESCE(queue_started_at, $3) \
-                 WHERE {picked} AND {unfinished} \
-                     AND (lease_owner IS NULL OR lease_expires_at < $3) \
-                 RETURNING {columns}",
+                 WHERE {picked} RETURNING {columns}",
                 picked = (d.picked_ids)(&format!(
                     "SELECT c.id FROM {w} c WHERE c.queue = $4 \
                      AND c.partition_key = (SELECT f.partition_key FROM {w} f WHERE f.id = $5) \
