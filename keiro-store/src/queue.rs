@@ -133,6 +133,17 @@ impl QueueStatements {
             )
         };
         let order = "c.priority, c.created_at, c.id";
+        // Starts the rows `picked` selects for owner $1 under a lease to $2
+        // at $3 (their first start, for the rate limit, if it is one).
+        let start = |picked: String| {
+            format!(
+                "UPDATE {w} SET lease_owner = $1, lease_expires_at = $2, wake_at = $2, \
+                     status = 'running', updated_at = $3, \
+                     queue_started_at = COALESCE(queue_started_at, $3) \
+                 WHERE {picked} RETURNING {columns}",
+                columns = crate::sql::INSTANCE_COLUMNS,
+            )
+        };
         QueueStatements {
             lock: d.queue_lock,
             mark_queued: format!(
@@ -181,49 +192,35 @@ impl QueueStatements {
             // (PostgreSQL): a hand-over may be leasing one of them, and the
             // claim must not wait for it and then take it a second time (the
             // subquery's ids are not re-checked against the committed row).
-            claim_partition: format!(
-                "UPDATE {w} SET lease_owner = $1, lease_expires_at = $2, wake_at = $2, \
-                     status = 'running', updated_at = $3, \
-                     queue_started_at = COALESCE(queue_started_at, $3) \
-                 WHERE {picked} RETURNING {columns}",
-                picked = (d.picked_ids)(&format!(
-                    "SELECT c.id FROM {w} c \
+            claim_partition: start((d.picked_ids)(&format!(
+                "SELECT c.id FROM {w} c \
                      WHERE c.queue = $5 AND c.partition_key = $6 AND {takeable} \
                      AND (c.app_version IS NULL OR c.app_version IN ({versions})) \
                      AND EXISTS (SELECT 1 FROM {registered} WHERE r.name = c.name \
                          AND (c.signature IS NULL OR c.signature = r.signature)) \
                      ORDER BY {order} LIMIT $4{skip}",
-                    takeable = takeable("$3"),
-                    versions = (d.json_text_elements)("$7"),
-                    registered = (d.registered_rows)(8),
-                    skip = d.skip_locked,
-                )),
-                columns = crate::sql::INSTANCE_COLUMNS,
-            ),
+                takeable = takeable("$3"),
+                versions = (d.json_text_elements)("$7"),
+                registered = (d.registered_rows)(8),
+                skip = d.skip_locked,
+            ))),
             // $1 owner, $2 lease expiry, $3 now, $4 queue, $5 the finishing
             // instance, $6 workflow name, $7 its registered signature, $8 the
             // claimable versions (a JSON array). The first row of $5's
             // partition in run order under no live lease, read off the
             // queue's order index; concurrent hand-overs skip each other's
             // (PostgreSQL).
-            hand_over: format!(
-                "UPDATE {w} SET lease_owner = $1, lease_expires_at = $2, wake_at = $2, \
-                     status = 'running', updated_at = $3, \
-                     queue_started_at = COALESCE(queue_started_at, $3) \
-                 WHERE {picked} RETURNING {columns}",
-                picked = (d.picked_ids)(&format!(
-                    "SELECT c.id FROM {w} c WHERE c.queue = $4 \
+            hand_over: start((d.picked_ids)(&format!(
+                "SELECT c.id FROM {w} c WHERE c.queue = $4 \
                      AND c.partition_key = (SELECT f.partition_key FROM {w} f WHERE f.id = $5) \
                      AND c.{unfinished} AND c.wake_at <= $3 \
                      AND (c.lease_owner IS NULL OR c.lease_expires_at < $3) \
                      AND c.name = $6 AND (c.signature IS NULL OR c.signature = $7) \
                      AND (c.app_version IS NULL OR c.app_version IN ({versions})) \
                      ORDER BY {order} LIMIT 1{skip}",
-                    versions = (d.json_text_elements)("$8"),
-                    skip = d.skip_locked,
-                )),
-                columns = crate::sql::INSTANCE_COLUMNS,
-            ),
+                versions = (d.json_text_elements)("$8"),
+                skip = d.skip_locked,
+            ))),
         }
     }
 }
