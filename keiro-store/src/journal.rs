@@ -167,6 +167,14 @@ impl Store {
     ) -> Result<Vec<(bool, Option<InstanceRow>)>> {
         const OP: &str = "finish";
         let now = self.now_us();
+        // A lone finish that hands nothing over is one statement on
+        // PostgreSQL, unless it is a child's.
+        #[cfg(feature = "postgres")]
+        if let (Store::Postgres(pg), [finish], [None]) = (self, finishes, hand_overs) {
+            if pg.finish_alone(finish, now).await? {
+                return Ok(vec![(true, None)]);
+            }
+        }
         let batch = finishes.len() > 1 && distinct_ids(finishes);
         // One body per backend: the batch statement is each backend's own.
         macro_rules! finish_in {

@@ -237,6 +237,22 @@ async fn an_instance_under_a_live_lease_is_never_a_successor(db: &TestDb) {
     assert_eq!(finish_one(store, "b").await, None);
 }
 
+async fn a_finish_under_a_lapsed_lease_is_not_its_own_successor(db: &TestDb) {
+    let store = &db.store;
+    Job::new("a", "p").enqueue(store).await;
+    assert_eq!(claim(store, 1).await, ["a"]);
+    Job::new("b", "p").enqueue(store).await;
+    // a's lease lapsed while it ran (nobody took it), so the row it finishes
+    // looks takeable, and it is first in run order.
+    db.execute_raw(
+        "UPDATE keiro_workflows SET lease_expires_at = 1, wake_at = 1 WHERE id = ?1",
+        &["a"],
+    )
+    .await;
+    assert_eq!(finish_one(store, "a").await.as_deref(), Some("b"));
+    assert_eq!(status(store, "a").await, InstanceStatus::Completed);
+}
+
 async fn hand_overs_at_once_take_distinct_successors(db: &TestDb) {
     let store = &db.store;
     let ids: Vec<String> = (0..12).map(|n| format!("job-{n:02}")).collect();
@@ -275,5 +291,6 @@ conformance!(
     the_successor_is_the_next_of_the_partition_in_run_order,
     a_finish_that_does_not_apply_hands_nothing_over,
     an_instance_under_a_live_lease_is_never_a_successor,
+    a_finish_under_a_lapsed_lease_is_not_its_own_successor,
     hand_overs_at_once_take_distinct_successors,
 );

@@ -82,6 +82,16 @@ const FINISH_MANY: &str = "UPDATE keiro.workflows w SET status = f.status, outpu
      AND (w.lease_owner IS NULL OR w.lease_owner = f.owner) \
      RETURNING f.ord, w.parent_id IS NOT NULL AS has_parent";
 
+/// A lone finish of an instance without a parent, as one statement outside
+/// any transaction (one round trip instead of `BEGIN`, update, `COMMIT`). A
+/// child's finish matches no row here: it reports to its parent in the same
+/// transaction (`finish_many_on`). The parameters are the shared `finish`
+/// statement's.
+const FINISH_ALONE: &str = "UPDATE keiro.workflows SET status = $4, output = $5, error = $6, \
+     lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, updated_at = $7 \
+     WHERE id = $1 AND generation = $2 AND status IN ('pending', 'running', 'suspended') \
+     AND (lease_owner IS NULL OR lease_owner = $3) AND parent_id IS NULL";
+
 /// Reads back the recorded steps of the step ids given as parallel arrays.
 static READ_BACK: LazyLock<String> = LazyLock::new(|| {
     format!(
@@ -178,6 +188,25 @@ impl PostgresStore {
             }
         }
         crate::journal::in_batch_order(news, rows)
+    }
+
+    /// Finishes one instance without a parent in a single statement outside
+    /// any transaction: `false` when it matched no row (a child, or a
+    /// finish that does not apply), which the caller then records in a
+    /// transaction as usual.
+    pub(crate) async fn finish_alone(&self, finish: &crate::Finish<'_>, now: i64) -> Result<bool> {
+        let done = sqlx::query(FINISH_ALONE)
+            .bind(finish.id)
+            .bind(finish.generation)
+            .bind(finish.owner)
+            .bind(finish.status.as_str())
+            .bind(finish.output)
+            .bind(finish.error)
+            .bind(now)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("finish"))?;
+        Ok(done.rows_affected() == 1)
     }
 
     /// Finishes several instances (distinct ids) in the transaction `tx` with
