@@ -54,6 +54,35 @@ async fn hold(file: String, tag: String, hold_ms: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// Records that `tag`'s first step ran.
+#[step]
+async fn first(file: String, tag: String) -> Result<(), String> {
+    record(&file, "first", &tag);
+    Ok(())
+}
+
+/// Records its start, then waits (up to a minute) until file `gate` exists.
+#[step]
+async fn until_open(file: String, tag: String, gate: String) -> Result<(), String> {
+    record(&file, "start", &tag);
+    for _ in 0..3000 {
+        if Path::new(&gate).exists() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Err(format!("gate {gate} stayed shut for a minute"))
+}
+
+/// A queued job of two steps: one that records it ran, then one that waits
+/// for file `gate`, so a test can stop it between the two.
+#[workflow]
+pub async fn gated_job(file: String, tag: String, gate: String) -> Result<String, String> {
+    first(file.clone(), tag.clone()).await?;
+    until_open(file, tag.clone(), gate).await?;
+    Ok(tag)
+}
+
 /// A queued job: one step that records its start and end in `file`.
 #[workflow]
 pub async fn queue_job(file: String, tag: String, hold_ms: u64) -> Result<String, String> {

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use keiro::{Error, Keiro, ResumeOptions, ResumeWorker, WorkflowHandle};
 use keiro_tests::process::CrashChild;
 use keiro_tests::queues::{
-    events, max_in_flight, queue_job, CONCURRENCY_2, ONE_AT_A_TIME, PER_WORKER_1, PLAIN, RATE_20,
+    events, gated_job, max_in_flight, queue_job, CONCURRENCY_2, ONE_AT_A_TIME, PER_WORKER_1, PLAIN,
+    RATE_20,
 };
 use keiro_tests::{on_both_backends, Backend, TestDb};
 
@@ -239,6 +240,69 @@ async fn lower_priority_runs_first_fifo_among_equals(backend: Backend) {
     worker.stop().await;
 }
 
+/// An instance stopped between its steps is later handed a slot by the end
+/// of the instance before it (not claimed): it resumes from its journal,
+/// never running its journaled step again.
+async fn a_handed_over_instance_resumes_from_its_journal(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let (dir, file) = events_file();
+    let gate = text(&dir.path().join("gate"));
+    let gated = gated_job(text(&file), "gated".into(), gate.clone())
+        .on(&keiro)
+        .id("gated")
+        .queue(&ONE_AT_A_TIME)
+        .priority(5)
+        .enqueue()
+        .await
+        .unwrap();
+    let worker = worker_here(&keiro).await;
+    // Its second step runs: the first is journaled. Stopping the worker
+    // releases it there, its journal kept.
+    let deadline = Instant::now() + PATIENCE;
+    while !events(&file).iter().any(|e| e.what == "start") {
+        assert!(
+            Instant::now() < deadline,
+            "the gated job's second step never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    worker.stop().await;
+    // Ahead of it in the queue's order now: a job of the same workflow
+    // (its gate open) whose end hands the one slot over to it.
+    std::fs::write(&gate, "open").unwrap();
+    let ahead = gated_job(text(&file), "ahead".into(), gate.clone())
+        .on(&keiro)
+        .id("ahead")
+        .queue(&ONE_AT_A_TIME)
+        .priority(0)
+        .enqueue()
+        .await
+        .unwrap();
+    let worker = worker_here(&keiro).await;
+    assert_eq!(ahead.result().await.unwrap().unwrap(), "ahead");
+    let result = tokio::time::timeout(PATIENCE, gated.result())
+        .await
+        .expect("the gated job ends in time");
+    assert_eq!(result.unwrap().unwrap(), "gated");
+    let ran: Vec<String> = events(&file)
+        .iter()
+        .map(|e| format!("{} {}", e.what, e.tag))
+        .collect();
+    assert_eq!(
+        ran,
+        [
+            "first gated",
+            "start gated",
+            "first ahead",
+            "start ahead",
+            "start gated"
+        ],
+        "the first step ran once; the slot went from `ahead` to `gated`"
+    );
+    worker.stop().await;
+}
+
 async fn a_busy_partition_does_not_block_another(backend: Backend) {
     let db = TestDb::new(backend).await;
     let (first, second) = (db.keiro().await, db.keiro().await);
@@ -394,6 +458,7 @@ on_both_backends!(
     rate_limit_spaces_starts,
     lower_priority_runs_first_fifo_among_equals,
     a_busy_partition_does_not_block_another,
+    a_handed_over_instance_resumes_from_its_journal,
     dedup_refuses_while_unfinished_and_accepts_after,
     delay_is_respected_on_a_queue_and_the_default_queue,
     queue_settings_need_an_enqueue_and_a_queue,
