@@ -572,20 +572,28 @@ pub(crate) fn unreadable_step(row: &StepRow) -> StoreError {
     }
 }
 
+/// The parameters of the `finish` statement (and of PostgreSQL's lone
+/// finish) for `finish` at `now`.
+pub(crate) fn finish_args<'a>(finish: &Finish<'a>, now: i64) -> [Arg<'a>; 7] {
+    args![
+        finish.id,
+        finish.generation,
+        finish.owner,
+        finish.status.as_str(),
+        finish.output,
+        finish.error,
+        now,
+    ]
+}
+
 /// Moves an unfinished instance to a final status and reports to its parent.
 async fn finish_on(conn: Conn<'_>, finish: &Finish<'_>, now: i64) -> Result<bool> {
     dispatch!(Conn, conn, |c, sql| {
-        let updated: Option<bool> = sqlx::query_scalar(&sql.finish)
-            .bind(finish.id)
-            .bind(finish.generation)
-            .bind(finish.owner)
-            .bind(finish.status.as_str())
-            .bind(finish.output)
-            .bind(finish.error)
-            .bind(now)
-            .fetch_optional(&mut *c)
-            .await
-            .map_err(StoreError::query("finish"))?;
+        let updated: Option<bool> =
+            bind_all!(sqlx::query_scalar(&sql.finish), &finish_args(finish, now))
+                .fetch_optional(&mut *c)
+                .await
+                .map_err(StoreError::query("finish"))?;
         // Only a child reports to a parent; most instances have none.
         if updated == Some(true) {
             report_to_parent(c.into(), finish.id, now).await?;

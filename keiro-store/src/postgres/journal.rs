@@ -195,14 +195,8 @@ impl PostgresStore {
     /// finish that does not apply), which the caller then records in a
     /// transaction as usual.
     pub(crate) async fn finish_alone(&self, finish: &crate::Finish<'_>, now: i64) -> Result<bool> {
-        let done = sqlx::query(FINISH_ALONE)
-            .bind(finish.id)
-            .bind(finish.generation)
-            .bind(finish.owner)
-            .bind(finish.status.as_str())
-            .bind(finish.output)
-            .bind(finish.error)
-            .bind(now)
+        let args = crate::journal::finish_args(finish, now);
+        let done = bind_all!(sqlx::query(FINISH_ALONE), &args)
             .execute(&self.pool)
             .await
             .map_err(StoreError::query("finish"))?;
