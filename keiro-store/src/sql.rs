@@ -136,6 +136,10 @@ pub(crate) struct Statements {
     pub(crate) step_of_kind_exists: String,
     pub(crate) wake_suspended: String,
     pub(crate) finish: String,
+    /// `finish` of an instance without a parent, returning nothing: one
+    /// statement that may commit alone (a child's finish matches no row, as
+    /// it must report to its parent in the same transaction).
+    pub(crate) finish_alone: String,
     pub(crate) report_child: String,
     pub(crate) wake_parent: String,
     pub(crate) suspend: String,
@@ -211,6 +215,13 @@ impl Statements {
         let (w, s, e) = (table("workflows"), table("steps"), table("executors"));
         let (ww, t) = (table("worker_workflows"), table("timers"));
         let child_outcome = child_outcome_sql(d.json_object, d.json_as_text);
+        // Ends an unfinished instance while its lease is `$3`'s or nobody's.
+        let finish = format!(
+            "UPDATE {w} SET status = $4, output = $5, error = $6, lease_owner = NULL, \
+             lease_expires_at = NULL, wake_at = NULL, updated_at = $7 \
+             WHERE id = $1 AND generation = $2 AND {UNFINISHED} \
+             AND (lease_owner IS NULL OR lease_owner = $3)"
+        );
         let notify = |write: String| match d.timer_channel {
             // `SELECT` reports its row count, so `rows_affected` still says
             // whether the write (and its notification) happened.
@@ -289,13 +300,8 @@ impl Statements {
                 "UPDATE {w} SET wake_at = $3, updated_at = $3 \
                  WHERE id = $1 AND generation = $2 AND status = 'suspended'"
             ),
-            finish: format!(
-                "UPDATE {w} SET status = $4, output = $5, error = $6, lease_owner = NULL, \
-                 lease_expires_at = NULL, wake_at = NULL, updated_at = $7 \
-                 WHERE id = $1 AND generation = $2 AND {UNFINISHED} \
-                 AND (lease_owner IS NULL OR lease_owner = $3) \
-                 RETURNING parent_id IS NOT NULL AS has_parent"
-            ),
+            finish_alone: format!("{finish} AND parent_id IS NULL"),
+            finish: format!("{finish} RETURNING parent_id IS NOT NULL AS has_parent"),
             report_child: format!(
                 "INSERT INTO {s} ({STEP_COLUMNS}, created_at) \
                  SELECT parent_id, parent_generation, parent_seq, name, 'child', \

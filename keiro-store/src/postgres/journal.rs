@@ -82,16 +82,6 @@ const FINISH_MANY: &str = "UPDATE keiro.workflows w SET status = f.status, outpu
      AND (w.lease_owner IS NULL OR w.lease_owner = f.owner) \
      RETURNING f.ord, w.parent_id IS NOT NULL AS has_parent";
 
-/// A lone finish of an instance without a parent, as one statement outside
-/// any transaction (one round trip instead of `BEGIN`, update, `COMMIT`). A
-/// child's finish matches no row here: it reports to its parent in the same
-/// transaction (`finish_many_on`). The parameters are the shared `finish`
-/// statement's.
-const FINISH_ALONE: &str = "UPDATE keiro.workflows SET status = $4, output = $5, error = $6, \
-     lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, updated_at = $7 \
-     WHERE id = $1 AND generation = $2 AND status IN ('pending', 'running', 'suspended') \
-     AND (lease_owner IS NULL OR lease_owner = $3) AND parent_id IS NULL";
-
 /// Reads back the recorded steps of the step ids given as parallel arrays.
 static READ_BACK: LazyLock<String> = LazyLock::new(|| {
     format!(
@@ -196,7 +186,7 @@ impl PostgresStore {
     /// transaction as usual.
     pub(crate) async fn finish_alone(&self, finish: &crate::Finish<'_>, now: i64) -> Result<bool> {
         let args = crate::journal::finish_args(finish, now);
-        let done = bind_all!(sqlx::query(FINISH_ALONE), &args)
+        let done = bind_all!(sqlx::query(&SQL.finish_alone), &args)
             .execute(&self.pool)
             .await
             .map_err(StoreError::query("finish"))?;
