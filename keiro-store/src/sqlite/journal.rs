@@ -139,28 +139,33 @@ static CREATE_MANY: [OnceLock<String>; INSTANCE_CHUNK] =
 static FINISH_MANY: [OnceLock<String>; INSTANCE_CHUNK] =
     [const { OnceLock::new() }; INSTANCE_CHUNK];
 
-/// `tuple` (with `$1` .. `$width` placeholders) once per row of `rows`, each
-/// row's placeholders numbered after the previous row's.
-fn numbered_rows(tuple: &str, width: usize, rows: usize) -> String {
-    let mut out = String::with_capacity(rows * (tuple.len() + 8));
-    for row in 0..rows {
-        if row > 0 {
-            out.push_str(", ");
-        }
-        let mut rest = tuple;
-        while let Some(at) = rest.find('$') {
-            out.push_str(&rest[..at]);
-            let digits = rest[at + 1..]
-                .find(|c: char| !c.is_ascii_digit())
-                .map_or(rest.len() - at - 1, |n| n);
-            let n: usize = rest[at + 1..at + 1 + digits]
-                .parse()
-                .expect("a numbered placeholder");
-            out.push_str(&format!("${}", n + row * width));
-            rest = &rest[at + 1 + digits..];
-        }
-        out.push_str(rest);
+/// `rows` rows of `width` anonymous placeholders: `(?, ?), (?, ?)`.
+///
+/// Anonymous, not numbered: SQLite resolves a numbered placeholder by
+/// walking the list of every placeholder, when the statement is prepared
+/// and again each time a value is bound to it, so a batch of numbered
+/// placeholders costs time in the square of its size.
+fn anonymous_rows(width: usize, rows: usize) -> String {
+    let tuple = format!("({})", vec!["?"; width].join(", "));
+    vec![tuple; rows].join(", ")
+}
+
+/// `tuple` (the one-instance insert's values, with `$1` .. `$n`
+/// placeholders) with each `$k` read from column `k` of the row source
+/// `v`, a `VALUES` list.
+fn from_values_columns(tuple: &str) -> String {
+    let mut out = String::with_capacity(tuple.len() * 2);
+    let mut rest = tuple;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let digits = rest[at + 1..]
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len() - at - 1);
+        out.push_str("v.column");
+        out.push_str(&rest[at + 1..at + 1 + digits]);
+        rest = &rest[at + 1 + digits..];
     }
+    out.push_str(rest);
     out
 }
 
@@ -174,9 +179,19 @@ fn create_many(rows: usize) -> &'static str {
         let (tuple, _) = tail
             .split_once(" ON CONFLICT")
             .expect("an INSERT .. ON CONFLICT");
+        let tuple = tuple
+            .trim()
+            .strip_prefix('(')
+            .and_then(|t| t.strip_suffix(')'))
+            .expect("a parenthesised VALUES tuple");
+        // Each row's fifteen values once, in order; the expressions of the
+        // one-instance insert read them by column. (`WHERE true` tells
+        // SQLite's parser the `ON CONFLICT` is the upsert's, not a join's.)
         format!(
-            "{head} VALUES {} ON CONFLICT (id) DO NOTHING RETURNING {INSTANCE_COLUMNS}",
-            numbered_rows(tuple, 15, rows)
+            "{head} SELECT {} FROM (VALUES {}) AS v WHERE true \
+             ON CONFLICT (id) DO NOTHING RETURNING {INSTANCE_COLUMNS}",
+            from_values_columns(tuple),
+            anonymous_rows(15, rows)
         )
     })
 }
@@ -187,19 +202,18 @@ fn create_many(rows: usize) -> &'static str {
 /// applied and whether it has a parent.
 fn finish_many(rows: usize) -> &'static str {
     FINISH_MANY[rows - 1].get_or_init(|| {
-        let now = rows * 6 + 1;
         format!(
             "WITH f(id, generation, owner, status, output, error) AS (VALUES {}) \
              UPDATE keiro_workflows SET status = f.status, output = f.output, \
                  error = f.error, lease_owner = NULL, lease_expires_at = NULL, \
-                 wake_at = NULL, updated_at = ${now} \
+                 wake_at = NULL, updated_at = ? \
              FROM f WHERE keiro_workflows.id = f.id \
                  AND keiro_workflows.generation = f.generation \
                  AND keiro_workflows.status IN ('pending', 'running', 'suspended') \
                  AND (keiro_workflows.lease_owner IS NULL \
                      OR keiro_workflows.lease_owner = f.owner) \
              RETURNING id, parent_id IS NOT NULL AS has_parent",
-            numbered_rows("($1, $2, $3, $4, $5, $6)", 6, rows)
+            anonymous_rows(6, rows)
         )
     })
 }
