@@ -122,9 +122,14 @@ impl PostgresStore {
         // changes nothing for the store.
         let _ = conn.close().await;
 
+        // No ping before each checkout (sqlx's default): it costs every
+        // statement an extra round trip, and a connection that died since
+        // its last use fails its statement with a connection error, which
+        // callers treat as transient and retry on a fresh connection.
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.unwrap_or(8))
             .acquire_timeout(CONNECT_TIMEOUT)
+            .test_before_acquire(false)
             .connect_with(connect)
             .await
             .map_err(connect_error)?;

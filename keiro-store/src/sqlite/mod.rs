@@ -187,6 +187,9 @@ impl SqliteStore {
                 options.max_connections.unwrap_or(4)
             })
             .min_connections(1)
+            // An embedded connection does not go stale: no ping (a hop to
+            // its thread) before each checkout.
+            .test_before_acquire(false)
             .idle_timeout(None)
             .max_lifetime(None)
             .after_release(|conn, _| Box::pin(release_outside_transaction(conn)));
