@@ -3,15 +3,16 @@
 //! `-m immediate`, then stopped with `-m immediate` for 2 s and started again,
 //! while one worker process drives 96 workflows of 5 steps. Every workflow
 //! completes without restarting the worker, and no step body starts after its
-//! result was journaled.
+//! result was journaled. And a caller whose pooled connections sat idle
+//! through a restart gets live ones for its next calls.
 
 use std::time::Duration;
 
 use futures::StreamExt;
 use keiro::Keiro;
 use keiro_tests::faults::{
-    assert_no_journaled_step_ran_again, checked_steps, journal_results, wait_all_completed,
-    FaultWorker,
+    assert_no_journaled_step_ran_again, checked_steps, journal_results, status_counts,
+    wait_all_completed, FaultWorker,
 };
 use keiro_tests::pg_cluster::cluster_or_skip;
 
@@ -53,13 +54,13 @@ async fn workflows_complete_across_an_immediate_restart_and_an_outage() {
         .await;
 
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let before = keiro_tests::faults::status_counts(&keiro).await;
+    let before = status_counts(&keiro).await;
     let restarted = cluster.clone();
     tokio::task::spawn_blocking(move || restarted.restart_immediate())
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mid_run = keiro_tests::faults::status_counts(&keiro).await;
+    let mid_run = status_counts(&keiro).await;
     let stopped = cluster.clone();
     tokio::task::spawn_blocking(move || {
         stopped.stop_immediate();
@@ -93,4 +94,33 @@ async fn workflows_complete_across_an_immediate_restart_and_an_outage() {
     );
     keiro.shutdown().await.unwrap();
     worker.kill().await;
+}
+
+/// Calls made after the server restarted while the caller's pooled
+/// connections sat idle all succeed: a connection idle for a while is
+/// checked before it is handed out, and replaced when the restart killed it,
+/// instead of failing the call that gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_after_a_restart_get_live_connections() {
+    let Some(cluster) = cluster_or_skip("calls_after_a_restart_get_live_connections") else {
+        return;
+    };
+    let cluster = std::sync::Arc::new(cluster);
+    let keiro = Keiro::builder(cluster.keiro_url()).connect().await.unwrap();
+    // Reads at once, so the pool holds several connections.
+    let reads = futures::future::join_all((0..6).map(|_| status_counts(&keiro))).await;
+    for read in reads {
+        read.expect("a read before the restart");
+    }
+    let restarted = cluster.clone();
+    tokio::task::spawn_blocking(move || restarted.restart_immediate())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for n in 0..10 {
+        if let Err(error) = status_counts(&keiro).await {
+            panic!("read {n} after the restart failed: {error}");
+        }
+    }
+    keiro.shutdown().await.unwrap();
 }

@@ -84,6 +84,10 @@ pub struct PostgresStore {
     pub(crate) clock: crate::Clock,
 }
 
+/// How long a pooled connection may sit idle before its next checkout pings
+/// it first.
+const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
+
 impl PostgresStore {
     /// Connects to the PostgreSQL database at `url` and migrates it (unless
     /// [`StoreOptions::migrate`] is `false`).
@@ -122,14 +126,24 @@ impl PostgresStore {
         // changes nothing for the store.
         let _ = conn.close().await;
 
-        // No ping before each checkout (sqlx's default): it costs every
-        // statement an extra round trip, and a connection that died since
-        // its last use fails its statement with a connection error, which
-        // callers treat as transient and retry on a fresh connection.
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.unwrap_or(8))
             .acquire_timeout(CONNECT_TIMEOUT)
+            // sqlx pings every connection before handing it out, which
+            // costs each statement an extra round trip. A connection back
+            // from its last use (where sqlx pinged it on release) within
+            // `PING_IDLE_AFTER` is handed out as it is; one idle for longer
+            // (the server may have restarted meanwhile) is pinged first and
+            // replaced when dead.
             .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for > PING_IDLE_AFTER {
+                        conn.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(connect)
             .await
             .map_err(connect_error)?;
