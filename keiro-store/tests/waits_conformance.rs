@@ -7,7 +7,8 @@ mod support;
 
 use keiro_store::{
     now_us, Cancellation, ContinueAsNew, Crash, CreateRequest, Finish, FinishRequest,
-    InstanceStatus, JournalWriter, Lease, NewInstance, ParentLink, Resolution, StepRow, Suspend,
+    InstanceStatus, JournalWriter, Lease, NewInstance, ParentLink, Resolution, StepRow, Store,
+    Suspend,
 };
 use support::TestDb;
 
@@ -23,6 +24,7 @@ conformance!(
     cancel_of_a_finished_or_missing_instance_changes_nothing,
     continue_as_new_starts_the_next_generation_and_keeps_the_old_journal,
     the_writer_batches_creates_steps_and_finishes_of_many_workflows,
+    a_refused_write_fails_only_its_caller_in_a_mixed_round,
 );
 
 const OWNER: &str = "w1";
@@ -427,18 +429,7 @@ async fn the_writer_batches_creates_steps_and_finishes_of_many_workflows(db: &Te
         let writer = writer.clone();
         tasks.push(tokio::spawn(async move {
             let id = format!("wf-{n}");
-            let create = CreateRequest {
-                id: id.clone(),
-                name: "flow".into(),
-                input: "[]".into(),
-                signature: None,
-                parent: None,
-                lease: Some((OWNER.into(), 60_000_000)),
-                deadline: None,
-                traceparent: None,
-                app_version: None,
-                skeleton_hash: None,
-            };
+            let create = leased_create(&id);
             let (row, created) = writer.create(create.clone()).await.unwrap();
             assert!(created && row.status == InstanceStatus::Running);
             // A second create of the same id finds the first.
@@ -467,6 +458,91 @@ async fn the_writer_batches_creates_steps_and_finishes_of_many_workflows(db: &Te
             (InstanceStatus::Completed, Some(n.to_string()))
         );
         assert_eq!(db.store.load_journal(&id, 0).await.unwrap().len(), 1);
+    }
+}
+
+/// A writer round holding a new instance, step rows and a finish (one
+/// transaction on SQLite) in which the store refuses the new instance
+/// answers that caller with the error and writes the others.
+async fn a_refused_write_fails_only_its_caller_in_a_mixed_round(db: &TestDb) {
+    running(db, "wf", None).await;
+    let writer = JournalWriter::spawn(db.store.clone());
+    // On SQLite, a write lock held elsewhere keeps the writer's first round
+    // waiting while the writes below queue, so they make the next round
+    // together.
+    let mut held = match &db.store {
+        Store::Sqlite(s) => {
+            let mut conn = s.pool().acquire().await.unwrap();
+            sqlx::query("BEGIN IMMEDIATE")
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+            Some(conn)
+        }
+        Store::Postgres(_) => None,
+    };
+    let first = tokio::spawn({
+        let writer = writer.clone();
+        async move { writer.append(row_of("wf", 0)).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let refused = tokio::spawn({
+        let writer = writer.clone();
+        async move { writer.create(leased_create("bad\0id")).await }
+    });
+    let appended = tokio::spawn({
+        let writer = writer.clone();
+        async move { writer.append(row_of("wf", 1)).await }
+    });
+    let finished = tokio::spawn({
+        let writer = writer.clone();
+        async move {
+            writer
+                .finish(FinishRequest {
+                    id: "wf".into(),
+                    generation: 0,
+                    owner: OWNER.into(),
+                    status: InstanceStatus::Completed,
+                    output: Some("7".into()),
+                    error: None,
+                })
+                .await
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    if let Some(conn) = held.as_mut() {
+        sqlx::query("ROLLBACK").execute(&mut **conn).await.unwrap();
+    }
+    drop(held);
+    first.await.unwrap().unwrap();
+    let error = refused.await.unwrap().unwrap_err();
+    assert!(
+        matches!(error, keiro_store::StoreError::InvalidId { .. }),
+        "{error:?}"
+    );
+    appended.await.unwrap().unwrap();
+    assert!(finished.await.unwrap().unwrap(), "the finish applied");
+    assert_eq!(db.store.load_journal("wf", 0).await.unwrap().len(), 2);
+    let wf = db.store.get_instance("wf").await.unwrap().unwrap();
+    assert_eq!(
+        (wf.status, wf.output.as_deref()),
+        (InstanceStatus::Completed, Some("7"))
+    );
+}
+
+/// The writer's create of instance `id` of `flow`, leased to [`OWNER`].
+fn leased_create(id: &str) -> CreateRequest {
+    CreateRequest {
+        id: id.into(),
+        name: "flow".into(),
+        input: "[]".into(),
+        signature: None,
+        parent: None,
+        lease: Some((OWNER.into(), 60_000_000)),
+        deadline: None,
+        traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
     }
 }
 
