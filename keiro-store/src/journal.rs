@@ -175,52 +175,13 @@ impl Store {
                 return Ok(vec![(true, None)]);
             }
         }
-        let batch = finishes.len() > 1 && distinct_ids(finishes);
-        // One body per backend: the batch statement is each backend's own.
-        macro_rules! finish_in {
-            ($tx:ident, $batch_on:expr) => {{
-                let applied = if batch {
-                    $batch_on.await?
-                } else {
-                    let mut applied = Vec::with_capacity(finishes.len());
-                    for finish in finishes {
-                        applied.push(finish_on((&mut *$tx).into(), finish, now).await?);
-                    }
-                    applied
-                };
-                let mut finished = Vec::with_capacity(finishes.len());
-                for ((finish, applied), hand_over) in finishes.iter().zip(applied).zip(hand_overs) {
-                    let successor = match hand_over {
-                        Some(hand_over) if applied => {
-                            crate::queue::hand_over_on((&mut *$tx).into(), finish, hand_over, now)
-                                .await?
-                        }
-                        _ => None,
-                    };
-                    finished.push((applied, successor));
-                }
-                $tx.commit().await.map_err(StoreError::query(OP))?;
-                Ok(finished)
-            }};
-        }
-        match self {
-            #[cfg(feature = "postgres")]
-            Store::Postgres(pg) => {
-                let mut tx = pg.begin(OP).await?;
-                finish_in!(
-                    tx,
-                    crate::postgres::PostgresStore::finish_many_on(&mut tx, finishes, now)
-                )
-            }
-            #[cfg(feature = "sqlite")]
-            Store::Sqlite(s) => {
-                let mut tx = s.begin(OP).await?;
-                finish_in!(
-                    tx,
-                    crate::sqlite::journal::finish_many_on(&mut tx, finishes, now)
-                )
-            }
-        }
+        dispatch!(Store, self, |s| {
+            let mut tx = s.begin(OP).await?;
+            let finished =
+                finish_handing_over_on((&mut *tx).into(), finishes, hand_overs, now).await?;
+            tx.commit().await.map_err(StoreError::query(OP))?;
+            Ok(finished)
+        })
     }
 
     /// Suspends a running instance `suspend.owner` holds, releasing the
@@ -584,6 +545,44 @@ pub(crate) fn finish_args<'a>(finish: &Finish<'a>, now: i64) -> [Arg<'a>; 7] {
         finish.error,
         now,
     ]
+}
+
+/// [`Store::finish_handing_over`] in `conn`, a transaction its caller
+/// commits: several finishes of distinct instances with the backend's one
+/// batch statement, else one by one; then each applied finish's hand-over.
+async fn finish_handing_over_on(
+    mut conn: Conn<'_>,
+    finishes: &[Finish<'_>],
+    hand_overs: &[Option<&HandOver>],
+    now: i64,
+) -> Result<Vec<(bool, Option<InstanceRow>)>> {
+    let applied = if finishes.len() > 1 && distinct_ids(finishes) {
+        match conn.reborrow() {
+            #[cfg(feature = "sqlite")]
+            Conn::Sqlite(c) => crate::sqlite::journal::finish_many_on(c, finishes, now).await?,
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(c) => {
+                crate::postgres::PostgresStore::finish_many_on(c, finishes, now).await?
+            }
+        }
+    } else {
+        let mut applied = Vec::with_capacity(finishes.len());
+        for finish in finishes {
+            applied.push(finish_on(conn.reborrow(), finish, now).await?);
+        }
+        applied
+    };
+    let mut finished = Vec::with_capacity(finishes.len());
+    for ((finish, applied), hand_over) in finishes.iter().zip(applied).zip(hand_overs) {
+        let successor = match hand_over {
+            Some(hand_over) if applied => {
+                crate::queue::hand_over_on(conn.reborrow(), finish, hand_over, now).await?
+            }
+            _ => None,
+        };
+        finished.push((applied, successor));
+    }
+    Ok(finished)
 }
 
 /// Moves an unfinished instance to a final status and reports to its parent.

@@ -139,7 +139,9 @@ pub(crate) struct Statements {
     /// `finish` of an instance without a parent, returning nothing: one
     /// statement that may commit alone (a child's finish matches no row, as
     /// it must report to its parent in the same transaction). PostgreSQL
-    /// only: a SQLite commit costs no extra round trips.
+    /// only: every SQLite write takes the write lock up front with `BEGIN
+    /// IMMEDIATE` (see the SQLite backend), which one autocommit statement
+    /// would not.
     #[cfg(feature = "postgres")]
     pub(crate) finish_alone: String,
     pub(crate) report_child: String,

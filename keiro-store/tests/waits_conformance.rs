@@ -461,9 +461,9 @@ async fn the_writer_batches_creates_steps_and_finishes_of_many_workflows(db: &Te
     }
 }
 
-/// A writer round holding a new instance, step rows and a finish (one
-/// transaction on SQLite) in which the store refuses the new instance
-/// answers that caller with the error and writes the others.
+/// A writer round holding a new instance, step rows and a finish in which
+/// the store refuses the new instance answers that caller with the error
+/// and writes the others.
 async fn a_refused_write_fails_only_its_caller_in_a_mixed_round(db: &TestDb) {
     running(db, "wf", None).await;
     let writer = JournalWriter::spawn(db.store.clone());
