@@ -248,14 +248,16 @@ async fn a_handed_over_instance_resumes_from_its_journal(backend: Backend) {
     let keiro = db.keiro().await;
     let (dir, file) = events_file();
     let gate = text(&dir.path().join("gate"));
-    let gated = gated_job(text(&file), "gated".into(), gate.clone())
-        .on(&keiro)
-        .id("gated")
-        .queue(&ONE_AT_A_TIME)
-        .priority(5)
-        .enqueue()
-        .await
-        .unwrap();
+    // A gated job tagged and identified `tag` on the one-slot queue.
+    let enqueue = |tag: &'static str, priority: i64| {
+        gated_job(text(&file), tag.into(), gate.clone())
+            .on(&keiro)
+            .id(tag)
+            .queue(&ONE_AT_A_TIME)
+            .priority(priority)
+            .enqueue()
+    };
+    let gated = enqueue("gated", 5).await.unwrap();
     let worker = worker_here(&keiro).await;
     // Its second step runs: the first is journaled. Stopping the worker
     // releases it there, its journal kept.
@@ -271,14 +273,7 @@ async fn a_handed_over_instance_resumes_from_its_journal(backend: Backend) {
     // Ahead of it in the queue's order now: a job of the same workflow
     // (its gate open) whose end hands the one slot over to it.
     std::fs::write(&gate, "open").unwrap();
-    let ahead = gated_job(text(&file), "ahead".into(), gate.clone())
-        .on(&keiro)
-        .id("ahead")
-        .queue(&ONE_AT_A_TIME)
-        .priority(0)
-        .enqueue()
-        .await
-        .unwrap();
+    let ahead = enqueue("ahead", 0).await.unwrap();
     let worker = worker_here(&keiro).await;
     assert_eq!(ahead.result().await.unwrap().unwrap(), "ahead");
     let result = tokio::time::timeout(PATIENCE, gated.result())
