@@ -167,21 +167,135 @@ impl Store {
     ) -> Result<Vec<(bool, Option<InstanceRow>)>> {
         const OP: &str = "finish";
         let now = self.now_us();
-        // A lone finish that hands nothing over is one statement on
-        // PostgreSQL, unless it is a child's.
-        #[cfg(feature = "postgres")]
-        if let (Store::Postgres(pg), [finish], [None]) = (self, finishes, hand_overs) {
-            if pg.finish_alone(finish, now).await? {
+        // A lone finish that hands nothing over is one statement committing
+        // on its own, unless it is a child's (then it matches no row, and
+        // the transaction below also reports it to its parent).
+        if let ([finish], [None]) = (finishes, hand_overs) {
+            let args = finish_args(finish, now);
+            if self.execute(OP, |s| &s.finish_alone, &args).await? == 1 {
                 return Ok(vec![(true, None)]);
             }
         }
         dispatch!(Store, self, |s| {
-            let mut tx = s.begin(OP).await?;
+            let mut tx = s.begin_batch(OP).await?;
             let finished =
                 finish_handing_over_on((&mut *tx).into(), finishes, hand_overs, now).await?;
             tx.commit().await.map_err(StoreError::query(OP))?;
             Ok(finished)
         })
+    }
+
+    /// Records instances whose first run ended before they were recorded
+    /// (short workflows awaited in the runtime that ran them): each is
+    /// inserted and then finished as its `Finish` says, all in one
+    /// transaction, so each costs a share of one commit instead of two. An
+    /// id that exists already is left as it is and returned with `false`:
+    /// that instance is another call's, and the finish is not applied to it.
+    /// The rows returned for the created ones are as finished.
+    pub async fn create_ended(
+        &self,
+        ended: &[(NewInstance<'_>, Finish<'_>)],
+    ) -> Result<Vec<(InstanceRow, bool)>> {
+        const OP: &str = "create_ended";
+        for (new, finish) in ended {
+            validate_id("workflow id", new.id)?;
+            validate_id("workflow name", new.name)?;
+            if finish.id != new.id || !finish.status.is_final() {
+                return Err(StoreError::Corrupt {
+                    what: format!(
+                        "the end recorded with new instance `{}` is not a final end of it",
+                        new.id
+                    ),
+                });
+            }
+        }
+        let now = self.now_us();
+        if let [(new, finish)] = ended {
+            if let Some(outcome) = self.create_ended_alone(new, finish, now).await? {
+                return Ok(vec![outcome]);
+            }
+        }
+        dispatch!(Store, self, |s| {
+            let mut tx = s.begin_batch(OP).await?;
+            let mut outcomes = Vec::with_capacity(ended.len());
+            let mut finishes = Vec::new();
+            for (new, finish) in ended {
+                let (row, created) = create_instance_on((&mut *tx).into(), new, now).await?;
+                if created {
+                    finishes.push(*finish);
+                }
+                outcomes.push((row, created));
+            }
+            let none = vec![None; finishes.len()];
+            let finished = finish_handing_over_on((&mut *tx).into(), &finishes, &none, now).await?;
+            if finished.iter().any(|(applied, _)| !applied) {
+                // Inserted under the finishing owner's lease in this very
+                // transaction: a finish that does not apply is a bug, and
+                // nothing of it may commit.
+                return Err(StoreError::Corrupt {
+                    what: "an instance created to be finished refused its finish".into(),
+                });
+            }
+            tx.commit().await.map_err(StoreError::query(OP))?;
+            for ((row, created), (_, finish)) in outcomes.iter_mut().zip(ended) {
+                if *created {
+                    row.status = finish.status;
+                    row.output = finish.output.map(str::to_owned);
+                    row.error = finish.error.map(str::to_owned);
+                    row.lease_owner = None;
+                    row.lease_expires_at = None;
+                    row.wake_at = None;
+                    row.updated_at = now;
+                }
+            }
+            Ok(outcomes)
+        })
+    }
+
+    /// [`Store::create_ended`] of one instance without a parent or a
+    /// deadline: one autocommitted statement (one round trip on PostgreSQL,
+    /// one call to the connection's thread on SQLite, instead of a
+    /// transaction's four), then a read of the existing row if the id was
+    /// taken. `None` for any other instance (the caller records it in a
+    /// transaction).
+    async fn create_ended_alone(
+        &self,
+        new: &NewInstance<'_>,
+        finish: &Finish<'_>,
+        now: i64,
+    ) -> Result<Option<(InstanceRow, bool)>> {
+        const OP: &str = "create_ended";
+        if new.parent.is_some() || new.deadline.is_some() {
+            return Ok(None);
+        }
+        let values = args![
+            new.id,
+            new.name,
+            finish.status.as_str(),
+            new.input,
+            now,
+            new.signature,
+            new.traceparent,
+            new.app_version,
+            new.skeleton_hash,
+            finish.output,
+            finish.error,
+        ];
+        let inserted = self
+            .fetch_optional::<InstanceRow>(OP, |s| &s.insert_ended, &values)
+            .await?;
+        if let Some(row) = inserted {
+            return Ok(Some((row, true)));
+        }
+        match self.get_instance(new.id).await? {
+            Some(existing) => Ok(Some((existing, false))),
+            None => Err(StoreError::Corrupt {
+                what: format!(
+                    "workflow instance `{}` conflicted on insert but cannot be read",
+                    new.id
+                ),
+            }),
+        }
     }
 
     /// Suspends a running instance `suspend.owner` holds, releasing the

@@ -26,6 +26,44 @@ pub(crate) enum Arg<'a> {
     MaybeInt(Option<i64>),
 }
 
+impl Arg<'_> {
+    /// Appends this value to `sql` as a PostgreSQL constant, for a statement
+    /// sent without parameters (the simple-query protocol: several
+    /// statements in one round trip). Text becomes an escape-string constant
+    /// (`E'…'`, each backslash and quote doubled), which reads the same
+    /// whatever the server's `standard_conforming_strings`. Returns `false`,
+    /// with `sql` unchanged, for text holding a NUL character, which such a
+    /// statement cannot carry.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn push_pg_literal(&self, sql: &mut String) -> bool {
+        use std::fmt::Write as _;
+        let text = match *self {
+            Arg::Int(n) | Arg::MaybeInt(Some(n)) => {
+                let _ = write!(sql, "{n}");
+                return true;
+            }
+            Arg::MaybeInt(None) | Arg::MaybeText(None) => {
+                sql.push_str("NULL");
+                return true;
+            }
+            Arg::Text(text) | Arg::MaybeText(Some(text)) => text,
+        };
+        if text.contains('\0') {
+            return false;
+        }
+        sql.push_str("E'");
+        for c in text.chars() {
+            match c {
+                '\\' => sql.push_str("\\\\"),
+                '\'' => sql.push_str("''"),
+                c => sql.push(c),
+            }
+        }
+        sql.push('\'');
+        true
+    }
+}
+
 impl<'a> From<&'a str> for Arg<'a> {
     fn from(value: &'a str) -> Self {
         Arg::Text(value)
@@ -156,4 +194,32 @@ pub(crate) async fn rolled_back<DB: sqlx::Database, T>(
 ) -> crate::Result<T> {
     tx.rollback().await.map_err(crate::StoreError::query(op))?;
     Ok(value)
+}
+
+#[cfg(all(test, feature = "postgres"))]
+mod tests {
+    use super::Arg;
+
+    fn literal(arg: Arg<'_>) -> Option<String> {
+        let mut sql = String::from("x");
+        arg.push_pg_literal(&mut sql).then_some(sql)
+    }
+
+    #[test]
+    fn postgres_constants_are_escape_strings() {
+        assert_eq!(literal(Arg::Text(r"it's \'")).unwrap(), r"xE'it''s \\'''");
+        assert_eq!(literal(Arg::Text("é;")).unwrap(), "xE'é;'");
+        assert_eq!(literal(Arg::Int(-7)).unwrap(), "x-7");
+        assert_eq!(literal(Arg::MaybeInt(Some(3))).unwrap(), "x3");
+        assert_eq!(literal(Arg::MaybeInt(None)).unwrap(), "xNULL");
+        assert_eq!(literal(Arg::MaybeText(None)).unwrap(), "xNULL");
+    }
+
+    #[test]
+    fn text_holding_nul_is_refused_and_leaves_the_statement_alone() {
+        assert_eq!(literal(Arg::Text("a\0b")), None);
+        let mut sql = String::from("x");
+        assert!(!Arg::MaybeText(Some("\0")).push_pg_literal(&mut sql));
+        assert_eq!(sql, "x");
+    }
 }

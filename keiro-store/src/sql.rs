@@ -126,6 +126,9 @@ const UNFINISHED: &str = "status IN ('pending', 'running', 'suspended')";
 pub(crate) struct Statements {
     // Journal.
     pub(crate) insert_instance: String,
+    /// An instance without a parent or a deadline inserted as already
+    /// ended, unless its id exists: one statement, so it commits alone.
+    pub(crate) insert_ended: String,
     pub(crate) get_instance: String,
     pub(crate) claim: String,
     pub(crate) renew_lease: String,
@@ -138,11 +141,10 @@ pub(crate) struct Statements {
     pub(crate) finish: String,
     /// `finish` of an instance without a parent, returning nothing: one
     /// statement that may commit alone (a child's finish matches no row, as
-    /// it must report to its parent in the same transaction). PostgreSQL
-    /// only: every SQLite write takes the write lock up front with `BEGIN
-    /// IMMEDIATE` (see the SQLite backend), which one autocommit statement
-    /// would not.
-    #[cfg(feature = "postgres")]
+    /// it must report to its parent in the same transaction). On SQLite a
+    /// lone write statement takes the write lock as it starts, and its busy
+    /// handler waits for it (also when its snapshot turns out stale), as
+    /// `BEGIN IMMEDIATE` does for a transaction.
     pub(crate) finish_alone: String,
     pub(crate) report_child: String,
     pub(crate) wake_parent: String,
@@ -264,6 +266,12 @@ impl Statements {
                      THEN {parent_deadline} ELSE $12 END, $13, $14, $15) \
                  ON CONFLICT (id) DO NOTHING"
             ),
+            insert_ended: format!(
+                "INSERT INTO {w} (id, name, generation, status, input, attempts, created_at, \
+                 updated_at, signature, traceparent, app_version, skeleton_hash, output, error) \
+                 VALUES ($1, $2, 0, $3, $4, 0, $5, $5, $6, $7, $8, $9, $10, $11) \
+                 ON CONFLICT (id) DO NOTHING RETURNING {INSTANCE_COLUMNS}"
+            ),
             get_instance: format!("SELECT {INSTANCE_COLUMNS} FROM {w} WHERE id = $1"),
             // Two racing claims on PostgreSQL: the second blocks on the row
             // lock, then re-checks the WHERE clause against the first claim's
@@ -304,7 +312,6 @@ impl Statements {
                 "UPDATE {w} SET wake_at = $3, updated_at = $3 \
                  WHERE id = $1 AND generation = $2 AND status = 'suspended'"
             ),
-            #[cfg(feature = "postgres")]
             finish_alone: format!("{finish} AND parent_id IS NULL"),
             finish: format!("{finish} RETURNING parent_id IS NOT NULL AS has_parent"),
             report_child: format!(

@@ -35,6 +35,9 @@ macro_rules! insert_timed_step {
 const INSERT_SQLITE: &str = insert_timed_step!("keiro_steps");
 #[cfg(feature = "postgres")]
 const INSERT_POSTGRES: &str = insert_timed_step!("keiro.steps");
+/// The primary key of PostgreSQL's steps table, as its violations name it.
+#[cfg(feature = "postgres")]
+const STEPS_KEY: &str = "steps_pkey";
 
 /// A transaction a transactional step runs in, on the store's database.
 ///
@@ -96,6 +99,59 @@ impl StepTx<'_> {
         Ok(written)
     }
 
+    /// Writes one step's row (with its `timing`) into this transaction and
+    /// commits, unless the step is journaled already: then it rolls back,
+    /// the application's writes with it, and returns `false` (another
+    /// executor journaled the step first; the caller takes the recorded
+    /// result). `now` is the store's clock, the row's creation time.
+    ///
+    /// On PostgreSQL the row and the `COMMIT` travel in one round trip: one
+    /// simple query `INSERT …; COMMIT; BEGIN` with the row's values as
+    /// constants (see `Arg::push_pg_literal`). Its plain `INSERT` fails on
+    /// the primary key when the step is journaled, which skips the rest of
+    /// the query and leaves the transaction to roll back. The `BEGIN` opens
+    /// an empty transaction for the one sqlx still counts as open: dropping
+    /// it queues a `ROLLBACK` that goes with the check the pool makes of
+    /// every connection coming back. On SQLite (no round trip to save, and
+    /// a statement text used once would cost a fresh prepare), and for a
+    /// value holding NUL (keiro refuses such ids, and JSON escapes it), it
+    /// is [`StepTx::journal`], then [`StepTx::commit`] or
+    /// [`StepTx::rollback`].
+    pub async fn journal_and_commit(
+        mut self,
+        row: StepRow,
+        timing: StepTiming,
+        now: i64,
+    ) -> Result<bool> {
+        // Irrefutable in a build without SQLite.
+        #[cfg(feature = "postgres")]
+        #[allow(irrefutable_let_patterns)]
+        if let StepTx::Postgres(tx) = &mut self {
+            if let Some(sql) = insert_and_commit_sql(&row, timing, now) {
+                // A query string without arguments goes as a simple query
+                // (several statements, nothing prepared or cached).
+                return match sqlx::Executor::execute(&mut **tx, sql.as_str()).await {
+                    Ok(_) => Ok(true),
+                    // Only the journal's own key says the step was
+                    // journaled first: an application's deferred unique
+                    // constraint failing at the COMMIT is an error.
+                    Err(sqlx::Error::Database(db)) if db.constraint() == Some(STEPS_KEY) => {
+                        self.rollback().await?;
+                        Ok(false)
+                    }
+                    Err(error) => Err(StoreError::query(OP)(error)),
+                };
+            }
+        }
+        let written = self.journal(&[(row, timing)], now).await?;
+        if written[0] {
+            self.commit().await?;
+        } else {
+            self.rollback().await?;
+        }
+        Ok(written[0])
+    }
+
     /// Commits the application's writes and the journal rows together.
     pub async fn commit(self) -> Result<()> {
         dispatch!(StepTx, self, |tx| tx.commit().await).map_err(StoreError::query(OP))
@@ -124,4 +180,31 @@ impl StoreError {
     pub fn is_conflict(&self) -> bool {
         matches!(self, StoreError::Query { source, .. } if is_conflict(source))
     }
+}
+
+/// The simple query that inserts step `row` (failing on the primary key if
+/// the step is journaled), commits, and opens an empty transaction; `None`
+/// when a value cannot be a constant (text holding NUL).
+#[cfg(feature = "postgres")]
+fn insert_and_commit_sql(row: &StepRow, timing: StepTiming, now: i64) -> Option<String> {
+    let mut sql = String::with_capacity(256 + row.result.len());
+    sql.push_str(
+        "INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, result, created_at, \
+         attempts, started_at) VALUES (",
+    );
+    let step = step_args(row, now);
+    let timed = [
+        crate::query::Arg::from(timing.attempts_column()),
+        crate::query::Arg::from(timing.started_at),
+    ];
+    for (i, arg) in step.iter().chain(&timed).enumerate() {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        if !arg.push_pg_literal(&mut sql) {
+            return None;
+        }
+    }
+    sql.push_str("); COMMIT; BEGIN");
+    Some(sql)
 }

@@ -79,6 +79,7 @@ enum Op {
     Send(MessageRequest, oneshot::Sender<Result<SendOutcome>>),
     Take(Take, oneshot::Sender<Result<Taken>>),
     Create(CreateRequest, oneshot::Sender<Result<(InstanceRow, bool)>>),
+    CreateEnded(CreateEnded, oneshot::Sender<Result<(InstanceRow, bool)>>),
     Step(TimedStep, oneshot::Sender<Result<AppendOutcome>>),
     /// Step rows that must share a round.
     Steps(Pending<TimedStep, AppendOutcome>),
@@ -185,6 +186,19 @@ impl JournalWriter {
         answer.await.map_err(|_| StoreError::WriterStopped)?
     }
 
+    /// [`Store::create_ended`] through the writer: records a new instance
+    /// already ended as `finish` says, in one commit (concurrent ones share
+    /// it). `false` when the id exists already (left as it is).
+    pub async fn create_ended(
+        &self,
+        request: CreateRequest,
+        finish: FinishRequest,
+    ) -> Result<(InstanceRow, bool)> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Op::CreateEnded(CreateEnded { request, finish }, reply))?;
+        answer.await.map_err(|_| StoreError::WriterStopped)?
+    }
+
     /// [`Store::finish`] through the writer.
     pub async fn finish(&self, request: FinishRequest) -> Result<bool> {
         let (applied, _) = self.finish_request(request, None).await?;
@@ -231,6 +245,7 @@ impl JournalWriter {
 #[derive(Default)]
 struct Round {
     creates: Pending<CreateRequest, (InstanceRow, bool)>,
+    created_ended: Pending<CreateEnded, (InstanceRow, bool)>,
     sends: Pending<MessageRequest, SendOutcome>,
     takes: Pending<Take, Taken>,
     steps: Pending<TimedStep, AppendOutcome>,
@@ -243,6 +258,7 @@ impl Round {
     fn add(&mut self, op: Op) {
         match op {
             Op::Create(request, reply) => self.creates.push((request, reply)),
+            Op::CreateEnded(ended, reply) => self.created_ended.push((ended, reply)),
             Op::Send(request, reply) => self.sends.push((request, reply)),
             Op::Take(take, reply) => self.takes.push((take, reply)),
             Op::Step(row, reply) => self.steps.push((row, reply)),
@@ -255,6 +271,7 @@ impl Round {
     /// Whether it holds workflow writes (anything but gc batches).
     fn writes_workflows(&self) -> bool {
         !(self.creates.is_empty()
+            && self.created_ended.is_empty()
             && self.sends.is_empty()
             && self.takes.is_empty()
             && self.steps.is_empty()
@@ -279,6 +296,9 @@ impl Round {
         }
         if !self.finishes.is_empty() {
             commit(&store, &mut self.finishes).await;
+        }
+        if !self.created_ended.is_empty() {
+            commit(&store, &mut self.created_ended).await;
         }
         // Last, each in its own transaction: a gc caller sends its next
         // batch only once told about this one, so it never runs two batches
@@ -346,33 +366,73 @@ trait BatchWrite: Sized {
     async fn write(store: &Store, members: &[&Self]) -> Result<Vec<Self::Outcome>>;
 }
 
-impl BatchWrite for CreateRequest {
-    type Outcome = (InstanceRow, bool);
-
-    async fn write(store: &Store, members: &[&Self]) -> Result<Vec<Self::Outcome>> {
-        let news: Vec<NewInstance<'_>> = members
-            .iter()
-            .map(|r| NewInstance {
-                id: &r.id,
-                name: &r.name,
-                input: &r.input,
-                signature: r.signature.as_deref(),
-                parent: r.parent.as_ref().map(|(id, generation, seq)| ParentLink {
+impl CreateRequest {
+    /// The instance to insert, borrowed.
+    fn new_instance(&self) -> NewInstance<'_> {
+        NewInstance {
+            id: &self.id,
+            name: &self.name,
+            input: &self.input,
+            signature: self.signature.as_deref(),
+            parent: self
+                .parent
+                .as_ref()
+                .map(|(id, generation, seq)| ParentLink {
                     id,
                     generation: *generation,
                     seq: *seq,
                 }),
-                lease: r.lease.as_ref().map(|(owner, ttl_us)| Lease {
-                    owner,
-                    ttl_us: *ttl_us,
-                }),
-                deadline: r.deadline,
-                traceparent: r.traceparent.as_deref(),
-                app_version: r.app_version.as_deref(),
-                skeleton_hash: r.skeleton_hash.as_deref(),
-            })
-            .collect();
+            lease: self.lease.as_ref().map(|(owner, ttl_us)| Lease {
+                owner,
+                ttl_us: *ttl_us,
+            }),
+            deadline: self.deadline,
+            traceparent: self.traceparent.as_deref(),
+            app_version: self.app_version.as_deref(),
+            skeleton_hash: self.skeleton_hash.as_deref(),
+        }
+    }
+}
+
+impl FinishRequest {
+    /// The finish to apply, borrowed.
+    fn finish(&self) -> Finish<'_> {
+        Finish {
+            id: &self.id,
+            generation: self.generation,
+            owner: &self.owner,
+            status: self.status,
+            output: self.output.as_deref(),
+            error: self.error.as_deref(),
+        }
+    }
+}
+
+impl BatchWrite for CreateRequest {
+    type Outcome = (InstanceRow, bool);
+
+    async fn write(store: &Store, members: &[&Self]) -> Result<Vec<Self::Outcome>> {
+        let news: Vec<NewInstance<'_>> = members.iter().map(|r| r.new_instance()).collect();
         store.create_instances(&news).await
+    }
+}
+
+/// A new instance with the end its first run reached before it was recorded.
+#[derive(Debug)]
+struct CreateEnded {
+    request: CreateRequest,
+    finish: FinishRequest,
+}
+
+impl BatchWrite for CreateEnded {
+    type Outcome = (InstanceRow, bool);
+
+    async fn write(store: &Store, members: &[&Self]) -> Result<Vec<Self::Outcome>> {
+        let ended: Vec<(NewInstance<'_>, Finish<'_>)> = members
+            .iter()
+            .map(|e| (e.request.new_instance(), e.finish.finish()))
+            .collect();
+        store.create_ended(&ended).await
     }
 }
 
@@ -432,17 +492,7 @@ impl BatchWrite for Finishing {
     type Outcome = (bool, Option<InstanceRow>);
 
     async fn write(store: &Store, members: &[&Self]) -> Result<Vec<Self::Outcome>> {
-        let finishes: Vec<Finish<'_>> = members
-            .iter()
-            .map(|Finishing { request: r, .. }| Finish {
-                id: &r.id,
-                generation: r.generation,
-                owner: &r.owner,
-                status: r.status,
-                output: r.output.as_deref(),
-                error: r.error.as_deref(),
-            })
-            .collect();
+        let finishes: Vec<Finish<'_>> = members.iter().map(|f| f.request.finish()).collect();
         let hand_overs: Vec<Option<&HandOver>> =
             members.iter().map(|f| f.hand_over.as_ref()).collect();
         store.finish_handing_over(&finishes, &hand_overs).await

@@ -5,13 +5,108 @@
 #[macro_use]
 mod support;
 
-use keiro_store::{now_us, InstanceStatus, NewInstance, Outcome, ParentLink};
+use keiro_store::{now_us, Finish, InstanceStatus, NewInstance, Outcome, ParentLink};
 use support::{create_flow as create, lease, TestDb, OWNER};
 
 conformance!(
     a_batch_of_creates_is_each_create_in_turn,
     a_batch_of_finishes_is_each_finish_in_turn,
+    an_instance_created_ended_is_inserted_finished,
 );
+
+/// `create_ended` (a short awaited workflow's one commit) inserts each new
+/// instance already finished, alone (one statement) or several at once; an
+/// id that exists keeps its row, alone or in a batch; a finish that is not an
+/// end of the instance is refused before anything is written.
+async fn an_instance_created_ended_is_inserted_finished(db: &TestDb) {
+    let new = |id: &'static str| NewInstance {
+        id,
+        name: "flow",
+        input: "[7]",
+        signature: Some("(u32,)->u32"),
+        parent: None,
+        lease: Some(lease()),
+        deadline: None,
+        traceparent: None,
+        app_version: Some("v1"),
+        skeleton_hash: None,
+    };
+    let end = |id: &'static str, status: InstanceStatus, output: Option<&'static str>| Finish {
+        id,
+        generation: 0,
+        owner: OWNER,
+        status,
+        output,
+        error: None,
+    };
+    let ended = db
+        .store
+        .create_ended(&[(
+            new("alone"),
+            end("alone", InstanceStatus::Completed, Some("14")),
+        )])
+        .await
+        .unwrap();
+    let [(row, true)] = ended.as_slice() else {
+        panic!("created: {ended:?}");
+    };
+    let stored = db.store.get_instance("alone").await.unwrap().unwrap();
+    for row in [row, &stored] {
+        assert_eq!(row.status, InstanceStatus::Completed);
+        assert_eq!(row.output.as_deref(), Some("14"));
+        assert_eq!(row.input, "[7]");
+        assert_eq!(row.signature.as_deref(), Some("(u32,)->u32"));
+        assert_eq!(row.app_version.as_deref(), Some("v1"));
+        assert_eq!((row.lease_owner.as_deref(), row.wake_at), (None, None));
+        assert_eq!(row.created_at, row.updated_at);
+    }
+    // Two at once, one of them an id taken already: that row is left alone.
+    let ended = db
+        .store
+        .create_ended(&[
+            (
+                new("alone"),
+                end("alone", InstanceStatus::Failed, Some("\"no\"")),
+            ),
+            (
+                new("second"),
+                end("second", InstanceStatus::Failed, Some("\"no\"")),
+            ),
+        ])
+        .await
+        .unwrap();
+    let created: Vec<(&str, bool)> = ended.iter().map(|(r, c)| (r.id.as_str(), *c)).collect();
+    assert_eq!(created, [("alone", false), ("second", true)]);
+    assert_eq!(ended[0].0.output.as_deref(), Some("14"));
+    let stored = db.store.get_instance("alone").await.unwrap().unwrap();
+    assert_eq!(stored.status, InstanceStatus::Completed);
+    let stored = db.store.get_instance("second").await.unwrap().unwrap();
+    assert_eq!(stored.status, InstanceStatus::Failed);
+    assert_eq!(stored.output.as_deref(), Some("\"no\""));
+    // Alone, an id taken already: its stored row comes back, untouched.
+    let ended = db
+        .store
+        .create_ended(&[(
+            new("second"),
+            end("second", InstanceStatus::Completed, Some("1")),
+        )])
+        .await
+        .unwrap();
+    let [(row, false)] = ended.as_slice() else {
+        panic!("not left alone: {ended:?}");
+    };
+    assert_eq!(row.status, InstanceStatus::Failed);
+    assert_eq!(row.output.as_deref(), Some("\"no\""));
+    let stored = db.store.get_instance("second").await.unwrap().unwrap();
+    assert_eq!(stored.status, InstanceStatus::Failed);
+    // Not an end: refused, nothing written.
+    let refused = db
+        .store
+        .create_ended(&[(new("third"), end("third", InstanceStatus::Running, None))])
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert!(db.store.get_instance("third").await.unwrap().is_none());
+}
 
 /// Several creates in one call (the writer's batch; one statement on
 /// PostgreSQL) give what each alone would: a child's inherited deadline, the

@@ -285,6 +285,29 @@ async fn hand_overs_at_once_take_distinct_successors(db: &TestDb) {
     // The next four, each once.
     assert_eq!(successors, ids[4..8]);
     other.close().await;
+    plan_settings_did_not_leak(store).await;
+}
+
+/// On PostgreSQL a batch transaction steers the plan cache with `SET LOCAL`:
+/// every pooled connection is back on the server's default afterwards (a
+/// session setting would follow the connection to unrelated statements).
+async fn plan_settings_did_not_leak(store: &Store) {
+    let Store::Postgres(pg) = store else { return };
+    let pool = pg.pool();
+    let mut held = Vec::new();
+    for _ in 0..pool.size() {
+        held.push(pool.acquire().await.unwrap());
+    }
+    for conn in &mut held {
+        let mode: String = sqlx::query_scalar("SHOW plan_cache_mode")
+            .fetch_one(&mut **conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            mode, "auto",
+            "a pooled connection kept a batch's plan setting"
+        );
+    }
 }
 
 conformance!(

@@ -180,19 +180,6 @@ impl PostgresStore {
         crate::journal::in_batch_order(news, rows)
     }
 
-    /// Finishes one instance without a parent in a single statement outside
-    /// any transaction: `false` when it matched no row (a child, or a
-    /// finish that does not apply), which the caller then records in a
-    /// transaction as usual.
-    pub(crate) async fn finish_alone(&self, finish: &crate::Finish<'_>, now: i64) -> Result<bool> {
-        let args = crate::journal::finish_args(finish, now);
-        let done = bind_all!(sqlx::query(&SQL.finish_alone), &args)
-            .execute(&self.pool)
-            .await
-            .map_err(StoreError::query("finish"))?;
-        Ok(done.rows_affected() == 1)
-    }
-
     /// Finishes several instances (distinct ids) in the transaction `tx` with
     /// one statement for them all, then reports each child among them to its
     /// parent in the same transaction: what `Store::finish_many` does with a

@@ -163,11 +163,37 @@ impl PostgresStore {
         self.pool.begin().await.map_err(StoreError::query(op))
     }
 
+    /// [`PostgresStore::begin`] for a transaction of the writer's batch
+    /// statements, which run every statement on a generic plan.
+    ///
+    /// A batch statement takes its rows as arrays (`UNNEST($1::text[], ..)`),
+    /// whose length a generic plan does not know. For the small batches of a
+    /// lightly loaded or rate-limited runtime PostgreSQL's plan cache then
+    /// judges a plan made for the actual arrays cheaper, and plans the
+    /// statement again at every execution: planning an UPDATE of the
+    /// workflows table (which weighs each of its indexes) cost as much server
+    /// time as running it. The generic plan (an index lookup per row) is the
+    /// right one at every batch size. `SET LOCAL` ends with the transaction,
+    /// so the connection goes back to the pool unchanged, and it travels in
+    /// the same round trip as `BEGIN`.
+    pub(crate) async fn begin_batch(
+        &self,
+        op: &'static str,
+    ) -> Result<Transaction<'static, Postgres>> {
+        self.pool
+            .begin_with(BEGIN_BATCH)
+            .await
+            .map_err(StoreError::query(op))
+    }
+
     /// A pooled connection for operation `op`.
     pub(crate) async fn acquire(&self, op: &'static str) -> Result<PoolConnection<Postgres>> {
         self.pool.acquire().await.map_err(StoreError::query(op))
     }
 }
+
+/// What [`PostgresStore::begin_batch`] begins a transaction with.
+const BEGIN_BATCH: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan";
 
 /// Creates the `keiro` schema and runs [`POSTGRES_MIGRATOR`] with sqlx's
 /// bookkeeping table inside it.

@@ -45,6 +45,10 @@ impl SqliteStore {
     ) -> Result<Vec<AppendOutcome>> {
         const OP: &str = "append_steps";
         let now = self.clock.now_us();
+        if let [step] = rows {
+            let outcome = self.append_one(step, StepTiming::of(timings, 0), now);
+            return Ok(vec![outcome.await?]);
+        }
         let mut tx = self.begin(OP).await?;
         // Multi-row inserts: a statement costs a round trip to SQLite's
         // thread, so a batch pays one per chunk instead of one per row.
@@ -100,6 +104,41 @@ impl SqliteStore {
         }
         tx.commit().await.map_err(StoreError::query(OP))?;
         Ok(outcomes)
+    }
+
+    /// One step row: one statement that commits on its own, one call to the
+    /// connection's thread instead of a transaction's three (SQLite takes
+    /// the write lock as the statement starts, and its busy handler waits
+    /// for it like `BEGIN IMMEDIATE`'s), then a read of the recorded row if
+    /// the step id was taken.
+    async fn append_one(
+        &self,
+        step: &StepRow,
+        timing: StepTiming,
+        now: i64,
+    ) -> Result<AppendOutcome> {
+        const OP: &str = "append_steps";
+        let inserted = bind_all!(sqlx::query(insert_steps(1)), &step_args(step, now))
+            .bind(timing.attempts_column())
+            .bind(timing.started_at)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::query(OP))?;
+        if inserted.is_some() {
+            return Ok(AppendOutcome::Inserted);
+        }
+        let mut conn = self.acquire(OP).await?;
+        let existing = get_step_on(
+            (&mut *conn).into(),
+            OP,
+            &step.workflow_id,
+            step.generation,
+            step.seq,
+        )
+        .await?;
+        existing
+            .map(AppendOutcome::Existing)
+            .ok_or_else(|| unreadable_step(step))
     }
 }
 

@@ -234,6 +234,16 @@ impl SqliteStore {
             .map_err(StoreError::query(op))
     }
 
+    /// [`SqliteStore::begin`] for a transaction of the writer's batch
+    /// statements: the same (SQLite has no plan cache to steer), so both
+    /// backends spell a batch transaction alike.
+    pub(crate) async fn begin_batch(
+        &self,
+        op: &'static str,
+    ) -> Result<Transaction<'static, Sqlite>> {
+        self.begin(op).await
+    }
+
     /// A pooled connection for operation `op`.
     pub(crate) async fn acquire(&self, op: &'static str) -> Result<PoolConnection<Sqlite>> {
         self.pool.acquire().await.map_err(StoreError::query(op))
