@@ -1,5 +1,5 @@
 //! Parsing of the attribute arguments: `#[workflow(name = "..", cron = "..",
-//! timezone = "..")]` and
+//! timezone = "..", journal = "..")]` and
 //! `#[step(name = "..", max_attempts = N, backoff_ms = M, timeout_ms = T,
 //! retry_if = path)]`.
 //!
@@ -32,7 +32,12 @@ pub(crate) const CRON: &str = "cron";
 /// `timezone = ".."`: the IANA time zone a `cron` expression is read in.
 pub(crate) const TIMEZONE: &str = "timezone";
 
-const WORKFLOW_KEYS: &[&str] = &[NAME, CRON, TIMEZONE];
+/// `journal = ".."`: how the workflow journals its steps.
+pub(crate) const JOURNAL: &str = "journal";
+/// The values `journal = ".."` takes.
+const JOURNAL_MODES: &[&str] = &["strict", "pipelined"];
+
+const WORKFLOW_KEYS: &[&str] = &[NAME, CRON, TIMEZONE, JOURNAL];
 const STEP_KEYS: &[&str] = &[
     NAME,
     MAX_ATTEMPTS,
@@ -53,6 +58,8 @@ pub(crate) struct WorkflowArgs {
     pub(crate) cron: Option<LitStr>,
     /// `timezone = ".."`, checked.
     pub(crate) timezone: Option<LitStr>,
+    /// `journal = ".."`, checked: one of `strict`, `pipelined`.
+    pub(crate) journal: Option<LitStr>,
 }
 
 /// The arguments of `#[step(..)]`.
@@ -109,6 +116,7 @@ impl WorkflowArgs {
                 NAME => args.name = state.name(&meta)?,
                 CRON => args.cron = state.cron(&meta)?,
                 TIMEZONE => args.timezone = state.timezone(&meta)?,
+                JOURNAL => args.journal = state.journal(&meta)?,
                 _ => unreachable!("State::key only returns keys of WORKFLOW_KEYS"),
             }
             Ok(())
@@ -433,6 +441,26 @@ impl State {
         }
     }
 
+    /// `journal = ".."`: `"strict"` or `"pipelined"`.
+    fn journal(&mut self, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<LitStr>> {
+        let Some(lit) = self.string(meta, "pipelined")? else {
+            return Ok(None);
+        };
+        if JOURNAL_MODES.contains(&lit.value().as_str()) {
+            return Ok(Some(lit));
+        }
+        self.errors.spanned(
+            &lit,
+            format!(
+                "unknown journal mode `{}`; write `{JOURNAL} = \"strict\"` (each step durable \
+                 before it returns, the default) or `{JOURNAL} = \"pipelined\"` (steps run \
+                 ahead of their commits, with a barrier before anything observable)",
+                lit.value()
+            ),
+        );
+        Ok(None)
+    }
+
     /// `timezone = ".."`: an IANA time zone name.
     fn timezone(&mut self, meta: &ParseNestedMeta<'_>) -> syn::Result<Option<LitStr>> {
         let Some(lit) = self.string(meta, "Europe/Berlin")? else {
@@ -655,8 +683,20 @@ mod tests {
             workflow_errors(quote!(label = "x")),
             [
                 "unknown `#[workflow]` argument `label`; supported arguments are `name`, \
-                 `cron`, `timezone`"
+                 `cron`, `timezone`, `journal`"
             ]
+        );
+    }
+
+    #[test]
+    fn journal_is_strict_or_pipelined() {
+        assert!(workflow_errors(quote!(journal = "strict")).is_empty());
+        assert!(workflow_errors(quote!(journal = "pipelined")).is_empty());
+        let errors = workflow_errors(quote!(journal = "fast"));
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].starts_with("unknown journal mode `fast`; write `journal = \"strict\"`"),
+            "{errors:?}"
         );
     }
 

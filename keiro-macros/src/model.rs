@@ -94,6 +94,8 @@ pub(crate) struct WorkflowFn {
     pub(crate) output: Output,
     /// `cron = ".."` and its time zone (`UTC` unless `timezone = ".."`).
     pub(crate) cron: Option<(String, String)>,
+    /// `journal = ".."`, checked: `strict` or `pipelined`.
+    pub(crate) journal: Option<String>,
 }
 
 impl WorkflowFn {
@@ -130,6 +132,7 @@ impl WorkflowFn {
             args: inputs,
             output,
             cron,
+            journal: args.journal.as_ref().map(LitStr::value),
         })
     }
 }

@@ -61,6 +61,7 @@ mod error;
 mod hash_check;
 mod history;
 pub mod inspect;
+mod journal_mode;
 mod json;
 mod operate;
 mod panic;
@@ -85,6 +86,7 @@ mod workflow;
 #[doc(hidden)]
 pub mod __private;
 
+pub use journal_mode::Journal;
 #[doc(inline)]
 pub use keiro_macros::queue;
 #[doc(inline)]

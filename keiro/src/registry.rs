@@ -31,6 +31,8 @@ pub struct WorkflowRegistration {
     /// The hash of the body's step-call skeleton (see
     /// [`WorkflowRegistration::with_skeleton_hash`]); empty when not emitted.
     pub(crate) skeleton_hash: &'static str,
+    /// `#[workflow(journal = "..")]`; `None`: the runtime's default.
+    pub(crate) journal: Option<crate::Journal>,
 }
 
 impl WorkflowRegistration {
@@ -48,7 +50,15 @@ impl WorkflowRegistration {
             signature,
             body_hash: "",
             skeleton_hash: "",
+            journal: None,
         }
+    }
+
+    /// Used by `#[workflow(journal = "..")]`: how this workflow journals its
+    /// steps, whatever the runtime's default (see [`crate::Journal`]).
+    pub const fn with_journal(mut self, journal: crate::Journal) -> Self {
+        self.journal = Some(journal);
+        self
     }
 
     /// Used by `#[workflow]`: the hash of the body's step-call skeleton,

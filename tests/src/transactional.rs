@@ -155,6 +155,25 @@ pub async fn debit(
     Ok(balance)
 }
 
+/// Writes ledger entry `entry` (one cent) and returns the entry's text, so
+/// the step's journaled result holds whatever characters `entry` does.
+#[step(transaction)]
+pub async fn echo_entry(
+    tx: &mut Transaction<'_>,
+    key: String,
+    entry: String,
+) -> Result<String, BankError> {
+    ran(&key, "echo_entry");
+    write_debit(tx, &entry, 1).await?;
+    Ok(entry)
+}
+
+/// One [`echo_entry`].
+#[workflow]
+pub async fn echo(key: String, entry: String) -> Result<String, BankError> {
+    echo_entry(key, entry).await
+}
+
 /// Like [`debit`], failing (after its writes) until its third attempt.
 #[step(transaction, max_attempts = 3, backoff_ms = 1)]
 pub async fn flaky_debit(

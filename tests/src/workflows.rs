@@ -202,3 +202,29 @@ pub async fn select_race(file: String) -> String {
     note_line(file, format!("won {won}")).await;
     won
 }
+
+/// A step of a pipelined run: appends `step n` to `file`, then takes
+/// `pace_ms` so the run lasts long enough to be killed midway.
+#[step]
+pub async fn paced(file: String, n: u32, pace_ms: u64) -> u32 {
+    append_line(&file, &format!("step {n}"));
+    tokio::time::sleep(std::time::Duration::from_millis(pace_ms)).await;
+    n
+}
+
+/// `steps` paced steps with a pipelined journal; after step `steps / 2` it
+/// sets event `half` to that step's number (a durability barrier). Returns
+/// the sum of 1..=steps.
+#[workflow(journal = "pipelined")]
+pub async fn pipelined_steps(file: String, steps: u32, pace_ms: u64) -> Result<u32, String> {
+    let mut total = 0;
+    for n in 1..=steps {
+        total += paced(file.clone(), n, pace_ms).await;
+        if n == steps / 2 {
+            keiro::set_event("half", &n)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(total)
+}

@@ -1,7 +1,9 @@
 //! Crash recovery with real processes: a child runs a five-step workflow and is
-//! SIGKILLed right after step k is journaled (k = 0..=5), or racing its final
+//! SIGKILLed right after step k is journaled (k = 1..=5), or racing its final
 //! completion write; a fresh process under the same executor identity resumes
-//! it. Steps before k never run again; step k+1 runs at most twice.
+//! it. Steps before k never run again; step k+1 runs at most twice. Killed
+//! before its first step (k = 0), the awaited call was never recorded: it
+//! leaves nothing, as if it had never started.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -49,6 +51,16 @@ async fn killed_after_each_step_resumes_without_rerunning(backend: Backend) {
         for (n, &ran) in before.iter().enumerate().skip(1) {
             let expected = usize::from(n as u32 <= k);
             assert_eq!(ran, expected, "k={k}: step {n} before restart");
+        }
+        if k == 0 {
+            let keiro = db.keiro().await;
+            let row = keiro::unstable::raw_store(&keiro)
+                .get_instance(&id)
+                .await
+                .unwrap();
+            assert!(row.is_none(), "killed before its first step: {row:?}");
+            keiro.shutdown().await.unwrap();
+            continue;
         }
 
         let (out, micros) = resume(&db, &executor, &id).await;

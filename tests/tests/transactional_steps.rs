@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use keiro::{step, workflow, Keiro, StepOutcome, WorkflowStatus};
 use keiro_store::StepRow;
 use keiro_tests::transactional::{
-    bank, close_gate, debit, open_bank, pay, pay_flaky, pay_many, pay_slowly, BankError,
+    bank, close_gate, debit, echo, open_bank, pay, pay_flaky, pay_many, pay_slowly, BankError,
 };
 use keiro_tests::{count, on_both_backends, Backend, TestDb};
 
@@ -187,6 +187,55 @@ async fn a_step_journaled_elsewhere_first_keeps_that_result(backend: Backend) {
     );
 }
 
+/// Text that would break a statement built by pasting it in: quotes,
+/// backslashes, a statement separator, dollar quotes, escapes, non-ASCII.
+const AWKWARD: &str =
+    "it's \\'; COMMIT; DROP TABLE tx_ledger; -- $$ E'\\x00' \"q\" \u{e9}\u{1f980}\n\t";
+
+async fn awkward_text_is_journaled_exactly(backend: Backend) {
+    let (db, keiro) = bank_on(backend, 100).await;
+    let store = keiro::unstable::raw_store(&keiro);
+    for n in 0..3 {
+        // The id and the result hold the awkward text; so does the row.
+        let key = format!("{AWKWARD}{n}-{}", uuid::Uuid::new_v4());
+        let entry = format!("{AWKWARD}{n}");
+        let out = echo(key.clone(), entry.clone())
+            .id(&key)
+            .on(&keiro)
+            .await
+            .unwrap();
+        assert_eq!(out, Ok(entry.clone()));
+        let steps = keiro.steps(&key).await.unwrap();
+        assert_eq!(steps.len(), 1, "{steps:?}");
+        assert_eq!(steps[0].outcome, StepOutcome::Ok);
+        assert_eq!(steps[0].value, serde_json::json!(entry));
+        assert_eq!(steps[0].attempts, Some(1));
+        // Replay returns it from the journal without a second body.
+        let again = echo(key.clone(), entry.clone())
+            .id(&key)
+            .on(&keiro)
+            .await
+            .unwrap();
+        assert_eq!(again, Ok(entry));
+        assert_eq!(count(&key, "echo_entry"), 1, "the body ran again");
+    }
+    // Every write committed once, and the connections the steps used went
+    // back to the pool outside any transaction: a debit made after them
+    // through the pool commits on its own.
+    assert_eq!(bank(store).await, (97, 3));
+    let key = uuid::Uuid::new_v4().to_string();
+    assert_eq!(
+        pay(key.clone(), "after".into(), 7)
+            .id(&key)
+            .on(&keiro)
+            .await
+            .unwrap(),
+        Ok(90)
+    );
+    let reopened = db.keiro().await;
+    assert_eq!(bank(keiro::unstable::raw_store(&reopened)).await, (90, 4));
+}
+
 async fn concurrent_debits_of_one_account_are_exact(backend: Backend) {
     debit_concurrently(backend, 4, 25).await;
 }
@@ -267,12 +316,65 @@ async fn serializable_conflicts_are_retried(backend: Backend) {
     eprintln!("{runs} bodies ran for 40 serializable debits");
 }
 
+/// Inserts key `k` twice into a table whose unique constraint is checked
+/// at COMMIT, so the body returns `Ok` and its transaction cannot commit.
+#[step(transaction)]
+async fn insert_twice(tx: &mut keiro::Transaction<'_>, k: String) -> Result<u32, String> {
+    let tx = tx.as_postgres().expect("PostgreSQL");
+    for _ in 0..2 {
+        sqlx::query("INSERT INTO tx_deferred (k) VALUES ($1)")
+            .bind(&k)
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(2)
+}
+
+#[workflow]
+async fn deferred_duplicate(k: String) -> Result<u32, String> {
+    insert_twice(k).await
+}
+
+/// PostgreSQL: an application's deferred unique constraint that fails at
+/// the step's COMMIT is an error of the step's run, never mistaken for the
+/// step journaled elsewhere first: no result is journaled, and none of the
+/// body's writes remain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_deferred_constraint_failing_at_commit_journals_nothing() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let keiro = db.keiro().await;
+    let store = keiro::unstable::raw_store(&keiro);
+    let keiro_store::Store::Postgres(pg) = store else {
+        panic!("a PostgreSQL store")
+    };
+    sqlx::query(
+        "CREATE TABLE tx_deferred (k TEXT, CONSTRAINT tx_deferred_k UNIQUE (k) \
+         DEFERRABLE INITIALLY DEFERRED)",
+    )
+    .execute(pg.pool())
+    .await
+    .unwrap();
+    let key = uuid::Uuid::new_v4().to_string();
+    let out = deferred_duplicate(key.clone()).id(&key).on(&keiro).await;
+    let error = out.expect_err("the COMMIT cannot succeed");
+    assert!(error.to_string().contains("tx_deferred_k"), "{error}");
+    let steps = keiro.steps(&key).await.unwrap();
+    assert!(steps.is_empty(), "a result was journaled: {steps:?}");
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM tx_deferred")
+        .fetch_one(pg.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "the body's writes stayed");
+}
+
 on_both_backends!(
     writes_and_result_commit_together_and_replay_skips_the_body,
     an_err_rolls_the_writes_back_and_is_journaled,
     failed_attempts_roll_back_and_the_retry_commits,
     an_attempt_out_of_time_rolls_back,
     a_step_journaled_elsewhere_first_keeps_that_result,
+    awkward_text_is_journaled_exactly,
     concurrent_debits_of_one_account_are_exact,
     more_concurrent_debits_than_connections_all_finish,
     serializable_conflicts_are_retried,

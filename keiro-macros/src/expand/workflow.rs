@@ -110,6 +110,14 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
         },
     );
 
+    // `journal = ".."`, checked by the parser.
+    let journal = workflow.journal.as_deref().map(|mode| {
+        let variant = match mode {
+            "pipelined" => quote!(Pipelined),
+            _ => quote!(Strict),
+        };
+        quote!(.with_journal(::keiro::Journal::#variant))
+    });
     // A `cron` workflow also registers its schedule, checked by the parser.
     let cron = workflow.cron.as_ref().map(|(cron, timezone)| {
         let (cron, timezone) = (Literal::string(cron), Literal::string(timezone));
@@ -150,6 +158,7 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
                 )
                 .with_body_hash(#body_hash)
                 .with_skeleton_hash(#skeleton_hash)
+                #journal
             }
             #cron
 

@@ -144,6 +144,7 @@ async fn publish(
                 value: value.as_deref(),
                 type_name: value.is_some().then_some(type_name),
             };
+            super::pipeline::barrier(cx).await;
             let store = cx.keiro.raw_store();
             let written = match kind {
                 StepKind::Event => store.set_event(&publish).await,
@@ -256,6 +257,7 @@ impl<T: DeserializeOwned + Send + 'static> IntoFuture for GetEvent<T> {
                         kind: StepKind::GetEvent.as_str().to_owned(),
                         result: raw.map_or_else(|| "null".to_owned(), |(value, _)| value),
                     };
+                    super::pipeline::barrier(&cx).await;
                     match cx.keiro.writer().append(row.clone()).await {
                         Ok(AppendOutcome::Inserted) => row,
                         Ok(AppendOutcome::Existing(first)) => first,
@@ -362,6 +364,7 @@ fn journaled_stream<T: DeserializeOwned + Send + 'static>(
                     kind: kind.as_str().to_owned(),
                     result,
                 };
+                super::pipeline::barrier(&r.cx).await;
                 match r.cx.keiro.writer().append(row.clone()).await {
                     Ok(AppendOutcome::Inserted) => row,
                     Ok(AppendOutcome::Existing(first)) => first,

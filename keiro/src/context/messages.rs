@@ -150,6 +150,7 @@ async fn receive<T: DeserializeOwned>(
     if let Some(row) = cx.recorded(seq) {
         return taken(&cx, seq, topic, &row);
     }
+    super::pipeline::barrier(&cx).await;
     let store = cx.keiro.raw_store();
     let waiter = cx.keiro.waiter(&cx.id);
     let mut in_memory_until = tokio::time::Instant::now() + cx.suspend_after;
@@ -389,6 +390,7 @@ async fn send_journaled(cx: &Arc<WorkflowContext>, seq: i64, sending: Sending) -
                 kind: StepKind::Send.as_str().to_owned(),
                 result: "{\"Ok\":null}".to_owned(),
             };
+            super::pipeline::barrier(cx).await;
             match cx.keiro.send_message(&sending, Some(&row)).await {
                 Ok(()) => return Ok(()),
                 Err(Error::Store(e)) => return halt(cx, Halt::Error(Error::Store(e))).await,

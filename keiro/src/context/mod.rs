@@ -8,9 +8,11 @@
 mod awakeable;
 mod awakeable_id;
 mod awakeable_record;
+pub(crate) mod deferred;
 mod events;
 mod messages;
 mod patch;
+pub(crate) mod pipeline;
 mod select;
 mod sleep;
 mod step;
@@ -212,6 +214,9 @@ pub(crate) enum Halt {
         /// The next generation's encoded arguments.
         input: String,
     },
+    /// Another executor journaled a step of this run first (a pipelined
+    /// run learns it after the fact): stop without recording anything.
+    LeaseLost,
 }
 
 /// One invocation of one workflow instance.
@@ -228,6 +233,11 @@ pub(crate) struct WorkflowContext {
     /// A replay without side effects (`keiro::testing::replay`): the run
     /// stops where it would run a step body or start a child.
     pub(crate) replay_only: bool,
+    /// The rows not yet durable of a run with a pipelined journal; `None`:
+    /// it journals strictly.
+    pipeline: Option<pipeline::Pipeline>,
+    /// The instance's create, when the run started before recording it.
+    pub(crate) deferred: deferred::Deferred,
 }
 
 impl WorkflowContext {
@@ -240,7 +250,8 @@ impl WorkflowContext {
         generation: i64,
         journal: Vec<StepRow>,
     ) -> (Arc<WorkflowContext>, oneshot::Receiver<Halt>) {
-        WorkflowContext::with_mode(keiro, name, id, generation, journal, false)
+        let pipelined = keiro.journal_of(&name) == crate::Journal::Pipelined;
+        WorkflowContext::with_mode(keiro, name, id, generation, journal, false, pipelined)
     }
 
     /// A context for a replay without side effects over `journal`: where the
@@ -253,7 +264,7 @@ impl WorkflowContext {
         generation: i64,
         journal: Vec<StepRow>,
     ) -> (Arc<WorkflowContext>, oneshot::Receiver<Halt>) {
-        WorkflowContext::with_mode(keiro, name, id, generation, journal, true)
+        WorkflowContext::with_mode(keiro, name, id, generation, journal, true, false)
     }
 
     fn with_mode(
@@ -263,6 +274,7 @@ impl WorkflowContext {
         generation: i64,
         journal: Vec<StepRow>,
         replay_only: bool,
+        pipelined: bool,
     ) -> (Arc<WorkflowContext>, oneshot::Receiver<Halt>) {
         let (abort, aborted) = oneshot::channel();
         let suspend_after = keiro.suspend_after();
@@ -276,8 +288,18 @@ impl WorkflowContext {
             next_seq: AtomicI64::new(0),
             abort: Mutex::new(Some(abort)),
             replay_only,
+            pipeline: pipelined.then(pipeline::Pipeline::default),
+            deferred: deferred::Deferred::default(),
         };
         (Arc::new(cx), aborted)
+    }
+
+    /// Whether a row of `kind` queues behind the run's next steps instead of
+    /// being durable before its call returns: in a pipelined run, the pure
+    /// results (steps, `keiro::now()`, `keiro::uuid()`); everything else
+    /// waits for them and journals strictly.
+    pub(crate) fn pipelines(&self, kind: StepKind) -> bool {
+        self.pipeline.is_some() && matches!(kind, StepKind::Step | StepKind::Now | StepKind::Uuid)
     }
 
     /// Allocates the next step id. Called when a step is *called*, so the

@@ -200,6 +200,7 @@ async fn record_marker(cx: &Arc<WorkflowContext>, seq: i64, patch_id: &str) -> b
         kind: StepKind::Patch.as_str().to_owned(),
         result: "true".to_owned(),
     };
+    super::pipeline::barrier(cx).await;
     match cx
         .keiro
         .writer()

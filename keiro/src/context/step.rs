@@ -201,6 +201,9 @@ where
     if cx.replay_only {
         return super::beyond_history(&cx).await;
     }
+    // Two callers racing on one id never both run a step: the first step
+    // body runs only once the run's instance is recorded.
+    super::deferred::created(&cx).await;
     let span = tracing::debug_span!("keiro.step", name, seq, replayed = false);
     async move {
         let started_at = cx.keiro.now_us();
@@ -274,6 +277,20 @@ where
         Err(error) => return halt(cx, error).await,
     };
     let row = step_row(cx, seq, kind, name, result);
+    if cx.pipelines(kind) {
+        // Durable later, before anything observable (see `crate::Journal`);
+        // a journaled value (`keiro::now()`) needs its instance recorded.
+        super::deferred::created(cx).await;
+        return match super::pipeline::enqueue(cx, row, timing) {
+            Ok(()) => {
+                crate::telemetry::step(name, false);
+                value
+            }
+            Err(error) => halt(cx, error).await,
+        };
+    }
+    // The instance recorded and the rows queued before durable first.
+    super::pipeline::barrier(cx).await;
     match cx.keiro.writer().append_timed(row, timing).await {
         Ok(AppendOutcome::Inserted) => {
             crate::telemetry::step(name, false);
@@ -369,6 +386,7 @@ where
             StepTiming::default(),
         ),
     ];
+    super::pipeline::barrier(cx).await;
     let (step, decision) = match cx.keiro.writer().append_together(rows).await {
         Ok(outcomes) => match <[AppendOutcome; 2]>::try_from(outcomes) {
             Ok([step, decision]) => (step, decision),

@@ -131,6 +131,9 @@ where
             let max = self.meta.max_attempts.max(1);
             let (mut runs, mut attempt, mut conflicts) = (0, 1, 0);
             let mut won = None;
+            // Its row commits in the application's transaction: after the
+            // rows a pipelined run queued before it.
+            super::pipeline::barrier(&cx).await;
             loop {
                 runs += 1;
                 let timing = StepTiming {
@@ -234,17 +237,22 @@ where
         Ok(json) => json,
         Err(error) => return Ok(halt(cx, error).await),
     };
-    let mut rows = vec![(step_row(cx, seq, kind, name, result), timing)];
-    if let Some(won) = won.as_ref() {
-        let decision = step_row(
-            cx,
-            won.seq,
-            StepKind::Select,
-            "select",
-            won.index.to_string(),
-        );
-        rows.push((decision, StepTiming::default()));
-    }
+    let row = step_row(cx, seq, kind, name, result);
+    let Some(decided) = won.as_ref() else {
+        // The common case, one row: written and committed together (in one
+        // round trip on PostgreSQL).
+        let now = cx.keiro.now_us();
+        if !tx.into_inner().journal_and_commit(row, timing, now).await? {
+            // Another executor journaled this step first: its result
+            // stands, and these writes never happened.
+            return Ok(record_step(cx, seq, kind, name, value, timing, None).await);
+        }
+        crate::telemetry::step(name, false);
+        return Ok(value);
+    };
+    let index = decided.index.to_string();
+    let decision = step_row(cx, decided.seq, StepKind::Select, "select", index);
+    let rows = [(row, timing), (decision, StepTiming::default())];
     let written = tx.inner().journal(&rows, cx.keiro.now_us()).await?;
     if !written[0] {
         // Another executor journaled this step first: its result (and its

@@ -237,6 +237,9 @@ impl Replayer {
                 Ok(Halt::Suspend { .. } | Halt::SuspendAny(_)) => Ok(ReplayStop::HistoryEnd),
                 Ok(Halt::ContinueAsNew { .. }) => Ok(ReplayStop::ContinuedAsNew),
                 Ok(Halt::Error(error)) => Err(error),
+                Ok(Halt::LeaseLost) => Err(Error::Internal(
+                    "a replay without side effects journals nothing, so it loses no lease".into(),
+                )),
                 Ok(Halt::Cancelled) => Err(Error::Cancelled {
                     name: history.workflow.clone(),
                     id: history.id.clone(),

@@ -413,7 +413,7 @@ impl Keiro {
         };
         summary.resumed = 1;
         let (name, id) = (row.name.clone(), row.id.clone());
-        let result = execute(self, registration.run, row, fresh, stop, handing).await;
+        let result = execute(self, registration.run, row, fresh, stop, handing, None).await;
         match &result {
             Ok(Some(done)) => match done.status {
                 InstanceStatus::Failed if done.output.is_none() => {

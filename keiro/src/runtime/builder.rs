@@ -14,6 +14,7 @@ use super::listener::Wakes;
 use super::{Inner, Keiro};
 use crate::registry::Registry;
 use crate::version::AppVersions;
+use crate::Journal;
 use crate::{Error, Result};
 
 impl Keiro {
@@ -51,6 +52,7 @@ impl Keiro {
             store: StoreOptions::default(),
             app_version: None,
             compatible_versions: Vec::new(),
+            journal: Journal::Strict,
         }
     }
 }
@@ -72,6 +74,7 @@ pub struct KeiroBuilder {
     store: StoreOptions,
     app_version: Option<String>,
     compatible_versions: Vec<String>,
+    journal: Journal,
 }
 
 impl std::fmt::Debug for KeiroBuilder {
@@ -87,6 +90,7 @@ impl std::fmt::Debug for KeiroBuilder {
             .field("store", &self.store)
             .field("app_version", &self.app_version)
             .field("compatible_versions", &self.compatible_versions)
+            .field("journal", &self.journal)
             .finish()
     }
 }
@@ -125,6 +129,14 @@ impl KeiroBuilder {
     /// worker drives it.
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.max_attempts = n;
+        self
+    }
+
+    /// How the workflows that do not say (`#[workflow(journal = "..")]`)
+    /// journal their steps (default [`Journal::Strict`]; see [`Journal`] for
+    /// what [`Journal::Pipelined`] trades).
+    pub fn journal(mut self, journal: Journal) -> Self {
+        self.journal = journal;
         self
     }
 
@@ -284,6 +296,7 @@ impl KeiroBuilder {
                 lease_ttl: self.lease_ttl,
                 max_attempts: self.max_attempts,
                 suspend_after: self.suspend_after,
+                journal: self.journal,
                 no_worker_timeout: self.no_worker_timeout,
                 max_payload_bytes: self.max_payload_bytes,
                 serving: OnceCell::new(),

@@ -58,6 +58,8 @@ struct Inner {
     max_attempts: u32,
     /// Waits longer than this suspend the workflow instead of holding memory.
     suspend_after: Duration,
+    /// How workflows that do not say journal their steps.
+    journal: crate::Journal,
     /// How long a caller waits on a due instance that no live worker serves
     /// before `result()` says so.
     no_worker_timeout: Duration,
@@ -185,6 +187,15 @@ impl Keiro {
     /// Waits longer than this suspend a workflow instead of holding memory.
     pub(crate) fn suspend_after(&self) -> Duration {
         self.inner.suspend_after
+    }
+
+    /// How workflow `name` journals its steps: as it says, else as this
+    /// runtime's default.
+    pub(crate) fn journal_of(&self, name: &str) -> crate::Journal {
+        self.registry()
+            .get(name)
+            .and_then(|registration| registration.journal)
+            .unwrap_or(self.inner.journal)
     }
 
     /// How long a caller waits on an instance no live worker serves.

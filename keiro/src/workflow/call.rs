@@ -6,12 +6,11 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use keiro_store::CreateRequest;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::handle::outcome_of;
-use super::launch::{check_attach, launch, wait, Launch};
+use super::launch::{check_attach, launch, launch_deferred, wait, Launch};
 use super::WorkflowHandle;
 use crate::context::{claim_seq, WorkflowContext};
 use crate::registry::{BoxFuture, RunFn, SignatureFn};
@@ -256,21 +255,7 @@ where
         if self.queue.is_set() {
             return self.enqueue_queued(keiro, spec).await;
         }
-        let (row, created) = keiro
-            .writer()
-            .create(CreateRequest {
-                id: spec.id.clone(),
-                name: spec.name.to_owned(),
-                input: spec.input.clone(),
-                signature: Some(spec.signature.clone()),
-                parent: spec.parent.clone(),
-                lease: None,
-                deadline: spec.deadline,
-                traceparent: spec.traceparent.clone(),
-                app_version: Some(spec.app_version.clone()),
-                skeleton_hash: spec.skeleton_hash.map(str::to_owned),
-            })
-            .await?;
+        let (row, created) = keiro.writer().create(spec.create_request(None)).await?;
         check_attach(&row, &spec)?;
         enqueued(keiro, spec.id, created).await
     }
@@ -444,7 +429,16 @@ where
                 let keiro = self.runtime().await?;
                 let spec = self.launch_spec(&keiro)?;
                 let id = spec.id.clone();
-                let row = wait(&keiro, &id, launch(&keiro, spec).await?, Some(self.run)).await?;
+                // Awaited here with nothing outside waiting on it: its
+                // instance may be recorded with its first step or its end.
+                let receiver = match spec.deadline {
+                    None => match launch_deferred(&keiro, spec).await? {
+                        Ok(receiver) => receiver,
+                        Err(spec) => launch(&keiro, spec).await?,
+                    },
+                    Some(_) => launch(&keiro, spec).await?,
+                };
+                let row = wait(&keiro, &id, receiver, Some(self.run)).await?;
                 outcome_of(&row)
             }
             Some(_) => crate::workflow::child::start_child(self).await?.await,

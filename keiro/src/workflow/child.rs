@@ -103,6 +103,8 @@ where
         if cx.replay_only {
             return crate::context::beyond_history(&cx).await;
         }
+        // Started only after what the run journaled before is durable.
+        crate::context::pipeline::barrier(&cx).await;
         // Starting it is idempotent on its id: after a crash this attaches to
         // the child already running, or finds it finished.
         let started = match call.runtime().await {

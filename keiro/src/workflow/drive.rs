@@ -48,7 +48,7 @@ pub(crate) async fn run_here(
         }
     };
     if let Some(row) = claimed {
-        if let Some(done) = execute(keiro, run, row, fresh, Stop::of(keiro), None).await? {
+        if let Some(done) = execute(keiro, run, row, fresh, Stop::of(keiro), None, None).await? {
             return Ok(done);
         }
     }
@@ -69,7 +69,11 @@ pub(crate) async fn run_here(
 /// final row). A store error is transient: the lease is released and nothing
 /// is counted. So is a clean shutdown (`stop`), which ends the run with
 /// [`Error::Stopped`]. A run of a queued instance that returns hands its
-/// queue slot over as `handing` says.
+/// queue slot over as `handing` says. A run that may start before its
+/// instance is recorded gets the create it makes when it first needs it as
+/// `deferred` (see `crate::context::deferred`), and `row` is the row that
+/// create would make: `Ok(None)` also when another call recorded the id
+/// first.
 pub(crate) async fn execute(
     keiro: &Keiro,
     run: RunFn,
@@ -77,6 +81,7 @@ pub(crate) async fn execute(
     fresh: bool,
     stop: Stop,
     handing: Option<&mut HandingOver>,
+    deferred: Option<keiro_store::CreateRequest>,
 ) -> Result<Option<InstanceRow>> {
     let journal = if fresh {
         Vec::new()
@@ -101,6 +106,9 @@ pub(crate) async fn execute(
         row.generation,
         journal,
     );
+    if let Some(request) = deferred {
+        cx.deferred.defer(request);
+    }
     // Registered until the end is recorded, so a cancellation meanwhile
     // finds the run.
     let _live = keiro.inflight().enter(&cx);
@@ -108,7 +116,35 @@ pub(crate) async fn execute(
     if let Ended::TimedOut = ended {
         return Ok(keiro.raw_store().get_instance(&row.id).await?);
     }
-    end::record(keiro, row, ended, handing).await
+    let ended = durable_first(&cx, ended).await;
+    // Still pending only for a run that returned: its end records it.
+    let create = cx.deferred.take();
+    end::record(keiro, row, ended, handing, create).await
+}
+
+/// How a run that `ended` so may end once its instance is recorded (a run
+/// that started before recording it: see `crate::context::deferred`) and
+/// every step row its pipelined journal queued is durable (at once for a
+/// strict one): its end is observable, so it is recorded only after them.
+/// A run whose queued rows could not be written ends as a store error would
+/// end it (released, nothing counted), or as having lost its lease.
+async fn durable_first(cx: &WorkflowContext, ended: Ended) -> Ended {
+    match ended {
+        Ended::LeaseLost => return ended,
+        // A run that returned records its instance with its end; one stopped
+        // before its instance was recorded leaves nothing to record.
+        Ended::Returned(_) | Ended::Stopped => {}
+        _ => match context::deferred::ensure(cx).await {
+            Ok(()) => {}
+            Err(Halt::Error(error)) => return Ended::Aborted(error),
+            Err(_) => return Ended::LeaseLost,
+        },
+    }
+    match context::pipeline::settle(cx).await {
+        Ok(()) => ended,
+        Err(_) if context::pipeline::lost_lease(cx) => Ended::LeaseLost,
+        Err(error) => Ended::Aborted(error),
+    }
 }
 
 /// Runs the body of `row`'s workflow with context `cx` until it returns, halts
@@ -171,6 +207,7 @@ async fn drive(
                     Ok(Halt::SuspendAny(wake)) => Ended::SuspendedOnAny(wake),
                     Ok(Halt::Cancelled) => Ended::Cancelled,
                     Ok(Halt::ContinueAsNew { input }) => Ended::ContinueAsNew(input),
+                    Ok(Halt::LeaseLost) => Ended::LeaseLost,
                     Err(_) => Ended::Errored(Error::Internal(
                         "a workflow's context was dropped before the run ended".into(),
                     )),
@@ -200,6 +237,12 @@ async fn drive(
                 }
             }
             _ = renew.tick() => {
+                // Not recorded yet: nobody else can take it, and recording it
+                // leases it afresh.
+                if cx.deferred.is_pending() {
+                    renewed = tokio::time::Instant::now();
+                    continue;
+                }
                 let sent = tokio::time::Instant::now();
                 match keiro.raw_store().renew_lease(&row.id, lease).await {
                     Ok(true) => renewed = sent,

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use keiro_store::{
-    ContinueAsNew, Crash, Finish, FinishRequest, HandOver, InstanceRow, InstanceStatus, Suspend,
+    ContinueAsNew, Crash, CreateRequest, Finish, FinishRequest, HandOver, InstanceRow,
+    InstanceStatus, Suspend,
 };
 
 use crate::registry::WorkflowOutput;
@@ -75,11 +76,15 @@ pub(crate) async fn record(
     row: InstanceRow,
     ended: Ended,
     handing: Option<&mut HandingOver>,
+    create: Option<CreateRequest>,
 ) -> Result<Option<InstanceRow>> {
     let owner = keiro.owner();
     let store = keiro.raw_store();
     match ended {
-        Ended::Returned(output) => finish(keiro, row, output, handing).await,
+        Ended::Returned(output) => match create {
+            Some(create) => finish_unrecorded(keiro, row, output, create).await,
+            None => finish(keiro, row, output, handing).await,
+        },
         Ended::Aborted(error @ Error::NonDeterministic { .. }) => {
             set_aside(keiro, &row, error).await
         }
@@ -197,6 +202,22 @@ fn released(mut row: InstanceRow) -> InstanceRow {
     row
 }
 
+/// The finish recording `output`, what `row`'s body returned, under this
+/// runtime's lease: completed, or failed for an `Err` output.
+fn returned(keiro: &Keiro, row: &InstanceRow, output: &WorkflowOutput) -> FinishRequest {
+    FinishRequest {
+        id: row.id.clone(),
+        generation: row.generation,
+        owner: keiro.owner().to_owned(),
+        status: match output.is_err {
+            true => InstanceStatus::Failed,
+            false => InstanceStatus::Completed,
+        },
+        output: Some(output.json.clone()),
+        error: None,
+    }
+}
+
 /// Records the body's output as the instance's end (an `Err` output fails
 /// it), handing its queue slot over as `handing` says, and wakes its parent.
 /// `Ok(None)` when someone else finished it or took the lease: their record
@@ -207,20 +228,9 @@ async fn finish(
     output: WorkflowOutput,
     handing: Option<&mut HandingOver>,
 ) -> Result<Option<InstanceRow>> {
-    let status = if output.is_err {
-        InstanceStatus::Failed
-    } else {
-        InstanceStatus::Completed
-    };
+    let request = returned(keiro, &row, &output);
+    let status = request.status;
     crate::telemetry::run_ended(&row.name, status.as_str());
-    let request = FinishRequest {
-        id: row.id.clone(),
-        generation: row.generation,
-        owner: keiro.owner().to_owned(),
-        status,
-        output: Some(output.json.clone()),
-        error: None,
-    };
     let finished = match handing {
         Some(handing) => {
             let writer = keiro.writer();
@@ -239,6 +249,26 @@ async fn finish(
     done.status = status;
     done.output = Some(output.json);
     wake_parent(keiro, &done).await;
+    Ok(Some(done))
+}
+
+/// Records an instance whose run returned before it was recorded (see
+/// `crate::context::deferred`): inserted already ended, in one commit.
+/// `Ok(None)` when another call recorded the id first (this run's end is
+/// dropped; the caller follows that instance).
+async fn finish_unrecorded(
+    keiro: &Keiro,
+    row: InstanceRow,
+    output: WorkflowOutput,
+    create: CreateRequest,
+) -> Result<Option<InstanceRow>> {
+    let request = returned(keiro, &row, &output);
+    let status = request.status;
+    let (done, created) = keiro.writer().create_ended(create, request).await?;
+    if !created {
+        return Ok(None);
+    }
+    crate::telemetry::run_ended(&done.name, status.as_str());
     Ok(Some(done))
 }
 

@@ -4,12 +4,13 @@
 
 use std::time::Duration;
 
-use keiro_store::{now_us, CreateRequest, InstanceRow, Lease};
+use keiro_store::{now_us, CreateRequest, InstanceRow, InstanceStatus, Lease};
 use tokio::sync::watch;
 
-use super::drive::run_here;
+use super::drive::{execute, run_here};
 use crate::registry::RunFn;
 use crate::runtime::inflight::{RunResult, Slot};
+use crate::shutdown::Stop;
 use crate::time::{duration_us, until_us};
 use crate::{Error, Keiro, Result};
 
@@ -37,6 +38,23 @@ pub(crate) struct Launch {
 }
 
 impl Launch {
+    /// The writer's request recording this call, leased to `lease` (owner,
+    /// TTL in µs) or pending for any worker.
+    pub(crate) fn create_request(&self, lease: Option<(String, i64)>) -> CreateRequest {
+        CreateRequest {
+            id: self.id.clone(),
+            name: self.name.to_owned(),
+            input: self.input.clone(),
+            signature: Some(self.signature.clone()),
+            parent: self.parent.clone(),
+            lease,
+            deadline: self.deadline,
+            traceparent: self.traceparent.clone(),
+            app_version: Some(self.app_version.clone()),
+            skeleton_hash: self.skeleton_hash.map(str::to_owned),
+        }
+    }
+
     /// The instance to record, pending for any worker (an enqueue).
     pub(crate) fn new_instance(&self) -> keiro_store::NewInstance<'_> {
         keiro_store::NewInstance {
@@ -78,18 +96,7 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
     // claim by the same owner succeeds.
     let (row, fresh) = keiro
         .writer()
-        .create(CreateRequest {
-            id: launch.id.clone(),
-            name: launch.name.to_owned(),
-            input: launch.input.clone(),
-            signature: Some(launch.signature.clone()),
-            parent: launch.parent.clone(),
-            lease: Some((lease.owner.to_owned(), lease.ttl_us)),
-            deadline: launch.deadline,
-            traceparent: launch.traceparent.clone(),
-            app_version: Some(launch.app_version.clone()),
-            skeleton_hash: launch.skeleton_hash.map(str::to_owned),
-        })
+        .create(launch.create_request(Some((lease.owner.to_owned(), lease.ttl_us))))
         .await?;
     check_attach(&row, &launch)?;
     let driving = match keiro.inflight().take(&launch.id, launch.name) {
@@ -113,6 +120,82 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
         keiro.inflight().publish(driving, result);
     });
     Ok(receiver)
+}
+
+/// [`launch`] of a call awaited in this process with neither a parent nor a
+/// deadline, which may start before its instance is recorded (see
+/// `crate::context::deferred`): a run that returns before any step records
+/// its instance already ended, in one commit instead of two. Takes the
+/// right to drive the id here and runs it in a background task; when another
+/// call recorded the id first, that run stops and the task follows that
+/// instance as [`launch`] would have (checking it is the same call). Gives
+/// the call back when this process drives the id already: [`launch`]
+/// attaches to that run.
+pub(crate) async fn launch_deferred(
+    keiro: &Keiro,
+    launch: Launch,
+) -> Result<std::result::Result<watch::Receiver<RunResult>, Launch>> {
+    keiro.ensure_executor().await?;
+    let driving = match keiro.inflight().take(&launch.id, launch.name) {
+        Slot::Mine(driving) => driving,
+        Slot::Attached(_) | Slot::Conflict(_) => return Ok(Err(launch)),
+    };
+    let receiver = driving.receiver();
+    let keiro = keiro.clone();
+    tokio::spawn(async move {
+        let result = run_deferred(&keiro, &launch).await;
+        keiro.inflight().publish(driving, result);
+    });
+    Ok(Ok(receiver))
+}
+
+/// Runs `launch` with its create deferred; follows the instance that holds
+/// the id instead when another call recorded it first.
+async fn run_deferred(keiro: &Keiro, launch: &Launch) -> Result<InstanceRow> {
+    let owner = keiro.owner().to_owned();
+    let ttl_us = duration_us(keiro.lease_ttl());
+    let now = keiro.now_us();
+    // Deferred only without a parent or a deadline (see `launch_deferred`).
+    let create = launch.create_request(Some((owner.clone(), ttl_us)));
+    // The row that create makes, leased to this process.
+    let row = InstanceRow {
+        id: launch.id.clone(),
+        name: launch.name.to_owned(),
+        generation: 0,
+        status: InstanceStatus::Running,
+        input: launch.input.clone(),
+        first_input: None,
+        signature: Some(launch.signature.clone()),
+        output: None,
+        error: None,
+        attempts: 0,
+        lease_owner: Some(owner),
+        lease_expires_at: Some(now + ttl_us),
+        wake_at: Some(now + ttl_us),
+        parent_id: None,
+        parent_seq: None,
+        deadline: None,
+        traceparent: launch.traceparent.clone(),
+        app_version: Some(launch.app_version.clone()),
+        skeleton_hash: launch.skeleton_hash.map(str::to_owned),
+        created_at: now,
+        updated_at: now,
+    };
+    let stop = Stop::of(keiro);
+    let ran = execute(keiro, launch.run, row, true, stop, None, Some(create)).await?;
+    if let Some(done) = ran {
+        return Ok(done);
+    }
+    // Another call recorded the id first (or this run lost its lease).
+    let existing = keiro
+        .raw_store()
+        .get_instance(&launch.id)
+        .await?
+        .ok_or_else(|| Error::NotFound {
+            id: launch.id.clone(),
+        })?;
+    check_attach(&existing, launch)?;
+    run_here(keiro, launch.run, &launch.id, None).await
 }
 
 /// Refuses to attach `launch` to an existing instance `row` that is not the

@@ -8,6 +8,7 @@
 //! crash_workflow mailbox <id> <file> <ms>  run mailbox(file, ms) under <id>
 //! crash_workflow deadline <id> <ms> <timeout ms>  run sleepy(ms) under <id> with a timeout
 //! crash_workflow select <id> <file>   run select_race(file) under <id>
+//! crash_workflow pipelined <id> <file> <steps> <pace ms>  run pipelined_steps under <id>
 //! crash_workflow resume <id>       start the resume worker, wait for <id>, print DONE
 //! crash_workflow worker            run the resume worker until killed
 //! ```
@@ -16,7 +17,9 @@
 use std::time::{Duration, Instant};
 
 use keiro::ResumeOptions;
-use keiro_tests::workflows::{approval_flow, family, five_steps, mailbox, select_race, sleepy};
+use keiro_tests::workflows::{
+    approval_flow, family, five_steps, mailbox, pipelined_steps, select_race, sleepy,
+};
 
 #[tokio::main]
 async fn main() {
@@ -38,6 +41,18 @@ async fn run(started: Instant) -> Result<(), keiro::Error> {
         ["run", id, file] => {
             let out = five_steps(file.to_string()).id(*id).await?;
             println!("DONE {out}");
+        }
+        ["pipelined", id, file, steps, pace] => {
+            let steps: u32 = steps
+                .parse()
+                .expect("pipelined <id> <file> <steps> <pace ms>");
+            let pace: u64 = pace
+                .parse()
+                .expect("pipelined <id> <file> <steps> <pace ms>");
+            let out = pipelined_steps(file.to_string(), steps, pace)
+                .id(*id)
+                .await?;
+            println!("DONE {}", serde_json::to_string(&out).unwrap());
         }
         ["resume", id] => {
             let keiro = keiro::global().await?;

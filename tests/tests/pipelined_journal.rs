@@ -1,0 +1,239 @@
+//! The pipelined journal (`#[workflow(journal = "pipelined")]`,
+//! `KeiroBuilder::journal`) in one process, on both backends: steps run
+//! ahead of their rows' commits, every row is journaled in order, and an
+//! event set after some steps becomes visible only once their rows are
+//! durable. The crash half (a SIGKILL mid-run) is `pipelined_crash.rs`.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use keiro::{step, workflow, Journal, Keiro};
+use keiro_store::Store;
+use keiro_tests::{on_both_backends, Backend, TestDb};
+
+/// How many steps each observing workflow runs.
+const STEPS: u32 = 20;
+
+/// A store per database URL, for step bodies that look at their own journal.
+fn stores() -> &'static Mutex<HashMap<String, Store>> {
+    static STORES: OnceLock<Mutex<HashMap<String, Store>>> = OnceLock::new();
+    STORES.get_or_init(Default::default)
+}
+
+/// How many rows of workflow `id`'s journal are durable as step `n` starts.
+#[step]
+async fn durable_before(url: String, id: String, n: u32) -> (u32, usize) {
+    let store = stores()
+        .lock()
+        .unwrap()
+        .get(&url)
+        .cloned()
+        .expect("the test registers its store before running workflows");
+    let rows = store.load_journal(&id, 0).await.expect("read the journal");
+    (n, rows.len())
+}
+
+/// Each step records how much of its journal was durable as it began.
+async fn observe(url: String, id: String) -> Vec<(u32, usize)> {
+    let mut seen = Vec::new();
+    for n in 0..STEPS {
+        seen.push(durable_before(url.clone(), id.clone(), n).await);
+    }
+    seen
+}
+
+/// [`observe`] with a pipelined journal, whatever the runtime's default.
+#[workflow(journal = "pipelined")]
+async fn observed_pipelined(url: String, id: String) -> Vec<(u32, usize)> {
+    observe(url, id).await
+}
+
+/// [`observe`] journaling strictly, whatever the runtime's default.
+#[workflow(journal = "strict")]
+async fn observed_strict(url: String, id: String) -> Vec<(u32, usize)> {
+    observe(url, id).await
+}
+
+/// [`observe`] as the runtime's default says.
+#[workflow]
+async fn observed_default(url: String, id: String) -> Vec<(u32, usize)> {
+    observe(url, id).await
+}
+
+/// Whether some step began before every earlier row was durable.
+fn ran_ahead(seen: &[(u32, usize)]) -> bool {
+    seen.iter().any(|&(n, durable)| durable < n as usize)
+}
+
+async fn connect(db: &TestDb, journal: Journal) -> Keiro {
+    let keiro = db.builder().journal(journal).connect().await.unwrap();
+    let store = keiro::unstable::raw_store(&keiro).clone();
+    stores().lock().unwrap().insert(db.url.clone(), store);
+    keiro
+}
+
+async fn steps_run_ahead_only_when_pipelined(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = connect(&db, Journal::Strict).await;
+    let url = db.url.clone();
+
+    let strict = observed_strict(url.clone(), "strict".into())
+        .on(&keiro)
+        .id("strict")
+        .await
+        .unwrap();
+    // Strict: every step starts with all earlier rows durable.
+    for &(n, durable) in &strict {
+        assert_eq!(durable, n as usize, "strict step {n} began early");
+    }
+    let default = observed_default(url.clone(), "default".into())
+        .on(&keiro)
+        .id("default")
+        .await
+        .unwrap();
+    assert!(!ran_ahead(&default), "the default journal is strict");
+
+    let pipelined = observed_pipelined(url.clone(), "pipelined".into())
+        .on(&keiro)
+        .id("pipelined")
+        .await
+        .unwrap();
+    assert!(
+        ran_ahead(&pipelined),
+        "no pipelined step began before its predecessors were durable: {pipelined:?}"
+    );
+    // Whatever ran ahead, the run's end waited for its rows: all are there,
+    // in order, with the values the steps returned.
+    let rows = keiro::unstable::raw_store(&keiro)
+        .load_journal("pipelined", 0)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), STEPS as usize);
+    for (seq, row) in rows.iter().enumerate() {
+        assert_eq!(row.seq, seq as i64);
+        let recorded: (u32, usize) = serde_json::from_str(&row.result).unwrap();
+        assert_eq!(recorded, pipelined[seq]);
+    }
+    keiro.shutdown().await.unwrap();
+
+    // A runtime whose default is pipelined: workflows that do not say
+    // pipeline, and `journal = "strict"` still journals strictly.
+    let keiro = connect(&db, Journal::Pipelined).await;
+    let default = observed_default(url.clone(), "default-2".into())
+        .on(&keiro)
+        .id("default-2")
+        .await
+        .unwrap();
+    assert!(
+        ran_ahead(&default),
+        "the builder's default applies: {default:?}"
+    );
+    let strict = observed_strict(url.clone(), "strict-2".into())
+        .on(&keiro)
+        .id("strict-2")
+        .await
+        .unwrap();
+    assert!(
+        !ran_ahead(&strict),
+        "`journal = \"strict\"` wins over the default"
+    );
+    keiro.shutdown().await.unwrap();
+}
+
+/// `n` quick steps, then event `done` set to `n` (a barrier), then waits for
+/// a message so the run is still going when the test reads.
+#[workflow(journal = "pipelined")]
+async fn then_announce(n: u32) -> Result<u32, String> {
+    let mut total = 0;
+    for i in 1..=n {
+        total += quick(i).await;
+    }
+    keiro::set_event("done", &n)
+        .await
+        .map_err(|e| e.to_string())?;
+    keiro::recv::<()>("finish")
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(total)
+}
+
+#[step]
+async fn quick(i: u32) -> u32 {
+    i
+}
+
+/// Each journal row of `id`'s generation 0: its seq and when it was written
+/// (the store clock when its transaction wrote it).
+async fn written_at(keiro: &Keiro, id: &str) -> Vec<(i64, i64)> {
+    let sql = |steps: &str| {
+        format!("SELECT seq, created_at FROM {steps} WHERE workflow_id = $1 ORDER BY seq")
+    };
+    match keiro::unstable::raw_store(keiro) {
+        Store::Sqlite(s) => sqlx::query_as(&sql("keiro_steps"))
+            .bind(id)
+            .fetch_all(s.pool())
+            .await
+            .unwrap(),
+        Store::Postgres(s) => sqlx::query_as(&sql("keiro.steps"))
+            .bind(id)
+            .fetch_all(s.pool())
+            .await
+            .unwrap(),
+    }
+}
+
+async fn an_event_is_visible_only_after_the_rows_before_it(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = connect(&db, Journal::Strict).await;
+    let reader = db.keiro().await;
+    for attempt in 0..5u32 {
+        let id = format!("announce-{attempt}");
+        let steps = 30;
+        let handle = then_announce(steps)
+            .on(&keiro)
+            .id(&id)
+            .start()
+            .await
+            .unwrap();
+        let seen: Option<u32> = reader
+            .get_event(&id, "done")
+            .wait(Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(seen, Some(steps));
+        // The moment the event shows, every step before it is durable.
+        let rows = keiro::unstable::raw_store(&reader)
+            .load_journal(&id, 0)
+            .await
+            .unwrap();
+        let seqs: Vec<i64> = rows.iter().map(|row| row.seq).collect();
+        assert!(
+            seqs.len() > steps as usize,
+            "attempt {attempt}: the event showed with only {} rows journaled",
+            seqs.len()
+        );
+        assert_eq!(seqs, (0..seqs.len() as i64).collect::<Vec<_>>());
+        // And none was written after it: the event waited for the rows
+        // (the steps run faster than a commit, so without that barrier the
+        // later rows commit in a round that starts after the event).
+        let written = written_at(&reader, &id).await;
+        let event_at = written[steps as usize].1;
+        for &(seq, at) in &written[..steps as usize] {
+            assert!(
+                at <= event_at,
+                "attempt {attempt}: step #{seq} was written {} µs after the event",
+                at - event_at
+            );
+        }
+        reader.send(&id, "finish", &()).await.unwrap();
+        let total = handle.result().await.unwrap().unwrap();
+        assert_eq!(total, steps * (steps + 1) / 2);
+    }
+    keiro.shutdown().await.unwrap();
+}
+
+on_both_backends!(
+    steps_run_ahead_only_when_pipelined,
+    an_event_is_visible_only_after_the_rows_before_it,
+);
