@@ -42,11 +42,12 @@ use keiro::SqliteSynchronous;
 use crate::common::{fail, parse_sync, Backend, BenchResult, Config};
 
 /// Every workload, in the order a full run takes them.
-const WORKLOADS: [&str; 18] = [
+const WORKLOADS: [&str; 19] = [
     "raw_commit_1",
     "raw_commit_16",
     "seq_0steps",
     "seq_10steps",
+    "seq_10steps_pipelined",
     "concurrent_3steps",
     "select_overhead",
     "sleep_10x100ms",
@@ -174,6 +175,7 @@ async fn bench(args: &[String]) -> BenchResult {
             }
             "seq_0steps" => throughput::sequential(&cfg, true, false).await,
             "seq_10steps" => throughput::sequential(&cfg, false, true).await,
+            "seq_10steps_pipelined" => throughput::sequential_pipelined(&cfg).await,
             "concurrent_3steps" => throughput::concurrent(&cfg).await,
             "select_overhead" => select::select_overhead(&cfg).await,
             "sleep_10x100ms" => sleeps::sleep_10x100ms(&cfg).await,

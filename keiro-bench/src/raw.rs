@@ -65,6 +65,17 @@ pub(crate) async fn commit_one(store: &Store, workflow_id: &str, seq: i64) -> Be
     Ok(())
 }
 
+/// Seconds for `n` commits of [`commit_one`] one after another, from one
+/// task, under workflow id `id` from sequence number `from`: the reference
+/// other workloads interleave with their own series.
+pub(crate) async fn timed_commits(store: &Store, id: &str, from: i64, n: i64) -> BenchResult<f64> {
+    let started = Instant::now();
+    for seq in from..from + n {
+        commit_one(store, id, seq).await?;
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
 /// Commits `n` rows one after another under a fresh workflow id, starting at
 /// sequence number `from`.
 async fn serial(store: &Store, workflow_id: &str, from: usize, n: usize) -> BenchResult {

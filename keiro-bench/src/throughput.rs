@@ -1,15 +1,17 @@
-//! `seq_0steps`, `seq_10steps` and `concurrent_3steps`: workflows of no-op
-//! steps run in this process, one after another or 64 at a time.
+//! `seq_0steps`, `seq_10steps`, `seq_10steps_pipelined` and
+//! `concurrent_3steps`: workflows of no-op steps run in this process, one
+//! after another or 64 at a time.
 
 use std::time::Instant;
 
 use futures::StreamExt;
-use keiro::Keiro;
+use keiro::{Journal, Keiro};
 
 use crate::common::{
     count, fail, process_cpu_seconds, round3, tables, with_fresh_db, BenchResult, Config, Figure,
 };
-use crate::workflows::bench_steps;
+use crate::raw::timed_commits;
+use crate::workflows::{bench_steps, bench_steps_pipelined};
 
 /// Workflows per sequential series.
 const SEQ_WORKFLOWS: u32 = 500;
@@ -25,13 +27,25 @@ const WARMUP: u32 = 20;
 /// Runs `n` workflows of `steps` no-op steps one after another; returns the
 /// seconds it took.
 async fn series(keiro: &Keiro, tag: &str, n: u32, steps: u32) -> BenchResult<f64> {
+    series_journaled(keiro, tag, n, steps, Journal::Strict).await
+}
+
+/// [`series`] of workflows journaling as `journal` says.
+async fn series_journaled(
+    keiro: &Keiro,
+    tag: &str,
+    n: u32,
+    steps: u32,
+    journal: Journal,
+) -> BenchResult<f64> {
     let expected: u32 = (0..steps).sum();
     let started = Instant::now();
     for i in 0..n {
-        let out = bench_steps(steps)
-            .id(format!("{tag}-{i}"))
-            .on(keiro)
-            .await?;
+        let id = format!("{tag}-{i}");
+        let out = match journal {
+            Journal::Strict => bench_steps(steps).id(id).on(keiro).await?,
+            Journal::Pipelined => bench_steps_pipelined(steps).id(id).on(keiro).await?,
+        };
         if out != expected {
             return Err(fail(format!("bench_steps({steps}) returned {out}")));
         }
@@ -39,39 +53,41 @@ async fn series(keiro: &Keiro, tag: &str, n: u32, steps: u32) -> BenchResult<f64
     Ok(started.elapsed().as_secs_f64())
 }
 
-/// The sequential workloads. Both series run (the 10-step figure `us/step`
-/// needs the 0-step one), interleaved in rounds so that drift in the disk's
-/// commit latency hits both alike; each round also times plain commits
-/// (`raw_commit_1`'s loop, same pool and table) as an interleaved reference.
-/// `emit_0` and `emit_10` choose what is printed.
+/// Seconds for `n` plain commits (`raw_commit_1`'s loop, on `keiro`'s pool
+/// and table) of rows `from..from + n` under id `raw_id`.
+async fn plain_commits(keiro: &Keiro, raw_id: &str, from: u32, n: u32) -> BenchResult<f64> {
+    let store = keiro::unstable::raw_store(keiro);
+    timed_commits(store, raw_id, i64::from(from), i64::from(n)).await
+}
+
+/// The sequential workloads. The 0-, 1- and 10-step series all run,
+/// interleaved in rounds so that drift in the disk's commit latency hits them
+/// alike; each round also times plain commits (`raw_commit_1`'s loop, same
+/// pool and table) as an interleaved reference. `us/step` is the cost of
+/// steps 2 to 10: `(t10 - t1) / 9` per workflow. (Against the 0-step series
+/// it would also count the instance's create, which an awaited workflow
+/// without steps records with its end and one with steps before its first
+/// step.) `emit_0` and `emit_10` choose what is printed.
 pub(crate) async fn sequential(cfg: &Config, emit_0: bool, emit_10: bool) -> BenchResult {
-    let (t0, t10, t_raw, step_cpu) = with_fresh_db(cfg.backend, |db| async move {
+    let (t0, t1, t10, t_raw, step_cpu) = with_fresh_db(cfg.backend, |db| async move {
         let keiro = cfg.builder(&db.url).connect().await?;
         series(&keiro, "warm", WARMUP, 10).await?;
         let raw_id = uuid::Uuid::new_v4().to_string();
         let per_round = SEQ_WORKFLOWS / SEQ_ROUNDS;
-        let (mut t0, mut t10, mut t_raw) = (0.0, 0.0, 0.0);
-        let (mut cpu0, mut cpu10) = (0.0, 0.0);
+        let (mut t0, mut t1, mut t10, mut t_raw) = (0.0, 0.0, 0.0, 0.0);
+        let (mut cpu1, mut cpu10) = (0.0, 0.0);
         for round in 0..SEQ_ROUNDS {
-            let started = Instant::now();
-            for i in 0..per_round {
-                crate::raw::commit_one(
-                    keiro::unstable::raw_store(&keiro),
-                    &raw_id,
-                    i64::from(round * per_round + i),
-                )
-                .await?;
-            }
-            t_raw += started.elapsed().as_secs_f64();
-            let cpu = process_cpu_seconds();
+            t_raw += plain_commits(&keiro, &raw_id, round * per_round, per_round).await?;
             t0 += series(&keiro, &format!("s0-{round}"), per_round, 0).await?;
-            cpu0 += process_cpu_seconds() - cpu;
+            let cpu = process_cpu_seconds();
+            t1 += series(&keiro, &format!("s1-{round}"), per_round, 1).await?;
+            cpu1 += process_cpu_seconds() - cpu;
             let cpu = process_cpu_seconds();
             t10 += series(&keiro, &format!("s10-{round}"), per_round, 10).await?;
             cpu10 += process_cpu_seconds() - cpu;
         }
         keiro.store().close().await;
-        Ok((t0, t10, t_raw, cpu10 - cpu0))
+        Ok((t0, t1, t10, t_raw, cpu10 - cpu1))
     })
     .await?;
     let n = f64::from(SEQ_WORKFLOWS);
@@ -80,7 +96,7 @@ pub(crate) async fn sequential(cfg: &Config, emit_0: bool, emit_10: bool) -> Ben
     }
     if emit_10 {
         let steps = n * 10.0;
-        let us_per_step = (t10 - t0) * 1e6 / steps;
+        let us_per_step = (t10 - t1) * 1e6 / (n * 9.0);
         let raw_us = t_raw * 1e6 / n;
         cfg.emit(Figure::new("seq_10steps", n / t10, "wf/s").with("workflows", SEQ_WORKFLOWS));
         cfg.emit(Figure::new("seq_10steps", steps / t10, "steps/s"));
@@ -88,16 +104,59 @@ pub(crate) async fn sequential(cfg: &Config, emit_0: bool, emit_10: bool) -> Ben
             Figure::new("seq_10steps", us_per_step, "us/step")
                 .with(
                     "how",
-                    "(time of 500 wf x 10 steps - time of 500 wf x 0 steps) / 5000",
+                    "(time of 500 wf x 10 steps - time of 500 wf x 1 step) / 4500",
                 )
                 .with("raw_commit_us_interleaved", round3(raw_us))
                 .with("ratio_to_interleaved_raw", round3(us_per_step / raw_us))
                 .with(
                     "bench_process_cpu_us_per_step",
-                    round3(step_cpu * 1e6 / steps),
+                    round3(step_cpu * 1e6 / (n * 9.0)),
                 ),
         );
     }
+    Ok(())
+}
+
+/// `seq_10steps_pipelined`: [`sequential`]'s 10-step series with a
+/// pipelined journal (steps run while their rows commit; the run's end waits
+/// for them), next to a 1-step pipelined series and plain commits, interleaved
+/// in rounds. `us/step` is `(t10 - t1) / 9` per workflow as for
+/// `seq_10steps`.
+pub(crate) async fn sequential_pipelined(cfg: &Config) -> BenchResult {
+    let (t1, t10, t_raw) = with_fresh_db(cfg.backend, |db| async move {
+        let keiro = cfg.builder(&db.url).connect().await?;
+        series_journaled(&keiro, "warm", WARMUP, 10, Journal::Pipelined).await?;
+        let raw_id = uuid::Uuid::new_v4().to_string();
+        let per_round = SEQ_WORKFLOWS / SEQ_ROUNDS;
+        let (mut t1, mut t10, mut t_raw) = (0.0, 0.0, 0.0);
+        for round in 0..SEQ_ROUNDS {
+            t_raw += plain_commits(&keiro, &raw_id, round * per_round, per_round).await?;
+            let tag = format!("p1-{round}");
+            t1 += series_journaled(&keiro, &tag, per_round, 1, Journal::Pipelined).await?;
+            let tag = format!("p10-{round}");
+            t10 += series_journaled(&keiro, &tag, per_round, 10, Journal::Pipelined).await?;
+        }
+        keiro.store().close().await;
+        Ok((t1, t10, t_raw))
+    })
+    .await?;
+    let n = f64::from(SEQ_WORKFLOWS);
+    let us_per_step = (t10 - t1) * 1e6 / (n * 9.0);
+    let raw_us = t_raw * 1e6 / n;
+    cfg.emit(
+        Figure::new("seq_10steps_pipelined", us_per_step, "us/step")
+            .with("journal", "pipelined")
+            .with(
+                "how",
+                "(time of 500 wf x 10 steps - time of 500 wf x 1 step) / 4500",
+            )
+            .with("raw_commit_us_interleaved", round3(raw_us))
+            .with("ratio_to_interleaved_raw", round3(us_per_step / raw_us))
+            .with("whole_workflow_us_per_step", round3(t10 * 1e6 / (n * 10.0))),
+    );
+    cfg.emit(
+        Figure::new("seq_10steps_pipelined", n / t10, "wf/s").with("workflows", SEQ_WORKFLOWS),
+    );
     Ok(())
 }
 

@@ -23,6 +23,17 @@ pub(crate) async fn bench_steps(count: u32) -> u32 {
     total
 }
 
+/// [`bench_steps`] with a pipelined journal: each step returns once its row
+/// is queued; the run's end waits for the rows.
+#[workflow(name = "bench_steps_pipelined", journal = "pipelined")]
+pub(crate) async fn bench_steps_pipelined(count: u32) -> u32 {
+    let mut total = 0;
+    for n in 0..count {
+        total += noop(n).await;
+    }
+    total
+}
+
 /// `count` durable sleeps of `millis` each; returns `count`.
 #[workflow(name = "bench_sleeps")]
 pub(crate) async fn bench_sleeps(count: u32, millis: u64) -> u32 {
