@@ -157,13 +157,13 @@ async fn create_debounced_on(
     ];
     let extended = dispatch!(Conn, conn.reborrow(), |c, sql| {
         if let Some(lock) = sql.debounce.lock {
-            sqlx::query(lock)
+            crate::prepared::query(lock)
                 .bind(format!("{}\n{}", new.name, debounce.key))
                 .execute(&mut *c)
                 .await
                 .map_err(StoreError::query(OP))?;
         }
-        bind_all!(sqlx::query(&sql.debounce.extend), &extend)
+        bind_all!(crate::prepared::query(&sql.debounce.extend), &extend)
             .fetch_optional(&mut *c)
             .await
             .map_err(StoreError::query(OP))?
@@ -186,7 +186,7 @@ async fn create_debounced_on(
             until,
         ];
         dispatch!(Conn, conn, |c, sql| {
-            bind_all!(sqlx::query(&sql.debounce.open), &open)
+            bind_all!(crate::prepared::query(&sql.debounce.open), &open)
                 .execute(&mut *c)
                 .await
                 .map(|_| ())

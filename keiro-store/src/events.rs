@@ -64,7 +64,7 @@ impl Store {
             if let Some(first) = journal_once((&mut *tx).into(), OP, publish.step, now).await? {
                 return crate::query::rolled_back(tx, OP, AppendOutcome::Existing(first)).await;
             }
-            sqlx::query(&sql.talk.upsert_event)
+            crate::prepared::query(&sql.talk.upsert_event)
                 .bind(&publish.step.workflow_id)
                 .bind(publish.key)
                 .bind(value)
@@ -82,10 +82,10 @@ impl Store {
     pub async fn get_event(&self, id: &str, key: &str) -> Result<Option<EventRow>> {
         const OP: &str = "get_event";
         dispatch!(Store, self, |s, sql| {
-            let row = sqlx::query(&sql.talk.get_event)
+            let row = crate::prepared::query(&sql.talk.get_event)
                 .bind(id)
                 .bind(key)
-                .fetch_optional(s.pool())
+                .fetch_optional(s.exec())
                 .await
                 .map_err(StoreError::query(OP))?;
             let what = || format!("event `{key}` of workflow instance `{id}`");
@@ -114,14 +114,14 @@ impl Store {
             if let Some(first) = journal_once((&mut *tx).into(), OP, publish.step, now).await? {
                 return crate::query::rolled_back(tx, OP, AppendOutcome::Existing(first)).await;
             }
-            let position: i64 = sqlx::query_scalar(&sql.talk.next_position)
+            let position: i64 = crate::prepared::query_scalar(&sql.talk.next_position)
                 .bind(id)
                 .bind(publish.key)
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(StoreError::query(OP))?;
             let closed = position > 0
-                && sqlx::query_scalar::<_, i64>(&sql.talk.stream_closed)
+                && crate::prepared::query_scalar::<_, i64>(&sql.talk.stream_closed)
                     .bind(id)
                     .bind(publish.key)
                     .fetch_optional(&mut *tx)
@@ -129,7 +129,7 @@ impl Store {
                     .map_err(StoreError::query(OP))?
                     .is_some();
             if !closed {
-                sqlx::query(&sql.talk.insert_stream_entry)
+                crate::prepared::query(&sql.talk.insert_stream_entry)
                     .bind(id)
                     .bind(publish.key)
                     .bind(position)
@@ -156,12 +156,12 @@ impl Store {
     ) -> Result<Vec<StreamEntry>> {
         const OP: &str = "read_stream";
         dispatch!(Store, self, |s, sql| {
-            let rows = sqlx::query(&sql.talk.read_stream)
+            let rows = crate::prepared::query(&sql.talk.read_stream)
                 .bind(id)
                 .bind(key)
                 .bind(from)
                 .bind(limit)
-                .fetch_all(s.pool())
+                .fetch_all(s.exec())
                 .await
                 .map_err(StoreError::query(OP))?;
             let what = || format!("stream `{key}` of workflow instance `{id}`");

@@ -5,6 +5,8 @@
 //! of one instance and the append of a batch of steps.
 
 use crate::query::Arg;
+#[cfg(feature = "postgres")]
+use crate::query::Session;
 use crate::rows::FromRow;
 use crate::validate::validate_id;
 use crate::{
@@ -67,7 +69,9 @@ impl Store {
             #[cfg(feature = "postgres")]
             (Store::Postgres(pg), [one]) => {
                 let mut conn = pg.acquire(OP).await?;
-                Ok(vec![pg.create_on(&mut conn, one, now).await?])
+                let created = pg.create_on(&mut conn, one, now).await?;
+                conn.done(OP).await?;
+                Ok(vec![created])
             }
             #[cfg(feature = "postgres")]
             (Store::Postgres(pg), _) => pg.create_many(news, now).await,
@@ -361,7 +365,7 @@ impl Store {
         let now = self.now_us();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
-            let status: Option<String> = sqlx::query_scalar(&sql.status_for_cancel)
+            let status: Option<String> = crate::prepared::query_scalar(&sql.status_for_cancel)
                 .bind(id)
                 .fetch_optional(&mut *tx)
                 .await
@@ -388,11 +392,12 @@ impl Store {
         let now = self.now_us();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
-            let row: Option<(String, Option<i64>)> = sqlx::query_as(&sql.status_for_time_out)
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?;
+            let row: Option<(String, Option<i64>)> =
+                crate::prepared::query_as(&sql.status_for_time_out)
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(StoreError::query(OP))?;
             let Some((status, deadline)) = row else {
                 return crate::query::rolled_back(tx, OP, Some(Cancellation::NotFound)).await;
             };
@@ -476,13 +481,13 @@ async fn end_tree(
         _ => "cancelled",
     };
     dispatch!(Conn, conn, |c, sql| {
-        let ids: Vec<String> = sqlx::query_scalar(&sql.unfinished_tree)
+        let ids: Vec<String> = crate::prepared::query_scalar(&sql.unfinished_tree)
             .bind(id)
             .fetch_all(&mut *c)
             .await
             .map_err(StoreError::query(op))?;
         for ended in &ids {
-            sqlx::query(&sql.cancel_one)
+            crate::prepared::query(&sql.cancel_one)
                 .bind(ended)
                 .bind(now)
                 .bind(status.as_str())
@@ -509,7 +514,7 @@ pub(crate) async fn resolve_on(
 ) -> Result<Resolution> {
     const OP: &str = "resolve";
     dispatch!(Conn, conn, |c, sql| {
-        let exists = sqlx::query(&sql.step_of_kind_exists)
+        let exists = crate::prepared::query(&sql.step_of_kind_exists)
             .bind(&row.workflow_id)
             .bind(row.generation)
             .bind(created)
@@ -524,7 +529,7 @@ pub(crate) async fn resolve_on(
         // Locked (PostgreSQL; SQLite's write lock is held already) so a
         // cancel or finish cannot slip in between this check and the
         // insert: it waits for this transaction, or this one sees it.
-        let current: Option<(String, i64)> = sqlx::query_as(&sql.status_for_answer)
+        let current: Option<(String, i64)> = crate::prepared::query_as(&sql.status_for_answer)
             .bind(&row.workflow_id)
             .fetch_optional(&mut *c)
             .await
@@ -568,7 +573,7 @@ pub(crate) async fn resolve_on(
             .ok_or_else(|| unreadable_step(row))?;
             return Ok(Resolution::AlreadyResolved(first));
         }
-        sqlx::query(&sql.wake_suspended)
+        crate::prepared::query(&sql.wake_suspended)
             .bind(&row.workflow_id)
             .bind(row.generation)
             .bind(now)
@@ -588,7 +593,7 @@ pub(crate) async fn get_step_on(
     seq: i64,
 ) -> Result<Option<StepRow>> {
     dispatch!(Conn, conn, |c, sql| {
-        let row = sqlx::query(&sql.get_step)
+        let row = crate::prepared::query(&sql.get_step)
             .bind(id)
             .bind(generation)
             .bind(seq)
@@ -627,7 +632,7 @@ pub(crate) async fn insert_step_on(
     now: i64,
 ) -> Result<bool> {
     let inserted = dispatch!(Conn, conn, |c, sql| bind_all!(
-        sqlx::query(&sql.insert_step),
+        crate::prepared::query(&sql.insert_step),
         &step_args(row, now)
     )
     .execute(c)
@@ -702,11 +707,13 @@ async fn finish_handing_over_on(
 /// Moves an unfinished instance to a final status and reports to its parent.
 async fn finish_on(conn: Conn<'_>, finish: &Finish<'_>, now: i64) -> Result<bool> {
     dispatch!(Conn, conn, |c, sql| {
-        let updated: Option<bool> =
-            bind_all!(sqlx::query_scalar(&sql.finish), &finish_args(finish, now))
-                .fetch_optional(&mut *c)
-                .await
-                .map_err(StoreError::query("finish"))?;
+        let updated: Option<bool> = bind_all!(
+            crate::prepared::query_scalar(&sql.finish),
+            &finish_args(finish, now)
+        )
+        .fetch_optional(&mut *c)
+        .await
+        .map_err(StoreError::query("finish"))?;
         // Only a child reports to a parent; most instances have none.
         if updated == Some(true) {
             report_to_parent(c.into(), finish.id, now).await?;
@@ -753,7 +760,7 @@ fn distinct_ids(finishes: &[Finish<'_>]) -> bool {
 pub(crate) async fn report_to_parent(conn: Conn<'_>, child: &str, now: i64) -> Result<()> {
     dispatch!(Conn, conn, |c, sql| {
         for statement in [&sql.report_child, &sql.wake_parent] {
-            sqlx::query(statement)
+            crate::prepared::query(statement)
                 .bind(child)
                 .bind(now)
                 .execute(&mut *c)

@@ -59,6 +59,7 @@ mod outbox;
 mod outcome;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod prepared;
 mod queue;
 mod resume;
 mod retention;
@@ -113,7 +114,7 @@ pub use model::{
     TimerUpdate,
 };
 pub use operate::{Fork, JournalEntry, Retry};
-pub use options::{SqliteSynchronous, StoreOptions};
+pub use options::{Pooler, SqliteSynchronous, StoreOptions};
 pub use outbox::{create_instance_tx, get_step_tx, resolve_tx, send_message_tx};
 pub use outcome::Outcome;
 #[cfg(feature = "postgres")]

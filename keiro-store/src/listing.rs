@@ -230,14 +230,14 @@ impl Store {
             }
         };
         dispatch!(Store, self, |s| {
-            let mut q = sqlx::query(&sql);
+            let mut q = crate::prepared::query(&sql);
             for value in &st.binds {
                 q = match value {
                     Bind::Int(int) => q.bind(*int),
                     Bind::Text(text) => q.bind(text.as_str()),
                 };
             }
-            let rows = q.fetch_all(s.pool()).await.map_err(StoreError::query(OP))?;
+            let rows = q.fetch_all(s.exec()).await.map_err(StoreError::query(OP))?;
             rows.iter().map(ListedInstance::from_row).collect()
         })
     }
@@ -255,9 +255,9 @@ impl Store {
         let sql =
             format!("SELECT {INSTANCE_COLUMNS}, {WAITING_COLUMNS} FROM {table} WHERE id = $1");
         dispatch!(Store, self, |s| {
-            let row = sqlx::query(&sql)
+            let row = crate::prepared::query(&sql)
                 .bind(id)
-                .fetch_optional(s.pool())
+                .fetch_optional(s.exec())
                 .await
                 .map_err(StoreError::query(OP))?;
             row.as_ref().map(ListedInstance::from_row).transpose()

@@ -381,10 +381,10 @@ impl Store {
     pub async fn next_message(&self, id: &str, topic: &str) -> Result<Option<MessageRow>> {
         const OP: &str = "next_message";
         dispatch!(Store, self, |s, sql| {
-            let row = sqlx::query(&sql.talk.next_message)
+            let row = crate::prepared::query(&sql.talk.next_message)
                 .bind(id)
                 .bind(topic)
-                .fetch_optional(s.pool())
+                .fetch_optional(s.exec())
                 .await
                 .map_err(StoreError::query(OP))?;
             row.as_ref()
@@ -422,7 +422,7 @@ impl Store {
                     taken.push(Taken::Journaled(row));
                     continue;
                 }
-                let marked = sqlx::query(&sql.talk.consume_message)
+                let marked = crate::prepared::query(&sql.talk.consume_message)
                     .bind(take.message_id)
                     .bind(step.generation)
                     .bind(step.seq)
@@ -471,10 +471,10 @@ impl Store {
     pub async fn waiting_messages(&self, id: &str, limit: i64) -> Result<Vec<WaitingMessage>> {
         const OP: &str = "waiting_messages";
         dispatch!(Store, self, |s, sql| {
-            let rows = sqlx::query(&sql.talk.waiting_messages)
+            let rows = crate::prepared::query(&sql.talk.waiting_messages)
                 .bind(id)
                 .bind(limit)
-                .fetch_all(s.pool())
+                .fetch_all(s.exec())
                 .await
                 .map_err(StoreError::query(OP))?;
             rows.iter()
@@ -526,7 +526,7 @@ pub(crate) async fn send_message_on(
         let talk = &sql.talk;
         if let (Some(send_one), None) = (&talk.send_one, message.journal) {
             let (status, id, _notified): (Option<String>, Option<i64>, i64) =
-                sqlx::query_as(send_one)
+                crate::prepared::query_as(send_one)
                     .bind(message.workflow_id)
                     .bind(message.topic)
                     .bind(message.payload)
@@ -547,7 +547,7 @@ pub(crate) async fn send_message_on(
                 None => SendOutcome::Duplicate,
             });
         }
-        let status: Option<String> = sqlx::query_scalar(&talk.instance_status_locked)
+        let status: Option<String> = crate::prepared::query_scalar(&talk.instance_status_locked)
             .bind(message.workflow_id)
             .fetch_optional(&mut *c)
             .await
@@ -579,7 +579,7 @@ pub(crate) async fn send_message_on(
                 return Ok(SendOutcome::Replayed(first));
             }
         }
-        let id: Option<i64> = sqlx::query_scalar(&talk.insert_message)
+        let id: Option<i64> = crate::prepared::query_scalar(&talk.insert_message)
             .bind(message.workflow_id)
             .bind(message.topic)
             .bind(message.payload)
@@ -593,7 +593,7 @@ pub(crate) async fn send_message_on(
             return Ok(SendOutcome::Duplicate);
         };
         if status == Some(InstanceStatus::Suspended) {
-            sqlx::query(&talk.wake_if_suspended)
+            crate::prepared::query(&talk.wake_if_suspended)
                 .bind(message.workflow_id)
                 .bind(now)
                 .execute(&mut *c)

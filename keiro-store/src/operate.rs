@@ -162,7 +162,7 @@ impl Store {
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             let row: Option<(String, Option<String>)> =
-                sqlx::query_as(&sql.operate.status_for_retry)
+                crate::prepared::query_as(&sql.operate.status_for_retry)
                     .bind(id)
                     .fetch_optional(&mut *tx)
                     .await
@@ -183,11 +183,12 @@ impl Store {
             // A child whose parent still waits for it reports its new result
             // when it ends, as the first would have; one whose parent has its
             // result already would report into nothing.
-            let recorded: Option<(String, String)> = sqlx::query_as(&sql.operate.parent_recorded)
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?;
+            let recorded: Option<(String, String)> =
+                crate::prepared::query_as(&sql.operate.parent_recorded)
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(StoreError::query(OP))?;
             if let Some((parent_id, parent_name)) = recorded {
                 return crate::query::rolled_back(
                     tx,
@@ -200,7 +201,7 @@ impl Store {
                 )
                 .await;
             }
-            sqlx::query(&sql.operate.retry)
+            crate::prepared::query(&sql.operate.retry)
                 .bind(id)
                 .bind(now)
                 .execute(&mut *tx)
@@ -220,10 +221,10 @@ impl Store {
     ) -> Result<Vec<JournalEntry>> {
         const OP: &str = "load_journal_entries";
         dispatch!(Store, self, |s, sql| {
-            let rows = sqlx::query(&sql.operate.journal_entries)
+            let rows = crate::prepared::query(&sql.operate.journal_entries)
                 .bind(id)
                 .bind(generation)
-                .fetch_all(s.pool())
+                .fetch_all(s.exec())
                 .await
                 .map_err(StoreError::query(OP))?;
             rows.iter().map(JournalEntry::from_row).collect()
@@ -242,7 +243,7 @@ impl Store {
         let now = self.now_us();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
-            let source: Option<(String, i64)> = sqlx::query_as(&sql.operate.fork_source)
+            let source: Option<(String, i64)> = crate::prepared::query_as(&sql.operate.fork_source)
                 .bind(id)
                 .fetch_optional(&mut *tx)
                 .await
@@ -250,7 +251,7 @@ impl Store {
             let Some((_name, generation)) = source else {
                 return crate::query::rolled_back(tx, OP, Fork::NotFound).await;
             };
-            let inserted = sqlx::query(&sql.operate.fork_instance)
+            let inserted = crate::prepared::query(&sql.operate.fork_instance)
                 .bind(id)
                 .bind(new_id)
                 .bind(now)
@@ -261,7 +262,7 @@ impl Store {
             if inserted == 0 {
                 return crate::query::rolled_back(tx, OP, Fork::Conflict).await;
             }
-            let steps = sqlx::query(&sql.operate.fork_steps)
+            let steps = crate::prepared::query(&sql.operate.fork_steps)
                 .bind(id)
                 .bind(new_id)
                 .bind(generation)

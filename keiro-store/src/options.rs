@@ -11,6 +11,27 @@ pub enum SqliteSynchronous {
     Normal,
 }
 
+/// What stands between keiro and PostgreSQL.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Pooler {
+    /// A direct connection, or a proxy that gives each client connection a
+    /// server connection of its own for as long as it lasts (pgbouncer's
+    /// `pool_mode = session`). The default.
+    #[default]
+    None,
+    /// A transaction-pooling proxy (pgbouncer's `pool_mode = transaction`,
+    /// RDS Proxy, the poolers of managed PostgreSQL services): consecutive
+    /// transactions of one client connection may run on different server
+    /// connections. keiro then keeps no state in a session: every statement
+    /// is prepared unnamed (for every PostgreSQL store of the process) and
+    /// runs inside a transaction, no session lock or setting outlives a
+    /// transaction, `LISTEN` goes to [`StoreOptions::listen_url`] (workers
+    /// poll when it is unset) and migrations run there too (else through
+    /// the proxy, in one transaction). Also set by the URL parameter
+    /// `pooler=transaction`.
+    Transaction,
+}
+
 /// How to open a store.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -28,6 +49,14 @@ pub struct StoreOptions {
     pub migrate: bool,
     /// Where the store's "now" comes from (default: the system clock).
     pub clock: crate::Clock,
+    /// What stands between keiro and PostgreSQL (default: nothing);
+    /// ignored by SQLite.
+    pub pooler: Pooler,
+    /// A direct PostgreSQL URL (bypassing a transaction-pooling proxy) for
+    /// the `LISTEN` connection that wakes workers at once, and for
+    /// migrations. Used only with [`Pooler::Transaction`]; without it,
+    /// workers find new work by polling.
+    pub listen_url: Option<String>,
 }
 
 impl Default for StoreOptions {
@@ -37,6 +66,8 @@ impl Default for StoreOptions {
             max_connections: None,
             migrate: true,
             clock: crate::Clock::system(),
+            pooler: Pooler::None,
+            listen_url: None,
         }
     }
 }

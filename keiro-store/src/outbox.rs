@@ -117,7 +117,7 @@ pub(crate) async fn notify_on(conn: Conn<'_>, id: &str) -> Result<()> {
         }
         #[cfg(feature = "postgres")]
         Conn::Postgres(c) => {
-            sqlx::query("SELECT pg_notify($1, $2)")
+            crate::prepared::query("SELECT pg_notify($1, $2)")
                 .bind(crate::postgres::notify::WAKE_CHANNEL)
                 .bind(crate::wake_payload(id).as_ref())
                 .execute(c)

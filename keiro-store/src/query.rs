@@ -128,8 +128,8 @@ impl Store {
         args: &[Arg<'_>],
     ) -> Result<Option<T>> {
         dispatch!(Store, self, |s, sql| {
-            let row = bind_all!(sqlx::query(pick(sql)), args)
-                .fetch_optional(s.pool())
+            let row = bind_all!(crate::prepared::query(pick(sql)), args)
+                .fetch_optional(s.exec())
                 .await
                 .map_err(StoreError::query(op))?;
             row.as_ref().map(|row| T::from_row(row)).transpose()
@@ -146,12 +146,12 @@ impl Store {
         registered: Option<&[Registered<'_>]>,
     ) -> Result<Vec<T>> {
         dispatch!(Store, self, |s, sql| {
-            let mut query = bind_all!(sqlx::query(pick(sql)), args);
+            let mut query = bind_all!(crate::prepared::query(pick(sql)), args);
             if let Some(workflows) = registered {
                 query = s.bind_registered(query, workflows);
             }
             let rows = query
-                .fetch_all(s.pool())
+                .fetch_all(s.exec())
                 .await
                 .map_err(StoreError::query(op))?;
             rows.iter().map(|row| T::from_row(row)).collect()
@@ -161,10 +161,10 @@ impl Store {
     /// Runs a statement; returns how many rows it changed.
     pub(crate) async fn execute(&self, op: Op, pick: Statement, args: &[Arg<'_>]) -> Result<u64> {
         dispatch!(Store, self, |s, sql| bind_all!(
-            sqlx::query(pick(sql)),
+            crate::prepared::query(pick(sql)),
             args
         )
-        .execute(s.pool())
+        .execute(s.exec())
         .await
         .map(|done| done.rows_affected()))
         .map_err(StoreError::query(op))
@@ -173,13 +173,29 @@ impl Store {
     /// Runs a `SELECT count(*)`.
     pub(crate) async fn count(&self, op: Op, pick: Statement, args: &[Arg<'_>]) -> Result<u64> {
         let n: i64 = dispatch!(Store, self, |s, sql| bind_all!(
-            sqlx::query_scalar(pick(sql)),
+            crate::prepared::query_scalar(pick(sql)),
             args
         )
-        .fetch_one(s.pool())
+        .fetch_one(s.exec())
         .await)
         .map_err(StoreError::query(op))?;
         Ok(n.max(0) as u64)
+    }
+}
+
+/// A connection a store's `acquire` handed out for statements that each
+/// commit alone. Behind a transaction-pooling proxy it is a transaction
+/// (see `postgres/exec.rs`), which only [`Session::done`] commits: call it
+/// once the statements succeeded.
+pub(crate) trait Session {
+    /// Ends the session, committing what it wrote if that is still to do.
+    async fn done(self, op: &'static str) -> crate::Result<()>;
+}
+
+#[cfg(feature = "sqlite")]
+impl Session for sqlx::pool::PoolConnection<sqlx::Sqlite> {
+    async fn done(self, _op: &'static str) -> crate::Result<()> {
+        Ok(())
     }
 }
 

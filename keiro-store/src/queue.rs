@@ -24,6 +24,7 @@
 //! the default queue never wait on it. On SQLite the claim runs under
 //! `BEGIN IMMEDIATE`, which already serialises writers.
 
+use crate::query::Session;
 use crate::rows::{FromRow, StoreRow};
 use crate::sql::Dialect;
 use crate::{Conn, InstanceRow, Lease, Registered, Result, Store, StoreError};
@@ -303,7 +304,9 @@ impl Store {
         };
         dispatch!(Store, self, |s| {
             let mut conn = s.acquire("create_queued").await?;
-            find_duplicate((&mut *conn).into(), new, queued, key).await
+            let found = find_duplicate((&mut *conn).into(), new, queued, key).await?;
+            conn.done("create_queued").await?;
+            Ok(found)
         })
     }
 
@@ -332,7 +335,7 @@ impl Store {
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             if let Some(lock) = sql.queue.lock {
-                sqlx::query(lock)
+                crate::prepared::query(lock)
                     .bind(limits.name)
                     .execute(&mut *tx)
                     .await
@@ -340,7 +343,7 @@ impl Store {
             }
             let what = || format!("queue `{}`", limits.name);
             let rooms = bind_all!(
-                sqlx::query(&sql.queue.rooms),
+                crate::prepared::query(&sql.queue.rooms),
                 &args![lease.owner, now, limits.name, window_start]
             )
             .fetch_all(&mut *tx)
@@ -375,7 +378,7 @@ impl Store {
                     room.partition.as_str(),
                     &versions,
                 ];
-                let query = bind_all!(sqlx::query(&sql.queue.claim_partition), &args);
+                let query = bind_all!(crate::prepared::query(&sql.queue.claim_partition), &args);
                 let rows = s
                     .bind_registered(query, workflows)
                     .fetch_all(&mut *tx)
@@ -437,7 +440,7 @@ async fn create_queued_on(
             queued.not_before,
         ];
         dispatch!(Conn, conn, |c, sql| {
-            bind_all!(sqlx::query(&sql.queue.mark_queued), &args)
+            bind_all!(crate::prepared::query(&sql.queue.mark_queued), &args)
                 .execute(&mut *c)
                 .await
                 .map(|_| ())
@@ -470,7 +473,7 @@ pub(crate) async fn hand_over_on(
         hand_over.versions.as_str(),
     ];
     dispatch!(Conn, conn, |c, sql| {
-        bind_all!(sqlx::query(&sql.queue.hand_over), &args)
+        bind_all!(crate::prepared::query(&sql.queue.hand_over), &args)
             .fetch_optional(&mut *c)
             .await
             .map_err(StoreError::query("hand_over"))?
@@ -489,7 +492,7 @@ async fn find_duplicate(
 ) -> Result<Option<StoreError>> {
     let queue = queued.queue.unwrap_or_default();
     let existing: Option<String> = dispatch!(Conn, conn, |c, sql| {
-        sqlx::query(&sql.queue.find_duplicate)
+        crate::prepared::query(&sql.queue.find_duplicate)
             .bind(queue)
             .bind(key)
             .fetch_optional(&mut *c)

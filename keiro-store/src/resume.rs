@@ -27,9 +27,11 @@ impl Store {
     /// suspended one's is the earlier of its wake time and its deadline):
     /// what a manual clock is moved to next.
     pub async fn next_wake_at(&self) -> Result<Option<i64>> {
-        dispatch!(Store, self, |s, sql| sqlx::query_scalar(&sql.next_wake_at)
-            .fetch_one(s.pool())
-            .await)
+        dispatch!(Store, self, |s, sql| crate::prepared::query_scalar(
+            &sql.next_wake_at
+        )
+        .fetch_one(s.exec())
+        .await)
         .map_err(StoreError::query("next_wake_at"))
     }
 
@@ -95,7 +97,7 @@ impl Store {
                 crash.retry_at,
                 now,
             ];
-            let row = bind_all!(sqlx::query(&sql.record_crash), &args)
+            let row = bind_all!(crate::prepared::query(&sql.record_crash), &args)
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(StoreError::query(OP))?;
@@ -175,7 +177,7 @@ impl Store {
         const OP: &str = "remove_executor";
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
-            let removed = sqlx::query(&sql.delete_executor)
+            let removed = crate::prepared::query(&sql.delete_executor)
                 .bind(id)
                 .bind(token)
                 .execute(&mut *tx)
@@ -184,7 +186,7 @@ impl Store {
             if removed.rows_affected() == 0 {
                 return crate::query::rolled_back(tx, OP, None).await;
             }
-            sqlx::query(&sql.delete_worker_workflows)
+            crate::prepared::query(&sql.delete_worker_workflows)
                 .bind(id)
                 .execute(&mut *tx)
                 .await
@@ -192,7 +194,7 @@ impl Store {
             // In the same transaction, so no process can take the identity
             // (and its leases) between the two: on PostgreSQL one inserting
             // it anew waits on the deleted row.
-            let released = sqlx::query(&sql.release_leases_of)
+            let released = crate::prepared::query(&sql.release_leases_of)
                 .bind(id)
                 .bind(self.now_us())
                 .execute(&mut *tx)
@@ -218,12 +220,12 @@ impl Store {
             .collect();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
-            sqlx::query(&sql.delete_worker_workflows)
+            crate::prepared::query(&sql.delete_worker_workflows)
                 .bind(executor_id)
                 .execute(&mut *tx)
                 .await
                 .map_err(StoreError::query(OP))?;
-            let insert = sqlx::query(&sql.insert_worker_workflows).bind(executor_id);
+            let insert = crate::prepared::query(&sql.insert_worker_workflows).bind(executor_id);
             s.bind_registered(insert, &registered)
                 .execute(&mut *tx)
                 .await
@@ -235,10 +237,10 @@ impl Store {
     /// Whether a worker whose executor sent a heartbeat at or after
     /// `alive_since` (µs since the Unix epoch) serves workflow `name`.
     pub async fn is_served(&self, name: &str, alive_since: i64) -> Result<bool> {
-        dispatch!(Store, self, |s, sql| sqlx::query(&sql.is_served)
+        dispatch!(Store, self, |s, sql| crate::prepared::query(&sql.is_served)
             .bind(name)
             .bind(alive_since)
-            .fetch_one(s.pool())
+            .fetch_one(s.exec())
             .await
             .map_err(StoreError::query("is_served"))
             .and_then(

@@ -319,7 +319,7 @@ pub struct GcRequest {
 macro_rules! fetch_as {
     ($conn:expr, $row:ty, $text:expr, $args:expr) => {
         dispatch!(Conn, &mut *$conn, |c| bind_all!(
-            sqlx::query_as::<_, $row>($text),
+            crate::prepared::query_as::<_, $row>($text),
             $args
         )
         .fetch_all(&mut **c)
@@ -348,11 +348,14 @@ async fn execute_for_ids(
             .copied()
             .chain(chunk.iter().map(|id| Arg::Text(id)))
             .collect();
-        changed += dispatch!(Conn, &mut *conn, |c| bind_all!(sqlx::query(&text), &args)
-            .execute(&mut **c)
-            .await
-            .map(|done| done.rows_affected())
-            .map_err(StoreError::query(OP)))?;
+        changed += dispatch!(Conn, &mut *conn, |c| bind_all!(
+            crate::prepared::query(&text),
+            &args
+        )
+        .execute(&mut **c)
+        .await
+        .map(|done| done.rows_affected())
+        .map_err(StoreError::query(OP)))?;
     }
     Ok(changed)
 }

@@ -26,15 +26,15 @@ impl Store {
             ),
         };
         dispatch!(Store, self, |s| {
-            let exists: bool = sqlx::query_scalar(exists)
-                .fetch_one(s.pool())
+            let exists: bool = crate::prepared::query_scalar(exists)
+                .fetch_one(s.exec())
                 .await
                 .map_err(StoreError::query(OP))?;
             if !exists {
                 return Ok(None);
             }
-            sqlx::query_scalar::<_, Option<i64>>(latest)
-                .fetch_one(s.pool())
+            crate::prepared::query_scalar::<_, Option<i64>>(latest)
+                .fetch_one(s.exec())
                 .await
                 .map_err(StoreError::query(OP))
         })

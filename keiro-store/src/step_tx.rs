@@ -77,21 +77,24 @@ impl StepTx<'_> {
         for (row, timing) in rows {
             let affected = match self {
                 #[cfg(feature = "sqlite")]
-                StepTx::Sqlite(tx) => bind_all!(sqlx::query(INSERT_SQLITE), &step_args(row, now))
-                    .bind(timing.attempts_column())
-                    .bind(timing.started_at)
-                    .execute(&mut **tx)
-                    .await
-                    .map(|done| done.rows_affected()),
-                #[cfg(feature = "postgres")]
-                StepTx::Postgres(tx) => {
-                    bind_all!(sqlx::query(INSERT_POSTGRES), &step_args(row, now))
+                StepTx::Sqlite(tx) => {
+                    bind_all!(crate::prepared::query(INSERT_SQLITE), &step_args(row, now))
                         .bind(timing.attempts_column())
                         .bind(timing.started_at)
                         .execute(&mut **tx)
                         .await
                         .map(|done| done.rows_affected())
                 }
+                #[cfg(feature = "postgres")]
+                StepTx::Postgres(tx) => bind_all!(
+                    crate::prepared::query(INSERT_POSTGRES),
+                    &step_args(row, now)
+                )
+                .bind(timing.attempts_column())
+                .bind(timing.started_at)
+                .execute(&mut **tx)
+                .await
+                .map(|done| done.rows_affected()),
             };
             let affected = affected.map_err(StoreError::query(OP))?;
             written.push(affected == 1);

@@ -25,7 +25,7 @@ impl Store {
         let now = self.now_us();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
-            sqlx::query(&sql.talk.instance_status_locked)
+            crate::prepared::query(&sql.talk.instance_status_locked)
                 .bind(suspend.id)
                 .fetch_optional(&mut *tx)
                 .await
@@ -43,7 +43,7 @@ impl Store {
                 if due {
                     break;
                 }
-                due = sqlx::query(&sql.talk.message_waiting)
+                due = crate::prepared::query(&sql.talk.message_waiting)
                     .bind(suspend.id)
                     .bind(topic)
                     .fetch_optional(&mut *tx)
@@ -51,7 +51,7 @@ impl Store {
                     .map_err(StoreError::query(OP))?
                     .is_some();
             }
-            let applied = sqlx::query(&sql.suspend)
+            let applied = crate::prepared::query(&sql.suspend)
                 .bind(suspend.id)
                 .bind(suspend.generation)
                 .bind(suspend.owner)

@@ -30,7 +30,7 @@
 use sqlx::QueryBuilder;
 
 use crate::model::ResumeEnd;
-use crate::query::{Arg, Statement};
+use crate::query::{Arg, Session, Statement};
 use crate::rows::FromRow;
 use crate::sql::TIMER_COLUMNS;
 use crate::validate::validate_id;
@@ -159,8 +159,10 @@ impl Store {
             // Each statement re-checks the row and notifies as it writes.
             #[cfg(feature = "postgres")]
             Store::Postgres(s) => {
-                let conn = &mut *s.acquire(OP).await?;
-                schedule(conn.into(), timer, once, self.now_us()).await
+                let mut conn = s.acquire(OP).await?;
+                let outcome = schedule((&mut *conn).into(), timer, once, self.now_us()).await?;
+                conn.done(OP).await?;
+                Ok(outcome)
             }
         }
     }
@@ -178,10 +180,10 @@ impl Store {
     /// The earliest fire time of any `scheduled` timer, due or not: how long
     /// an idle worker may sleep before something is due.
     pub async fn next_timer_fire_at(&self) -> Result<Option<i64>> {
-        dispatch!(Store, self, |s, sql| sqlx::query_scalar(
+        dispatch!(Store, self, |s, sql| crate::prepared::query_scalar(
             &sql.next_timer_fire_at
         )
-        .fetch_one(s.pool())
+        .fetch_one(s.exec())
         .await)
         .map_err(StoreError::query("next_timer_fire_at"))
     }
@@ -309,9 +311,8 @@ impl Store {
             }
             list.push(format!(" ORDER BY {key}, id LIMIT "))
                 .push_bind(query.limit);
-            let rows = list
-                .build()
-                .fetch_all(s.pool())
+            let rows = crate::prepared::built(list.build())
+                .fetch_all(s.exec())
                 .await
                 .map_err(StoreError::query("find_timers"))?;
             rows.iter().map(TimerRow::from_row).collect()
@@ -435,7 +436,9 @@ impl Store {
     ) -> Result<TimerUpdate> {
         dispatch!(Store, self, |s| {
             let mut conn = s.acquire(op).await?;
-            update((&mut *conn).into(), op, id, statement, args).await
+            let updated = update((&mut *conn).into(), op, id, statement, args).await?;
+            conn.done(op).await?;
+            Ok(updated)
         })
     }
 
@@ -451,7 +454,9 @@ impl Store {
     ) -> Result<(Option<TimerRow>, Option<(TimerStatus, Option<i64>)>)> {
         dispatch!(Store, self, |s| {
             let mut conn = s.acquire(op).await?;
-            returning_on((&mut *conn).into(), op, id, statement, args).await
+            let found = returning_on((&mut *conn).into(), op, id, statement, args).await?;
+            conn.done(op).await?;
+            Ok(found)
         })
     }
 }
@@ -489,7 +494,7 @@ async fn schedule(
         ];
         // Once-only: the first schedule wins, so no re-arming.
         for (statement, outcome) in &writes[..if once { 1 } else { 2 }] {
-            let written = bind_all!(sqlx::query(statement), &args)
+            let written = bind_all!(crate::prepared::query(statement), &args)
                 .execute(&mut *c)
                 .await
                 .map_err(StoreError::query(OP))?
@@ -498,7 +503,7 @@ async fn schedule(
                 return Ok(*outcome);
             }
         }
-        let status: String = sqlx::query_scalar(&sql.timer_status)
+        let status: String = crate::prepared::query_scalar(&sql.timer_status)
             .bind(timer.id)
             .fetch_one(&mut *c)
             .await
@@ -538,18 +543,19 @@ async fn returning_on(
     args: &[Arg<'_>],
 ) -> Result<(Option<TimerRow>, Option<(TimerStatus, Option<i64>)>)> {
     dispatch!(Conn, conn, |c, sql| {
-        let row = bind_all!(sqlx::query(statement(sql)), args)
+        let row = bind_all!(crate::prepared::query(statement(sql)), args)
             .fetch_optional(&mut *c)
             .await
             .map_err(StoreError::query(op))?;
         if let Some(row) = row {
             return Ok((Some(TimerRow::from_row(&row)?), None));
         }
-        let found: Option<(String, Option<i64>)> = sqlx::query_as(&sql.timer_status_and_lease)
-            .bind(id)
-            .fetch_optional(&mut *c)
-            .await
-            .map_err(StoreError::query(op))?;
+        let found: Option<(String, Option<i64>)> =
+            crate::prepared::query_as(&sql.timer_status_and_lease)
+                .bind(id)
+                .fetch_optional(&mut *c)
+                .await
+                .map_err(StoreError::query(op))?;
         let found = match found {
             Some((status, lease_until)) => Some((rows::timer_status(id, &status)?, lease_until)),
             None => None,

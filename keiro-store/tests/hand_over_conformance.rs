@@ -299,10 +299,12 @@ async fn plan_settings_did_not_leak(store: &Store) {
         held.push(pool.acquire().await.unwrap());
     }
     for conn in &mut held {
-        let mode: String = sqlx::query_scalar("SHOW plan_cache_mode")
-            .fetch_one(&mut **conn)
+        // A simple-protocol statement: one exchange, so it also works
+        // through a transaction-pooling proxy.
+        let row = sqlx::Executor::fetch_one(&mut **conn, "SHOW plan_cache_mode")
             .await
             .unwrap();
+        let mode: String = sqlx::Row::get(&row, 0);
         assert_eq!(
             mode, "auto",
             "a pooled connection kept a batch's plan setting"

@@ -13,6 +13,7 @@ mod support;
 use std::borrow::Cow;
 
 use keiro_store::{now_us, Store, POSTGRES_MIGRATOR, SQLITE_MIGRATOR};
+use keiro_test_support::{PgBouncer, PostgresServer, TEST_POSTGRES_URL_VAR};
 use sqlx::migrate::Migrator;
 use sqlx::{Connection, Executor};
 use support::{create_postgres_database, drop_postgres_database, test_options};
@@ -154,11 +155,13 @@ async fn step_created_at(store: &Store) -> i64 {
     let sql = "SELECT created_at FROM keiro_steps WHERE workflow_id = 'due'";
     match store {
         Store::Sqlite(s) => sqlx::query_scalar(sql).fetch_one(s.pool()).await,
-        Store::Postgres(p) => {
-            sqlx::query_scalar(&on_postgres(sql))
-                .fetch_one(p.pool())
-                .await
-        }
+        // One simple-protocol exchange: it also works through a
+        // transaction-pooling proxy.
+        Store::Postgres(p) => p
+            .pool()
+            .fetch_one(on_postgres(sql).as_str())
+            .await
+            .map(|row| sqlx::Row::get(&row, 0)),
     }
     .expect(sql)
 }
@@ -245,5 +248,76 @@ async fn postgres_millisecond_rows_become_the_same_instants_in_microseconds() {
     let now_ms = now_us() / 1000;
     let (name, url) = postgres_at_0007(now_ms).await;
     migrate_and_check(&url, now_ms).await;
+    drop_postgres_database(&name).await;
+}
+
+/// The URL of database `name` through this process's pgbouncer (transaction
+/// pooling), with no direct URL: migrations run through the proxy.
+fn through_pgbouncer(name: &str) -> String {
+    PgBouncer::shared(&PostgresServer::from_env(TEST_POSTGRES_URL_VAR)).url(name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgbouncer_millisecond_rows_become_the_same_instants_in_microseconds() {
+    let now_ms = now_us() / 1000;
+    let (name, _) = postgres_at_0007(now_ms).await;
+    migrate_and_check(&through_pgbouncer(&name), now_ms).await;
+    drop_postgres_database(&name).await;
+}
+
+/// Two processes migrating a fresh database through pgbouncer at once both
+/// succeed, each migration is applied once, and sqlx's own migrator on a
+/// direct connection then finds the bookkeeping its own (same checksums,
+/// nothing to apply).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgbouncer_migrations_race_once_and_agree_with_sqlx() {
+    let (name, direct_url) = create_postgres_database().await;
+    let url = through_pgbouncer(&name);
+    let options = test_options();
+    let (a, b) = tokio::join!(
+        Store::connect(&url, &options),
+        Store::connect(&url, &options)
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let Store::Postgres(pg) = &a else {
+        panic!("expected the PostgreSQL backend, got {}", a.backend());
+    };
+    assert!(
+        pg.is_pooled(),
+        "pooler=transaction was not taken from the URL"
+    );
+
+    let mut direct = sqlx::PgConnection::connect(&direct_url).await.unwrap();
+    let applied: Vec<(i64, bool, Vec<u8>)> = sqlx::query_as(
+        "SELECT version, success, checksum FROM keiro._sqlx_migrations ORDER BY version",
+    )
+    .fetch_all(&mut direct)
+    .await
+    .unwrap();
+    let embedded: Vec<(i64, bool, Vec<u8>)> = POSTGRES_MIGRATOR
+        .iter()
+        .map(|m| (m.version, true, m.checksum.to_vec()))
+        .collect();
+    assert_eq!(applied, embedded);
+    direct.execute("SET search_path TO keiro").await.unwrap();
+    POSTGRES_MIGRATOR
+        .run(&mut direct)
+        .await
+        .expect("sqlx accepts a database migrated through the proxy");
+    direct.close().await.unwrap();
+
+    // A store that must not migrate opens it through the proxy too.
+    let checked = Store::connect(
+        &url,
+        &keiro_store::StoreOptions {
+            migrate: false,
+            ..test_options()
+        },
+    )
+    .await
+    .expect("an up-to-date database opens without migrating");
+    for store in [a, b, checked] {
+        store.close().await;
+    }
     drop_postgres_database(&name).await;
 }

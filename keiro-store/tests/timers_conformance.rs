@@ -921,7 +921,7 @@ async fn postgres_schedules_notify_workers_on_commit() {
     let mut listener = pg.listen_timers().await.unwrap();
     let quiet = std::time::Duration::from_millis(300);
 
-    let mut tx = pg.pool().begin().await.unwrap();
+    let mut tx = db.pg_pool().begin().await.unwrap();
     keiro_store::schedule_timer_tx(&mut tx, &timer("t-1", 10))
         .await
         .unwrap();

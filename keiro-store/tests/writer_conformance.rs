@@ -35,6 +35,13 @@ async fn postgres_a_refused_write_fails_alone() {
 }
 
 #[tokio::test]
+async fn pgbouncer_a_refused_write_fails_alone() {
+    let db = TestDb::pgbouncer().await;
+    a_refused_write_fails_alone(&db).await;
+    db.finish().await;
+}
+
+#[tokio::test]
 async fn sqlite_a_round_of_every_kind_isolates_a_refused_write() {
     let db = TestDb::sqlite().await;
     a_round_of_every_kind_isolates_a_refused_write(&db).await;
@@ -44,6 +51,13 @@ async fn sqlite_a_round_of_every_kind_isolates_a_refused_write() {
 #[tokio::test]
 async fn postgres_a_round_of_every_kind_isolates_a_refused_write() {
     let db = TestDb::postgres().await;
+    a_round_of_every_kind_isolates_a_refused_write(&db).await;
+    db.finish().await;
+}
+
+#[tokio::test]
+async fn pgbouncer_a_round_of_every_kind_isolates_a_refused_write() {
+    let db = TestDb::pgbouncer().await;
     a_round_of_every_kind_isolates_a_refused_write(&db).await;
     db.finish().await;
 }

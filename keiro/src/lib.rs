@@ -116,7 +116,7 @@ pub use history::{
     HISTORY_FORMAT,
 };
 pub use keiro_store::GcSummary;
-pub use keiro_store::{SqliteSynchronous, MAX_ID_BYTES};
+pub use keiro_store::{Pooler, SqliteSynchronous, MAX_ID_BYTES};
 pub use operate::{
     list, ListFilter, Page, StepOutcome, StepRecord, WaitKind, WaitingOn, WorkflowSummary, MAX_PAGE,
 };

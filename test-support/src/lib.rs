@@ -14,10 +14,12 @@
 //! An unreachable server is an error naming the variable: a PostgreSQL test is
 //! never skipped silently.
 
+mod pgbouncer;
 mod postgres;
 mod url;
 
 pub use keiro_store::redact_url;
+pub use pgbouncer::PgBouncer;
 pub use postgres::{PostgresDatabase, PostgresError, PostgresServer};
 pub use url::with_database;
 

@@ -127,7 +127,7 @@ impl PostgresStore {
                 None => ("pending", None, None),
             })
             .collect();
-        let inserted = sqlx::query(&CREATE_MANY)
+        let inserted = crate::prepared::query(&CREATE_MANY)
             .bind(news.iter().map(|n| n.id).collect::<Vec<_>>())
             .bind(news.iter().map(|n| n.name).collect::<Vec<_>>())
             .bind(leases.iter().map(|l| l.0).collect::<Vec<_>>())
@@ -151,7 +151,7 @@ impl PostgresStore {
             .bind(column(|n| n.app_version))
             .bind(column(|n| n.skeleton_hash))
             .bind(now)
-            .fetch_all(&self.pool)
+            .fetch_all(self.exec())
             .await
             .map_err(StoreError::query(OP))?;
         let mut rows: HashMap<String, (InstanceRow, bool)> = HashMap::with_capacity(news.len());
@@ -167,9 +167,9 @@ impl PostgresStore {
         if !missing.is_empty() {
             // A new statement, so a new snapshot: it sees the rows whose
             // concurrent insert the conflict above waited for.
-            let existing = sqlx::query(&READ_INSTANCES)
+            let existing = crate::prepared::query(&READ_INSTANCES)
                 .bind(&missing)
-                .fetch_all(&self.pool)
+                .fetch_all(self.exec())
                 .await
                 .map_err(StoreError::query(OP))?;
             for row in &existing {
@@ -190,7 +190,7 @@ impl PostgresStore {
         now: i64,
     ) -> Result<Vec<bool>> {
         const OP: &str = "finish";
-        let rows = sqlx::query(FINISH_MANY)
+        let rows = crate::prepared::query(FINISH_MANY)
             .bind(finishes.iter().map(|f| f.id).collect::<Vec<_>>())
             .bind(finishes.iter().map(|f| f.generation).collect::<Vec<_>>())
             .bind(finishes.iter().map(|f| f.owner).collect::<Vec<_>>())
@@ -260,7 +260,7 @@ impl PostgresStore {
             pending.sort_unstable_by_key(|&i| key(&rows[i]));
             let batch: Vec<&StepRow> = pending.iter().map(|&i| &rows[i]).collect();
             let (ids, generations, seqs) = step_ids(&batch);
-            let inserted = sqlx::query(INSERT_STEPS)
+            let inserted = crate::prepared::query(INSERT_STEPS)
                 .bind(ids)
                 .bind(generations)
                 .bind(seqs)
@@ -280,7 +280,7 @@ impl PostgresStore {
                         .map(|&i| StepTiming::of(timings, i).started_at)
                         .collect::<Vec<_>>(),
                 )
-                .fetch_all(&self.pool)
+                .fetch_all(self.exec())
                 .await
                 .map_err(StoreError::query("append_steps"))?;
             for row in &inserted {
@@ -298,11 +298,11 @@ impl PostgresStore {
             }
 
             let (ids, generations, seqs) = step_ids(&conflicting);
-            let existing = sqlx::query(&READ_BACK)
+            let existing = crate::prepared::query(&READ_BACK)
                 .bind(ids)
                 .bind(generations)
                 .bind(seqs)
-                .fetch_all(&self.pool)
+                .fetch_all(self.exec())
                 .await
                 .map_err(StoreError::query("append_steps"))?;
             for row in &existing {
@@ -387,16 +387,19 @@ pub(crate) async fn create_on(
     now: i64,
 ) -> Result<(InstanceRow, bool)> {
     const OP: &str = "create_instance";
-    let row = bind_all!(sqlx::query(&CREATE_INSTANCE), &new_instance_args(new, now))
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(StoreError::query(OP))?;
+    let row = bind_all!(
+        crate::prepared::query(&CREATE_INSTANCE),
+        &new_instance_args(new, now)
+    )
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(StoreError::query(OP))?;
     if let Some(row) = row {
         let what = || format!("workflow instance `{}`", new.id);
         let created = row.flag(what, "created")?;
         return Ok((InstanceRow::from_row(&row)?, created));
     }
-    let existing = sqlx::query(&SQL.get_instance)
+    let existing = crate::prepared::query(&SQL.get_instance)
         .bind(new.id)
         .fetch_optional(&mut *conn)
         .await

@@ -72,7 +72,7 @@ impl PostgresStore {
         let text = |f: fn(&NewMessage<'_>) -> Option<String>| {
             messages.iter().map(f).collect::<Vec<Option<String>>>()
         };
-        let found: Vec<(Option<String>, Option<i64>, i64)> = sqlx::query_as(SEND_MANY)
+        let found: Vec<(Option<String>, Option<i64>, i64)> = crate::prepared::query_as(SEND_MANY)
             .bind(text(|m| Some(m.workflow_id.to_owned())))
             .bind(text(|m| Some(m.topic.to_owned())))
             .bind(text(|m| Some(m.payload.to_owned())))
@@ -82,7 +82,7 @@ impl PostgresStore {
                 Some(crate::wake_payload(m.workflow_id).into_owned())
             }))
             .bind(now)
-            .fetch_all(self.pool())
+            .fetch_all(self.exec())
             .await
             .map_err(StoreError::query(OP))?;
         if found.len() != messages.len() {
@@ -119,7 +119,7 @@ impl PostgresStore {
         let mut tx = self.begin(OP).await?;
         let column = |f: fn(&Take) -> String| takes.iter().map(f).collect::<Vec<_>>();
         let number = |f: fn(&Take) -> i64| takes.iter().map(f).collect::<Vec<_>>();
-        let took: Vec<i64> = sqlx::query_scalar(TAKE_MANY)
+        let took: Vec<i64> = crate::prepared::query_scalar(TAKE_MANY)
             .bind(column(|t| t.step.workflow_id.clone()))
             .bind(number(|t| t.step.generation))
             .bind(number(|t| t.step.seq))

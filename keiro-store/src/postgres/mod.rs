@@ -6,19 +6,22 @@
 //! `UPDATE` that takes the lease, which PostgreSQL re-evaluates on the locked
 //! row when two claims race.
 
+mod exec;
 pub(crate) mod journal;
 mod messages;
+mod migrate;
 pub(crate) mod notify;
 mod resume;
+mod url;
 
-use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
-use sqlx::{Connection, Executor, Postgres, Transaction};
+use sqlx::{Connection, Postgres, Transaction};
 
+pub(crate) use self::exec::{PgExec, PgSession};
 use crate::error::redact;
 use crate::sql::{Dialect, Statements};
 use crate::{Result, StoreError, StoreOptions};
@@ -72,14 +75,16 @@ pub(crate) static SQL: LazyLock<Statements> = LazyLock::new(|| Statements::new(&
 /// the store reports the server as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The session advisory lock (`"keiro"` in ASCII) that serialises creating
-/// the `keiro` schema across processes starting at the same time.
-const SCHEMA_LOCK: i64 = 0x6b_6569_726f;
-
 /// The PostgreSQL journal store.
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
     pool: PgPool,
+    /// Whether a transaction-pooling proxy stands in front of the server
+    /// ([`crate::Pooler::Transaction`]).
+    pooled: bool,
+    /// [`StoreOptions::listen_url`]: where `LISTEN` connects (else to the
+    /// pool's server, unless `pooled`).
+    listen_url: Option<Box<PgConnectOptions>>,
     /// Where this store's "now" comes from.
     pub(crate) clock: crate::Clock,
 }
@@ -95,29 +100,45 @@ impl PostgresStore {
     /// Concurrent processes may connect and migrate at the same time: the
     /// migrations run under advisory locks.
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<PostgresStore> {
-        let connect = PgConnectOptions::from_str(url).map_err(|e| StoreError::InvalidUrl {
-            url: redact(url),
-            reason: e.to_string(),
-        })?;
-        let connect_error = |source: sqlx::Error| StoreError::Connect {
+        let parsed = url::parse(url)?;
+        let pooled = parsed.pooler.unwrap_or(options.pooler) == crate::Pooler::Transaction;
+        let mut connect = parsed.connect;
+        let direct = match &options.listen_url {
+            Some(listen_url) => Some(url::parse(listen_url)?.connect),
+            None => None,
+        };
+        if pooled {
+            // No statement kept by name; no startup parameter a proxy may
+            // refuse (pgbouncer 1.18 refuses `extra_float_digits`).
+            connect = connect.statement_cache_capacity(0).extra_float_digits(None);
+            crate::prepared::prepare_unnamed();
+        }
+        let connect_error = |url: &str, source: sqlx::Error| StoreError::Connect {
             url: redact(url),
             source: Arc::new(source),
         };
 
-        // One direct connection first: the pool retries a refused connection
-        // until its timeout and then reports only `PoolTimedOut`, while this
+        // One connection first: the pool retries a refused connection until
+        // its timeout and then reports only `PoolTimedOut`, while this
         // reports why the server cannot be reached, at once.
-        let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&connect))
+        let mut conn = connect_once(&connect)
             .await
-            .map_err(|_| {
-                connect_error(sqlx::Error::Io(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
-                )))
-            })?
-            .map_err(connect_error)?;
+            .map_err(|e| connect_error(url, e))?;
         if options.migrate {
-            migrate(&mut conn).await.map_err(|e| StoreError::Migrate {
+            let migrated = match (&direct, &options.listen_url) {
+                // Session locks need a session: the direct server's.
+                (Some(direct), Some(listen_url)) if pooled => {
+                    let mut session = connect_once(direct)
+                        .await
+                        .map_err(|e| connect_error(listen_url, e))?;
+                    let migrated = migrate::on_session(&mut session).await;
+                    let _ = session.close().await;
+                    migrated
+                }
+                _ if pooled => migrate::in_transaction(&mut conn).await,
+                _ => migrate::on_session(&mut conn).await,
+            };
+            migrated.map_err(|e| StoreError::Migrate {
                 backend: "postgres",
                 source: Arc::new(e),
             })?;
@@ -146,9 +167,11 @@ impl PostgresStore {
             })
             .connect_with(connect)
             .await
-            .map_err(connect_error)?;
+            .map_err(|e| connect_error(url, e))?;
         Ok(PostgresStore {
             pool,
+            pooled,
+            listen_url: direct.map(Box::new),
             clock: options.clock.clone(),
         })
     }
@@ -156,6 +179,20 @@ impl PostgresStore {
     /// The underlying pool, for tests and benchmarks.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// The pool as the executor of one statement that commits alone (see
+    /// [`PgExec`]).
+    pub(crate) fn exec(&self) -> PgExec<'_> {
+        PgExec {
+            pool: &self.pool,
+            pooled: self.pooled,
+        }
+    }
+
+    /// Whether a transaction-pooling proxy stands in front of the server.
+    pub fn is_pooled(&self) -> bool {
+        self.pooled
     }
 
     /// Begins a transaction for operation `op`.
@@ -186,30 +223,33 @@ impl PostgresStore {
             .map_err(StoreError::query(op))
     }
 
-    /// A pooled connection for operation `op`.
-    pub(crate) async fn acquire(&self, op: &'static str) -> Result<PoolConnection<Postgres>> {
-        self.pool.acquire().await.map_err(StoreError::query(op))
+    /// A connection for several statements of operation `op` that each
+    /// commit alone; behind a transaction-pooling proxy one transaction for
+    /// all of them. [`PgSession::done`] ends it.
+    pub(crate) async fn acquire(&self, op: &'static str) -> Result<PgSession> {
+        if self.pooled {
+            Ok(PgSession::Pooled(self.begin(op).await?))
+        } else {
+            let conn: PoolConnection<Postgres> =
+                self.pool.acquire().await.map_err(StoreError::query(op))?;
+            Ok(PgSession::Direct(conn))
+        }
     }
 }
 
 /// What [`PostgresStore::begin_batch`] begins a transaction with.
 const BEGIN_BATCH: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan";
 
-/// Creates the `keiro` schema and runs [`POSTGRES_MIGRATOR`] with sqlx's
-/// bookkeeping table inside it.
-async fn migrate(conn: &mut PgConnection) -> Result<(), sqlx::migrate::MigrateError> {
-    // `CREATE SCHEMA IF NOT EXISTS` is not safe against a concurrent creator
-    // (it can fail on the catalog's unique index), hence the lock. Each
-    // statement commits on its own, so the schema exists before the lock is
-    // released. The changed search path is seen only by this short-lived
-    // session.
-    for statement in [
-        format!("SELECT pg_advisory_lock({SCHEMA_LOCK})"),
-        "CREATE SCHEMA IF NOT EXISTS keiro".to_owned(),
-        format!("SELECT pg_advisory_unlock({SCHEMA_LOCK})"),
-        "SET search_path TO keiro".to_owned(),
-    ] {
-        conn.execute(statement.as_str()).await?;
-    }
-    POSTGRES_MIGRATOR.run_direct(conn).await
+/// One connection to `connect`, or an error within [`CONNECT_TIMEOUT`].
+async fn connect_once(
+    connect: &PgConnectOptions,
+) -> std::result::Result<PgConnection, sqlx::Error> {
+    tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(connect))
+        .await
+        .map_err(|_| {
+            sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
+            ))
+        })?
 }

@@ -25,10 +25,32 @@ impl PostgresStore {
         self.listen("listen_timers", TIMER_CHANNEL).await
     }
 
+    /// Whether this store can `LISTEN`: not behind a transaction-pooling
+    /// proxy without [`crate::StoreOptions::listen_url`] (a notification
+    /// would reach a server connection the client no longer holds).
+    pub fn can_listen(&self) -> bool {
+        self.listen_url.is_some() || !self.pooled
+    }
+
     async fn listen(&self, op: &'static str, channel: &str) -> Result<sqlx::postgres::PgListener> {
-        let mut listener = sqlx::postgres::PgListener::connect_with(self.pool())
-            .await
-            .map_err(StoreError::query(op))?;
+        let listener = match &self.listen_url {
+            // A pool of its own on the direct server: the listener keeps
+            // one of its connections for as long as it lives.
+            Some(direct) => {
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect_lazy_with((**direct).clone());
+                sqlx::postgres::PgListener::connect_with(&pool).await
+            }
+            None if self.pooled => Err(sqlx::Error::Configuration(
+                "LISTEN cannot work through a transaction-pooling proxy: set \
+                 StoreOptions::listen_url to a direct URL for push wakes (workers poll \
+                 without it)"
+                    .into(),
+            )),
+            None => sqlx::postgres::PgListener::connect_with(self.pool()).await,
+        };
+        let mut listener = listener.map_err(StoreError::query(op))?;
         listener
             .listen(channel)
             .await
@@ -39,10 +61,10 @@ impl PostgresStore {
     /// Notifies `keiro_wake` with [`crate::wake_payload`]`(id)`: bounded, so
     /// a long id never makes the notification fail.
     pub(crate) async fn wake_workers(&self, id: &str) -> Result<()> {
-        sqlx::query("SELECT pg_notify($1, $2)")
+        crate::prepared::query("SELECT pg_notify($1, $2)")
             .bind(WAKE_CHANNEL)
             .bind(crate::wake_payload(id).as_ref())
-            .execute(self.pool())
+            .execute(self.exec())
             .await
             .map_err(StoreError::query("wake_workers"))?;
         Ok(())

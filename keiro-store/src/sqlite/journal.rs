@@ -54,7 +54,7 @@ impl SqliteStore {
         // thread, so a batch pays one per chunk instead of one per row.
         let mut inserted: HashSet<(String, i64, i64)> = HashSet::with_capacity(rows.len());
         for (c, chunk) in rows.chunks(APPEND_CHUNK).enumerate() {
-            let mut query = sqlx::query(insert_steps(chunk.len()));
+            let mut query = crate::prepared::query(insert_steps(chunk.len()));
             for (i, step) in chunk.iter().enumerate() {
                 let timing = StepTiming::of(timings, c * APPEND_CHUNK + i);
                 query = bind_all!(query, &step_args(step, now))
@@ -118,12 +118,15 @@ impl SqliteStore {
         now: i64,
     ) -> Result<AppendOutcome> {
         const OP: &str = "append_steps";
-        let inserted = bind_all!(sqlx::query(insert_steps(1)), &step_args(step, now))
-            .bind(timing.attempts_column())
-            .bind(timing.started_at)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(StoreError::query(OP))?;
+        let inserted = bind_all!(
+            crate::prepared::query(insert_steps(1)),
+            &step_args(step, now)
+        )
+        .bind(timing.attempts_column())
+        .bind(timing.started_at)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query(OP))?;
         if inserted.is_some() {
             return Ok(AppendOutcome::Inserted);
         }
@@ -150,7 +153,7 @@ pub(crate) async fn create_on(
 ) -> Result<(InstanceRow, bool)> {
     const OP: &str = "create_instance";
     let inserted = bind_all!(
-        sqlx::query(&SQL.insert_instance),
+        crate::prepared::query(&SQL.insert_instance),
         &new_instance_args(new, now)
     )
     .execute(&mut *conn)
@@ -158,7 +161,7 @@ pub(crate) async fn create_on(
     .map_err(StoreError::query(OP))?
     .rows_affected()
         == 1;
-    let row = sqlx::query(&SQL.get_instance)
+    let row = crate::prepared::query(&SQL.get_instance)
         .bind(new.id)
         .fetch_one(&mut *conn)
         .await
@@ -269,7 +272,7 @@ pub(crate) async fn create_many_on(
     const OP: &str = "create_instance";
     let mut rows: HashMap<String, (InstanceRow, bool)> = HashMap::with_capacity(news.len());
     for chunk in news.chunks(INSTANCE_CHUNK) {
-        let mut query = sqlx::query(create_many(chunk.len()));
+        let mut query = crate::prepared::query(create_many(chunk.len()));
         for new in chunk {
             query = bind_all!(query, &new_instance_args(new, now));
         }
@@ -291,7 +294,7 @@ pub(crate) async fn create_many_on(
         let ids = serde_json::to_string(&missing).map_err(|e| StoreError::Corrupt {
             what: format!("instance ids that do not encode as JSON: {e}"),
         })?;
-        for row in sqlx::query(read_instances())
+        for row in crate::prepared::query(read_instances())
             .bind(ids)
             .fetch_all(&mut *tx)
             .await
@@ -326,7 +329,7 @@ pub(crate) async fn finish_many_on(
     const OP: &str = "finish";
     let mut applied: HashMap<String, bool> = HashMap::with_capacity(finishes.len());
     for chunk in finishes.chunks(INSTANCE_CHUNK) {
-        let mut query = sqlx::query(finish_many(chunk.len()));
+        let mut query = crate::prepared::query(finish_many(chunk.len()));
         for finish in chunk {
             query = query
                 .bind(finish.id)

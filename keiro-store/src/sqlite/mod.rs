@@ -74,7 +74,7 @@ async fn migrate(pool: &SqlitePool) -> Result<()> {
 /// How many migrations `pool`'s database records as applied (0 before the
 /// bookkeeping table exists).
 async fn applied_migrations(pool: &SqlitePool) -> i64 {
-    sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations")
+    crate::prepared::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations")
         .fetch_one(pool)
         .await
         .unwrap_or(0)
@@ -97,10 +97,10 @@ fn jitter() -> u64 {
 async fn refuse_read_only(pool: &SqlitePool, url: &str) -> Result<()> {
     let probe = async {
         let mut conn = pool.acquire().await?;
-        let version: i64 = sqlx::query_scalar("PRAGMA user_version")
+        let version: i64 = crate::prepared::query_scalar("PRAGMA user_version")
             .fetch_one(&mut *conn)
             .await?;
-        sqlx::query(&format!("PRAGMA user_version = {version}"))
+        crate::prepared::query(&format!("PRAGMA user_version = {version}"))
             .execute(&mut *conn)
             .await?;
         Ok::<(), sqlx::Error>(())
@@ -223,6 +223,12 @@ impl SqliteStore {
 
     /// The underlying pool, for tests and benchmarks.
     pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// The pool as the executor of one statement that commits alone (the
+    /// PostgreSQL store's counterpart may wrap it in a transaction).
+    pub(crate) fn exec(&self) -> &SqlitePool {
         &self.pool
     }
 

@@ -11,7 +11,9 @@
 #![allow(dead_code)]
 
 use keiro_store::{Store, StoreOptions};
-use keiro_test_support::{redact_url, PostgresServer, TEST_DATABASE_PREFIX, TEST_POSTGRES_URL_VAR};
+use keiro_test_support::{
+    redact_url, PgBouncer, PostgresServer, TEST_DATABASE_PREFIX, TEST_POSTGRES_URL_VAR,
+};
 use tempfile::TempDir;
 
 /// The server the tests create their databases on.
@@ -53,6 +55,13 @@ pub(crate) struct TestDb {
     pub(crate) backend: Backend,
     pub(crate) url: String,
     pub(crate) store: Store,
+    /// The options `store` was opened with (a second store gets the same).
+    pub(crate) options: StoreOptions,
+    /// Through pgbouncer: a direct pool on the same database, for the
+    /// tests' own statements (see [`TestDb::pg_pool`]).
+    direct: Option<sqlx::PgPool>,
+    /// The database's URL without pgbouncer (`url` itself when direct).
+    direct_url: String,
     postgres_database: Option<String>,
     _dir: Option<TempDir>,
 }
@@ -71,30 +80,74 @@ impl TestDb {
     pub(crate) async fn sqlite() -> TestDb {
         let dir = tempfile::tempdir().expect("create a temporary directory");
         let url = format!("sqlite://{}", dir.path().join("keiro.db").display());
-        TestDb::connect(Backend::Sqlite, url, None, Some(dir)).await
+        TestDb::connect(Backend::Sqlite, url, test_options(), None, Some(dir)).await
     }
 
     /// A store on a fresh PostgreSQL database.
     pub(crate) async fn postgres() -> TestDb {
         let (name, url) = create_postgres_database().await;
-        TestDb::connect(Backend::Postgres, url, Some(name), None).await
+        TestDb::connect(Backend::Postgres, url, test_options(), Some(name), None).await
+    }
+
+    /// A store on a fresh PostgreSQL database reached through this test
+    /// process's pgbouncer in transaction pooling mode
+    /// (`pooler=transaction`), with the direct URL as `listen_url`.
+    pub(crate) async fn pgbouncer() -> TestDb {
+        let (name, direct_url) = create_postgres_database().await;
+        let url = PgBouncer::shared(&postgres_server()).url(&name);
+        let options = StoreOptions {
+            listen_url: Some(direct_url.clone()),
+            ..test_options()
+        };
+        let mut db = TestDb::connect(Backend::Postgres, url, options, Some(name), None).await;
+        let direct = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(2)
+            .connect(&direct_url)
+            .await
+            .expect("connect directly to the test database");
+        db.direct = Some(direct);
+        db.direct_url = direct_url;
+        db
+    }
+
+    /// The database's URL, bypassing pgbouncer.
+    pub(crate) fn direct_url(&self) -> &str {
+        &self.direct_url
+    }
+
+    /// Whether the store is reached through pgbouncer.
+    pub(crate) fn via_pooler(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// The PostgreSQL pool for statements a test runs itself: the store's,
+    /// or a direct one when the store is behind pgbouncer (the tests' own
+    /// statements are prepared by name and may commit alone).
+    pub(crate) fn pg_pool(&self) -> &sqlx::PgPool {
+        match (&self.direct, &self.store) {
+            (Some(direct), _) => direct,
+            (None, Store::Postgres(pg)) => pg.pool(),
+            (None, _) => panic!("expected the PostgreSQL backend"),
+        }
     }
 
     async fn connect(
         backend: Backend,
         url: String,
+        options: StoreOptions,
         postgres_database: Option<String>,
         dir: Option<TempDir>,
     ) -> TestDb {
-        let store = Store::connect(&url, &test_options())
-            .await
-            .unwrap_or_else(|e| {
-                panic!("connect to fresh test database `{}`: {e}", redact_url(&url))
-            });
+        let store = Store::connect(&url, &options).await.unwrap_or_else(|e| {
+            panic!("connect to fresh test database `{}`: {e}", redact_url(&url))
+        });
         TestDb {
             backend,
+            direct_url: url.clone(),
             url,
             store,
+            options,
+            direct: None,
             postgres_database,
             _dir: dir,
         }
@@ -103,7 +156,7 @@ impl TestDb {
     /// Another store (its own pool) on the same database, as a second
     /// process would have.
     pub(crate) async fn second_store(&self) -> Store {
-        Store::connect(&self.url, &test_options())
+        Store::connect(&self.url, &self.options)
             .await
             .unwrap_or_else(|e| {
                 panic!("connect a second store to `{}`: {e}", redact_url(&self.url))
@@ -131,7 +184,8 @@ impl TestDb {
                 for b in binds {
                     q = q.bind(*b);
                 }
-                q.execute(p.pool()).await.expect(&sql).rows_affected()
+                let _ = p;
+                q.execute(self.pg_pool()).await.expect(&sql).rows_affected()
             }
         }
     }
@@ -139,6 +193,9 @@ impl TestDb {
     /// Closes the store and, on PostgreSQL, drops the database.
     pub(crate) async fn finish(self) {
         self.store.close().await;
+        if let Some(direct) = &self.direct {
+            direct.close().await;
+        }
         if let Some(name) = &self.postgres_database {
             drop_postgres_database(name).await;
         }
@@ -146,7 +203,9 @@ impl TestDb {
 }
 
 /// Runs each listed `async fn(&TestDb)` case as `sqlite::<case>` on a fresh
-/// SQLite file and as `postgres::<case>` on a fresh PostgreSQL database.
+/// SQLite file, as `postgres::<case>` on a fresh PostgreSQL database, and as
+/// `pgbouncer::<case>` on one reached through pgbouncer in transaction
+/// pooling mode.
 #[allow(unused_macros)]
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
@@ -166,6 +225,17 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $case() {
                     let db = crate::support::TestDb::postgres().await;
+                    crate::$case(&db).await;
+                    db.finish().await;
+                }
+            )*
+        }
+
+        mod pgbouncer {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let db = crate::support::TestDb::pgbouncer().await;
                     crate::$case(&db).await;
                     db.finish().await;
                 }

@@ -211,6 +211,29 @@ impl KeiroBuilder {
         self
     }
 
+    /// What stands between keiro and PostgreSQL (default [`Pooler::None`]).
+    /// [`Pooler::Transaction`] (also the URL parameter `pooler=transaction`)
+    /// makes keiro work through a transaction-pooling proxy such as
+    /// pgbouncer in `pool_mode = transaction`: see
+    /// [`Pooler::Transaction`] for what changes. Ignored by SQLite.
+    ///
+    /// [`Pooler::None`]: crate::Pooler::None
+    /// [`Pooler::Transaction`]: crate::Pooler::Transaction
+    pub fn pooler(mut self, pooler: keiro_store::Pooler) -> Self {
+        self.store.pooler = pooler;
+        self
+    }
+
+    /// A direct PostgreSQL URL, bypassing the transaction-pooling proxy of
+    /// [`pooler`](KeiroBuilder::pooler), for the `LISTEN` connection that
+    /// wakes workers the moment work arrives, and for migrations. Without
+    /// it, behind such a proxy, workers notice new work on their next poll
+    /// (`ResumeOptions::poll_interval`, default 1 s).
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.store.listen_url = Some(url.into());
+        self
+    }
+
     /// Whether [`connect`](KeiroBuilder::connect) runs the schema migrations
     /// (default `true`). With `false` it changes no schema and creates
     /// nothing: a database whose schema is behind this keiro's is refused

@@ -105,11 +105,16 @@ impl Wakes {
     /// does nothing. Long-lived loops call it on every round: the task ends
     /// with the tokio runtime that spawned it, and several runtimes of one
     /// process (tests, say) may share a database, so a later call restarts it.
+    /// Behind a transaction-pooling proxy without a direct `listen_url`
+    /// there is nothing to listen on: workers find work by polling.
     pub(crate) fn listen(self: &Arc<Self>, store: &Store) {
         // With only the `postgres` feature, `Store` has no other variant.
         #[cfg(feature = "postgres")]
         #[allow(irrefutable_let_patterns)]
         if let Store::Postgres(pg) = store {
+            if !pg.can_listen() {
+                return;
+            }
             let mut listener = lock(&self.listener);
             if listener.as_ref().is_none_or(|task| task.is_finished()) {
                 *listener = Some(tokio::spawn(postgres::forward(
