@@ -21,6 +21,7 @@ mod common;
 mod cron;
 mod listing;
 mod messages;
+mod pooler;
 mod queues;
 mod raw;
 mod recovery;
@@ -42,7 +43,7 @@ use keiro::SqliteSynchronous;
 use crate::common::{fail, parse_sync, Backend, BenchResult, Config};
 
 /// Every workload, in the order a full run takes them.
-const WORKLOADS: [&str; 19] = [
+const WORKLOADS: [&str; 20] = [
     "raw_commit_1",
     "raw_commit_16",
     "seq_0steps",
@@ -62,6 +63,8 @@ const WORKLOADS: [&str; 19] = [
     "transactional_step",
     "cron_lag",
     "queue_throughput",
+    // Last: it switches the process to unnamed statements (see pooler.rs).
+    "pgbouncer",
 ];
 
 const USAGE: &str = "usage: keiro-bench --backend sqlite|postgres [--workload NAME] \
@@ -146,15 +149,17 @@ async fn bench(args: &[String]) -> BenchResult {
     let cfg = Config { backend, sync };
     let chosen: Vec<&str> = match &workload {
         Some(w) => {
-            if w == "workers_1_2_4" && backend != Backend::Postgres {
-                return Err(fail("workers_1_2_4 runs on PostgreSQL only"));
+            if (w == "workers_1_2_4" || w == "pgbouncer") && backend != Backend::Postgres {
+                return Err(fail(format!("{w} runs on PostgreSQL only")));
             }
             vec![w.as_str()]
         }
         None => WORKLOADS
             .iter()
             .copied()
-            .filter(|w| *w != "workers_1_2_4" || backend == Backend::Postgres)
+            .filter(|w| {
+                !matches!(*w, "workers_1_2_4" | "pgbouncer") || backend == Backend::Postgres
+            })
             .collect(),
     };
 
@@ -190,6 +195,7 @@ async fn bench(args: &[String]) -> BenchResult {
             "transactional_step" => transactional::transactional_step(&cfg).await,
             "cron_lag" => cron::cron_lag(&cfg).await,
             "queue_throughput" => queues::queue_throughput(&cfg).await,
+            "pgbouncer" => pooler::pgbouncer(&cfg).await,
             other => Err(fail(format!("unknown workload {other}"))),
         };
         eprintln!(

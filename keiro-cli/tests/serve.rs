@@ -150,7 +150,7 @@ async fn serve_shows_an_instance_and_its_steps(backend: Backend) {
     assert_eq!(status.text().await.unwrap(), "completed");
     let name = match backend {
         Backend::Sqlite => "serve-sqlite-instance",
-        Backend::Postgres => "serve-postgres-instance",
+        Backend::Postgres | Backend::PgBouncer => "serve-postgres-instance",
     };
     browser.screenshot(name).await;
     browser.close().await;

@@ -123,7 +123,7 @@ pub use operate::{
 pub use retention::{gc, Retention, MAX_GC_BATCH};
 pub use runtime::{
     global, init, Keiro, KeiroBuilder, DATABASE_URL_ENV, DEFAULT_DATABASE_URL,
-    DEFAULT_MAX_PAYLOAD_BYTES, EXECUTOR_ID_ENV, SQLITE_SYNCHRONOUS_ENV,
+    DEFAULT_MAX_PAYLOAD_BYTES, EXECUTOR_ID_ENV, LISTEN_URL_ENV, SQLITE_SYNCHRONOUS_ENV,
 };
 pub use schedule::{MissedTicks, ScheduleInfo, DEFAULT_TIMEZONE, MAX_BACKFILL_TICKS};
 pub use transaction::Transaction;

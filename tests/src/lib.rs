@@ -18,7 +18,9 @@ pub mod transactional;
 pub mod workflows;
 
 use keiro::Keiro;
-use keiro_test_support::{redact_url, PostgresServer, TEST_DATABASE_PREFIX, TEST_POSTGRES_URL_VAR};
+use keiro_test_support::{
+    redact_url, PgBouncer, PostgresServer, TEST_DATABASE_PREFIX, TEST_POSTGRES_URL_VAR,
+};
 
 /// A backend under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +29,17 @@ pub enum Backend {
     Sqlite,
     /// A fresh database on the test PostgreSQL server.
     Postgres,
+    /// A fresh database on the test PostgreSQL server, reached through a
+    /// pgbouncer in transaction pooling mode that the test process starts
+    /// (`pooler=transaction`, no direct URL: workers poll).
+    PgBouncer,
+}
+
+impl Backend {
+    /// Whether the database is PostgreSQL (directly or through pgbouncer).
+    pub fn is_postgres(self) -> bool {
+        matches!(self, Backend::Postgres | Backend::PgBouncer)
+    }
 }
 
 /// A fresh, empty database that lives as long as this value. Its `Debug`
@@ -34,6 +47,8 @@ pub enum Backend {
 pub struct TestDb {
     /// The URL to connect to it.
     pub url: String,
+    /// Its URL without pgbouncer (`url` itself on the other backends).
+    pub direct_url: String,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -56,18 +71,35 @@ impl TestDb {
                 let dir = tempfile::tempdir().expect("create a temporary directory");
                 let url = format!("sqlite:{}", dir.path().join("keiro.db").display());
                 TestDb {
+                    direct_url: url.clone(),
                     url,
                     _dir: Some(dir),
                 }
             }
-            Backend::Postgres => TestDb {
-                url: PostgresServer::from_env(TEST_POSTGRES_URL_VAR)
+            Backend::Postgres => {
+                let url = PostgresServer::from_env(TEST_POSTGRES_URL_VAR)
                     .create_database(TEST_DATABASE_PREFIX)
                     .await
                     .unwrap_or_else(|e| panic!("{e}"))
-                    .url,
-                _dir: None,
-            },
+                    .url;
+                TestDb {
+                    direct_url: url.clone(),
+                    url,
+                    _dir: None,
+                }
+            }
+            Backend::PgBouncer => {
+                let server = PostgresServer::from_env(TEST_POSTGRES_URL_VAR);
+                let fresh = server
+                    .create_database(TEST_DATABASE_PREFIX)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                TestDb {
+                    url: PgBouncer::shared(&server).url(&fresh.name),
+                    direct_url: fresh.url,
+                    _dir: None,
+                }
+            }
         }
     }
 
@@ -129,6 +161,23 @@ macro_rules! on_both_backends {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name($crate::Backend::Postgres).await
+                }
+            )*
+        }
+    };
+}
+
+/// [`on_both_backends!`] plus `mod pgbouncer { fn name() }`: PostgreSQL
+/// through a pgbouncer in transaction pooling mode.
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        $crate::on_both_backends!($($name),*);
+        mod pgbouncer {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::Backend::PgBouncer).await
                 }
             )*
         }

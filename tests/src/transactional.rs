@@ -35,7 +35,8 @@ macro_rules! on_tx {
     }};
 }
 
-/// Runs `$body` with `$c` bound to a pool of `$store`'s database.
+/// Runs `$body` with `$c` bound to a pool of `$store`'s database (on
+/// PostgreSQL, a transaction of its own).
 macro_rules! on_pool {
     ($store:expr, |$c:ident| $body:expr) => {{
         match $store {
@@ -43,9 +44,16 @@ macro_rules! on_pool {
                 let $c = s.pool();
                 $body
             }
+            // In a transaction, with unnamed statements: also right through
+            // a transaction-pooling proxy.
             Store::Postgres(s) => {
-                let $c = s.pool();
-                $body
+                let mut tx = s.pool().begin().await.expect("begin");
+                let out = {
+                    let $c = &mut *tx;
+                    $body
+                };
+                tx.commit().await.expect("commit");
+                out
             }
         }
     }};
@@ -89,6 +97,7 @@ pub async fn open_bank(store: &Store, balance: i64) {
     ];
     for statement in statements {
         on_pool!(store, |pool| sqlx::query(statement)
+            .persistent(false)
             .execute(pool)
             .await
             .map(drop))
@@ -96,6 +105,7 @@ pub async fn open_bank(store: &Store, balance: i64) {
     }
     let insert = "INSERT INTO tx_accounts (id, balance) VALUES (1, $1)";
     on_pool!(store, |pool| sqlx::query(insert)
+        .persistent(false)
         .bind(balance)
         .execute(pool)
         .await
@@ -108,11 +118,15 @@ pub async fn bank(store: &Store) -> (i64, i64) {
     let balance = "SELECT balance FROM tx_accounts WHERE id = 1";
     let rows = "SELECT COUNT(*) FROM tx_ledger";
     let balance: i64 = on_pool!(store, |pool| sqlx::query_scalar(balance)
+        .persistent(false)
         .fetch_one(pool)
         .await)
     .expect("read the balance");
-    let rows: i64 = on_pool!(store, |pool| sqlx::query_scalar(rows).fetch_one(pool).await)
-        .expect("count the ledger");
+    let rows: i64 = on_pool!(store, |pool| sqlx::query_scalar(rows)
+        .persistent(false)
+        .fetch_one(pool)
+        .await)
+    .expect("count the ledger");
     (balance, rows)
 }
 
@@ -126,11 +140,16 @@ async fn write_debit(
     let update = "UPDATE tx_accounts SET balance = balance - $1 WHERE id = 1 RETURNING balance";
     on_tx!(tx, |c| {
         sqlx::query(insert)
+            .persistent(false)
             .bind(entry)
             .bind(cents)
             .execute(&mut *c)
             .await?;
-        sqlx::query_scalar(update).bind(cents).fetch_one(c).await
+        sqlx::query_scalar(update)
+            .persistent(false)
+            .bind(cents)
+            .fetch_one(c)
+            .await
     })
 }
 
@@ -219,18 +238,22 @@ pub async fn serializable_debit(
     ran(&key, "serializable_debit");
     let tx = tx.as_postgres().expect("a PostgreSQL test");
     sqlx::query("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+        .persistent(false)
         .execute(&mut **tx)
         .await?;
     let balance: i64 = sqlx::query_scalar("SELECT balance FROM tx_accounts WHERE id = 1")
+        .persistent(false)
         .fetch_one(&mut **tx)
         .await?;
     tokio::task::yield_now().await;
     sqlx::query("INSERT INTO tx_ledger (entry, account, cents) VALUES ($1, 1, $2)")
+        .persistent(false)
         .bind(&entry)
         .bind(cents)
         .execute(&mut **tx)
         .await?;
     sqlx::query("UPDATE tx_accounts SET balance = $1 WHERE id = 1")
+        .persistent(false)
         .bind(balance - cents)
         .execute(&mut **tx)
         .await?;

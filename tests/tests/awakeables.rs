@@ -212,7 +212,7 @@ async fn a_longest_workflow_id_is_answered_and_woken_promptly(backend: Backend) 
         .await
         .unwrap();
     let poll = match backend {
-        Backend::Postgres => Duration::from_secs(60),
+        Backend::Postgres | Backend::PgBouncer => Duration::from_secs(60),
         Backend::Sqlite => Duration::from_millis(100),
     };
     let worker = starter

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use keiro_tests::process::CrashChild;
 use keiro_tests::workflows::CRASH_AT_ENV;
-use keiro_tests::{on_both_backends, Backend, TestDb};
+use keiro_tests::{on_every_backend, Backend, TestDb};
 
 const CHILD: &str = env!("CARGO_BIN_EXE_crash_workflow");
 
@@ -137,7 +137,7 @@ async fn a_second_live_process_with_the_same_identity_is_refused(backend: Backen
     assert_eq!(out, 15);
 }
 
-on_both_backends!(
+on_every_backend!(
     killed_after_each_step_resumes_without_rerunning,
     killed_racing_the_completion_write_converges,
     a_second_live_process_with_the_same_identity_is_refused,

@@ -2,7 +2,7 @@
 //! then a restart that converges to the one correct outcome, on both backends.
 
 use keiro_tests::process::{lines_of, CrashChild};
-use keiro_tests::{on_both_backends, Backend, TestDb};
+use keiro_tests::{on_every_backend, Backend, TestDb};
 
 const BIN: &str = env!("CARGO_BIN_EXE_crash_workflow");
 
@@ -203,7 +203,7 @@ async fn a_cancellation_holds_across_a_crash(backend: Backend) {
     }
 }
 
-on_both_backends!(
+on_every_backend!(
     approval_killed_after_creating_the_awakeable,
     approval_killed_while_waiting_and_answered_while_dead,
     approval_killed_while_waiting_and_answered_after_restart,

@@ -151,7 +151,7 @@ async fn a_message_wakes_a_suspended_receiver_promptly(backend: Backend) {
     // On PostgreSQL the sender is another runtime (another process, woken by
     // NOTIFY); on SQLite workers share the process with their senders.
     let sender = match backend {
-        Backend::Postgres => db.keiro().await,
+        Backend::Postgres | Backend::PgBouncer => db.keiro().await,
         Backend::Sqlite => worker_side.clone(),
     };
     let sent = Instant::now();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use keiro_tests::process::{lines_of, CrashChild};
-use keiro_tests::{on_both_backends, Backend, TestDb};
+use keiro_tests::{on_every_backend, Backend, TestDb};
 
 const CHILD: &str = env!("CARGO_BIN_EXE_crash_workflow");
 
@@ -95,7 +95,7 @@ async fn a_receive_deadline_crossing_a_kill_keeps_its_original_time(backend: Bac
     );
 }
 
-on_both_backends!(
+on_every_backend!(
     killed_mid_stream_and_sent_to_while_dead,
     a_receive_deadline_crossing_a_kill_keeps_its_original_time,
 );

@@ -1,6 +1,8 @@
 //! Many workers on PostgreSQL: three worker processes drain 300 enqueued
-//! workflows. Each completes exactly once, no step is journaled twice, no step
-//! body runs twice, and every worker takes a share.
+//! workflows, and two do through pgbouncer in transaction pooling mode
+//! (where they find work by polling: `LISTEN` cannot pass the proxy). Each
+//! completes exactly once, no step is journaled twice, no step body runs
+//! twice, and every worker takes a share.
 
 use std::collections::{HashMap, HashSet};
 use std::process::Stdio;
@@ -16,13 +18,24 @@ const WORKFLOWS: u32 = 300;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_worker_processes_share_300_workflows_exactly_once() {
-    let db = TestDb::new(Backend::Postgres).await;
+    share_exactly_once(Backend::Postgres, 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_worker_processes_through_pgbouncer_share_300_workflows_exactly_once() {
+    share_exactly_once(Backend::PgBouncer, 2).await;
+}
+
+/// `processes` worker processes on `backend` drain [`WORKFLOWS`] enqueued
+/// workflows.
+async fn share_exactly_once(backend: Backend, processes: usize) {
+    let db = TestDb::new(backend).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("marks.log");
     let file = file.to_str().unwrap().to_owned();
 
     let mut workers = Vec::new();
-    for n in 0..3 {
+    for n in 0..processes {
         let mut worker = Command::new(CHILD)
             .arg("worker")
             .env("KEIRO_DATABASE_URL", &db.url)
@@ -82,23 +95,21 @@ async fn three_worker_processes_share_300_workflows_exactly_once() {
     assert_eq!(seen.len(), (WORKFLOWS * 3) as usize);
     assert_eq!(
         per_process.len(),
-        3,
-        "work was not spread over the three workers: {per_process:?}"
+        processes,
+        "work was not spread over the {processes} workers: {per_process:?}"
     );
 
     // Exactly one journal row per step, and every instance completed once.
     let store = keiro.store();
     let pool = store.postgres_pool().expect("a PostgreSQL store");
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM keiro.steps")
-        .fetch_one(pool)
-        .await
-        .unwrap();
+    // Simple-protocol reads: one exchange each, right through the proxy too.
+    let count = |sql: &'static str| async move {
+        let row = sqlx::Executor::fetch_one(pool, sql).await.unwrap();
+        sqlx::Row::get::<i64, _>(&row, 0)
+    };
+    let rows = count("SELECT count(*) FROM keiro.steps").await;
     assert_eq!(rows, i64::from(WORKFLOWS * 3));
-    let completed: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM keiro.workflows WHERE status = 'completed'")
-            .fetch_one(pool)
-            .await
-            .unwrap();
+    let completed = count("SELECT count(*) FROM keiro.workflows WHERE status = 'completed'").await;
     assert_eq!(completed, i64::from(WORKFLOWS));
     eprintln!("steps per worker process: {per_process:?}");
 }

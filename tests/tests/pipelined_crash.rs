@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use keiro_tests::process::CrashChild;
-use keiro_tests::{on_both_backends, Backend, TestDb};
+use keiro_tests::{on_every_backend, Backend, TestDb};
 
 const CHILD: &str = env!("CARGO_BIN_EXE_crash_workflow");
 /// Steps in the run; event `half` is set after step `STEPS / 2`.
@@ -118,4 +118,4 @@ async fn a_killed_pipelined_run_leaves_a_prefix_and_resumes(backend: Backend) {
     }
 }
 
-on_both_backends!(a_killed_pipelined_run_leaves_a_prefix_and_resumes);
+on_every_backend!(a_killed_pipelined_run_leaves_a_prefix_and_resumes);

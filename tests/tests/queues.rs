@@ -164,7 +164,7 @@ async fn recorded_starts(db: &TestDb, backend: Backend, queue: &str) -> Vec<i64>
             .await
             .unwrap()
         }
-        Backend::Postgres => {
+        Backend::Postgres | Backend::PgBouncer => {
             let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
             sqlx::query_scalar(
                 "SELECT queue_started_at FROM keiro.workflows WHERE queue = $1 \

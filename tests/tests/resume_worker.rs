@@ -407,7 +407,7 @@ async fn a_running_worker_picks_up_enqueued_work_promptly(backend: Backend) {
     // worker is woken by NOTIFY; on SQLite both share... nothing, so only the
     // poll would find it: enqueue through the worker's runtime there.
     let enqueuer = match backend {
-        Backend::Postgres => db.keiro().await,
+        Backend::Postgres | Backend::PgBouncer => db.keiro().await,
         Backend::Sqlite => worker_side.clone(),
     };
     let key = uuid::Uuid::new_v4().to_string();

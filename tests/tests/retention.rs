@@ -730,7 +730,7 @@ async fn the_worker_runs_gc_every_interval_and_survives_its_failures(backend: Ba
     );
     let renamed = match backend {
         Backend::Sqlite => "ALTER TABLE timers_away RENAME TO keiro_timers",
-        Backend::Postgres => "ALTER TABLE keiro.timers_away RENAME TO timers",
+        Backend::Postgres | Backend::PgBouncer => "ALTER TABLE keiro.timers_away RENAME TO timers",
     };
     sql(&keiro, renamed).await;
     // The next interval's gc succeeds again and deletes the second one.

@@ -93,7 +93,7 @@ async fn forget_the_childs_result(db: &TestDb, backend: Backend, parent: &str) {
             pool.close().await;
             done.rows_affected()
         }
-        Backend::Postgres => {
+        Backend::Postgres | Backend::PgBouncer => {
             let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
             let done =
                 sqlx::query("DELETE FROM keiro.steps WHERE workflow_id = $1 AND kind = 'child'")

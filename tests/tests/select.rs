@@ -324,7 +324,7 @@ async fn a_message_wins_across_a_suspension(backend: Backend) {
         row.wake_at
     );
     let sender = match backend {
-        Backend::Postgres => db.keiro().await,
+        Backend::Postgres | Backend::PgBouncer => db.keiro().await,
         Backend::Sqlite => keiro.clone(),
     };
     sender.send(&id, "go", "now").await.unwrap();

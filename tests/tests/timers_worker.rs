@@ -550,7 +550,7 @@ async fn bench_timers() {
     for backend in [Backend::Sqlite, Backend::Postgres] {
         let name = match backend {
             Backend::Sqlite => "sqlite",
-            Backend::Postgres => "postgres",
+            Backend::Postgres | Backend::PgBouncer => "postgres",
         };
         let emit = |workload: &str, value: f64, unit: &str| {
             println!(

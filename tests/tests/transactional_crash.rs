@@ -6,7 +6,7 @@
 use keiro::StepOutcome;
 use keiro_tests::process::CrashChild;
 use keiro_tests::transactional::{bank, open_bank, BankError};
-use keiro_tests::{on_both_backends, Backend, TestDb};
+use keiro_tests::{on_every_backend, Backend, TestDb};
 
 const CHILD: &str = env!("CARGO_BIN_EXE_tx_step");
 
@@ -46,4 +46,4 @@ async fn killed_before_commit_leaves_nothing_and_resumes_once(backend: Backend) 
     assert_eq!(debit.attempts, Some(1), "the resumed run ran the body once");
 }
 
-on_both_backends!(killed_before_commit_leaves_nothing_and_resumes_once);
+on_every_backend!(killed_before_commit_leaves_nothing_and_resumes_once);

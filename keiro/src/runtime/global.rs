@@ -16,13 +16,18 @@ pub const DATABASE_URL_ENV: &str = "KEIRO_DATABASE_URL";
 pub const EXECUTOR_ID_ENV: &str = "KEIRO_EXECUTOR_ID";
 /// The environment variable relaxing SQLite durability: `full` (default) or `normal`.
 pub const SQLITE_SYNCHRONOUS_ENV: &str = "KEIRO_SQLITE_SYNCHRONOUS";
+/// The environment variable naming a direct PostgreSQL URL for `LISTEN` and
+/// migrations when [`DATABASE_URL_ENV`] goes through a transaction-pooling
+/// proxy (see [`crate::KeiroBuilder::listen_url`]).
+pub const LISTEN_URL_ENV: &str = "KEIRO_LISTEN_URL";
 /// The database used when [`DATABASE_URL_ENV`] is unset: `keiro.db` in the
 /// working directory, created if missing.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite:keiro.db";
 
 impl Keiro {
     /// Builds the process-wide default from the environment:
-    /// [`DATABASE_URL_ENV`], [`EXECUTOR_ID_ENV`] and [`SQLITE_SYNCHRONOUS_ENV`].
+    /// [`DATABASE_URL_ENV`], [`EXECUTOR_ID_ENV`], [`SQLITE_SYNCHRONOUS_ENV`]
+    /// and [`LISTEN_URL_ENV`].
     pub async fn from_env() -> Result<Keiro> {
         let (url, _) = env_database_url();
         // The executor identity comes from EXECUTOR_ID_ENV in
@@ -41,6 +46,9 @@ impl Keiro {
                     })
                 }
             });
+        }
+        if let Some(listen_url) = std::env::var(LISTEN_URL_ENV).ok().filter(|u| !u.is_empty()) {
+            builder = builder.listen_url(listen_url);
         }
         builder.connect().await
     }

@@ -32,7 +32,8 @@ use listener::Wakes;
 pub use builder::{KeiroBuilder, DEFAULT_MAX_PAYLOAD_BYTES};
 pub(crate) use global::try_global;
 pub use global::{
-    global, init, DATABASE_URL_ENV, DEFAULT_DATABASE_URL, EXECUTOR_ID_ENV, SQLITE_SYNCHRONOUS_ENV,
+    global, init, DATABASE_URL_ENV, DEFAULT_DATABASE_URL, EXECUTOR_ID_ENV, LISTEN_URL_ENV,
+    SQLITE_SYNCHRONOUS_ENV,
 };
 
 /// A connected keiro runtime. Cheap to clone; every clone shares one store,

@@ -294,7 +294,7 @@ async fn health_and_listing_with_filters_and_cursors(backend: Backend) {
     let health = get(&f.api, "/api/health").await.ok();
     let name = match backend {
         Backend::Sqlite => "sqlite",
-        Backend::Postgres => "postgres",
+        Backend::Postgres | Backend::PgBouncer => "postgres",
     };
     assert_eq!(health, json!({ "backend": name, "read_only": false }));
     let health = get(&f.read_only(), "/api/health").await.ok();

@@ -430,7 +430,7 @@ async fn wait_contains(client: &Client, css: &str, want: &str) {
 fn backend_name(backend: Backend) -> &'static str {
     match backend {
         Backend::Sqlite => "sqlite",
-        Backend::Postgres => "postgres",
+        Backend::Postgres | Backend::PgBouncer => "postgres",
     }
 }
 

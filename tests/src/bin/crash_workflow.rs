@@ -11,8 +11,10 @@
 //! crash_workflow pipelined <id> <file> <steps> <pace ms>  run pipelined_steps under <id>
 //! crash_workflow resume <id>       start the resume worker, wait for <id>, print DONE
 //! crash_workflow worker            run the resume worker until killed
+//! crash_workflow worker <poll ms>  the same, polling every <poll ms>
 //! ```
-//! The database is `KEIRO_DATABASE_URL`; the identity `KEIRO_EXECUTOR_ID`.
+//! The database is `KEIRO_DATABASE_URL` (and `KEIRO_LISTEN_URL`); the
+//! identity `KEIRO_EXECUTOR_ID`.
 
 use std::time::{Duration, Instant};
 
@@ -97,6 +99,16 @@ async fn run(started: Instant) -> Result<(), keiro::Error> {
         }
         ["worker"] => {
             let worker = keiro::run_resume_worker().await?;
+            println!("READY");
+            tokio::signal::ctrl_c().await.ok();
+            worker.shutdown().await;
+        }
+        ["worker", poll] => {
+            let poll: u64 = poll.parse().expect("worker <poll ms>");
+            let worker = keiro::global()
+                .await?
+                .resume_worker(ResumeOptions::default().poll_interval(Duration::from_millis(poll)))
+                .await?;
             println!("READY");
             tokio::signal::ctrl_c().await.ok();
             worker.shutdown().await;
