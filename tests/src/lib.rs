@@ -14,6 +14,7 @@ pub mod queues;
 pub mod shared_name;
 pub mod tcp_proxy;
 pub mod timers;
+pub mod tls;
 pub mod transactional;
 pub mod workflows;
 

@@ -119,6 +119,27 @@ impl PgCluster {
         self.wait_ready();
     }
 
+    /// Serves TLS with `cert` and `key` (copied into the cluster's
+    /// configuration directory, readable by `postgres` only) and restarts.
+    pub fn enable_tls(&self, cert: &std::path::Path, key: &std::path::Path) {
+        let conf = format!("/etc/postgresql/{VERSION}/{}", self.name);
+        for (from, to) in [(cert, "server.crt"), (key, "server.key")] {
+            let to = format!("{conf}/{to}");
+            std::fs::copy(from, &to).unwrap_or_else(|e| panic!("copy {from:?} to {to}: {e}"));
+            run("chown", &["postgres:postgres", &to]);
+            run("chmod", &["600", &to]);
+        }
+        let settings = format!(
+            "\nssl = on\nssl_cert_file = '{conf}/server.crt'\nssl_key_file = '{conf}/server.key'\n"
+        );
+        let config = format!("{conf}/postgresql.conf");
+        let mut text = std::fs::read_to_string(&config).expect("read postgresql.conf");
+        text.push_str(&settings);
+        std::fs::write(&config, text).expect("write postgresql.conf");
+        self.ctl(&["restart"]);
+        self.wait_ready();
+    }
+
     fn ctl(&self, args: &[&str]) {
         let mut all = vec![VERSION, self.name.as_str()];
         all.extend_from_slice(args);
