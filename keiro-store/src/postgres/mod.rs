@@ -7,6 +7,7 @@
 //! row when two claims race.
 
 mod exec;
+mod failover;
 pub(crate) mod journal;
 mod messages;
 mod migrate;
@@ -82,6 +83,9 @@ pub struct PostgresStore {
     /// Whether a transaction-pooling proxy stands in front of the server
     /// ([`crate::Pooler::Transaction`]).
     pooled: bool,
+    /// Held by every clone of the store: the host watcher of a URL with
+    /// several hosts stops when the last clone is dropped.
+    _alive: Arc<()>,
     /// [`StoreOptions::listen_url`]: where `LISTEN` connects (else to the
     /// pool's server, unless `pooled`).
     listen_url: Option<Box<PgConnectOptions>>,
@@ -102,20 +106,39 @@ impl PostgresStore {
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<PostgresStore> {
         let parsed = url::parse(url)?;
         let pooled = parsed.pooler.unwrap_or(options.pooler) == crate::Pooler::Transaction;
-        let mut connect = parsed.connect;
         let direct = match &options.listen_url {
             Some(listen_url) => Some(url::parse(listen_url)?.connect),
             None => None,
         };
+        let mut all = parsed.hosts;
         if pooled {
             // No statement kept by name; no startup parameter a proxy may
             // refuse (pgbouncer 1.18 refuses `extra_float_digits`).
-            connect = connect.statement_cache_capacity(0).extra_float_digits(None);
+            all = all
+                .into_iter()
+                .map(|host| host.statement_cache_capacity(0).extra_float_digits(None))
+                .collect();
             crate::prepared::prepare_unnamed();
         }
         let connect_error = |url: &str, source: sqlx::Error| StoreError::Connect {
             url: redact(url),
             source: Arc::new(source),
+        };
+        // Several hosts: the one that accepts writes now.
+        let hosts = if all.len() > 1 {
+            let current = failover::find_writable(&all).await.map_err(|why| {
+                connect_error(
+                    url,
+                    sqlx::Error::Configuration(format!("no host accepts writes: {why}").into()),
+                )
+            })?;
+            Some(Arc::new(failover::Hosts::new(all.clone(), current)))
+        } else {
+            None
+        };
+        let connect = match &hosts {
+            Some(hosts) => hosts.current_options(),
+            None => all.swap_remove(0),
         };
 
         // One connection first: the pool retries a refused connection until
@@ -157,19 +180,48 @@ impl PostgresStore {
             // (the server may have restarted meanwhile) is pinged first and
             // replaced when dead.
             .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
-                Box::pin(async move {
-                    if meta.idle_for > PING_IDLE_AFTER {
-                        conn.ping().await?;
-                    }
-                    Ok(true)
-                })
+            .before_acquire({
+                let hosts = hosts.clone();
+                move |conn, meta| {
+                    // A connection to the host the pool left is closed.
+                    let stale = hosts.as_ref().is_some_and(|h| h.is_stale(meta.age));
+                    Box::pin(async move {
+                        if stale {
+                            return Ok(false);
+                        }
+                        if meta.idle_for > PING_IDLE_AFTER {
+                            conn.ping().await?;
+                        }
+                        Ok(true)
+                    })
+                }
+            })
+            .after_connect({
+                let several = hosts.is_some();
+                move |conn, _| {
+                    Box::pin(async move {
+                        // With several hosts, never a connection to one that
+                        // cannot take writes (a demoted primary).
+                        if several && !failover::accepts_writes(conn).await? {
+                            return Err(sqlx::Error::Configuration(
+                                "the PostgreSQL host no longer accepts writes (a standby now?)"
+                                    .into(),
+                            ));
+                        }
+                        Ok(())
+                    })
+                }
             })
             .connect_with(connect)
             .await
             .map_err(|e| connect_error(url, e))?;
+        let alive = Arc::new(());
+        if let Some(hosts) = hosts {
+            hosts.watch(pool.clone(), Arc::downgrade(&alive));
+        }
         Ok(PostgresStore {
             pool,
+            _alive: alive,
             pooled,
             listen_url: direct.map(Box::new),
             clock: options.clock.clone(),
@@ -241,7 +293,7 @@ impl PostgresStore {
 const BEGIN_BATCH: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan";
 
 /// One connection to `connect`, or an error within [`CONNECT_TIMEOUT`].
-async fn connect_once(
+pub(super) async fn connect_once(
     connect: &PgConnectOptions,
 ) -> std::result::Result<PgConnection, sqlx::Error> {
     tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(connect))

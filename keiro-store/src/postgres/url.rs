@@ -11,8 +11,11 @@ use crate::{Pooler, Result, StoreError};
 /// A PostgreSQL URL read: what sqlx connects with, and keiro's parameters.
 #[derive(Debug)]
 pub(crate) struct PgUrl {
-    /// The connection settings.
+    /// The connection settings of the first host.
     pub(crate) connect: PgConnectOptions,
+    /// Those of every host, in the URL's order (`postgres://a:5432,b:5433/db`
+    /// lists two; one for a URL with one host).
+    pub(crate) hosts: Vec<PgConnectOptions>,
     /// `pooler=transaction|none`, when given.
     pub(crate) pooler: Option<Pooler>,
 }
@@ -29,6 +32,16 @@ pub(crate) fn parse(url: &str) -> Result<PgUrl> {
     let mut rest = Vec::new();
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         match pair.split_once('=') {
+            // keiro always needs the writable server: with several hosts it
+            // connects to the one that accepts writes.
+            Some(("target_session_attrs", "read-write" | "primary" | "any")) => {}
+            Some(("target_session_attrs", other)) => {
+                return Err(invalid(format!(
+                    "target_session_attrs={other} would connect to a server that cannot take \
+                     writes; keiro journals, so it needs `read-write` (or `primary`), which is \
+                     what it uses with several hosts"
+                )))
+            }
             Some(("pooler", value)) => {
                 pooler = Some(match value {
                     "transaction" => Pooler::Transaction,
@@ -45,14 +58,45 @@ pub(crate) fn parse(url: &str) -> Result<PgUrl> {
             _ => rest.push(pair),
         }
     }
-    let sqlx_url = if rest.is_empty() {
-        base.to_owned()
+    let query = if rest.is_empty() {
+        String::new()
     } else {
-        format!("{base}?{}", rest.join("&"))
+        format!("?{}", rest.join("&"))
     };
-    let connect =
-        PgConnectOptions::from_str(&sqlx_url).map_err(|error| invalid(error.to_string()))?;
-    Ok(PgUrl { connect, pooler })
+    let mut hosts = Vec::new();
+    for one in split_hosts(base) {
+        let connect = PgConnectOptions::from_str(&format!("{one}{query}"))
+            .map_err(|error| invalid(error.to_string()))?;
+        hosts.push(connect);
+    }
+    Ok(PgUrl {
+        connect: hosts[0].clone(),
+        hosts,
+        pooler,
+    })
+}
+
+/// `scheme://userinfo@h1:p1,h2:p2/path` as one URL per host, each with the
+/// same user information and path; a URL with one host as it is.
+fn split_hosts(base: &str) -> Vec<String> {
+    let Some((scheme, rest)) = base.split_once("://") else {
+        return vec![base.to_owned()];
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(at) => rest.split_at(at),
+        None => (rest, ""),
+    };
+    let (userinfo, host_list) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    if !host_list.contains(',') {
+        return vec![base.to_owned()];
+    }
+    host_list
+        .split(',')
+        .map(|host| format!("{scheme}://{userinfo}{host}{path}"))
+        .collect()
 }
 
 #[cfg(test)]
@@ -69,6 +113,37 @@ mod tests {
         assert_eq!(
             parse("postgres://h/db?pooler=none").unwrap().pooler,
             Some(Pooler::None)
+        );
+    }
+
+    #[test]
+    fn several_hosts_become_one_target_each() {
+        let url = parse(
+            "postgresql://app:pw@db1:5432,db2:5433,[::1]/keiro?target_session_attrs=read-write\
+             &sslmode=disable",
+        )
+        .unwrap();
+        let hosts: Vec<(String, u16)> = url
+            .hosts
+            .iter()
+            .map(|h| (h.get_host().to_owned(), h.get_port()))
+            .collect();
+        assert_eq!(hosts[0], ("db1".to_owned(), 5432));
+        assert_eq!(hosts[1], ("db2".to_owned(), 5433));
+        assert_eq!(hosts[2].1, 5432);
+        for host in &url.hosts {
+            assert_eq!(host.get_database(), Some("keiro"));
+            assert_eq!(host.get_username(), "app");
+        }
+        assert_eq!(parse("postgres://h/db").unwrap().hosts.len(), 1);
+    }
+
+    #[test]
+    fn a_session_attribute_that_cannot_write_is_refused() {
+        let error = parse("postgres://a,b/db?target_session_attrs=standby").unwrap_err();
+        assert!(
+            error.to_string().contains("target_session_attrs=standby"),
+            "{error}"
         );
     }
 
