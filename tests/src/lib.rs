@@ -9,6 +9,7 @@ pub mod executors;
 pub mod faults;
 pub mod operator;
 pub mod pg_cluster;
+pub mod pg_formation;
 pub mod process;
 pub mod queues;
 pub mod shared_name;
