@@ -3,7 +3,7 @@
 
 use std::io::Write;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::str::FromStr;
 use std::sync::OnceLock;
@@ -20,7 +20,6 @@ use crate::PostgresServer;
 pub struct PgBouncer {
     port: u16,
     user: String,
-    dir: PathBuf,
 }
 
 /// Where Debian installs pgbouncer (`/usr/sbin` is not on every `PATH`).
@@ -49,16 +48,6 @@ impl PgBouncer {
             "postgres://{}@127.0.0.1:{}/{database}?pooler=transaction",
             self.user, self.port
         )
-    }
-
-    /// The port it listens on (127.0.0.1).
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Its log file.
-    pub fn log(&self) -> PathBuf {
-        self.dir.join("pgbouncer.log")
     }
 
     /// Starts pgbouncer in front of the server at `server_url`.
@@ -137,7 +126,7 @@ impl PgBouncer {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Ok(PgBouncer { port, user, dir })
+        Ok(PgBouncer { port, user })
     }
 }
 
