@@ -180,6 +180,15 @@ impl Store {
                 return Ok(vec![(true, None)]);
             }
         }
+        // Likewise with its hand-over, where one statement can hold both.
+        if let ([finish], [Some(hand_over)]) = (finishes, hand_overs) {
+            if let Some(successor) = self
+                .finish_alone_handing_over(finish, hand_over, now)
+                .await?
+            {
+                return Ok(vec![(true, successor)]);
+            }
+        }
         dispatch!(Store, self, |s| {
             let mut tx = s.begin_batch(OP).await?;
             let finished =

@@ -111,11 +111,15 @@ pub(crate) struct QueueStatements {
     rooms: String,
     claim_partition: String,
     hand_over: String,
+    /// A lone finish of an instance without a parent and its hand-over in
+    /// one autocommitted statement (where `WITH` may hold `UPDATE`s).
+    pub(crate) finish_handing_over: Option<String>,
 }
 
 impl QueueStatements {
     /// Spells the queue statements in `d`'s dialect.
-    pub(crate) fn new(d: &Dialect) -> QueueStatements {
+    /// `finish` is the shared finish statement (see `Statements::finish`).
+    pub(crate) fn new(d: &Dialect, finish: &str) -> QueueStatements {
         let w = format!("{}workflows", d.tables);
         let unfinished = "status IN ('pending', 'running', 'suspended')";
         // Counts rows of the queue ($3) in partition `f.k` meeting `cond`.
@@ -134,15 +138,40 @@ impl QueueStatements {
             )
         };
         let order = "c.priority, c.created_at, c.id";
-        // Starts the rows `picked` selects for owner $1 under a lease to $2
-        // at $3 (their first start, for the rate limit, if it is one).
-        let start = |picked: String| {
+        // Starts the rows `picked` selects for owner `owner` under a lease
+        // to `until` at `now` (their first start, for the rate limit, if it
+        // is one); each names a placeholder.
+        let start_as = |owner: &str, until: &str, now: &str, picked: String| {
             format!(
-                "UPDATE {w} SET lease_owner = $1, lease_expires_at = $2, wake_at = $2, \
-                     status = 'running', updated_at = $3, \
-                     queue_started_at = COALESCE(queue_started_at, $3) \
+                "UPDATE {w} SET lease_owner = {owner}, lease_expires_at = {until}, \
+                     wake_at = {until}, status = 'running', updated_at = {now}, \
+                     queue_started_at = COALESCE(queue_started_at, {now}) \
                  WHERE {picked} RETURNING {columns}",
                 columns = crate::sql::INSTANCE_COLUMNS,
+            )
+        };
+        let start = |picked: String| start_as("$1", "$2", "$3", picked);
+        // The first row of `partition`'s share of queue `queue` in run order
+        // under no live lease at `now`, of workflow `name` with signature
+        // `signature` and one of the versions (a JSON array) at `versions`,
+        // read off the queue's order index; concurrent hand-overs skip each
+        // other's (PostgreSQL).
+        let successor = |queue: &str,
+                         partition: &str,
+                         now: &str,
+                         name: &str,
+                         signature: &str,
+                         versions: &str| {
+            format!(
+                "SELECT c.id FROM {w} c WHERE c.queue = {queue} \
+                     AND c.partition_key = {partition} \
+                     AND c.{unfinished} AND c.wake_at <= {now} \
+                     AND (c.lease_owner IS NULL OR c.lease_expires_at < {now}) \
+                     AND c.name = {name} AND (c.signature IS NULL OR c.signature = {signature}) \
+                     AND (c.app_version IS NULL OR c.app_version IN ({versions})) \
+                     ORDER BY {order} LIMIT 1{skip}",
+                versions = (d.json_text_elements)(versions),
+                skip = d.skip_locked,
             )
         };
         QueueStatements {
@@ -207,21 +236,45 @@ impl QueueStatements {
             ))),
             // $1 owner, $2 lease expiry, $3 now, $4 queue, $5 the finishing
             // instance, $6 workflow name, $7 its registered signature, $8 the
-            // claimable versions (a JSON array). The first row of $5's
-            // partition in run order under no live lease, read off the
-            // queue's order index; concurrent hand-overs skip each other's
-            // (PostgreSQL).
-            hand_over: start((d.picked_ids)(&format!(
-                "SELECT c.id FROM {w} c WHERE c.queue = $4 \
-                     AND c.partition_key = (SELECT f.partition_key FROM {w} f WHERE f.id = $5) \
-                     AND c.{unfinished} AND c.wake_at <= $3 \
-                     AND (c.lease_owner IS NULL OR c.lease_expires_at < $3) \
-                     AND c.name = $6 AND (c.signature IS NULL OR c.signature = $7) \
-                     AND (c.app_version IS NULL OR c.app_version IN ({versions})) \
-                     ORDER BY {order} LIMIT 1{skip}",
-                versions = (d.json_text_elements)("$8"),
-                skip = d.skip_locked,
+            // claimable versions (a JSON array): the first successor of $5's
+            // partition, started.
+            hand_over: start((d.picked_ids)(&successor(
+                "$4",
+                &format!("(SELECT f.partition_key FROM {w} f WHERE f.id = $5)"),
+                "$3",
+                "$6",
+                "$7",
+                "$8",
             ))),
+            // $1 to $7 as the finish statement's (id, generation, owner,
+            // status, output, error, now), $8 the successor's lease expiry,
+            // $9 queue, $10 workflow name, $11 its signature, $12 the
+            // claimable versions. The finish applies only to an instance
+            // without a parent (a child's end is also reported to its
+            // parent, in a transaction): no row back means it did not
+            // apply; a row of NULLs, that it applied with no successor.
+            // Both updates commit together, so no claim's count of the
+            // queue sees the slot both held and free.
+            finish_handing_over: d.modifying_ctes.then(|| {
+                format!(
+                    "WITH fin AS ({finish} AND parent_id IS NULL RETURNING partition_key), \
+                     next AS ({next}) \
+                     SELECT next.* FROM fin LEFT JOIN next ON true",
+                    next = start_as(
+                        "$3",
+                        "$8",
+                        "$7",
+                        (d.picked_ids)(&successor(
+                            "$9",
+                            "(SELECT partition_key FROM fin)",
+                            "$7",
+                            "$10",
+                            "$11",
+                            "$12",
+                        )),
+                    ),
+                )
+            }),
         }
     }
 }
@@ -391,6 +444,59 @@ impl Store {
             tx.commit().await.map_err(StoreError::query(OP))?;
             Ok(claimed)
         })
+    }
+}
+
+/// A row of the finish-and-hand-over statement: the successor handed the
+/// slot, or `None` (all columns NULL) when the partition had none.
+struct HandedTo(Option<InstanceRow>);
+
+impl FromRow for HandedTo {
+    fn from_row(row: &impl StoreRow) -> Result<Self> {
+        match row.maybe_text(|| "a queue's hand-over".into(), "id")? {
+            Some(_) => InstanceRow::from_row(row).map(|row| HandedTo(Some(row))),
+            None => Ok(HandedTo(None)),
+        }
+    }
+}
+
+impl Store {
+    /// [`Store::finish_handing_over`] of one finish and its hand-over in one
+    /// autocommitted statement, where the backend has one: `None` when it
+    /// has none or the finish did not apply (a child's, which also reports
+    /// to its parent, or one whose lease was lost), so the caller takes the
+    /// transaction; else the successor handed the slot, if any.
+    pub(crate) async fn finish_alone_handing_over(
+        &self,
+        finish: &crate::Finish<'_>,
+        hand_over: &HandOver,
+        now: i64,
+    ) -> Result<Option<Option<InstanceRow>>> {
+        let args = args![
+            finish.id,
+            finish.generation,
+            finish.owner,
+            finish.status.as_str(),
+            finish.output,
+            finish.error,
+            now,
+            now + hand_over.ttl_us,
+            hand_over.queue.as_str(),
+            hand_over.name.as_str(),
+            hand_over.signature.as_str(),
+            hand_over.versions.as_str(),
+        ];
+        let handed = dispatch!(Store, self, |s, sql| {
+            let Some(statement) = &sql.queue.finish_handing_over else {
+                return Ok(None);
+            };
+            let row = bind_all!(crate::prepared::query(statement), &args)
+                .fetch_optional(s.exec())
+                .await
+                .map_err(StoreError::query("finish"))?;
+            row.as_ref().map(HandedTo::from_row).transpose()?
+        });
+        Ok(handed.map(|HandedTo(successor)| successor))
     }
 }
 

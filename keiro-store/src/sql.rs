@@ -558,7 +558,7 @@ impl Statements {
             retention: crate::retention::RetentionStatements::new(d),
             schedules: crate::schedules::ScheduleStatements::new(d),
             versions: crate::versions::VersionStatements::new(d),
-            queue: crate::queue::QueueStatements::new(d),
+            queue: crate::queue::QueueStatements::new(d, &finish),
             debounce: crate::debounce::DebounceStatements::new(d),
         }
     }

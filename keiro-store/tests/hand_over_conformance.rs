@@ -7,8 +7,8 @@
 mod support;
 
 use keiro_store::{
-    Finish, HandOver, InstanceRow, InstanceStatus, NewInstance, QueueLimits, Queued, Registered,
-    Store,
+    Finish, HandOver, InstanceRow, InstanceStatus, NewInstance, ParentLink, QueueLimits, Queued,
+    Registered, Store,
 };
 use support::{lease, TestDb, OWNER};
 
@@ -28,6 +28,7 @@ struct Job<'a> {
     signature: Option<&'a str>,
     app_version: Option<&'a str>,
     not_before: Option<i64>,
+    parent: Option<ParentLink<'a>>,
 }
 
 impl<'a> Job<'a> {
@@ -41,6 +42,7 @@ impl<'a> Job<'a> {
             signature: Some(FLOW.signature),
             app_version: Some("v1"),
             not_before: None,
+            parent: None,
         }
     }
 
@@ -50,7 +52,7 @@ impl<'a> Job<'a> {
             name: self.name,
             input: "[]",
             signature: self.signature,
-            parent: None,
+            parent: self.parent,
             lease: None,
             deadline: None,
             traceparent: None,
@@ -288,6 +290,80 @@ async fn hand_overs_at_once_take_distinct_successors(db: &TestDb) {
     plan_settings_did_not_leak(store).await;
 }
 
+async fn lone_hand_overs_at_once_take_distinct_successors(db: &TestDb) {
+    let store = &db.store;
+    let ids: Vec<String> = (0..14).map(|n| format!("job-{n:02}")).collect();
+    for id in &ids {
+        Job::new(id, "p").enqueue(store).await;
+    }
+    let running = claim(store, 6).await;
+    assert_eq!(running, ids[..6]);
+    // Six finishes, each alone (on PostgreSQL one statement holds a lone
+    // finish and its hand-over), three from each of two processes, at once.
+    let other = db.second_store().await;
+    let hand_over = hand_over();
+    let finishes = running.iter().enumerate().map(|(n, id)| {
+        let store = if n % 2 == 0 { store } else { &other };
+        let hand_over = &hand_over;
+        async move {
+            store
+                .finish_handing_over(&[completed(id, OWNER)], &[Some(hand_over)])
+                .await
+        }
+    });
+    let mut successors: Vec<String> = futures::future::join_all(finishes)
+        .await
+        .into_iter()
+        .map(|finished| {
+            let [(applied, successor)] = <[_; 1]>::try_from(finished.unwrap()).unwrap();
+            assert!(applied);
+            leased_to_owner(successor.expect("a successor is waiting")).id
+        })
+        .collect();
+    successors.sort();
+    // The next six, each once; the rest still wait.
+    assert_eq!(successors, ids[6..12]);
+    for id in &ids[12..] {
+        assert_eq!(status(store, id).await, InstanceStatus::Pending, "{id}");
+    }
+    other.close().await;
+}
+
+async fn a_queued_child_hands_over_and_reports_to_its_parent(db: &TestDb) {
+    let store = &db.store;
+    let parent = NewInstance {
+        id: "parent",
+        name: "parent-flow",
+        input: "[]",
+        signature: None,
+        parent: None,
+        lease: None,
+        deadline: None,
+        traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
+    };
+    store.create_instance(&parent).await.unwrap();
+    let link = ParentLink {
+        id: "parent",
+        generation: 0,
+        seq: 3,
+    };
+    let child = Job {
+        parent: Some(link),
+        ..Job::new("child", "p")
+    };
+    child.enqueue(store).await;
+    Job::new("next", "p").enqueue(store).await;
+    assert_eq!(claim(store, 1).await, ["child"]);
+    assert_eq!(finish_one(store, "child").await.as_deref(), Some("next"));
+    assert_eq!(status(store, "child").await, InstanceStatus::Completed);
+    // The child's end is the step its parent awaits.
+    let journal = store.load_journal("parent", 0).await.unwrap();
+    assert_eq!(journal.len(), 1, "{journal:?}");
+    assert_eq!((journal[0].seq, journal[0].kind.as_str()), (3, "child"));
+}
+
 /// On PostgreSQL a batch transaction steers the plan cache with `SET LOCAL`:
 /// every pooled connection is back on the server's default afterwards (a
 /// session setting would follow the connection to unrelated statements).
@@ -318,4 +394,6 @@ conformance!(
     an_instance_under_a_live_lease_is_never_a_successor,
     a_finish_under_a_lapsed_lease_is_not_its_own_successor,
     hand_overs_at_once_take_distinct_successors,
+    lone_hand_overs_at_once_take_distinct_successors,
+    a_queued_child_hands_over_and_reports_to_its_parent,
 );
