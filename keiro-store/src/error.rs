@@ -163,12 +163,15 @@ fn is_transient_database_error(db: &dyn sqlx::error::DatabaseError) -> bool {
 
 /// PostgreSQL SQLSTATE classes a retry can get past: 08 connection exception,
 /// 40 transaction rollback (serialization failure, deadlock), 53 insufficient
-/// resources, 57 operator intervention (admin shutdown, cannot connect now).
+/// resources, 57 operator intervention (admin shutdown, cannot connect now);
+/// and 25006, a write on a server that takes none (a primary demoted in a
+/// switchover answers so until its sessions end; nothing, not even a
+/// failure, can be recorded there, and a retry reaches the new primary).
 /// Everything else (23 constraint violations, 42 syntax errors, undefined
 /// objects and permissions, XX internal errors and corruption, …) is not.
 #[cfg(feature = "postgres")]
 fn is_transient_sqlstate(code: &str) -> bool {
-    matches!(code.get(..2), Some("08" | "40" | "53" | "57"))
+    matches!(code.get(..2), Some("08" | "40" | "53" | "57")) || code == "25006"
 }
 
 /// SQLITE_BUSY (5) and SQLITE_LOCKED (6), with their extended codes (whose
@@ -322,14 +325,14 @@ mod tests {
     fn sqlstate_classes_decide() {
         use super::is_transient_sqlstate as transient;
         for code in [
-            "08006", "08P01", "40001", "40P01", "53300", "57P01", "57P03",
+            "08006", "08P01", "40001", "40P01", "53300", "57P01", "57P03", "25006",
         ] {
             assert!(transient(code), "{code}");
         }
         for code in [
             "23505", "23514", "42601", "42P01", "42501", "22P02", "XX001", "XX002",
-            // NUL byte in text, index row too large, read-only transaction.
-            "22021", "54000", "25006",
+            // NUL byte in text, index row too large, an aborted transaction.
+            "22021", "54000", "25P02",
         ] {
             assert!(!transient(code), "{code}");
         }

@@ -17,7 +17,7 @@ conformance!(
     a_payload_the_column_refuses_is_reported_not_retried,
     an_undefined_table_is_reported_not_retried,
     a_dropped_connection_or_a_held_lock_is_transient,
-    a_read_only_database_is_reported_not_retried,
+    a_read_only_database_refuses_the_write_and_keeps_nothing,
     an_id_the_store_refuses_is_invalid_not_retried,
 );
 
@@ -180,10 +180,13 @@ async fn a_dropped_connection_or_a_held_lock_is_transient(db: &TestDb) {
     assert_eq!(claimed.map(|row| row.id).as_deref(), Some("wf"));
 }
 
-async fn a_read_only_database_is_reported_not_retried(db: &TestDb) {
+async fn a_read_only_database_refuses_the_write_and_keeps_nothing(db: &TestDb) {
     // A store of its own, whose one connection is made read-only: SQLite's
     // `query_only` (SQLITE_READONLY), PostgreSQL's read-only transactions
-    // (SQLSTATE 25006).
+    // (SQLSTATE 25006). On SQLite that is the file's setting and is
+    // reported, not retried; on PostgreSQL it is how a primary demoted in a
+    // switchover answers until its sessions end, so it is retried (the
+    // retry reaches the new primary).
     if db.via_pooler() {
         // A session setting does not outlive a transaction behind a
         // transaction-pooling proxy: the direct variants cover this path.
@@ -212,10 +215,16 @@ async fn a_read_only_database_is_reported_not_retried(db: &TestDb) {
         .create_instance(&new_instance("wf"))
         .await
         .unwrap_err();
-    assert_reported(&error, "create_instance");
-    let StoreError::Query { source, .. } = &error else {
-        unreachable!("checked by assert_reported");
+    let StoreError::Query { op, source } = &error else {
+        panic!("expected a `create_instance` query error, got {error:?}");
     };
+    assert_eq!(*op, "create_instance", "{error:?}");
+    assert!(error.to_string().contains("create_instance"), "{error}");
+    assert_eq!(
+        error.is_transient(),
+        db.backend == Backend::Postgres,
+        "{error}"
+    );
     let code = source.as_database_error().and_then(|e| e.code());
     let expected = match db.backend {
         Backend::Sqlite => "8",

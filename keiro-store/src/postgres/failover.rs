@@ -12,7 +12,7 @@
 //! transient error, and keiro retries it as it does after any lost
 //! connection.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -37,6 +37,14 @@ pub(crate) struct Hosts {
     /// Nanoseconds after `base` when the pool last moved to another host
     /// (0: never).
     moved_at: AtomicU64,
+    /// Wakes the watcher before its next tick: a new connection found its
+    /// server read-only.
+    check_now: tokio::sync::Notify,
+    /// Set with [`Hosts::check_now`]: the pool's host refused writes, so
+    /// the watcher looks for the writable one without asking the pool
+    /// first (whose new connections now go elsewhere: see
+    /// [`Hosts::writable_instead`]).
+    suspect: AtomicBool,
 }
 
 impl Hosts {
@@ -47,6 +55,8 @@ impl Hosts {
             current: AtomicUsize::new(current),
             base: Instant::now(),
             moved_at: AtomicU64::new(0),
+            check_now: tokio::sync::Notify::new(),
+            suspect: AtomicBool::new(false),
         }
     }
 
@@ -72,7 +82,10 @@ impl Hosts {
     pub(crate) fn watch(self: Arc<Self>, pool: PgPool, alive: Weak<()>) {
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(WATCH_EVERY).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(WATCH_EVERY) => {}
+                    _ = self.check_now.notified() => {}
+                }
                 if pool.is_closed() || alive.strong_count() == 0 {
                     return;
                 }
@@ -81,7 +94,8 @@ impl Hosts {
                     accepts_writes(&mut conn).await
                 })
                 .await;
-                if matches!(check, Ok(Ok(true))) {
+                let suspect = self.suspect.swap(false, Ordering::AcqRel);
+                if !suspect && matches!(check, Ok(Ok(true))) {
                     continue;
                 }
                 match find_writable(&self.all).await {
@@ -93,6 +107,26 @@ impl Hosts {
                 }
             }
         });
+    }
+
+    /// Has the watcher look for the writable host now instead of at its
+    /// next tick: the pool's host refused writes.
+    pub(crate) fn check_now(&self) {
+        self.suspect.store(true, Ordering::Release);
+        self.check_now.notify_one();
+    }
+
+    /// A new connection's server does not take writes (the pool's host was
+    /// demoted): a connection to the host that takes writes now, to use in
+    /// its place, and the watcher moves the pool there at once. The pool
+    /// must not hand out a connection to a read-only server (a standby may
+    /// lag behind the new primary, and a journal read there could miss a
+    /// step), nor refuse the connection: sqlx 0.8.6 does not retry the
+    /// connect after `after_connect` fails, so the caller would wait out its
+    /// acquire timeout. `None` when no host takes writes.
+    pub(crate) async fn writable_instead(&self) -> Option<PgConnection> {
+        self.check_now();
+        connect_writable(&self.all).await.ok().map(|(_, conn)| conn)
     }
 
     fn move_to(&self, pool: &PgPool, index: usize) {
@@ -120,19 +154,26 @@ pub(crate) async fn accepts_writes(conn: &mut PgConnection) -> Result<bool, sqlx
 /// The index of the first host in `all` that accepts writes, or why none
 /// does (each host's answer).
 pub(crate) async fn find_writable(all: &[PgConnectOptions]) -> Result<usize, String> {
+    let (index, conn) = connect_writable(all).await?;
+    let _ = conn.close().await;
+    Ok(index)
+}
+
+/// A connection to the first host in `all` that accepts writes, with its
+/// index, or why none does (each host's answer).
+async fn connect_writable(all: &[PgConnectOptions]) -> Result<(usize, PgConnection), String> {
     let mut answers = Vec::new();
     for (index, host) in all.iter().enumerate() {
         let name = format!("{}:{}", host.get_host(), host.get_port());
         match connect_once(host).await {
-            Ok(mut conn) => {
-                let writable = accepts_writes(&mut conn).await;
-                let _ = conn.close().await;
-                match writable {
-                    Ok(true) => return Ok(index),
-                    Ok(false) => answers.push(format!("{name} is read-only (a standby?)")),
-                    Err(error) => answers.push(format!("{name}: {error}")),
+            Ok(mut conn) => match accepts_writes(&mut conn).await {
+                Ok(true) => return Ok((index, conn)),
+                Ok(false) => {
+                    let _ = conn.close().await;
+                    answers.push(format!("{name} is read-only (a standby?)"));
                 }
-            }
+                Err(error) => answers.push(format!("{name}: {error}")),
+            },
             Err(error) => answers.push(format!("{name}: {error}")),
         }
     }

@@ -197,18 +197,26 @@ impl PostgresStore {
                 }
             })
             .after_connect({
-                let several = hosts.is_some();
+                let hosts = hosts.clone();
                 move |conn, _| {
+                    let hosts = hosts.clone();
                     Box::pin(async move {
                         // With several hosts, never a connection to one that
-                        // cannot take writes (a demoted primary).
-                        if several && !failover::accepts_writes(conn).await? {
-                            return Err(sqlx::Error::Configuration(
-                                "the PostgreSQL host no longer accepts writes (a standby now?)"
-                                    .into(),
-                            ));
+                        // cannot take writes (a demoted primary): one to the
+                        // host that takes writes now stands in for it.
+                        let Some(hosts) = hosts else { return Ok(()) };
+                        if failover::accepts_writes(conn).await? {
+                            return Ok(());
                         }
-                        Ok(())
+                        match hosts.writable_instead().await {
+                            Some(writable) => {
+                                *conn = writable;
+                                Ok(())
+                            }
+                            None => Err(sqlx::Error::Configuration(
+                                "no PostgreSQL host accepts writes now".into(),
+                            )),
+                        }
                     })
                 }
             })
