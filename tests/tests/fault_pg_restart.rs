@@ -3,13 +3,14 @@
 //! `-m immediate`, then stopped with `-m immediate` for 2 s and started again,
 //! while one worker process drives 96 workflows of 5 steps. Every workflow
 //! completes without restarting the worker, and no step body starts after its
-//! result was journaled. And a caller whose pooled connections sat idle
-//! through a restart gets live ones for its next calls.
+//! result was journaled. A caller whose pooled connections sat idle
+//! through a restart gets live ones for its next calls, and one waiting on
+//! a handle through an outage gets the result once the server is back.
 
 use std::time::Duration;
 
 use futures::StreamExt;
-use keiro::Keiro;
+use keiro::{Keiro, ResumeOptions};
 use keiro_tests::faults::{
     assert_no_journaled_step_ran_again, checked_steps, journal_results, status_counts,
     wait_all_completed, FaultWorker,
@@ -123,4 +124,46 @@ async fn calls_after_a_restart_get_live_connections() {
         }
     }
     keiro.shutdown().await.unwrap();
+}
+
+/// A handle's `result()` reads the store until the instance ends: an outage
+/// of the server meanwhile (stopped for 2 s) is waited out, not returned as
+/// an error, and the result arrives once the worker finished the instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_waits_through_an_outage() {
+    let Some(cluster) = cluster_or_skip("a_handle_waits_through_an_outage") else {
+        return;
+    };
+    let cluster = std::sync::Arc::new(cluster);
+    let keiro = Keiro::builder(cluster.keiro_url()).connect().await.unwrap();
+    let worker = keiro
+        .resume_worker(ResumeOptions::default().poll_interval(Duration::from_millis(100)))
+        .await
+        .unwrap();
+    // Due 3 s from now: after the outage below.
+    let id = format!("through-{}", uuid::Uuid::new_v4().simple());
+    keiro_tests::workflows::sleepy(3000)
+        .id(&id)
+        .on(&keiro)
+        .enqueue()
+        .await
+        .unwrap();
+    let handle = keiro.handle::<(u64, u64)>(&id).await.unwrap();
+    let waiting = tokio::spawn(async move { handle.result().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stopped = cluster.clone();
+    tokio::task::spawn_blocking(move || {
+        stopped.stop_immediate();
+        std::thread::sleep(Duration::from_secs(2));
+        stopped.start();
+    })
+    .await
+    .unwrap();
+    let (before, after) = tokio::time::timeout(Duration::from_secs(60), waiting)
+        .await
+        .expect("the handle returns once the instance ends")
+        .unwrap()
+        .expect("the outage is waited out, not returned");
+    assert!(after >= before + 3000, "slept {} ms", after - before);
+    worker.shutdown().await;
 }

@@ -108,6 +108,10 @@ impl<R: DeserializeOwned> WorkflowHandle<R> {
 
     /// Waits for the instance to end and returns its output, or the error that
     /// ended it (cancelled, set aside, failed after crashes).
+    ///
+    /// It reads the store while it waits; transient store errors (a restart
+    /// or failover of PostgreSQL) are waited out for up to 60 s in a row,
+    /// then returned ([`Error::is_transient`]: wait again).
     pub async fn result(&self) -> Result<R> {
         let in_process = self.keiro.inflight().attach(&self.id);
         let row = match in_process {

@@ -315,21 +315,39 @@ pub(crate) async fn wait(
 /// Follows an instance until it is final. With `run`, this process drives it
 /// whenever it is due and nobody else holds it (a suspended sleep that has
 /// come due, a lapsed lease); without, it only watches.
+///
+/// The store going away for a while (a restart, a failover) does not end
+/// the wait: its reads are retried while they fail transiently, for up to
+/// [`FOLLOW_THROUGH`] in a row.
 pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Result<InstanceRow> {
     let waiter = keiro.waiter(id);
     let mut unserved = Unserved::default();
+    let mut outage = Outage::default();
     loop {
         let changed = waiter.notified();
-        let row = keiro
-            .raw_store()
-            .get_instance(id)
-            .await?
-            .ok_or_else(|| Error::NotFound { id: id.to_owned() })?;
+        let read = async {
+            let row = keiro
+                .raw_store()
+                .get_instance(id)
+                .await?
+                .ok_or_else(|| Error::NotFound { id: id.to_owned() })?;
+            if !row.status.is_final() && run.is_none() {
+                unserved.check(keiro, &row).await?;
+            }
+            Ok::<_, Error>(row)
+        };
+        let row = match read.await {
+            Ok(row) => {
+                outage = Outage::default();
+                row
+            }
+            Err(error) => {
+                outage.wait_out(error).await?;
+                continue;
+            }
+        };
         if row.status.is_final() {
             return Ok(row);
-        }
-        if run.is_none() {
-            unserved.check(keiro, &row).await?;
         }
         let wait = match row.wake_at {
             Some(wake_at) => until_us(wake_at, keiro.now_us()),
@@ -365,6 +383,35 @@ pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Resul
             _ = changed => {}
             _ = tokio::time::sleep(pause) => {}
         }
+    }
+}
+
+/// How long a caller following an instance keeps reading through transient
+/// store errors in a row (a failover of PostgreSQL takes seconds to tens of
+/// seconds) before it returns the error.
+pub(crate) const FOLLOW_THROUGH: Duration = Duration::from_secs(60);
+
+/// Transient read errors in a row while following an instance.
+#[derive(Default)]
+struct Outage {
+    /// When the first of them came.
+    since: Option<tokio::time::Instant>,
+    /// The pause before the next read.
+    pause: Duration,
+}
+
+impl Outage {
+    /// Waits before the next read after `error`, or returns it: when it is
+    /// not transient, or the errors have lasted [`FOLLOW_THROUGH`].
+    async fn wait_out(&mut self, error: Error) -> Result<()> {
+        let since = *self.since.get_or_insert_with(tokio::time::Instant::now);
+        if !error.is_transient() || since.elapsed() >= FOLLOW_THROUGH {
+            return Err(error);
+        }
+        self.pause = (self.pause * 2).clamp(ATTACH_POLL, Duration::from_secs(1));
+        tracing::debug!(%error, "keiro retries reading a followed instance");
+        tokio::time::sleep(self.pause).await;
+        Ok(())
     }
 }
 
