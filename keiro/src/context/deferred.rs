@@ -52,8 +52,19 @@ pub(crate) async fn ensure(cx: &WorkflowContext) -> Result<(), Halt> {
     let Some(request) = lock(&cx.deferred.pending).clone() else {
         return Ok(());
     };
-    match cx.keiro.writer().create(request).await {
+    let (created, retried) = super::retry::retrying(cx, "recording a new instance", || {
+        cx.keiro.writer().create(request.clone())
+    })
+    .await;
+    match created {
         Ok((_, true)) => {
+            *lock(&cx.deferred.pending) = None;
+            Ok(())
+        }
+        // A try that failed had committed after all: the row is this run's
+        // (no other call in this process drives the id, and another
+        // process's call would not hold this runtime's lease).
+        Ok((row, false)) if retried && row.lease_owner.as_deref() == Some(cx.keiro.owner()) => {
             *lock(&cx.deferred.pending) = None;
             Ok(())
         }

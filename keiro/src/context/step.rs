@@ -291,7 +291,11 @@ where
     }
     // The instance recorded and the rows queued before durable first.
     super::pipeline::barrier(cx).await;
-    match cx.keiro.writer().append_timed(row, timing).await {
+    let written = super::retry::retrying(cx, "a step's journal write", || {
+        cx.keiro.writer().append_timed(row.clone(), timing)
+    })
+    .await;
+    match written.0 {
         Ok(AppendOutcome::Inserted) => {
             crate::telemetry::step(name, false);
             value
@@ -387,7 +391,11 @@ where
         ),
     ];
     super::pipeline::barrier(cx).await;
-    let (step, decision) = match cx.keiro.writer().append_together(rows).await {
+    let written = super::retry::retrying(cx, "a select's journal write", || {
+        cx.keiro.writer().append_together(rows.clone())
+    })
+    .await;
+    let (step, decision) = match written.0 {
         Ok(outcomes) => match <[AppendOutcome; 2]>::try_from(outcomes) {
             Ok([step, decision]) => (step, decision),
             Err(_) => {

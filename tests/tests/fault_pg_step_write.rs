@@ -1,0 +1,95 @@
+//! A step whose body ran while PostgreSQL went away (a throwaway cluster on
+//! its own port, stopped with `-m immediate`): the run retries the write of
+//! its result instead of giving the instance up, so once the server is back
+//! the step is journaled and its body does not run again.
+//!
+//! Its own test binary: the workflow below changes the set of workflows a
+//! binary registers, and with it the application version that decides which
+//! workers may claim its instances (the fault worker of
+//! `fault_pg_restart.rs` must match that file's).
+
+use std::time::Duration;
+
+use keiro::{step, workflow, Keiro, ResumeOptions};
+use keiro_tests::pg_cluster::cluster_or_skip;
+
+/// Notes its run in `log`, then waits for `gate` to exist before it returns.
+#[step]
+async fn gated(log: String, gate: String) -> u32 {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .unwrap();
+    std::io::Write::write_all(&mut file, b"ran\n").unwrap();
+    while !std::path::Path::new(&gate).exists() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    7
+}
+
+/// One gated step.
+#[workflow]
+async fn gated_once(log: String, gate: String) -> u32 {
+    gated(log, gate).await + 1
+}
+
+/// The server stops while a step's body runs, so the write of its result
+/// fails; the run retries the write (a conflict-handled insert) instead of
+/// giving the instance up, and once the server is back the workflow ends
+/// with the step's body run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_whose_write_meets_an_outage_is_journaled_without_running_again() {
+    let test = "a_step_whose_write_meets_an_outage_is_journaled_without_running_again";
+    let Some(cluster) = cluster_or_skip(test) else {
+        return;
+    };
+    let cluster = std::sync::Arc::new(cluster);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("runs.log");
+    let gate = dir.path().join("gate");
+    let (log_text, gate_text) = (log.display().to_string(), gate.display().to_string());
+    let keiro = Keiro::builder(cluster.keiro_url()).connect().await.unwrap();
+    let worker = keiro
+        .resume_worker(ResumeOptions::default().poll_interval(Duration::from_millis(100)))
+        .await
+        .unwrap();
+    let id = format!("gated-{}", uuid::Uuid::new_v4().simple());
+    let handle = gated_once(log_text, gate_text)
+        .id(&id)
+        .on(&keiro)
+        .enqueue()
+        .await
+        .unwrap();
+    // The body runs; then the server goes away, and the body returns.
+    let started = std::time::Instant::now();
+    while !log.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the step never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stopped = cluster.clone();
+    tokio::task::spawn_blocking(move || stopped.stop_immediate())
+        .await
+        .unwrap();
+    std::fs::write(&gate, b"open").unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let started = cluster.clone();
+    tokio::task::spawn_blocking(move || started.start())
+        .await
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(60), handle.result())
+        .await
+        .expect("the workflow ends once the server is back")
+        .expect("its result");
+    assert_eq!(out, 8);
+    let runs = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        runs.lines().count(),
+        1,
+        "the step's body ran again: {runs:?}"
+    );
+    worker.shutdown().await;
+}
