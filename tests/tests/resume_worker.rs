@@ -318,7 +318,7 @@ async fn the_loser_of_a_step_race_continues_with_the_recorded_value(backend: Bac
 
 #[step]
 async fn long_step(key: String) -> String {
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    tokio::time::sleep(Duration::from_millis(3000)).await;
     ran(&key, "long_step");
     "slow".into()
 }
@@ -332,7 +332,10 @@ async fn a_live_run_renews_its_lease_so_no_worker_takes_it(backend: Backend) {
     let db = TestDb::new(backend).await;
     let runner = keiro::Keiro::builder(&db.url)
         .executor_id(format!("runner-{}", uuid::Uuid::new_v4().simple()))
-        .lease_ttl(Duration::from_millis(300))
+        // Short, so the check below spans two TTLs; not so short that one
+        // slow renewal under a loaded CI machine (a round trip of 200 ms
+        // once the lease is two thirds through) loses the lease.
+        .lease_ttl(Duration::from_millis(1000))
         .connect()
         .await
         .unwrap();
@@ -347,7 +350,7 @@ async fn a_live_run_renews_its_lease_so_no_worker_takes_it(backend: Backend) {
     let first_expiry = keiro_lease(&other, &key).await;
     let mut taken = 0;
     for _ in 0..8 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
         taken += other.resume_once(&quiet()).await.unwrap().resumed;
     }
     assert_eq!(taken, 0, "a worker took a live run's lease");
