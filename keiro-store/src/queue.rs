@@ -472,20 +472,17 @@ impl Store {
         hand_over: &HandOver,
         now: i64,
     ) -> Result<Option<Option<InstanceRow>>> {
-        let args = args![
-            finish.id,
-            finish.generation,
-            finish.owner,
-            finish.status.as_str(),
-            finish.output,
-            finish.error,
-            now,
-            now + hand_over.ttl_us,
-            hand_over.queue.as_str(),
-            hand_over.name.as_str(),
-            hand_over.signature.as_str(),
-            hand_over.versions.as_str(),
-        ];
+        // The finish statement's parameters, then the hand-over's.
+        let args: Vec<crate::query::Arg<'_>> = crate::journal::finish_args(finish, now)
+            .into_iter()
+            .chain(args![
+                now + hand_over.ttl_us,
+                hand_over.queue.as_str(),
+                hand_over.name.as_str(),
+                hand_over.signature.as_str(),
+                hand_over.versions.as_str(),
+            ])
+            .collect();
         let handed = dispatch!(Store, self, |s, sql| {
             let Some(statement) = &sql.queue.finish_handing_over else {
                 return Ok(None);

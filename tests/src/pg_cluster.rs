@@ -119,6 +119,20 @@ impl PgCluster {
         self.wait_ready();
     }
 
+    /// An outage: the server stops at once ([`PgCluster::stop_immediate`]),
+    /// stays down for `down` and starts again; returns once it accepts
+    /// connections. Runs on a blocking task.
+    pub async fn outage(self: &std::sync::Arc<Self>, down: std::time::Duration) {
+        let cluster = self.clone();
+        tokio::task::spawn_blocking(move || {
+            cluster.stop_immediate();
+            std::thread::sleep(down);
+            cluster.start();
+        })
+        .await
+        .expect("the outage's task");
+    }
+
     /// Serves TLS with `cert` and `key` (copied into the cluster's
     /// configuration directory, readable by `postgres` only) and restarts.
     pub fn enable_tls(&self, cert: &std::path::Path, key: &std::path::Path) {

@@ -62,14 +62,7 @@ async fn workflows_complete_across_an_immediate_restart_and_an_outage() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mid_run = status_counts(&keiro).await;
-    let stopped = cluster.clone();
-    tokio::task::spawn_blocking(move || {
-        stopped.stop_immediate();
-        std::thread::sleep(Duration::from_secs(2));
-        stopped.start();
-    })
-    .await
-    .unwrap();
+    cluster.outage(Duration::from_secs(2)).await;
 
     wait_all_completed(&keiro, WORKFLOWS, Duration::from_secs(90)).await;
     assert!(worker.is_running(), "the worker process died on the way");
@@ -151,14 +144,7 @@ async fn a_handle_waits_through_an_outage() {
     let handle = keiro.handle::<(u64, u64)>(&id).await.unwrap();
     let waiting = tokio::spawn(async move { handle.result().await });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let stopped = cluster.clone();
-    tokio::task::spawn_blocking(move || {
-        stopped.stop_immediate();
-        std::thread::sleep(Duration::from_secs(2));
-        stopped.start();
-    })
-    .await
-    .unwrap();
+    cluster.outage(Duration::from_secs(2)).await;
     let (before, after) = tokio::time::timeout(Duration::from_secs(60), waiting)
         .await
         .expect("the handle returns once the instance ends")
