@@ -1,7 +1,9 @@
 //! A step whose body ran while PostgreSQL went away (a throwaway cluster on
 //! its own port, stopped with `-m immediate`): the run retries the write of
 //! its result instead of giving the instance up, so once the server is back
-//! the step is journaled and its body does not run again.
+//! the step is journaled and its body does not run again. Likewise the
+//! write of a run's end: an awaited call whose workflow returned during an
+//! outage gets its result once the server is back, not the outage's error.
 //!
 //! Its own test binary: the workflow below changes the set of workflows a
 //! binary registers, and with it the application version that decides which
@@ -92,4 +94,82 @@ async fn a_step_whose_write_meets_an_outage_is_journaled_without_running_again()
         "the step's body ran again: {runs:?}"
     );
     worker.shutdown().await;
+}
+
+/// Waits for `gate` to exist after its one step, then returns.
+#[workflow]
+async fn ends_after_gate(log: String, gate: String) -> u32 {
+    let n = noted(log).await;
+    // Not journaled on purpose: the test holds the run here.
+    #[keiro::nondeterministic_ok]
+    while !std::path::Path::new(&gate).exists() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    n + 1
+}
+
+/// Notes its run in `log`.
+#[step]
+async fn noted(log: String) -> u32 {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .unwrap();
+    std::io::Write::write_all(&mut file, b"ran\n").unwrap();
+    41
+}
+
+/// The server stops after a workflow's step was journaled and before its
+/// end is recorded: the caller awaiting it still gets its result once the
+/// server is back (the end's write is retried), and the step ran once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_written_during_an_outage_reaches_the_awaiting_caller() {
+    let test = "an_end_written_during_an_outage_reaches_the_awaiting_caller";
+    let Some(cluster) = cluster_or_skip(test) else {
+        return;
+    };
+    let cluster = std::sync::Arc::new(cluster);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("runs.log");
+    let gate = dir.path().join("gate");
+    let (log_text, gate_text) = (log.display().to_string(), gate.display().to_string());
+    let keiro = Keiro::builder(cluster.keiro_url()).connect().await.unwrap();
+    let id = format!("ends-{}", uuid::Uuid::new_v4().simple());
+    let call = ends_after_gate(log_text, gate_text).id(&id).on(&keiro);
+    let awaiting = tokio::spawn(async move { call.await });
+    // The step is journaled once its body has run and the next statement
+    // of the body waits at the gate; give the write a moment.
+    let started = std::time::Instant::now();
+    while !log.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the step never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stopped = cluster.clone();
+    tokio::task::spawn_blocking(move || stopped.stop_immediate())
+        .await
+        .unwrap();
+    std::fs::write(&gate, b"open").unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let started = cluster.clone();
+    tokio::task::spawn_blocking(move || started.start())
+        .await
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(60), awaiting)
+        .await
+        .expect("the call returns once the server is back")
+        .unwrap()
+        .expect("the end's write is retried, not returned as an error");
+    assert_eq!(out, 42);
+    let runs = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        runs.lines().count(),
+        1,
+        "the step's body ran again: {runs:?}"
+    );
+    keiro.shutdown().await.unwrap();
 }

@@ -52,10 +52,11 @@ pub(crate) async fn ensure(cx: &WorkflowContext) -> Result<(), Halt> {
     let Some(request) = lock(&cx.deferred.pending).clone() else {
         return Ok(());
     };
-    let (created, retried) = super::retry::retrying(cx, "recording a new instance", || {
-        cx.keiro.writer().create(request.clone())
-    })
-    .await;
+    let (created, retried) =
+        super::retry::retrying((&cx.name, &cx.id), "recording a new instance", || {
+            cx.keiro.writer().create(request.clone())
+        })
+        .await;
     match created {
         Ok((_, true)) => {
             *lock(&cx.deferred.pending) = None;

@@ -13,7 +13,7 @@ mod events;
 mod messages;
 mod patch;
 pub(crate) mod pipeline;
-mod retry;
+pub(crate) mod retry;
 mod select;
 mod sleep;
 mod step;

@@ -1,13 +1,12 @@
 //! A run's own journal writes retried through a store outage (a restart or
-//! failover of PostgreSQL), so a step whose body ran is not run again just
-//! because the write of its result met a lost connection.
+//! failover of PostgreSQL), so a step whose body ran is not run again, and a
+//! run that returned is not run again, just because the write of the result
+//! met a lost connection.
 
 use std::future::Future;
 use std::time::Duration;
 
 use keiro_store::StoreError;
-
-use super::WorkflowContext;
 
 /// How long a run retries one journal write that keeps failing transiently
 /// before it stops with the error (its instance is then released and
@@ -24,11 +23,14 @@ const MOST_PAUSE: Duration = Duration::from_secs(1);
 ///
 /// Only for writes that are safe to repeat: a step row is a conflict-handled
 /// insert (a repeat finds the row the first try committed, and takes it as
-/// journaled), an instance's create is create-or-read. A run whose lease may
-/// lapse meanwhile is stopped by its driver, which drops this future: the
-/// retries never outlive the lease.
+/// journaled), an instance's create is create-or-read, and a finish applies
+/// only under the run's lease (a repeat after a committed first try applies
+/// to nothing, and the run then reads the end it recorded). A run whose
+/// lease may lapse meanwhile is stopped by its driver, which drops this
+/// future: the retries never outlive the lease. `name` and `id` are the
+/// workflow's, for the log.
 pub(crate) async fn retrying<T, F, Fut>(
-    cx: &WorkflowContext,
+    (name, id): (&str, &str),
     what: &str,
     mut write: F,
 ) -> (Result<T, StoreError>, bool)
@@ -49,7 +51,7 @@ where
         if since.elapsed() >= WRITE_THROUGH {
             return (Err(error), true);
         }
-        tracing::warn!(name = %cx.name, id = %cx.id, %error, "keiro retries {what}");
+        tracing::warn!(%name, %id, %error, "keiro retries {what}");
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(MOST_PAUSE);
     }

@@ -9,6 +9,7 @@ use keiro_store::{
     InstanceStatus, Suspend,
 };
 
+use crate::context::retry::retrying;
 use crate::registry::WorkflowOutput;
 use crate::time::duration_us;
 use crate::{Error, Keiro, Result};
@@ -231,16 +232,27 @@ async fn finish(
     let request = returned(keiro, &row, &output);
     let status = request.status;
     crate::telemetry::run_ended(&row.name, status.as_str());
+    // Retried through an outage: a repeat after a first try that committed
+    // applies to nothing, and the caller then reads the recorded end.
+    let who = (row.name.as_str(), row.id.as_str());
     let finished = match handing {
         Some(handing) => {
             let writer = keiro.writer();
-            let (finished, successor) = writer
-                .finish_handing_over(request, handing.hand_over.clone())
-                .await?;
+            let (finished, successor) = retrying(who, "recording a workflow's end", || {
+                writer.finish_handing_over(request.clone(), handing.hand_over.clone())
+            })
+            .await
+            .0?;
             handing.successor = successor;
             finished
         }
-        None => keiro.writer().finish(request).await?,
+        None => {
+            retrying(who, "recording a workflow's end", || {
+                keiro.writer().finish(request.clone())
+            })
+            .await
+            .0?
+        }
     };
     if !finished {
         return Ok(None);
@@ -264,7 +276,12 @@ async fn finish_unrecorded(
 ) -> Result<Option<InstanceRow>> {
     let request = returned(keiro, &row, &output);
     let status = request.status;
-    let (done, created) = keiro.writer().create_ended(create, request).await?;
+    let who = (row.name.as_str(), row.id.as_str());
+    let (done, created) = retrying(who, "recording a workflow's end", || {
+        keiro.writer().create_ended(create.clone(), request.clone())
+    })
+    .await
+    .0?;
     if !created {
         return Ok(None);
     }
