@@ -9,6 +9,7 @@ use std::time::Duration;
 use keiro::Keiro;
 use keiro_tests::workflows::three_marks;
 use keiro_tests::{Backend, TestDb};
+use sqlx::Connection;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
@@ -37,6 +38,28 @@ async fn a_worker_behind_pgbouncer_is_woken_through_its_listen_url() {
     let mut lines = BufReader::new(worker.stdout.take().unwrap()).lines();
     let ready = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await;
     assert_eq!(ready.unwrap().unwrap().as_deref(), Some("READY"));
+    // Its listener starts beside its first pass: a notification sent before
+    // its LISTEN reaches nobody, and the worker would wait for its poll.
+    let mut direct = sqlx::PgConnection::connect(&db.direct_url).await.unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        let listening: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND query ILIKE 'LISTEN%'",
+        )
+        .fetch_one(&mut direct)
+        .await
+        .unwrap();
+        if listening > 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the worker never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    direct.close().await.unwrap();
 
     // This process only enqueues (through the proxy) and waits.
     let keiro = db.keiro().await;
