@@ -46,8 +46,9 @@ impl<'a> Job<'a> {
         }
     }
 
-    async fn enqueue(self, store: &Store) {
-        let new = NewInstance {
+    /// The instance as recorded (without its place on the queue).
+    fn new_instance(&self) -> NewInstance<'a> {
+        NewInstance {
             id: self.id,
             name: self.name,
             input: "[]",
@@ -58,7 +59,11 @@ impl<'a> Job<'a> {
             traceparent: None,
             app_version: self.app_version,
             skeleton_hash: None,
-        };
+        }
+    }
+
+    async fn enqueue(self, store: &Store) {
+        let new = self.new_instance();
         let queued = Queued {
             queue: Some(QUEUE),
             priority: self.priority,
@@ -331,19 +336,12 @@ async fn lone_hand_overs_at_once_take_distinct_successors(db: &TestDb) {
 
 async fn a_queued_child_hands_over_and_reports_to_its_parent(db: &TestDb) {
     let store = &db.store;
-    let parent = NewInstance {
-        id: "parent",
+    // Recorded off the queue.
+    let parent = Job {
         name: "parent-flow",
-        input: "[]",
-        signature: None,
-        parent: None,
-        lease: None,
-        deadline: None,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
+        ..Job::new("parent", "")
     };
-    store.create_instance(&parent).await.unwrap();
+    store.create_instance(&parent.new_instance()).await.unwrap();
     let link = ParentLink {
         id: "parent",
         generation: 0,

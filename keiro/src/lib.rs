@@ -69,6 +69,7 @@ mod queue;
 mod registry;
 mod resume;
 mod retention;
+mod retry;
 mod runtime;
 mod schedule;
 mod shutdown;

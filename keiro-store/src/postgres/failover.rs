@@ -111,7 +111,7 @@ impl Hosts {
 
     /// Has the watcher look for the writable host now instead of at its
     /// next tick: the pool's host refused writes.
-    pub(crate) fn check_now(&self) {
+    fn check_now(&self) {
         self.suspect.store(true, Ordering::Release);
         self.check_now.notify_one();
     }

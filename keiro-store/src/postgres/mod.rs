@@ -107,7 +107,7 @@ impl PostgresStore {
         let parsed = url::parse(url)?;
         let pooled = parsed.pooler.unwrap_or(options.pooler) == crate::Pooler::Transaction;
         let direct = match &options.listen_url {
-            Some(listen_url) => Some(url::parse(listen_url)?.connect),
+            Some(listen_url) => Some(url::parse(listen_url)?.hosts.swap_remove(0)),
             None => None,
         };
         let mut all = parsed.hosts;

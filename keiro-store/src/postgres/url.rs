@@ -11,10 +11,9 @@ use crate::{Pooler, Result, StoreError};
 /// A PostgreSQL URL read: what sqlx connects with, and keiro's parameters.
 #[derive(Debug)]
 pub(crate) struct PgUrl {
-    /// The connection settings of the first host.
-    pub(crate) connect: PgConnectOptions,
-    /// Those of every host, in the URL's order (`postgres://a:5432,b:5433/db`
-    /// lists two; one for a URL with one host).
+    /// The connection settings of every host, in the URL's order
+    /// (`postgres://a:5432,b:5433/db` lists two; one for a URL with one
+    /// host): never empty.
     pub(crate) hosts: Vec<PgConnectOptions>,
     /// `pooler=transaction|none`, when given.
     pub(crate) pooler: Option<Pooler>,
@@ -112,11 +111,7 @@ fn finish(
             .map_err(|error| invalid(error.to_string()))?;
         hosts.push(connect);
     }
-    Ok(PgUrl {
-        connect: hosts[0].clone(),
-        hosts,
-        pooler,
-    })
+    Ok(PgUrl { hosts, pooler })
 }
 
 /// `scheme://userinfo@hosts/path` as `(scheme, "userinfo@", hosts, "/path")`
@@ -158,8 +153,8 @@ mod tests {
     fn pooler_parameter_is_read_and_removed() {
         let url = parse("postgres://u@h:6432/db?sslmode=disable&pooler=transaction").unwrap();
         assert_eq!(url.pooler, Some(Pooler::Transaction));
-        assert_eq!(url.connect.get_port(), 6432);
-        assert_eq!(url.connect.get_database(), Some("db"));
+        assert_eq!(url.hosts[0].get_port(), 6432);
+        assert_eq!(url.hosts[0].get_database(), Some("db"));
         assert_eq!(parse("postgres://h/db").unwrap().pooler, None);
         assert_eq!(
             parse("postgres://h/db?pooler=none").unwrap().pooler,

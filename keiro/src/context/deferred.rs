@@ -53,7 +53,7 @@ pub(crate) async fn ensure(cx: &WorkflowContext) -> Result<(), Halt> {
         return Ok(());
     };
     let (created, retried) =
-        super::retry::retrying((&cx.name, &cx.id), "recording a new instance", || {
+        crate::retry::retrying((&cx.name, &cx.id), "recording a new instance", || {
             cx.keiro.writer().create(request.clone())
         })
         .await;

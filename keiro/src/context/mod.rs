@@ -13,7 +13,6 @@ mod events;
 mod messages;
 mod patch;
 pub(crate) mod pipeline;
-pub(crate) mod retry;
 mod select;
 mod sleep;
 mod step;

@@ -291,7 +291,7 @@ where
     }
     // The instance recorded and the rows queued before durable first.
     super::pipeline::barrier(cx).await;
-    let written = super::retry::retrying((&cx.name, &cx.id), "a step's journal write", || {
+    let written = crate::retry::retrying((&cx.name, &cx.id), "a step's journal write", || {
         cx.keiro.writer().append_timed(row.clone(), timing)
     })
     .await;
@@ -391,7 +391,7 @@ where
         ),
     ];
     super::pipeline::barrier(cx).await;
-    let written = super::retry::retrying((&cx.name, &cx.id), "a select's journal write", || {
+    let written = crate::retry::retrying((&cx.name, &cx.id), "a select's journal write", || {
         cx.keiro.writer().append_together(rows.clone())
     })
     .await;

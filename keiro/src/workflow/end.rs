@@ -9,8 +9,8 @@ use keiro_store::{
     InstanceStatus, Suspend,
 };
 
-use crate::context::retry::retrying;
 use crate::registry::WorkflowOutput;
+use crate::retry::retrying;
 use crate::time::duration_us;
 use crate::{Error, Keiro, Result};
 

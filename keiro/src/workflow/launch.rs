@@ -9,6 +9,7 @@ use tokio::sync::watch;
 
 use super::drive::{execute, run_here};
 use crate::registry::RunFn;
+use crate::retry::Outage;
 use crate::runtime::inflight::{RunResult, Slot};
 use crate::shutdown::Stop;
 use crate::time::{duration_us, until_us};
@@ -322,7 +323,7 @@ pub(crate) async fn wait(
 pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Result<InstanceRow> {
     let waiter = keiro.waiter(id);
     let mut unserved = Unserved::default();
-    let mut outage = Outage::default();
+    let mut outage = Outage::new(FOLLOW_THROUGH);
     loop {
         let changed = waiter.notified();
         let read = async {
@@ -338,12 +339,15 @@ pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Resul
         };
         let row = match read.await {
             Ok(row) => {
-                outage = Outage::default();
+                outage = Outage::new(FOLLOW_THROUGH);
                 row
             }
             Err(error) => {
-                outage.wait_out(error).await?;
-                continue;
+                tracing::debug!(%error, "keiro retries reading a followed instance");
+                if outage.wait_out(error.is_transient()).await {
+                    continue;
+                }
+                return Err(error);
             }
         };
         if row.status.is_final() {
@@ -390,30 +394,6 @@ pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Resul
 /// store errors in a row (a failover of PostgreSQL takes seconds to tens of
 /// seconds) before it returns the error.
 pub(crate) const FOLLOW_THROUGH: Duration = Duration::from_secs(60);
-
-/// Transient read errors in a row while following an instance.
-#[derive(Default)]
-struct Outage {
-    /// When the first of them came.
-    since: Option<tokio::time::Instant>,
-    /// The pause before the next read.
-    pause: Duration,
-}
-
-impl Outage {
-    /// Waits before the next read after `error`, or returns it: when it is
-    /// not transient, or the errors have lasted [`FOLLOW_THROUGH`].
-    async fn wait_out(&mut self, error: Error) -> Result<()> {
-        let since = *self.since.get_or_insert_with(tokio::time::Instant::now);
-        if !error.is_transient() || since.elapsed() >= FOLLOW_THROUGH {
-            return Err(error);
-        }
-        self.pause = (self.pause * 2).clamp(ATTACH_POLL, Duration::from_secs(1));
-        tracing::debug!(%error, "keiro retries reading a followed instance");
-        tokio::time::sleep(self.pause).await;
-        Ok(())
-    }
-}
 
 /// How often a caller following an instance that no executor holds asks
 /// whether any live worker serves its workflow.
