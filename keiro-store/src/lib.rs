@@ -263,6 +263,11 @@ impl Store {
 
     /// Closes the connection pool.
     pub async fn close(&self) {
-        dispatch!(Store, self, |s| s.pool().close().await)
+        match self {
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(s) => s.pool().close().await,
+            #[cfg(feature = "postgres")]
+            Store::Postgres(s) => s.close().await,
+        }
     }
 }

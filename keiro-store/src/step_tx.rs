@@ -33,6 +33,12 @@ macro_rules! insert_timed_step {
 
 #[cfg(feature = "sqlite")]
 const INSERT_SQLITE: &str = insert_timed_step!("keiro_steps");
+/// A step's row inserted (failing on the primary key if the step is
+/// journaled), the commit, and an empty transaction for sqlx's count.
+#[cfg(feature = "sqlite")]
+const COMMIT_SQLITE: &str = "INSERT INTO keiro_steps (workflow_id, generation, seq, name, kind, \
+     result, created_at, attempts, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9); \
+     COMMIT; BEGIN";
 #[cfg(feature = "postgres")]
 const INSERT_POSTGRES: &str = insert_timed_step!("keiro.steps");
 /// The primary key of PostgreSQL's steps table, as its violations name it.
@@ -54,13 +60,14 @@ pub enum StepTx<'c> {
 
 impl Store {
     /// Begins a transaction for a transactional step (taking SQLite's write
-    /// lock at once).
+    /// lock at once). On PostgreSQL it may be the open, empty transaction the
+    /// last transactional step committed into (see `journal_and_commit`).
     pub async fn begin_step_tx(&self) -> Result<StepTx<'static>> {
         Ok(match self {
             #[cfg(feature = "sqlite")]
             Store::Sqlite(s) => StepTx::Sqlite(s.begin(OP).await?),
             #[cfg(feature = "postgres")]
-            Store::Postgres(s) => StepTx::Postgres(s.begin(OP).await?),
+            Store::Postgres(s) => StepTx::Postgres(s.begin_step(OP).await?),
         })
     }
 }
@@ -102,59 +109,6 @@ impl StepTx<'_> {
         Ok(written)
     }
 
-    /// Writes one step's row (with its `timing`) into this transaction and
-    /// commits, unless the step is journaled already: then it rolls back,
-    /// the application's writes with it, and returns `false` (another
-    /// executor journaled the step first; the caller takes the recorded
-    /// result). `now` is the store's clock, the row's creation time.
-    ///
-    /// On PostgreSQL the row and the `COMMIT` travel in one round trip: one
-    /// simple query `INSERT …; COMMIT; BEGIN` with the row's values as
-    /// constants (see `Arg::push_pg_literal`). Its plain `INSERT` fails on
-    /// the primary key when the step is journaled, which skips the rest of
-    /// the query and leaves the transaction to roll back. The `BEGIN` opens
-    /// an empty transaction for the one sqlx still counts as open: dropping
-    /// it queues a `ROLLBACK` that goes with the check the pool makes of
-    /// every connection coming back. On SQLite (no round trip to save, and
-    /// a statement text used once would cost a fresh prepare), and for a
-    /// value holding NUL (keiro refuses such ids, and JSON escapes it), it
-    /// is [`StepTx::journal`], then [`StepTx::commit`] or
-    /// [`StepTx::rollback`].
-    pub async fn journal_and_commit(
-        mut self,
-        row: StepRow,
-        timing: StepTiming,
-        now: i64,
-    ) -> Result<bool> {
-        // Irrefutable in a build without SQLite.
-        #[cfg(feature = "postgres")]
-        #[allow(irrefutable_let_patterns)]
-        if let StepTx::Postgres(tx) = &mut self {
-            if let Some(sql) = insert_and_commit_sql(&row, timing, now) {
-                // A query string without arguments goes as a simple query
-                // (several statements, nothing prepared or cached).
-                return match sqlx::Executor::execute(&mut **tx, sql.as_str()).await {
-                    Ok(_) => Ok(true),
-                    // Only the journal's own key says the step was
-                    // journaled first: an application's deferred unique
-                    // constraint failing at the COMMIT is an error.
-                    Err(sqlx::Error::Database(db)) if db.constraint() == Some(STEPS_KEY) => {
-                        self.rollback().await?;
-                        Ok(false)
-                    }
-                    Err(error) => Err(StoreError::query(OP)(error)),
-                };
-            }
-        }
-        let written = self.journal(&[(row, timing)], now).await?;
-        if written[0] {
-            self.commit().await?;
-        } else {
-            self.rollback().await?;
-        }
-        Ok(written[0])
-    }
-
     /// Commits the application's writes and the journal rows together.
     pub async fn commit(self) -> Result<()> {
         dispatch!(StepTx, self, |tx| tx.commit().await).map_err(StoreError::query(OP))
@@ -172,6 +126,95 @@ impl StepTx<'_> {
             StepTx::Sqlite(_) => "sqlite",
             #[cfg(feature = "postgres")]
             StepTx::Postgres(_) => "postgres",
+        }
+    }
+}
+
+impl StepTx<'static> {
+    /// Writes one step's row (with its `timing`) into this transaction and
+    /// commits, unless the step is journaled already: then it rolls back,
+    /// the application's writes with it, and returns `false` (another
+    /// executor journaled the step first; the caller takes the recorded
+    /// result). `now` is the store's clock, the row's creation time; `store`
+    /// is the store the transaction was begun on.
+    ///
+    /// The row and the `COMMIT` travel together, with a `BEGIN` after them:
+    /// one statement batch `INSERT …; COMMIT; BEGIN`. Its plain `INSERT`
+    /// fails on the primary key when the step is journaled, which skips the
+    /// rest of the batch and leaves the transaction to roll back. The
+    /// `BEGIN` opens an empty transaction (no lock, no snapshot) for the one
+    /// sqlx still counts as open.
+    /// - PostgreSQL: one simple query with the row's values as constants (see
+    ///   `Arg::push_pg_literal`), one round trip. The empty transaction is
+    ///   kept for the next transactional step (`postgres::warm`), which then
+    ///   needs no `BEGIN` of its own; else dropping it queues a `ROLLBACK`
+    ///   that goes with the check the pool makes of a returning connection.
+    ///   A value holding NUL (keiro refuses such ids, and JSON escapes it)
+    ///   cannot be a constant: that row takes [`StepTx::journal`], then
+    ///   [`StepTx::commit`].
+    /// - SQLite: one prepared batch with the row's values bound, one hop to
+    ///   the connection's thread instead of two. The empty deferred
+    ///   transaction is rolled back as the connection returns to the pool.
+    // Only PostgreSQL keeps the transaction in the store.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub async fn journal_and_commit(
+        mut self,
+        store: &Store,
+        row: StepRow,
+        timing: StepTiming,
+        now: i64,
+    ) -> Result<bool> {
+        match &mut self {
+            #[cfg(feature = "sqlite")]
+            StepTx::Sqlite(tx) => {
+                let done = bind_all!(crate::prepared::query(COMMIT_SQLITE), &step_args(&row, now))
+                    .bind(timing.attempts_column())
+                    .bind(timing.started_at)
+                    .execute(&mut **tx)
+                    .await;
+                match done {
+                    Ok(_) => Ok(true),
+                    Err(sqlx::Error::Database(db))
+                        if db.kind() == sqlx::error::ErrorKind::UniqueViolation
+                            && db.message().contains("keiro_steps.") =>
+                    {
+                        self.rollback().await?;
+                        Ok(false)
+                    }
+                    Err(error) => Err(StoreError::query(OP)(error)),
+                }
+            }
+            #[cfg(feature = "postgres")]
+            StepTx::Postgres(tx) => {
+                let Some(sql) = insert_and_commit_sql(&row, timing, now) else {
+                    let written = self.journal(&[(row, timing)], now).await?;
+                    if written[0] {
+                        self.commit().await?;
+                    } else {
+                        self.rollback().await?;
+                    }
+                    return Ok(written[0]);
+                };
+                // A query string without arguments goes as a simple query
+                // (several statements, nothing prepared or cached).
+                match sqlx::Executor::execute(&mut **tx, sql.as_str()).await {
+                    Ok(_) => {
+                        #[allow(irrefutable_let_patterns)]
+                        if let (StepTx::Postgres(tx), Store::Postgres(store)) = (self, store) {
+                            store.keep_warm(tx);
+                        }
+                        Ok(true)
+                    }
+                    // Only the journal's own key says the step was
+                    // journaled first: an application's deferred unique
+                    // constraint failing at the COMMIT is an error.
+                    Err(sqlx::Error::Database(db)) if db.constraint() == Some(STEPS_KEY) => {
+                        self.rollback().await?;
+                        Ok(false)
+                    }
+                    Err(error) => Err(StoreError::query(OP)(error)),
+                }
+            }
         }
     }
 }

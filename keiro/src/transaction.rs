@@ -133,6 +133,12 @@ impl<'c> Transaction<'c> {
     /// server's default isolation level; a body that wants another sets it
     /// with its first statement (`SET TRANSACTION ISOLATION LEVEL
     /// SERIALIZABLE`).
+    ///
+    /// It may be the transaction the previous transactional step opened as
+    /// it committed (keiro keeps one for up to 50 ms to save the next step a
+    /// `BEGIN`): it is empty (no statement has run in it), but `now()`, the
+    /// start of the transaction, may read up to 50 ms before the step
+    /// began. Use `clock_timestamp()` for the time of the statement.
     #[cfg(feature = "postgres")]
     pub fn as_postgres(&mut self) -> Option<&mut sqlx::Transaction<'c, sqlx::Postgres>> {
         match &mut self.tx {

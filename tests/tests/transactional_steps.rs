@@ -368,6 +368,83 @@ async fn postgres_a_deferred_constraint_failing_at_commit_journals_nothing() {
     assert_eq!(rows, 0, "the body's writes stayed");
 }
 
+/// The server process and transaction id the step's body runs in.
+#[step(transaction)]
+async fn where_it_runs(tx: &mut keiro::Transaction<'_>) -> Result<(i32, i64), String> {
+    let tx = tx.as_postgres().expect("PostgreSQL");
+    sqlx::query_as("SELECT pg_backend_pid(), txid_current()")
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+#[workflow]
+async fn three_transactions() -> Result<Vec<(i32, i64)>, String> {
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(where_it_runs().await?);
+    }
+    Ok(seen)
+}
+
+/// PostgreSQL: a transactional step leaves its connection in an empty
+/// transaction for the next one. Each step still runs in a transaction of
+/// its own; the kept one goes back to the pool shortly after the last step
+/// (no session is left idle in a transaction), and closing the store does
+/// not wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_the_transaction_kept_for_the_next_step_goes_back_to_the_pool() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let keiro = db.keiro().await;
+    let store = keiro::unstable::raw_store(&keiro).clone();
+    let keiro_store::Store::Postgres(pg) = &store else {
+        panic!("a PostgreSQL store")
+    };
+    let idle_in_transaction = "SELECT count(*) FROM pg_stat_activity WHERE datname = \
+         current_database() AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()";
+    for round in 0..2 {
+        let key = uuid::Uuid::new_v4().to_string();
+        let seen = three_transactions()
+            .id(&key)
+            .on(&keiro)
+            .await
+            .unwrap()
+            .unwrap();
+        let mut txids: Vec<i64> = seen.iter().map(|(_, txid)| *txid).collect();
+        txids.dedup();
+        assert_eq!(txids.len(), 3, "two steps shared a transaction: {seen:?}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let left: i64 = sqlx::query_scalar(idle_in_transaction)
+                .fetch_one(pg.pool())
+                .await
+                .unwrap();
+            if left == 0 && pg.pool().num_idle() == pg.pool().size() as usize {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: {left} sessions idle in a transaction, {} of {} pooled \
+                 connections idle, 10 s after the last step",
+                pg.pool().num_idle(),
+                pg.pool().size()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+    // Closing right after a step does not wait for the kept transaction.
+    let key = uuid::Uuid::new_v4().to_string();
+    three_transactions()
+        .id(&key)
+        .on(&keiro)
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(5), store.close())
+        .await
+        .expect("closing the store waited for the kept transaction");
+}
+
 on_both_backends!(
     writes_and_result_commit_together_and_replay_skips_the_body,
     an_err_rolls_the_writes_back_and_is_journaled,

@@ -14,6 +14,7 @@ mod migrate;
 pub(crate) mod notify;
 mod resume;
 mod url;
+mod warm;
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -91,6 +92,9 @@ pub struct PostgresStore {
     listen_url: Option<Box<PgConnectOptions>>,
     /// Where this store's "now" comes from.
     pub(crate) clock: crate::Clock,
+    /// The empty transaction the last transactional step left for the next
+    /// (see [`warm`]); `None` behind a proxy or with several hosts.
+    pub(crate) warm: Option<Arc<warm::WarmTx>>,
 }
 
 /// How long a pooled connection may sit idle before its next checkout pings
@@ -224,6 +228,7 @@ impl PostgresStore {
             .await
             .map_err(|e| connect_error(url, e))?;
         let alive = Arc::new(());
+        let warm = (hosts.is_none() && !pooled).then(Arc::default);
         if let Some(hosts) = hosts {
             hosts.watch(pool.clone(), Arc::downgrade(&alive));
         }
@@ -233,6 +238,7 @@ impl PostgresStore {
             pooled,
             listen_url: direct.map(Box::new),
             clock: options.clock.clone(),
+            warm,
         })
     }
 
@@ -253,6 +259,34 @@ impl PostgresStore {
     /// Whether a transaction-pooling proxy stands in front of the server.
     pub fn is_pooled(&self) -> bool {
         self.pooled
+    }
+
+    /// A transaction for a transactional step: the one the last such step
+    /// left open and empty (see [`warm`]), else a new one.
+    pub(crate) async fn begin_step(
+        &self,
+        op: &'static str,
+    ) -> Result<Transaction<'static, Postgres>> {
+        match self.warm.as_ref().and_then(|warm| warm.take()) {
+            Some(tx) => Ok(tx),
+            None => self.begin(op).await,
+        }
+    }
+
+    /// Keeps `tx`, open and empty after a transactional step's commit, for
+    /// the next one; without a [`warm`] slot it is rolled back.
+    pub(crate) fn keep_warm(&self, tx: Transaction<'static, Postgres>) {
+        if let Some(warm) = &self.warm {
+            warm.keep(tx);
+        }
+    }
+
+    /// Closes the pool, returning a kept transaction first.
+    pub(crate) async fn close(&self) {
+        if let Some(tx) = self.warm.as_ref().and_then(|warm| warm.take()) {
+            drop(tx);
+        }
+        self.pool.close().await;
     }
 
     /// Begins a transaction for operation `op`.

@@ -242,7 +242,12 @@ where
         // The common case, one row: written and committed together (in one
         // round trip on PostgreSQL).
         let now = cx.keiro.now_us();
-        if !tx.into_inner().journal_and_commit(row, timing, now).await? {
+        let store = cx.keiro.raw_store();
+        if !tx
+            .into_inner()
+            .journal_and_commit(store, row, timing, now)
+            .await?
+        {
             // Another executor journaled this step first: its result
             // stands, and these writes never happened.
             return Ok(record_step(cx, seq, kind, name, value, timing, None).await);
