@@ -3,7 +3,9 @@
 //! runtime) is killed with `pg_terminate_backend` four times while one worker
 //! process drives 96 workflows of 5 steps. Every workflow completes without
 //! restarting the worker, and no step body starts after its result was
-//! journaled.
+//! journaled. And a worker whose `LISTEN` connection is lost while the
+//! database refuses new ones looks for the work notified meanwhile as soon
+//! as it listens again.
 
 use std::time::Duration;
 
@@ -76,4 +78,109 @@ async fn workflows_complete_when_every_connection_is_terminated_mid_run() {
          step bodies run more than once: {reruns}"
     );
     worker.kill().await;
+}
+
+const CHILD: &str = env!("CARGO_BIN_EXE_crash_workflow");
+
+/// Sessions of database `name` whose last statement was a `LISTEN`.
+async fn listening(admin: &mut sqlx::PgConnection, name: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'LISTEN%'",
+    )
+    .bind(name)
+    .fetch_one(admin)
+    .await
+    .unwrap()
+}
+
+/// A worker that polls once a minute loses its `LISTEN` connection, and the
+/// enqueue that should wake it is notified while it cannot listen again (the
+/// database refuses new connections for a moment). Once it listens again it
+/// looks for work at once instead of waiting out its poll: the notification
+/// it missed costs no minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_sent_while_the_listener_is_down_is_not_waited_out() {
+    use std::str::FromStr;
+
+    let db = TestDb::new(Backend::Postgres).await;
+    let options = sqlx::postgres::PgConnectOptions::from_str(&db.url).unwrap();
+    let name = options.get_database().unwrap().to_owned();
+    let mut admin = sqlx::PgConnection::connect_with(&options.database("postgres"))
+        .await
+        .unwrap();
+    // Its LISTEN on a pool of its own (the listen URL): when that connection
+    // is lost, listening again needs a new connection.
+    let mut worker = tokio::process::Command::new(CHILD)
+        .args(["worker", "60000"])
+        .env("KEIRO_DATABASE_URL", &db.url)
+        .env("KEIRO_LISTEN_URL", &db.url)
+        .env(
+            "KEIRO_EXECUTOR_ID",
+            format!("listener-{}", uuid::Uuid::new_v4().simple()),
+        )
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = worker.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let ready = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await;
+    assert_eq!(ready.unwrap().unwrap().as_deref(), Some("READY"));
+    let started = std::time::Instant::now();
+    while listening(&mut admin, &name).await == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the worker never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // This runtime listens on a pool of its own too, so that its listener,
+    // trying to come back, never takes the connection the enqueue needs.
+    let keiro = db.builder().listen_url(&db.url).connect().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("marks.log").to_str().unwrap().to_owned();
+    // Pushed at once while the listener is up (and this runtime's pool
+    // holds connections for the enqueue below).
+    let handle = keiro_tests::workflows::three_marks(file.clone(), 1)
+        .id("before")
+        .on(&keiro)
+        .enqueue()
+        .await
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(20), handle.result()).await;
+    assert_eq!(out.expect("woken by its notification").unwrap(), 13);
+
+    let allow = |on: bool| format!("ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS {on}");
+    sqlx::query(&allow(false))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 \
+         AND query ILIKE 'LISTEN%'",
+    )
+    .bind(&name)
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    let handle = keiro_tests::workflows::three_marks(file, 2)
+        .id("while-down")
+        .on(&keiro)
+        .enqueue()
+        .await;
+    // The listener fails to come back at least once meanwhile.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    sqlx::query(&allow(true)).execute(&mut admin).await.unwrap();
+    assert!(!killed.is_empty(), "no LISTEN session was terminated");
+    let handle = handle.expect("the enqueue used a connection already open");
+    let out = tokio::time::timeout(Duration::from_secs(20), handle.result()).await;
+    assert_eq!(
+        out.expect("the worker waited for its one-minute poll after listening again")
+            .unwrap(),
+        23
+    );
+    worker.start_kill().unwrap();
+    worker.wait().await.unwrap();
+    keiro.shutdown().await.unwrap();
 }

@@ -149,6 +149,14 @@ impl InFlight {
         }
     }
 
+    /// Tells every waiter in this process to look at the store again.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn notify_all(&self) {
+        for (notify, _) in lock(&self.state).waiters.values() {
+            notify.notify_waiters();
+        }
+    }
+
     /// Tells this process's waiters that a step was recorded for the instance
     /// a wake notification names: by its id, or, for a long id, by its
     /// [`keiro_store::wake_payload`] digest (every waiter whose id maps to it).

@@ -100,6 +100,22 @@ impl Wakes {
         }
     }
 
+    /// Notifications on this database may have been lost (the listener's
+    /// connection was down): every waiter, resume worker and timer worker
+    /// here looks at the store again now.
+    #[cfg(feature = "postgres")]
+    fn missed(&self) {
+        self.timers_changed();
+        for (inflight, resume) in lock(&self.runtimes).iter() {
+            if let Some(inflight) = inflight.upgrade() {
+                inflight.notify_all();
+            }
+            if let Some(resume) = resume.upgrade() {
+                resume.notify_one();
+            }
+        }
+    }
+
     /// On PostgreSQL, starts the task that forwards every process's
     /// notifications on `store`'s database, unless it runs already; elsewhere
     /// does nothing. Long-lived loops call it on every round: the task ends
@@ -171,7 +187,7 @@ fn database_key(store: &Store) -> String {
 #[cfg(feature = "postgres")]
 mod postgres {
     //! The listener connection: `LISTEN keiro_wake` and `keiro_timers` on
-    //! one connection, reconnecting after a second when it is lost.
+    //! one connection, replaced at once when it is lost.
 
     use std::sync::Weak;
     use std::time::Duration;
@@ -184,36 +200,64 @@ mod postgres {
     const TIMER_CHANNEL: &str = "keiro_timers";
 
     /// Forwards notifications to `wakes` until it is dropped.
+    ///
+    /// A notification sent while the connection is down is lost: once it
+    /// listens again, everything on `wakes` looks at the store afresh
+    /// ([`Wakes::missed`]) instead of waiting for its next poll. A lost
+    /// connection is replaced at once; a failed attempt is retried after a
+    /// second.
     pub(super) async fn forward(pg: PostgresStore, wakes: Weak<Wakes>) {
+        let (mut missed, mut pause) = (false, false);
         loop {
-            match pg.listen_wakes().await {
-                Err(error) => tracing::warn!(%error, "keiro wake listener cannot connect"),
-                Ok(mut listener) => match listener.listen(TIMER_CHANNEL).await {
-                    Err(error) => {
-                        tracing::warn!(%error, "keiro wake listener cannot LISTEN {TIMER_CHANNEL}")
-                    }
-                    Ok(()) => loop {
-                        match listener.recv().await {
-                            Ok(notification) => {
-                                let Some(wakes) = wakes.upgrade() else { return };
-                                if notification.channel() == TIMER_CHANNEL {
-                                    wakes.timers_changed();
-                                } else {
-                                    wakes.workflow_woken(notification.payload());
-                                }
-                            }
-                            Err(error) => {
-                                tracing::warn!(%error, "keiro wake listener lost its connection");
-                                break;
-                            }
-                        }
-                    },
-                },
+            if pause {
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
             if wakes.strong_count() == 0 {
                 return;
             }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            let mut listener = match pg.listen_wakes().await {
+                Ok(mut listener) => match listener.listen(TIMER_CHANNEL).await {
+                    Ok(()) => listener,
+                    Err(error) => {
+                        tracing::warn!(%error, "keiro wake listener cannot LISTEN {TIMER_CHANNEL}");
+                        pause = true;
+                        continue;
+                    }
+                },
+                Err(error) => {
+                    tracing::warn!(%error, "keiro wake listener cannot connect");
+                    pause = true;
+                    continue;
+                }
+            };
+            if std::mem::take(&mut missed) {
+                let Some(wakes) = wakes.upgrade() else { return };
+                wakes.missed();
+            }
+            loop {
+                // `try_recv` answers `None` when the connection is lost
+                // (`recv` would reconnect unseen, and what was sent in
+                // between would stay lost).
+                match listener.try_recv().await {
+                    Ok(Some(notification)) => {
+                        let Some(wakes) = wakes.upgrade() else { return };
+                        if notification.channel() == TIMER_CHANNEL {
+                            wakes.timers_changed();
+                        } else {
+                            wakes.workflow_woken(notification.payload());
+                        }
+                    }
+                    Ok(None) => {
+                        tracing::warn!("keiro wake listener lost its connection; listening again");
+                        break;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "keiro wake listener lost its connection");
+                        break;
+                    }
+                }
+            }
+            (missed, pause) = (true, false);
         }
     }
 }
