@@ -4,7 +4,10 @@
 //! workload on the default queue (no limits). Timed from the moment the
 //! workers start (the instances are all enqueued before) until all are
 //! completed. The step counts how many run at once; the most it saw is
-//! reported next to the rate (it must be at most 8 on the queue).
+//! reported next to the rate (it must be at most 8 on the queue). A third
+//! run puts the instances on the default queue with each worker running at
+//! most 4: as many in flight as the queue allows, without its bookkeeping,
+//! which separates what the queue costs from what running only 8 costs.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -40,26 +43,43 @@ async fn bench_queued(n: u32) -> u32 {
     counted(n).await
 }
 
+/// Where a run's instances wait, and how many its workers run at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Setting {
+    /// On `BENCH_QUEUE` (concurrency 8).
+    Queue,
+    /// On the default queue, each worker at its default concurrency.
+    Default,
+    /// On the default queue, each worker running at most 4 (8 in all): the
+    /// same number in flight as the queue allows, without its bookkeeping.
+    DefaultEight,
+}
+
+impl Setting {
+    fn label(self) -> &'static str {
+        match self {
+            Setting::Queue => "concurrency 8",
+            Setting::Default => "default queue, no limits",
+            Setting::DefaultEight => "default queue, workers of concurrency 4 (8 in all)",
+        }
+    }
+}
+
 /// The `queue_throughput` workload.
 pub(crate) async fn queue_throughput(cfg: &Config) -> BenchResult {
-    for queued in [true, false] {
+    for setting in [Setting::Queue, Setting::Default, Setting::DefaultEight] {
         let (rate, most) = with_fresh_db(cfg.backend, |db| async move {
-            one_run(cfg, &db.url, queued).await
+            one_run(cfg, &db.url, setting).await
         })
         .await?;
-        let limit = if queued {
-            "concurrency 8"
-        } else {
-            "default queue, no limits"
-        };
         cfg.emit(
             Figure::new("queue_throughput", rate, "wf/s")
-                .with("queue", limit)
+                .with("queue", setting.label())
                 .with("workflows", WORKFLOWS)
                 .with("workers", 2)
                 .with("max_in_flight", most),
         );
-        if queued && most > CONCURRENCY {
+        if setting == Setting::Queue && most > CONCURRENCY {
             return Err(fail(format!(
                 "queue_throughput saw {most} in flight on a queue of concurrency {CONCURRENCY}"
             )));
@@ -68,7 +88,7 @@ pub(crate) async fn queue_throughput(cfg: &Config) -> BenchResult {
     Ok(())
 }
 
-async fn one_run(cfg: &Config, url: &str, queued: bool) -> BenchResult<(f64, usize)> {
+async fn one_run(cfg: &Config, url: &str, setting: Setting) -> BenchResult<(f64, usize)> {
     let keiro: Keiro = cfg.builder(url).connect().await?;
     IN_FLIGHT.store(0, Ordering::SeqCst);
     MOST_IN_FLIGHT.store(0, Ordering::SeqCst);
@@ -76,9 +96,9 @@ async fn one_run(cfg: &Config, url: &str, queued: bool) -> BenchResult<(f64, usi
         .map(|n| {
             let call = bench_queued(n).on(&keiro).id(format!("q-{n}"));
             async move {
-                match queued {
-                    true => call.queue(&BENCH_QUEUE).enqueue().await,
-                    false => call.enqueue().await,
+                match setting {
+                    Setting::Queue => call.queue(&BENCH_QUEUE).enqueue().await,
+                    Setting::Default | Setting::DefaultEight => call.enqueue().await,
                 }
             }
         })
@@ -88,7 +108,13 @@ async fn one_run(cfg: &Config, url: &str, queued: bool) -> BenchResult<(f64, usi
     for enqueued in enqueues {
         enqueued?;
     }
-    let options = || ResumeOptions::default().poll_interval(Duration::from_millis(50));
+    let options = || {
+        let options = ResumeOptions::default().poll_interval(Duration::from_millis(50));
+        match setting {
+            Setting::DefaultEight => options.concurrency(CONCURRENCY / 2),
+            Setting::Queue | Setting::Default => options,
+        }
+    };
     let other: Keiro = cfg.builder(url).connect().await?;
     let started = Instant::now();
     let workers = [
