@@ -70,6 +70,32 @@ pub(crate) async fn bench_transactional_steps(tag: String, count: u32) -> Result
     Ok(total)
 }
 
+/// In transaction `$tx`, the application row and a journal row into
+/// `$steps` for `$id` (`$i`, `$now`), then the commit. SQLite takes
+/// PostgreSQL's `$N` placeholders too.
+macro_rules! commit_same_writes {
+    ($tx:ident, $steps:literal, $id:expr, $i:expr, $now:expr) => {{
+        sqlx::query(INSERT)
+            .bind($id)
+            .bind(i64::from($i))
+            .execute(&mut *$tx)
+            .await?;
+        sqlx::query(concat!(
+            "INSERT INTO ",
+            $steps,
+            " (workflow_id, generation, seq, name, kind, result, created_at) \
+             VALUES ($1, 0, $2, 'noop', 'step', '7', $3) \
+             ON CONFLICT (workflow_id, generation, seq) DO NOTHING"
+        ))
+        .bind($id)
+        .bind(i64::from($i))
+        .bind($now)
+        .execute(&mut *$tx)
+        .await?;
+        $tx.commit().await?;
+    }};
+}
+
 /// Seconds for `n` plain sqlx transactions of the same two writes a
 /// transactional step makes (one application row, one journal row), one
 /// after another: what the application would pay doing them itself.
@@ -81,41 +107,11 @@ async fn timed_app_commits(store: &Store, tag: &str, n: u32) -> BenchResult<f64>
         match store {
             Store::Sqlite(s) => {
                 let mut tx = s.pool().begin_with("BEGIN IMMEDIATE").await?;
-                sqlx::query(INSERT)
-                    .bind(&id)
-                    .bind(i64::from(i))
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query(
-                    "INSERT INTO keiro_steps (workflow_id, generation, seq, name, kind, result, \
-                     created_at) VALUES (?1, 0, ?2, 'noop', 'step', '7', ?3) \
-                     ON CONFLICT (workflow_id, generation, seq) DO NOTHING",
-                )
-                .bind(&id)
-                .bind(i64::from(i))
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-                tx.commit().await?;
+                commit_same_writes!(tx, "keiro_steps", &id, i, now);
             }
             Store::Postgres(s) => {
                 let mut tx = s.pool().begin().await?;
-                sqlx::query(INSERT)
-                    .bind(&id)
-                    .bind(i64::from(i))
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query(
-                    "INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, result, \
-                     created_at) VALUES ($1, 0, $2, 'noop', 'step', '7', $3) \
-                     ON CONFLICT (workflow_id, generation, seq) DO NOTHING",
-                )
-                .bind(&id)
-                .bind(i64::from(i))
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-                tx.commit().await?;
+                commit_same_writes!(tx, "keiro.steps", &id, i, now);
             }
         }
     }
