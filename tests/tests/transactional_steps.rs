@@ -445,6 +445,80 @@ async fn postgres_the_transaction_kept_for_the_next_step_goes_back_to_the_pool()
         .expect("closing the store waited for the kept transaction");
 }
 
+/// Keys whose next `lose_connection_once` body kills its own connection.
+static LOSE_ONCE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Loses its connection mid-body the first time for `key` (the server
+/// terminates it, so the body's statement fails); then inserts `key`.
+#[step(transaction)]
+async fn lose_connection_once(tx: &mut keiro::Transaction<'_>, key: String) -> Result<u32, String> {
+    let tx = tx.as_postgres().expect("PostgreSQL");
+    let lose = {
+        let mut armed = LOSE_ONCE.lock().unwrap();
+        let at = armed.iter().position(|k| *k == key);
+        at.map(|at| armed.remove(at)).is_some()
+    };
+    if lose {
+        sqlx::query("SELECT pg_terminate_backend(pg_backend_pid())")
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    sqlx::query("INSERT INTO tx_lost (k) VALUES ($1)")
+        .bind(&key)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(if lose { 1 } else { 2 })
+}
+
+#[workflow]
+async fn survive_a_lost_connection(key: String) -> Result<u32, String> {
+    lose_connection_once(key).await
+}
+
+/// PostgreSQL: a transactional step whose connection is lost under its body
+/// gets an `Err` from its statement; that `Err` is the lost connection, not
+/// the step's outcome, so it is not journaled: the body runs again in a new
+/// transaction and its result is journaled once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_connection_lost_under_the_body_runs_it_again() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let keiro = db.keiro().await;
+    let keiro_store::Store::Postgres(pg) = keiro::unstable::raw_store(&keiro) else {
+        panic!("a PostgreSQL store")
+    };
+    sqlx::query("CREATE TABLE tx_lost (k TEXT PRIMARY KEY)")
+        .execute(pg.pool())
+        .await
+        .unwrap();
+    let key = uuid::Uuid::new_v4().to_string();
+    LOSE_ONCE.lock().unwrap().push(key.clone());
+    let out = survive_a_lost_connection(key.clone())
+        .id(&key)
+        .on(&keiro)
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        Ok(2),
+        "the lost connection's error was the step's outcome"
+    );
+    assert!(
+        LOSE_ONCE.lock().unwrap().is_empty(),
+        "the connection was never lost"
+    );
+    let steps = keiro.steps(&key).await.unwrap();
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    assert_eq!(steps[0].outcome, StepOutcome::Ok);
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM tx_lost WHERE k = $1")
+        .bind(&key)
+        .fetch_one(pg.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, 1);
+}
+
 on_both_backends!(
     writes_and_result_commit_together_and_replay_skips_the_body,
     an_err_rolls_the_writes_back_and_is_journaled,

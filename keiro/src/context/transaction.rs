@@ -12,9 +12,11 @@
 //!   `max_attempts`, and the final `Err` is journaled like any step's,
 //!   through the group-commit writer.
 //! - A conflict keiro meets itself (beginning, writing the row, committing:
-//!   a serialization failure, a deadlock, SQLite BUSY) rolls back and runs
-//!   the body again in a new transaction at once, without counting against
-//!   `max_attempts`.
+//!   a serialization failure, a deadlock, SQLite BUSY), or a transient error
+//!   such as a connection lost under the body (its `Err` then is not the
+//!   step's outcome), rolls back and runs the body again in a new
+//!   transaction, without counting against `max_attempts`; after
+//!   `MAX_CONFLICTS` in a row the run stops and is resumed later.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -102,6 +104,12 @@ where
             return Ok(Attempt::Done(value, tx));
         }
         if let Err(error) = tx.into_inner().rollback().await {
+            if error.is_transient() {
+                // The connection was lost under the body: its `Err` may be
+                // that loss rather than the step's outcome. Nothing
+                // committed, so the body runs again in a new transaction.
+                return Err(error);
+            }
             // Dropping the connection rolls the transaction back all the same.
             tracing::debug!(step = self.meta.name, %error, "keiro transactional step rollback failed");
         }
@@ -163,7 +171,8 @@ where
                     }
                     Err(error) => error,
                 };
-                if !error.is_conflict() || conflicts >= MAX_CONFLICTS {
+                let again = error.is_conflict() || error.is_transient();
+                if !again || conflicts >= MAX_CONFLICTS {
                     return halt(&cx, Error::Store(error)).await;
                 }
                 conflicts += 1;
