@@ -41,6 +41,9 @@ struct State {
     kept: Option<(Instant, Transaction<'static, Postgres>)>,
     /// Whether a task is waiting to return an expired one to the pool.
     reaping: bool,
+    /// That task: it ends with the runtime that spawned it, and then
+    /// another is started.
+    reaper: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl WarmTx {
@@ -57,17 +60,17 @@ impl WarmTx {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (replaced, start_reaper) = {
+        let replaced = {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             let replaced = state.kept.replace((Instant::now(), tx));
-            let start_reaper = !std::mem::replace(&mut state.reaping, true);
-            (replaced, start_reaper)
+            let gone = state.reaper.as_ref().is_none_or(|task| task.is_finished());
+            if !std::mem::replace(&mut state.reaping, true) || gone {
+                state.reaper = Some(runtime.spawn(reap(Arc::downgrade(self))));
+            }
+            replaced
         };
         // Dropped outside the lock: its rollback is queued on its connection.
         drop(replaced);
-        if start_reaper {
-            runtime.spawn(reap(Arc::downgrade(self)));
-        }
     }
 }
 
