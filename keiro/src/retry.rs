@@ -64,12 +64,12 @@ impl Outage {
 /// transient failures have lasted [`WRITE_THROUGH`]. The second value says
 /// whether an earlier try failed (its write may still have committed).
 ///
-/// Only for a run's writes that are safe to repeat: a step row is a
-/// conflict-handled insert (a repeat finds the row the first try committed,
-/// and takes it as journaled), an instance's create is create-or-read, and a
-/// finish applies only under the run's lease (a repeat after a committed
-/// first try applies to nothing, and the run then reads the end it
-/// recorded). A run whose lease may lapse meanwhile is stopped by its
+/// Only for a run's reads, and its writes that are safe to repeat: a step
+/// row is a conflict-handled insert (a repeat finds the row the first try
+/// committed, and takes it as journaled), an instance's create is
+/// create-or-read, and a finish applies only under the run's lease (a repeat
+/// after a committed first try applies to nothing, and the run then reads
+/// the end it recorded). A run whose lease may lapse meanwhile is stopped by its
 /// driver, which drops this future: the retries never outlive the lease.
 /// `name` and `id` are the workflow's, for the log.
 pub(crate) async fn retrying<T, F, Fut>(

@@ -86,10 +86,13 @@ pub(crate) async fn execute(
     let journal = if fresh {
         Vec::new()
     } else {
-        keiro
-            .raw_store()
-            .load_journal(&row.id, row.generation)
-            .await?
+        // A read: safe to repeat through a passing fault (a pooled
+        // connection the server dropped, a restart).
+        let store = keiro.raw_store();
+        let read = || store.load_journal(&row.id, row.generation);
+        crate::retry::retrying((&row.name, &row.id), "reading its journal", read)
+            .await
+            .0?
     };
     // Claimed past its deadline (it was due then): end it, never run it.
     if row
