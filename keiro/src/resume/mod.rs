@@ -17,6 +17,23 @@ use crate::{Keiro, Result};
 /// (unknown names, other versions, live foreign leases) and reports them.
 const BLOCKED_REPORT_EVERY: Duration = Duration::from_secs(1);
 
+/// The pause after the first failed pass in a row; it doubles with each
+/// further one, up to the poll interval.
+const RETRY_FAILED_PASS: Duration = Duration::from_millis(100);
+
+/// The pause before the next pass: the poll interval, or after `failed`
+/// failed passes in a row a shorter one that grows back to it, so a pass
+/// that met a passing fault (a lost connection, a pool timed out) is
+/// retried soon even when the worker polls rarely.
+fn pause_after(failed: u32, poll_interval: Duration) -> Duration {
+    match failed {
+        0 => poll_interval,
+        n => RETRY_FAILED_PASS
+            .saturating_mul(1 << (n - 1).min(16))
+            .min(poll_interval),
+    }
+}
+
 pub use options::ResumeOptions;
 pub use report::{ResumeEvent, ResumeLog, ResumeSummary};
 
@@ -25,7 +42,8 @@ impl Keiro {
     /// (validated first). It runs a pass, then waits for the poll interval or
     /// a wake-up (an enqueue in this process; on PostgreSQL a notification
     /// from any process), until [`ResumeWorker::shutdown`] (or
-    /// [`Keiro::shutdown`]).
+    /// [`Keiro::shutdown`]). After a failed pass it waits 100 ms, doubling
+    /// with each further failure in a row, up to the poll interval.
     ///
     /// Beside its passes it runs a cron scheduler: at each tick (by the
     /// store's clock) of a schedule whose workflow this binary links, it
@@ -52,6 +70,7 @@ impl Keiro {
             });
             let mut stop = Stop::of_worker(&keiro, watched);
             let mut reported: Option<tokio::time::Instant> = None;
+            let mut failed = 0;
             loop {
                 keiro.listen_for_wakes();
                 // Finding the due instances this worker cannot run reads
@@ -64,9 +83,13 @@ impl Keiro {
                     reported = Some(tokio::time::Instant::now());
                 }
                 let full = match keiro.pass(&options, &stop, report).await {
-                    Ok(summary) => summary.resumed as i64 >= options.claim_limit(),
+                    Ok(summary) => {
+                        failed = 0;
+                        summary.resumed as i64 >= options.claim_limit()
+                    }
                     Err(error) => {
                         (options.log)(&ResumeEvent::PassFailed { error });
+                        failed += 1;
                         false
                     }
                 };
@@ -78,7 +101,7 @@ impl Keiro {
                     continue;
                 }
                 tokio::select! {
-                    _ = tokio::time::sleep(options.poll_interval) => {}
+                    _ = tokio::time::sleep(pause_after(failed, options.poll_interval)) => {}
                     _ = keiro.resume_wake().notified() => {}
                     _ = stop.draining() => break,
                 }
@@ -167,4 +190,22 @@ pub async fn run_resume_worker() -> Result<ResumeWorker> {
         .await?
         .resume_worker(ResumeOptions::default())
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_pass_is_retried_sooner_than_the_poll_interval() {
+        let poll = Duration::from_secs(60);
+        assert_eq!(pause_after(0, poll), poll);
+        assert_eq!(pause_after(1, poll), Duration::from_millis(100));
+        assert_eq!(pause_after(2, poll), Duration::from_millis(200));
+        assert_eq!(pause_after(4, poll), Duration::from_millis(800));
+        assert_eq!(pause_after(30, poll), poll);
+        assert_eq!(pause_after(u32::MAX, poll), poll);
+        let short = Duration::from_millis(50);
+        assert_eq!(pause_after(1, short), short);
+    }
 }

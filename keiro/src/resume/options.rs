@@ -31,7 +31,8 @@ use crate::{Error, Result, Retention};
 pub struct ResumeOptions {
     /// The pause between passes when nothing wakes the worker sooner
     /// (default 1 s; enqueues in this process and PostgreSQL notifications
-    /// wake it at once).
+    /// wake it at once). After a failed pass the next comes sooner: 100 ms,
+    /// doubling with each further failure in a row, up to this interval.
     pub poll_interval: Duration,
     /// How many instances one worker advances at once (default 32).
     pub concurrency: usize,
