@@ -3,17 +3,24 @@
 //! runtime) is killed with `pg_terminate_backend` four times while one worker
 //! process drives 96 workflows of 5 steps. Every workflow completes without
 //! restarting the worker, and no step body starts after its result was
-//! journaled. And a worker whose `LISTEN` connection is lost while the
-//! database refuses new ones looks for the work notified meanwhile as soon
-//! as it listens again.
+//! journaled. And while the database refuses new connections for a moment, a
+//! worker that polls once a minute and whose `LISTEN` connection, or whose
+//! pool, is terminated runs the work notified meanwhile as soon as it can,
+//! not at its next poll.
 
+use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use keiro::{Keiro, WorkflowHandle};
 use keiro_tests::faults::{
     assert_no_journaled_step_ran_again, checked_steps, journal_results, status_counts,
     wait_all_completed, FaultWorker,
 };
+use keiro_tests::process::CrashChild;
+use keiro_tests::workflows::three_marks;
 use keiro_tests::{Backend, TestDb};
 use sqlx::Connection;
 
@@ -90,15 +97,91 @@ async fn workflows_complete_when_every_connection_is_terminated_mid_run() {
 
 const CHILD: &str = env!("CARGO_BIN_EXE_crash_workflow");
 
-/// Sessions of database `name` whose last statement was a `LISTEN`.
-async fn listening(admin: &mut sqlx::PgConnection, name: &str) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND query ILIKE 'LISTEN%'",
-    )
-    .bind(name)
-    .fetch_one(admin)
-    .await
-    .unwrap()
+/// A connection to the server's `postgres` database, acting on the test
+/// database `name` from outside it.
+struct Admin {
+    conn: sqlx::PgConnection,
+    name: String,
+}
+
+impl Admin {
+    async fn connect(db: &TestDb) -> Admin {
+        let options = sqlx::postgres::PgConnectOptions::from_str(&db.url).unwrap();
+        let name = options.get_database().unwrap().to_owned();
+        let conn = sqlx::PgConnection::connect_with(&options.database("postgres"))
+            .await
+            .unwrap();
+        Admin { conn, name }
+    }
+
+    /// Waits (30 s at most) until a session of the database has run `LISTEN`.
+    async fn wait_listening(&mut self) {
+        let started = std::time::Instant::now();
+        loop {
+            let listening: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 \
+                 AND query ILIKE 'LISTEN%'",
+            )
+            .bind(&self.name)
+            .fetch_one(&mut self.conn)
+            .await
+            .unwrap();
+            if listening > 0 {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "nothing listened"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Lets the database take new connections, or refuses them.
+    async fn allow_connections(&mut self, on: bool) {
+        let name = &self.name;
+        sqlx::query(&format!("ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS {on}"))
+            .execute(&mut self.conn)
+            .await
+            .unwrap();
+    }
+
+    /// Terminates the database's sessions with these server process ids,
+    /// or with none given its `LISTEN` sessions; returns how many.
+    async fn terminate(&mut self, pids: Option<&[i32]>) -> usize {
+        let killed: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 \
+             AND CASE WHEN $2::int[] IS NULL THEN query ILIKE 'LISTEN%' \
+             ELSE pid = ANY($2) END",
+        )
+        .bind(&self.name)
+        .bind(pids)
+        .fetch_all(&mut self.conn)
+        .await
+        .unwrap();
+        killed.len()
+    }
+}
+
+/// Enqueues `three_marks(file, w)` as instance `id`.
+async fn enqueue_marks(
+    keiro: &Keiro,
+    file: &str,
+    w: u32,
+    id: &str,
+) -> keiro::Result<WorkflowHandle<u32>> {
+    three_marks(file.to_owned(), w)
+        .id(id)
+        .on(keiro)
+        .enqueue()
+        .await
+}
+
+/// The result of `three_marks` instance `handle` for workflow `w`, which
+/// must come within 20 s (`late` says why it would not).
+async fn marks_within_20s(handle: WorkflowHandle<u32>, w: u32, late: &str) {
+    let out = tokio::time::timeout(Duration::from_secs(20), handle.result()).await;
+    assert_eq!(out.expect(late).unwrap(), w * 10 + 3);
 }
 
 /// A worker that polls once a minute loses its `LISTEN` connection, and the
@@ -108,40 +191,18 @@ async fn listening(admin: &mut sqlx::PgConnection, name: &str) -> i64 {
 /// it missed costs no minute.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wake_sent_while_the_listener_is_down_is_not_waited_out() {
-    use std::str::FromStr;
-
     let db = TestDb::new(Backend::Postgres).await;
-    let options = sqlx::postgres::PgConnectOptions::from_str(&db.url).unwrap();
-    let name = options.get_database().unwrap().to_owned();
-    let mut admin = sqlx::PgConnection::connect_with(&options.database("postgres"))
-        .await
-        .unwrap();
+    let mut admin = Admin::connect(&db).await;
     // Its LISTEN on a pool of its own (the listen URL): when that connection
     // is lost, listening again needs a new connection.
-    let mut worker = tokio::process::Command::new(CHILD)
-        .args(["worker", "60000"])
-        .env("KEIRO_DATABASE_URL", &db.url)
-        .env("KEIRO_LISTEN_URL", &db.url)
-        .env(
-            "KEIRO_EXECUTOR_ID",
-            format!("listener-{}", uuid::Uuid::new_v4().simple()),
-        )
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let stdout = worker.stdout.take().unwrap();
-    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
-    let ready = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await;
-    assert_eq!(ready.unwrap().unwrap().as_deref(), Some("READY"));
-    let started = std::time::Instant::now();
-    while listening(&mut admin, &name).await == 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the worker never listened"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let executor = format!("listener-{}", uuid::Uuid::new_v4().simple());
+    let env = [
+        ("KEIRO_LISTEN_URL", db.url.as_str()),
+        ("KEIRO_EXECUTOR_ID", executor.as_str()),
+    ];
+    let mut worker = CrashChild::start_with_env(CHILD, &db, &env, &["worker", "60000"]);
+    worker.line_starting("READY").await;
+    admin.wait_listening().await;
 
     // This runtime listens on a pool of its own too, so that its listener,
     // trying to come back, never takes the connection the enqueue needs.
@@ -150,46 +211,20 @@ async fn a_wake_sent_while_the_listener_is_down_is_not_waited_out() {
     let file = dir.path().join("marks.log").to_str().unwrap().to_owned();
     // Pushed at once while the listener is up (and this runtime's pool
     // holds connections for the enqueue below).
-    let handle = keiro_tests::workflows::three_marks(file.clone(), 1)
-        .id("before")
-        .on(&keiro)
-        .enqueue()
-        .await
-        .unwrap();
-    let out = tokio::time::timeout(Duration::from_secs(20), handle.result()).await;
-    assert_eq!(out.expect("woken by its notification").unwrap(), 13);
+    let handle = enqueue_marks(&keiro, &file, 1, "before").await.unwrap();
+    marks_within_20s(handle, 1, "woken by its notification").await;
 
-    let allow = |on: bool| format!("ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS {on}");
-    sqlx::query(&allow(false))
-        .execute(&mut admin)
-        .await
-        .unwrap();
-    let killed: Vec<bool> = sqlx::query_scalar(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 \
-         AND query ILIKE 'LISTEN%'",
-    )
-    .bind(&name)
-    .fetch_all(&mut admin)
-    .await
-    .unwrap();
-    let handle = keiro_tests::workflows::three_marks(file, 2)
-        .id("while-down")
-        .on(&keiro)
-        .enqueue()
-        .await;
+    admin.allow_connections(false).await;
+    let killed = admin.terminate(None).await;
+    let handle = enqueue_marks(&keiro, &file, 2, "while-down").await;
     // The listener fails to come back at least once meanwhile.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    sqlx::query(&allow(true)).execute(&mut admin).await.unwrap();
-    assert!(!killed.is_empty(), "no LISTEN session was terminated");
+    admin.allow_connections(true).await;
+    assert!(killed > 0, "no LISTEN session was terminated");
     let handle = handle.expect("the enqueue used a connection already open");
-    let out = tokio::time::timeout(Duration::from_secs(20), handle.result()).await;
-    assert_eq!(
-        out.expect("the worker waited for its one-minute poll after listening again")
-            .unwrap(),
-        23
-    );
-    worker.start_kill().unwrap();
-    worker.wait().await.unwrap();
+    let late = "the worker waited for its one-minute poll after listening again";
+    marks_within_20s(handle, 2, late).await;
+    worker.kill().await;
     keiro.shutdown().await.unwrap();
 }
 
@@ -200,21 +235,13 @@ async fn a_wake_sent_while_the_listener_is_down_is_not_waited_out() {
 /// its poll interval, and runs the instance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_pass_is_retried_before_the_poll_interval() {
-    use std::str::FromStr;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-
-    let db = TestDb::new(Backend::Postgres).await;
-    let options = sqlx::postgres::PgConnectOptions::from_str(&db.url).unwrap();
-    let name = options.get_database().unwrap().to_owned();
-    let mut admin = sqlx::PgConnection::connect_with(&options.database("postgres"))
-        .await
-        .unwrap();
-    // Both runtimes listen on pools of their own: terminating the worker's
-    // pool leaves its LISTEN, and the enqueue below its own connections.
     // A pool of at most `WORKER_POOL`: holding that many, the test knows
     // every connection it can have.
     const WORKER_POOL: u32 = 3;
+    let db = TestDb::new(Backend::Postgres).await;
+    let mut admin = Admin::connect(&db).await;
+    // Both runtimes listen on pools of their own: terminating the worker's
+    // pool leaves its LISTEN, and the enqueue below its own connections.
     let worker = db
         .builder()
         .listen_url(&db.url)
@@ -237,24 +264,11 @@ async fn a_failed_pass_is_retried_before_the_poll_interval() {
         .await
         .unwrap();
     let keiro = db.builder().listen_url(&db.url).connect().await.unwrap();
-    let started = std::time::Instant::now();
-    while listening(&mut admin, &name).await == 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "nothing listened"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    admin.wait_listening().await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("marks.log").to_str().unwrap().to_owned();
-    let handle = keiro_tests::workflows::three_marks(file.clone(), 1)
-        .id("before")
-        .on(&keiro)
-        .enqueue()
-        .await
-        .unwrap();
-    let out = tokio::time::timeout(Duration::from_secs(20), handle.result()).await;
-    assert_eq!(out.expect("woken by its notification").unwrap(), 13);
+    let handle = enqueue_marks(&keiro, &file, 1, "before").await.unwrap();
+    marks_within_20s(handle, 1, "woken by its notification").await;
 
     // The server processes behind every connection of the worker's pool.
     let keiro_store::Store::Postgres(pool) = keiro::unstable::raw_store(&worker) else {
@@ -273,21 +287,14 @@ async fn a_failed_pass_is_retried_before_the_poll_interval() {
         pids.push(pid);
     }
     drop(held);
-    let allow = |on: bool| format!("ALTER DATABASE \"{name}\" ALLOW_CONNECTIONS {on}");
-    sqlx::query(&allow(false))
-        .execute(&mut admin)
-        .await
-        .unwrap();
-    sqlx::query("SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid")
-        .bind(&pids)
-        .execute(&mut admin)
-        .await
-        .unwrap();
-    let enqueued = keiro_tests::workflows::three_marks(file.clone(), 2)
-        .id("after-a-failed-pass")
-        .on(&keiro)
-        .enqueue()
-        .await;
+    admin.allow_connections(false).await;
+    let killed = admin.terminate(Some(&pids)).await;
+    assert_eq!(
+        killed,
+        pids.len(),
+        "not every pooled connection was terminated"
+    );
+    let enqueued = enqueue_marks(&keiro, &file, 2, "after-a-failed-pass").await;
     // Each enqueue notifies the worker; under load its first wake may come
     // before it meets the dead pool, so nudge it until a pass has failed.
     let started = std::time::Instant::now();
@@ -296,24 +303,17 @@ async fn a_failed_pass_is_retried_before_the_poll_interval() {
         tokio::time::sleep(Duration::from_millis(20)).await;
         if started.elapsed() > Duration::from_secs(2 * (nudges + 1)) {
             nudges += 1;
-            let nudge = keiro_tests::workflows::three_marks(file.clone(), 0)
-                .id(format!("nudge-{nudges}"))
-                .on(&keiro);
-            let _ = nudge.enqueue().await;
+            let _ = enqueue_marks(&keiro, &file, 0, &format!("nudge-{nudges}")).await;
         }
     }
-    sqlx::query(&allow(true)).execute(&mut admin).await.unwrap();
+    admin.allow_connections(true).await;
     assert!(
         failures.load(Ordering::SeqCst) > 0,
         "the worker's pass did not fail"
     );
     let handle = enqueued.expect("the enqueue used a connection already open");
-    let out = tokio::time::timeout(Duration::from_secs(20), handle.result()).await;
-    assert_eq!(
-        out.expect("the worker waited for its one-minute poll after a failed pass")
-            .unwrap(),
-        23
-    );
+    let late = "the worker waited for its one-minute poll after a failed pass";
+    marks_within_20s(handle, 2, late).await;
     resume.shutdown().await;
     keiro.shutdown().await.unwrap();
     worker.shutdown().await.unwrap();
