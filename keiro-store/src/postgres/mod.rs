@@ -283,9 +283,7 @@ impl PostgresStore {
 
     /// Closes the pool, returning a kept transaction first.
     pub(crate) async fn close(&self) {
-        if let Some(tx) = self.warm.as_ref().and_then(|warm| warm.take()) {
-            drop(tx);
-        }
+        drop(self.warm.as_ref().and_then(|warm| warm.take()));
         self.pool.close().await;
     }
 

@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 use sqlx::{Postgres, Transaction};
 
 /// How long an empty transaction is kept for the next transactional step.
-pub(crate) const WARM_FOR: Duration = Duration::from_millis(50);
+const WARM_FOR: Duration = Duration::from_millis(50);
 
-/// At most one kept transaction, and whether a task will return it.
+/// At most one kept transaction, and the task that will return it.
 #[derive(Debug, Default)]
 pub(crate) struct WarmTx {
     state: Mutex<State>,
@@ -39,10 +39,8 @@ pub(crate) struct WarmTx {
 struct State {
     /// The kept transaction and when it was kept.
     kept: Option<(Instant, Transaction<'static, Postgres>)>,
-    /// Whether a task is waiting to return an expired one to the pool.
-    reaping: bool,
-    /// That task: it ends with the runtime that spawned it, and then
-    /// another is started.
+    /// The task that returns an expired one to the pool: it clears this as
+    /// it ends, or it ended with the runtime that spawned it.
     reaper: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -63,8 +61,7 @@ impl WarmTx {
         let replaced = {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             let replaced = state.kept.replace((Instant::now(), tx));
-            let gone = state.reaper.as_ref().is_none_or(|task| task.is_finished());
-            if !std::mem::replace(&mut state.reaping, true) || gone {
+            if state.reaper.as_ref().is_none_or(|task| task.is_finished()) {
                 state.reaper = Some(runtime.spawn(reap(Arc::downgrade(self))));
             }
             replaced
@@ -83,12 +80,12 @@ async fn reap(warm: Weak<WarmTx>) {
             let mut state = warm.state.lock().unwrap_or_else(|e| e.into_inner());
             match &state.kept {
                 None => {
-                    state.reaping = false;
+                    state.reaper = None;
                     return;
                 }
                 Some((at, _)) if at.elapsed() >= WARM_FOR => {
                     let expired = state.kept.take();
-                    state.reaping = false;
+                    state.reaper = None;
                     drop(state);
                     drop(expired);
                     return;
