@@ -23,6 +23,27 @@ async fn bank_on(backend: Backend, balance: i64) -> (TestDb, Keiro) {
     (db, keiro)
 }
 
+/// The PostgreSQL store behind `keiro`.
+fn postgres(keiro: &Keiro) -> &keiro_store::PostgresStore {
+    match keiro::unstable::raw_store(keiro) {
+        keiro_store::Store::Postgres(pg) => pg,
+        #[allow(unreachable_patterns)]
+        _ => panic!("a PostgreSQL store"),
+    }
+}
+
+/// A fresh PostgreSQL database holding the table `create` makes, and a
+/// runtime on it.
+async fn postgres_with(create: &str) -> (TestDb, Keiro) {
+    let db = TestDb::new(Backend::Postgres).await;
+    let keiro = db.keiro().await;
+    sqlx::query(create)
+        .execute(postgres(&keiro).pool())
+        .await
+        .unwrap();
+    (db, keiro)
+}
+
 /// Test keys whose next `maybe_crash` call panics once.
 static CRASH_ONCE: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
@@ -342,19 +363,12 @@ async fn deferred_duplicate(k: String) -> Result<u32, String> {
 /// body's writes remain.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_deferred_constraint_failing_at_commit_journals_nothing() {
-    let db = TestDb::new(Backend::Postgres).await;
-    let keiro = db.keiro().await;
-    let store = keiro::unstable::raw_store(&keiro);
-    let keiro_store::Store::Postgres(pg) = store else {
-        panic!("a PostgreSQL store")
-    };
-    sqlx::query(
+    let (_db, keiro) = postgres_with(
         "CREATE TABLE tx_deferred (k TEXT, CONSTRAINT tx_deferred_k UNIQUE (k) \
          DEFERRABLE INITIALLY DEFERRED)",
     )
-    .execute(pg.pool())
-    .await
-    .unwrap();
+    .await;
+    let pg = postgres(&keiro);
     let key = uuid::Uuid::new_v4().to_string();
     let out = deferred_duplicate(key.clone()).id(&key).on(&keiro).await;
     let error = out.expect_err("the COMMIT cannot succeed");
@@ -397,9 +411,7 @@ async fn postgres_the_transaction_kept_for_the_next_step_goes_back_to_the_pool()
     let db = TestDb::new(Backend::Postgres).await;
     let keiro = db.keiro().await;
     let store = keiro::unstable::raw_store(&keiro).clone();
-    let keiro_store::Store::Postgres(pg) = &store else {
-        panic!("a PostgreSQL store")
-    };
+    let pg = postgres(&keiro);
     let idle_in_transaction = "SELECT count(*) FROM pg_stat_activity WHERE datname = \
          current_database() AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()";
     for round in 0..2 {
@@ -483,15 +495,8 @@ async fn survive_a_lost_connection(key: String) -> Result<u32, String> {
 /// transaction and its result is journaled once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_connection_lost_under_the_body_runs_it_again() {
-    let db = TestDb::new(Backend::Postgres).await;
-    let keiro = db.keiro().await;
-    let keiro_store::Store::Postgres(pg) = keiro::unstable::raw_store(&keiro) else {
-        panic!("a PostgreSQL store")
-    };
-    sqlx::query("CREATE TABLE tx_lost (k TEXT PRIMARY KEY)")
-        .execute(pg.pool())
-        .await
-        .unwrap();
+    let (_db, keiro) = postgres_with("CREATE TABLE tx_lost (k TEXT PRIMARY KEY)").await;
+    let pg = postgres(&keiro);
     let key = uuid::Uuid::new_v4().to_string();
     LOSE_ONCE.lock().unwrap().push(key.clone());
     let out = survive_a_lost_connection(key.clone())
