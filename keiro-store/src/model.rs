@@ -204,6 +204,10 @@ pub struct InstanceRow {
     pub created_at: i64,
     /// When the row last changed (µs since the Unix epoch).
     pub updated_at: i64,
+    /// `true` when the claim that returned this row also saw no journal row
+    /// of its current generation, so the run it starts need not read the
+    /// journal; `false` when that is not known (every read but a claim's).
+    pub fresh: bool,
 }
 
 impl InstanceRow {

@@ -25,7 +25,7 @@
 //! `BEGIN IMMEDIATE`, which already serialises writers.
 
 use crate::query::Session;
-use crate::rows::{FromRow, StoreRow};
+use crate::rows::{Claimed, FromRow, StoreRow};
 use crate::sql::Dialect;
 use crate::{Conn, InstanceRow, Lease, Registered, Result, Store, StoreError};
 
@@ -147,7 +147,7 @@ impl QueueStatements {
                      wake_at = {until}, status = 'running', updated_at = {now}, \
                      queue_started_at = COALESCE(queue_started_at, {now}) \
                  WHERE {picked} RETURNING {columns}",
-                columns = crate::sql::INSTANCE_COLUMNS,
+                columns = crate::sql::claimed_columns(d),
             )
         };
         let start = |picked: String| start_as("$1", "$2", "$3", picked);
@@ -438,7 +438,7 @@ impl Store {
                     .await
                     .map_err(StoreError::query(OP))?;
                 for row in &rows {
-                    claimed.push(InstanceRow::from_row(row)?);
+                    claimed.push(Claimed::from_row(row)?.0);
                 }
             }
             tx.commit().await.map_err(StoreError::query(OP))?;
@@ -454,7 +454,7 @@ struct HandedTo(Option<InstanceRow>);
 impl FromRow for HandedTo {
     fn from_row(row: &impl StoreRow) -> Result<Self> {
         match row.maybe_text(|| "a queue's hand-over".into(), "id")? {
-            Some(_) => InstanceRow::from_row(row).map(|row| HandedTo(Some(row))),
+            Some(_) => Claimed::from_row(row).map(|Claimed(row)| HandedTo(Some(row))),
             None => Ok(HandedTo(None)),
         }
     }
@@ -580,7 +580,7 @@ pub(crate) async fn hand_over_on(
             .fetch_optional(&mut *c)
             .await
             .map_err(StoreError::query("hand_over"))?
-            .map(|row| InstanceRow::from_row(&row))
+            .map(|row| Claimed::from_row(&row).map(|Claimed(row)| row))
             .transpose()
     })
 }

@@ -52,8 +52,10 @@ impl Store {
         let versions = versions_json(versions);
         let args = args![lease.owner, now + lease.ttl_us, now, limit, &versions];
         let registered = Some(workflows);
-        self.fetch_all("claim_due", |sql| &sql.claim_due, &args, registered)
-            .await
+        let claimed: Vec<rows::Claimed> = self
+            .fetch_all("claim_due", |sql| &sql.claim_due, &args, registered)
+            .await?;
+        Ok(claimed.into_iter().map(|rows::Claimed(row)| row).collect())
     }
 
     /// Due instances `owner` cannot claim: of names not in `workflows`, of a

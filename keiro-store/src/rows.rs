@@ -105,8 +105,21 @@ impl FromRow for InstanceRow {
             skeleton_hash: row.maybe_text(what, "skeleton_hash")?,
             created_at: row.int(what, "created_at")?,
             updated_at: row.int(what, "updated_at")?,
+            fresh: false,
             id,
         })
+    }
+}
+
+/// An [`InstanceRow`] a claim returned, with its `fresh` column (see
+/// [`crate::sql::claimed_columns`]).
+pub(crate) struct Claimed(pub(crate) InstanceRow);
+
+impl FromRow for Claimed {
+    fn from_row(row: &impl StoreRow) -> Result<Self> {
+        let mut instance = InstanceRow::from_row(row)?;
+        instance.fresh = row.flag(|| format!("workflow instance `{}`", instance.id), "fresh")?;
+        Ok(Claimed(instance))
     }
 }
 

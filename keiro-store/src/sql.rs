@@ -99,6 +99,21 @@ pub(crate) const INSTANCE_COLUMNS: &str = "id, name, generation, status, input, 
      signature, output, error, attempts, lease_owner, lease_expires_at, wake_at, parent_id, \
      parent_seq, deadline, traceparent, app_version, skeleton_hash, created_at, updated_at";
 
+/// The `RETURNING` list of a claim in `d`'s dialect: [`INSTANCE_COLUMNS`],
+/// then `fresh`, whether the claimed generation has no journal row yet (one
+/// primary-key probe), so the run it starts skips reading an empty journal
+/// (decoded by `rows::Claimed`).
+pub(crate) fn claimed_columns(d: &Dialect) -> String {
+    let (w, s) = (
+        format!("{}workflows", d.tables),
+        format!("{}steps", d.tables),
+    );
+    format!(
+        "{INSTANCE_COLUMNS}, NOT EXISTS (SELECT 1 FROM {s} j \
+         WHERE j.workflow_id = {w}.id AND j.generation = {w}.generation) AS fresh"
+    )
+}
+
 /// The columns of a [`crate::StepRow`].
 pub(crate) const STEP_COLUMNS: &str = "workflow_id, generation, seq, name, kind, result";
 
@@ -396,7 +411,7 @@ impl Statements {
             claim_due: format!(
                 "UPDATE {w} SET lease_owner = $1, lease_expires_at = $2, wake_at = $2, \
                  status = 'running', updated_at = $3 \
-                 WHERE {} RETURNING {INSTANCE_COLUMNS}",
+                 WHERE {} RETURNING {claimed}",
                 (d.picked_ids)(&format!(
                     "SELECT id FROM {w} WHERE {UNFINISHED} AND wake_at <= $3 \
                      AND queue IS NULL \
@@ -407,6 +422,7 @@ impl Statements {
                     (d.registered_match)(6),
                     d.skip_locked
                 )),
+                claimed = claimed_columns(d),
             ),
             find_blocked: {
                 let other_version = format!(

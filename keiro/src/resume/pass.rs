@@ -226,8 +226,9 @@ impl Keiro {
         let run = |queue: Option<&'static Queue>, row: InstanceRow, hand_over: Option<HandOver>| {
             Either::Left(async move {
                 let mut handing = hand_over.map(HandingOver::new);
+                let fresh = row.fresh;
                 let one = self
-                    .advance_handing(row, false, options, stop.clone(), handing.as_mut())
+                    .advance_handing(row, fresh, options, stop.clone(), handing.as_mut())
                     .await;
                 Finished::Ran(queue, one, handing.and_then(|h| h.successor).map(Box::new))
             })

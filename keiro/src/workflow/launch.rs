@@ -181,6 +181,7 @@ async fn run_deferred(keiro: &Keiro, launch: &Launch) -> Result<InstanceRow> {
         skeleton_hash: launch.skeleton_hash.map(str::to_owned),
         created_at: now,
         updated_at: now,
+        fresh: true,
     };
     let stop = Stop::of(keiro);
     let ran = execute(keiro, launch.run, row, true, stop, None, Some(create)).await?;
