@@ -227,17 +227,22 @@ async fn a_refused_write_fails_alone(db: &TestDb) {
 /// One round holding new instances, step rows and finishes together: first
 /// all good, and every write lands; then with one poisoned step row, which
 /// alone fails, while the new instances and finishes sharing its round still
-/// commit.
+/// commit; then with one poisoned finish, which alone fails, while the step
+/// rows and new instances sharing its round still commit.
 async fn a_round_of_every_kind_isolates_a_refused_write(db: &TestDb) {
     refuse_poison(db).await;
     let writer = JournalWriter::spawn(db.store.clone());
-    for i in 0..8 {
+    for i in 0..10 {
         writer
             .create(create(&format!("old-{i}"), "0"))
             .await
             .unwrap();
     }
-    for (round, poisoned) in [(0, None), (1, Some(2))] {
+    // Step rows each of old-0 .. old-3 has journaled so far.
+    let mut journaled = [0usize; 4];
+    for (round, poisoned, poisoned_finish) in
+        [(0, None, None), (1, Some(2), None), (2, None, Some(1))]
+    {
         // Queued before the writer task runs (current-thread runtime): one
         // round.
         let creates: Vec<_> = (0..3)
@@ -261,7 +266,11 @@ async fn a_round_of_every_kind_isolates_a_refused_write(db: &TestDb) {
         let finishes: Vec<_> = (0..2)
             .map(|i| {
                 let id = format!("old-{}", 4 + 2 * round as usize + i);
-                let (writer, request) = (writer.clone(), finish(&id, "2"));
+                let output = match poisoned_finish == Some(i) {
+                    true => POISON,
+                    false => "2",
+                };
+                let (writer, request) = (writer.clone(), finish(&id, output));
                 tokio::spawn(async move { writer.finish(request).await })
             })
             .collect();
@@ -277,22 +286,28 @@ async fn a_round_of_every_kind_isolates_a_refused_write(db: &TestDb) {
                 .iter()
                 .all(|a| matches!(a, Ok(AppendOutcome::Inserted)))),
         }
-        for finished in join(finishes).await {
-            assert!(finished.unwrap(), "each finish applies");
+        let finished = join(finishes).await;
+        match poisoned_finish {
+            Some(bad) => assert_only(&finished, bad),
+            None => assert!(finished.iter().all(|f| matches!(f, Ok(true)))),
         }
         for i in 0..3 {
             let id = format!("new-{round}-{i}");
             assert!(db.store.get_instance(&id).await.unwrap().is_some(), "{id}");
         }
-        for i in 0..4 {
+        for (i, rows) in journaled.iter_mut().enumerate() {
+            *rows += usize::from(poisoned != Some(i));
             let journal = db.store.load_journal(&format!("old-{i}"), 0).await.unwrap();
-            let expected = round as usize + usize::from(poisoned != Some(i));
-            assert_eq!(journal.len(), expected, "old-{i} after round {round}");
+            assert_eq!(journal.len(), *rows, "old-{i} after round {round}");
         }
         for i in 0..2 {
             let id = format!("old-{}", 4 + 2 * round as usize + i);
             let row = db.store.get_instance(&id).await.unwrap().unwrap();
-            assert_eq!(row.status, InstanceStatus::Completed, "{id}");
+            let expected = match poisoned_finish == Some(i) {
+                true => InstanceStatus::Pending,
+                false => InstanceStatus::Completed,
+            };
+            assert_eq!(row.status, expected, "{id}");
         }
     }
 }
