@@ -122,10 +122,20 @@ impl QueueStatements {
     pub(crate) fn new(d: &Dialect, finish: &str) -> QueueStatements {
         let w = format!("{}workflows", d.tables);
         let unfinished = "status IN ('pending', 'running', 'suspended')";
-        // Counts rows of the queue ($3) in partition `f.k` meeting `cond`.
-        let count = |cond: &str| {
+        // The indexes the reads below name on SQLite (see
+        // `Dialect::indexed_by`): the queue's run order, its unfinished rows,
+        // its running rows, its first starts.
+        let (order_index, unfinished_index, running_index, started_index) = (
+            d.index(&w, "queue_order"),
+            d.index(&w, "queue_unfinished"),
+            d.index(&w, "queue_running"),
+            d.index(&w, "queue_started"),
+        );
+        // Counts rows of the queue ($3) in partition `f.k` meeting `cond`,
+        // read off `index`.
+        let count = |index: &str, cond: &str| {
             format!(
-                "(SELECT COUNT(*) FROM {w} x WHERE x.queue = $3 \
+                "(SELECT COUNT(*) FROM {w} x{index} WHERE x.queue = $3 \
                  AND x.partition_key = f.k AND {cond})"
             )
         };
@@ -163,7 +173,7 @@ impl QueueStatements {
                          signature: &str,
                          versions: &str| {
             format!(
-                "SELECT c.id FROM {w} c WHERE c.queue = {queue} \
+                "SELECT c.id FROM {w} c{order_index} WHERE c.queue = {queue} \
                      AND c.partition_key = {partition} \
                      AND c.{unfinished} AND c.wake_at <= {now} \
                      AND (c.lease_owner IS NULL OR c.lease_expires_at < {now}) \
@@ -192,13 +202,15 @@ impl QueueStatements {
             // planned as a hash join over the whole table.)
             rooms: format!(
                 "WITH RECURSIVE parts(k) AS ( \
-                     SELECT MIN(partition_key) FROM {w} WHERE queue = $3 AND {unfinished} \
+                     SELECT MIN(partition_key) FROM {w}{unfinished_index} \
+                         WHERE queue = $3 AND {unfinished} \
                      UNION ALL \
-                     SELECT (SELECT MIN(x.partition_key) FROM {w} x WHERE x.queue = $3 \
+                     SELECT (SELECT MIN(x.partition_key) FROM {w} x{unfinished_index} \
+                         WHERE x.queue = $3 \
                          AND x.{unfinished} AND x.partition_key > parts.k) \
                      FROM parts WHERE parts.k IS NOT NULL \
                  ), firsts AS ( \
-                     SELECT parts.k, (SELECT c.id FROM {w} c WHERE c.queue = $3 \
+                     SELECT parts.k, (SELECT c.id FROM {w} c{order_index} WHERE c.queue = $3 \
                          AND c.partition_key = parts.k AND {takeable} \
                          ORDER BY {order} LIMIT 1) AS first \
                      FROM parts WHERE parts.k IS NOT NULL \
@@ -209,9 +221,9 @@ impl QueueStatements {
                  ORDER BY (SELECT c.priority FROM {w} c WHERE c.id = f.first), \
                      (SELECT c.created_at FROM {w} c WHERE c.id = f.first), f.first",
                 takeable = takeable("$2"),
-                all = count(running),
-                mine = count(&format!("{running} AND x.lease_owner = $1")),
-                started = count("x.queue_started_at > $4"),
+                all = count(&running_index, running),
+                mine = count(&running_index, &format!("{running} AND x.lease_owner = $1")),
+                started = count(&started_index, "x.queue_started_at > $4"),
             ),
             // $1 owner, $2 lease expiry, $3 now, $4 how many, $5 queue,
             // $6 partition, $7 the claimable application versions (a JSON
@@ -223,7 +235,7 @@ impl QueueStatements {
             // claim must not wait for it and then take it a second time (the
             // subquery's ids are not re-checked against the committed row).
             claim_partition: start((d.picked_ids)(&format!(
-                "SELECT c.id FROM {w} c \
+                "SELECT c.id FROM {w} c{order_index} \
                      WHERE c.queue = $5 AND c.partition_key = $6 AND {takeable} \
                      AND (c.app_version IS NULL OR c.app_version IN ({versions})) \
                      AND EXISTS (SELECT 1 FROM {registered} WHERE r.name = c.name \
@@ -611,4 +623,109 @@ async fn find_duplicate(
             key: key.to_owned(),
             existing_id,
         }))
+}
+
+/// A queue's statements read its rows off the queue's own indexes, with or
+/// without statistics. Before `keiro_workflows_queue_running`, the claim's
+/// running counts read every running instance of the database (by status,
+/// whatever its queue). And an application may run `ANALYZE` or `PRAGMA
+/// optimize` on the database keiro shares with it: with statistics, SQLite
+/// 3.40 read every due row of the table and sorted them for each hand-over
+/// (hence `INDEXED BY`, see `Dialect::indexed_by`).
+#[cfg(all(test, feature = "sqlite"))]
+mod sqlite_plans {
+    use sqlx::Row;
+
+    use crate::{Store, StoreOptions};
+
+    /// Waiting rows of the one queue; the first few run.
+    const ROWS: usize = 2_000;
+
+    /// The indexes a queue statement may read the workflows table by.
+    const QUEUE_INDEXES: [&str; 5] = [
+        "keiro_workflows_queue_order",
+        "keiro_workflows_queue_unfinished",
+        "keiro_workflows_queue_running",
+        "keiro_workflows_queue_started",
+        "sqlite_autoindex_keiro_workflows_1",
+    ];
+
+    /// How SQLite plans `statement` (its parameters unbound), one line per
+    /// step.
+    async fn plan(store: &Store, statement: &str) -> Vec<String> {
+        let Store::Sqlite(s) = store else {
+            unreachable!("a SQLite store")
+        };
+        sqlx::query(&format!("EXPLAIN QUERY PLAN {statement}"))
+            .fetch_all(s.pool())
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get::<String, _>("detail"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn queue_statements_keep_to_the_queue_indexes() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("plans.db").display());
+        let store = Store::connect(&url, &StoreOptions::default())
+            .await
+            .unwrap();
+        let Store::Sqlite(s) = &store else {
+            unreachable!("a sqlite: URL opens SQLite")
+        };
+        sqlx::query(&format!(
+            "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {last}) \
+             INSERT INTO keiro_workflows (id, name, status, input, created_at, updated_at, \
+                 wake_at, queue, partition_key, lease_owner, lease_expires_at) \
+             SELECT 'q-' || i, 'w', CASE WHEN i < 4 THEN 'running' ELSE 'pending' END, '1', \
+                 i, i, i, 'q', '', CASE WHEN i < 4 THEN 'me' END, \
+                 CASE WHEN i < 4 THEN 1000000 END FROM n",
+            last = ROWS - 1
+        ))
+        .execute(s.pool())
+        .await
+        .unwrap();
+        for statistics in [false, true] {
+            if statistics {
+                sqlx::query("ANALYZE").execute(s.pool()).await.unwrap();
+            }
+            assert_queue_indexes(&store, statistics).await;
+        }
+    }
+
+    /// Asserts that the queue statements read the workflows table by the
+    /// queue's indexes only, and read the run order off its index.
+    async fn assert_queue_indexes(store: &Store, statistics: bool) {
+        let sql = &crate::sqlite::SQL.queue;
+        for (name, statement) in [
+            ("hand_over", &sql.hand_over),
+            ("claim_partition", &sql.claim_partition),
+            ("rooms", &sql.rooms),
+        ] {
+            let plan = plan(store, statement).await;
+            for line in &plan {
+                let on_workflows = [" c", " x", " f", " keiro_workflows"]
+                    .iter()
+                    .any(|alias| line.contains(&format!("{alias} USING")) || line.ends_with(alias));
+                let by_queue_index = QUEUE_INDEXES
+                    .iter()
+                    .any(|index| line.contains(&format!("INDEX {index} ")));
+                assert!(
+                    !on_workflows || by_queue_index,
+                    "{name} (statistics: {statistics}) reads the workflows table by `{line}`:\n\
+                     {plan:#?}"
+                );
+            }
+            if name != "rooms" {
+                // The rooms statement sorts its partitions; these read the
+                // queue's run order off its index.
+                assert!(
+                    !plan.iter().any(|line| line.contains("TEMP B-TREE")),
+                    "{name} (statistics: {statistics}) sorts the queue's rows:\n{plan:#?}"
+                );
+            }
+        }
+    }
 }

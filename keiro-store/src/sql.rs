@@ -57,6 +57,12 @@ pub(crate) struct Dialect {
     /// `id = ANY(ARRAY(sub))`: its generic plan for `id IN (sub)` hash-joins
     /// the picked ids against the whole table instead of looking each up.
     pub(crate) picked_ids: fn(sub: &str) -> String,
+    /// Whether a read names the index it must use (SQLite's `INDEXED BY`).
+    /// Once `ANALYZE` or `PRAGMA optimize` has written statistics, SQLite's
+    /// planner may prefer an index that reads every due row of every queue
+    /// and sorts them over the queue's own order index; PostgreSQL has
+    /// statistics from the start and no such clause.
+    pub(crate) indexed_by: bool,
 }
 
 impl Dialect {
@@ -85,6 +91,16 @@ impl Dialect {
             wake_channel: None,
             queue_lock: None,
             picked_ids: in_subquery,
+            indexed_by: true,
+        }
+    }
+
+    /// ` INDEXED BY {table}_{index}` where reads name their index, else
+    /// nothing: appended to `{table} alias` in a `FROM`.
+    pub(crate) fn index(&self, table: &str, index: &str) -> String {
+        match self.indexed_by {
+            true => format!(" INDEXED BY {table}_{index}"),
+            false => String::new(),
         }
     }
 }

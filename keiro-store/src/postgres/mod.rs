@@ -62,6 +62,7 @@ const DIALECT: Dialect = Dialect {
          pg_advisory_xact_lock(1801808241, hashtext($1))",
     ),
     picked_ids: resume::any_of_array,
+    indexed_by: false,
     ..Dialect::plain(
         "keiro.",
         resume::registered_match,
