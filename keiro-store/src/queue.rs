@@ -108,9 +108,9 @@ pub(crate) struct QueueStatements {
     lock: Option<&'static str>,
     mark_queued: String,
     find_duplicate: String,
-    rooms: String,
-    claim_partition: String,
-    hand_over: String,
+    pub(crate) rooms: String,
+    pub(crate) claim_partition: String,
+    pub(crate) hand_over: String,
     /// A lone finish of an instance without a parent and its hand-over in
     /// one autocommitted statement (where `WITH` may hold `UPDATE`s).
     pub(crate) finish_handing_over: Option<String>,
@@ -623,109 +623,4 @@ async fn find_duplicate(
             key: key.to_owned(),
             existing_id,
         }))
-}
-
-/// A queue's statements read its rows off the queue's own indexes, with or
-/// without statistics. Before `keiro_workflows_queue_running`, the claim's
-/// running counts read every running instance of the database (by status,
-/// whatever its queue). And an application may run `ANALYZE` or `PRAGMA
-/// optimize` on the database keiro shares with it: with statistics, SQLite
-/// 3.40 read every due row of the table and sorted them for each hand-over
-/// (hence `INDEXED BY`, see `Dialect::indexed_by`).
-#[cfg(all(test, feature = "sqlite"))]
-mod sqlite_plans {
-    use sqlx::Row;
-
-    use crate::{Store, StoreOptions};
-
-    /// Waiting rows of the one queue; the first few run.
-    const ROWS: usize = 2_000;
-
-    /// The indexes a queue statement may read the workflows table by.
-    const QUEUE_INDEXES: [&str; 5] = [
-        "keiro_workflows_queue_order",
-        "keiro_workflows_queue_unfinished",
-        "keiro_workflows_queue_running",
-        "keiro_workflows_queue_started",
-        "sqlite_autoindex_keiro_workflows_1",
-    ];
-
-    /// How SQLite plans `statement` (its parameters unbound), one line per
-    /// step.
-    async fn plan(store: &Store, statement: &str) -> Vec<String> {
-        let Store::Sqlite(s) = store else {
-            unreachable!("a SQLite store")
-        };
-        sqlx::query(&format!("EXPLAIN QUERY PLAN {statement}"))
-            .fetch_all(s.pool())
-            .await
-            .unwrap()
-            .iter()
-            .map(|row| row.get::<String, _>("detail"))
-            .collect()
-    }
-
-    #[tokio::test]
-    async fn queue_statements_keep_to_the_queue_indexes() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("plans.db").display());
-        let store = Store::connect(&url, &StoreOptions::default())
-            .await
-            .unwrap();
-        let Store::Sqlite(s) = &store else {
-            unreachable!("a sqlite: URL opens SQLite")
-        };
-        sqlx::query(&format!(
-            "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {last}) \
-             INSERT INTO keiro_workflows (id, name, status, input, created_at, updated_at, \
-                 wake_at, queue, partition_key, lease_owner, lease_expires_at) \
-             SELECT 'q-' || i, 'w', CASE WHEN i < 4 THEN 'running' ELSE 'pending' END, '1', \
-                 i, i, i, 'q', '', CASE WHEN i < 4 THEN 'me' END, \
-                 CASE WHEN i < 4 THEN 1000000 END FROM n",
-            last = ROWS - 1
-        ))
-        .execute(s.pool())
-        .await
-        .unwrap();
-        for statistics in [false, true] {
-            if statistics {
-                sqlx::query("ANALYZE").execute(s.pool()).await.unwrap();
-            }
-            assert_queue_indexes(&store, statistics).await;
-        }
-    }
-
-    /// Asserts that the queue statements read the workflows table by the
-    /// queue's indexes only, and read the run order off its index.
-    async fn assert_queue_indexes(store: &Store, statistics: bool) {
-        let sql = &crate::sqlite::SQL.queue;
-        for (name, statement) in [
-            ("hand_over", &sql.hand_over),
-            ("claim_partition", &sql.claim_partition),
-            ("rooms", &sql.rooms),
-        ] {
-            let plan = plan(store, statement).await;
-            for line in &plan {
-                let on_workflows = [" c", " x", " f", " keiro_workflows"]
-                    .iter()
-                    .any(|alias| line.contains(&format!("{alias} USING")) || line.ends_with(alias));
-                let by_queue_index = QUEUE_INDEXES
-                    .iter()
-                    .any(|index| line.contains(&format!("INDEX {index} ")));
-                assert!(
-                    !on_workflows || by_queue_index,
-                    "{name} (statistics: {statistics}) reads the workflows table by `{line}`:\n\
-                     {plan:#?}"
-                );
-            }
-            if name != "rooms" {
-                // The rooms statement sorts its partitions; these read the
-                // queue's run order off its index.
-                assert!(
-                    !plan.iter().any(|line| line.contains("TEMP B-TREE")),
-                    "{name} (statistics: {statistics}) sorts the queue's rows:\n{plan:#?}"
-                );
-            }
-        }
-    }
 }

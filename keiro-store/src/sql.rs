@@ -259,6 +259,13 @@ impl Statements {
         let (w, s, e) = (table("workflows"), table("steps"), table("executors"));
         let (ww, t) = (table("worker_workflows"), table("timers"));
         let child_outcome = child_outcome_sql(d.json_object, d.json_as_text);
+        // The due-order indexes the reads in due order name on SQLite (see
+        // `Dialect::indexed_by`): every unfinished instance, and those of the
+        // default queue. Unnamed, SQLite read every unfinished instance by
+        // status and sorted them, for each claim (64 ms a claim at 100,000
+        // waiting, against under a millisecond off the index).
+        let (unfinished_index, default_due_index) =
+            (d.index(&w, "unfinished"), d.index(&w, "default_due"));
         // Ends an unfinished instance while its lease is `$3`'s or nobody's.
         let finish = format!(
             "UPDATE {w} SET status = $4, output = $5, error = $6, lease_owner = NULL, \
@@ -421,8 +428,8 @@ impl Statements {
                  debounce_key = NULL WHERE id = $1 AND status = 'nondeterministic'"
             ),
             find_due: format!(
-                "SELECT {INSTANCE_COLUMNS} FROM {w} WHERE {UNFINISHED} AND wake_at <= $1 \
-                 ORDER BY wake_at LIMIT $2"
+                "SELECT {INSTANCE_COLUMNS} FROM {w}{unfinished_index} \
+                 WHERE {UNFINISHED} AND wake_at <= $1 ORDER BY wake_at LIMIT $2"
             ),
             next_wake_at: format!("SELECT MIN(wake_at) FROM {w} WHERE {UNFINISHED}"),
             // Registered workflows whose signature matches (or was never
@@ -436,8 +443,8 @@ impl Statements {
                  status = 'running', updated_at = $3 \
                  WHERE {} RETURNING {claimed}",
                 (d.picked_ids)(&format!(
-                    "SELECT id FROM {w} WHERE {UNFINISHED} AND wake_at <= $3 \
-                     AND queue IS NULL \
+                    "SELECT id FROM {w}{default_due_index} WHERE {UNFINISHED} \
+                     AND wake_at <= $3 AND queue IS NULL \
                      AND (lease_owner IS NULL OR lease_owner = $1 OR lease_expires_at < $3) \
                      AND (app_version IS NULL OR app_version IN ({})) \
                      AND {} ORDER BY wake_at LIMIT $4{}",
@@ -455,7 +462,8 @@ impl Statements {
                 format!(
                     "SELECT w.id, w.name, w.signature, r.signature AS registered, \
                      CASE WHEN {other_version} THEN w.app_version END AS other_version \
-                     FROM (SELECT * FROM {w} WHERE {UNFINISHED} AND wake_at <= $2 \
+                     FROM (SELECT * FROM {w}{unfinished_index} \
+                         WHERE {UNFINISHED} AND wake_at <= $2 \
                          ORDER BY wake_at LIMIT {BLOCKED_SCAN}) w \
                      LEFT JOIN {} ON r.name = w.name \
                      WHERE (r.name IS NULL OR w.signature <> r.signature OR ({other_version}) \

@@ -5,6 +5,8 @@
 //! another writer's.
 
 pub(crate) mod journal;
+#[cfg(test)]
+mod plans;
 mod resume;
 
 use std::str::FromStr;
