@@ -25,6 +25,8 @@ conformance!(
     continue_as_new_starts_the_next_generation_and_keeps_the_old_journal,
     the_writer_batches_creates_steps_and_finishes_of_many_workflows,
     a_refused_write_fails_only_its_caller_in_a_mixed_round,
+    pending_awakeables_count_the_unanswered_of_unfinished_generations,
+    next_wake_at_is_the_earliest_of_the_unfinished,
 );
 
 const OWNER: &str = "w1";
@@ -548,4 +550,81 @@ fn leased_create(id: &str) -> CreateRequest {
 
 fn row_of(id: &str, seq: i64) -> StepRow {
     row(id, 0, seq, "step", "1")
+}
+
+/// The pending-awakeables gauge (read at every resume pass) counts an
+/// awakeable only while it has no answer and its instance's current
+/// generation is unfinished.
+async fn pending_awakeables_count_the_unanswered_of_unfinished_generations(db: &TestDb) {
+    assert_eq!(db.store.count_pending_awakeables().await.unwrap(), 0);
+    // `open`: one awakeable unanswered, one answered (an awakeable at `n`
+    // keeps `n + 1` for its answer), one plain step.
+    running(db, "open", None).await;
+    append(db, row("open", 0, 0, "awakeable", "\"bool\"")).await;
+    append(db, row("open", 0, 2, "awakeable", "\"bool\"")).await;
+    let answer = row("open", 0, 3, "resolution", r#"{"Ok":true}"#);
+    assert_eq!(
+        db.store.resolve(2, "awakeable", &answer).await.unwrap(),
+        Resolution::Recorded
+    );
+    append(db, row("open", 0, 4, "step", "1")).await;
+    // `ended`: an awakeable never answered, then the instance ended.
+    running(db, "ended", None).await;
+    append(db, row("ended", 0, 0, "awakeable", "\"bool\"")).await;
+    let finish = Finish {
+        id: "ended",
+        generation: 0,
+        owner: OWNER,
+        status: InstanceStatus::Completed,
+        output: Some("1"),
+        error: None,
+    };
+    assert!(db.store.finish(&finish).await.unwrap());
+    // `wf`: an awakeable of generation 0, which continued as new.
+    running(db, "wf", None).await;
+    append(db, row("wf", 0, 0, "awakeable", "\"bool\"")).await;
+    assert!(db
+        .store
+        .continue_as_new(&ContinueAsNew {
+            id: "wf",
+            generation: 0,
+            owner: OWNER,
+            input: "[2]",
+            app_version: None,
+        })
+        .await
+        .unwrap());
+    assert_eq!(db.store.count_pending_awakeables().await.unwrap(), 1);
+    // The new generation's own awakeable counts.
+    append(db, row("wf", 1, 0, "awakeable", "\"bool\"")).await;
+    assert_eq!(db.store.count_pending_awakeables().await.unwrap(), 2);
+}
+
+/// The earliest wake-up time among unfinished instances: none without any,
+/// then a suspended instance's, ahead of a running one's lease expiry; a
+/// finished instance has none.
+async fn next_wake_at_is_the_earliest_of_the_unfinished(db: &TestDb) {
+    assert_eq!(db.store.next_wake_at().await.unwrap(), None);
+    running(db, "wf", None).await;
+    let lease_end = db.store.next_wake_at().await.unwrap();
+    assert!(
+        lease_end.is_some(),
+        "a running instance wakes at its lease's end"
+    );
+    let soon = now_us() + 10_000_000;
+    assert!(suspend_wf(db, OWNER, Some(soon), None).await);
+    running(db, "other", None).await;
+    assert_eq!(db.store.next_wake_at().await.unwrap(), Some(soon));
+    let finish = |id| Finish {
+        id,
+        generation: 0,
+        owner: OWNER,
+        status: InstanceStatus::Completed,
+        output: Some("1"),
+        error: None,
+    };
+    assert!(db.store.finish(&finish("other")).await.unwrap());
+    assert_eq!(db.store.next_wake_at().await.unwrap(), Some(soon));
+    db.store.cancel("wf").await.unwrap();
+    assert_eq!(db.store.next_wake_at().await.unwrap(), None);
 }
