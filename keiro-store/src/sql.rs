@@ -393,12 +393,15 @@ impl Statements {
                 "SELECT status, generation FROM {w} WHERE id = $1{}",
                 d.lock_row
             ),
+            // `CROSS JOIN` fixes the join order on SQLite (PostgreSQL plans it
+            // as any inner join): the tree's few ids first, each looked up by
+            // primary key, not every unfinished instance matched to the tree.
             unfinished_tree: format!(
                 "WITH RECURSIVE tree(id) AS ( \
                      SELECT CAST($1 AS TEXT) \
                      UNION SELECT w.id FROM {w} w JOIN tree ON w.parent_id = tree.id \
                  ) \
-                 SELECT w.id FROM {w} w JOIN tree ON w.id = tree.id WHERE w.{UNFINISHED}"
+                 SELECT w.id FROM tree CROSS JOIN {w} w WHERE w.id = tree.id AND w.{UNFINISHED}"
             ),
             cancel_one: format!(
                 "UPDATE {w} SET status = $3, error = $4, lease_owner = NULL, \
@@ -408,10 +411,14 @@ impl Statements {
                 "SELECT status, deadline FROM {w} WHERE id = $1{}",
                 d.lock_row
             ),
+            // The awakeable step rows first, off their partial index, each
+            // instance looked up by primary key (`CROSS JOIN` fixes the order
+            // on SQLite, which else read every unfinished instance: this
+            // runs at every resume pass).
             count_pending_awakeables: format!(
-                "SELECT count(*) FROM {s} a JOIN {w} w \
-                 ON w.id = a.workflow_id AND w.generation = a.generation \
-                 WHERE a.kind = 'awakeable' AND w.{UNFINISHED} \
+                "SELECT count(*) FROM {s} a CROSS JOIN {w} w \
+                 WHERE w.id = a.workflow_id AND w.generation = a.generation \
+                 AND a.kind = 'awakeable' AND w.{UNFINISHED} \
                  AND NOT EXISTS (SELECT 1 FROM {s} r WHERE r.workflow_id = a.workflow_id \
                      AND r.generation = a.generation AND r.seq = a.seq + 1)"
             ),
@@ -431,7 +438,9 @@ impl Statements {
                 "SELECT {INSTANCE_COLUMNS} FROM {w}{unfinished_index} \
                  WHERE {UNFINISHED} AND wake_at <= $1 ORDER BY wake_at LIMIT $2"
             ),
-            next_wake_at: format!("SELECT MIN(wake_at) FROM {w} WHERE {UNFINISHED}"),
+            next_wake_at: format!(
+                "SELECT MIN(wake_at) FROM {w}{unfinished_index} WHERE {UNFINISHED}"
+            ),
             // Registered workflows whose signature matches (or was never
             // recorded), of an accepted version (`$5`, a JSON array) or none.
             // The version test is a filter on the rows the `wake_at` range

@@ -3,8 +3,10 @@
 //! return, not with how many instances wait.
 //!
 //! Without named indexes SQLite read every unfinished instance by status and
-//! sorted them for each claim of the default queue, and its queue claims
-//! counted every running instance of the database. With statistics (an
+//! sorted them for each claim of the default queue, read them all for the
+//! earliest wake-up time and for the count of pending awakeables (at every
+//! resume pass) and for each cancellation, and its queue claims counted
+//! every running instance of the database. With statistics (an
 //! application may run `ANALYZE` or `PRAGMA optimize` on the database it
 //! shares with keiro), SQLite 3.40 read every due row of the table and
 //! sorted them for each queue hand-over. See `Dialect::indexed_by`.
@@ -31,10 +33,19 @@ async fn plan(store: &Store, statement: &str) -> Vec<String> {
         .collect()
 }
 
-/// The statements checked, each with the indexes it may read the
-/// workflows table by, and whether it may sort (a sort of what the indexed
-/// read returned, not of the table).
-fn checked() -> Vec<(&'static str, &'static str, &'static [&'static str], bool)> {
+/// A statement checked: its name, its text, the aliases it gives the
+/// workflows table, the indexes it may read that table by, and whether it
+/// may sort (a sort of what the indexed read returned, not of the table).
+type Checked = (
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+    &'static [&'static str],
+    bool,
+);
+
+/// The statements checked.
+fn checked() -> Vec<Checked> {
     const ID: &str = "sqlite_autoindex_keiro_workflows_1";
     const QUEUE: &[&str] = &[
         "keiro_workflows_queue_order",
@@ -43,36 +54,69 @@ fn checked() -> Vec<(&'static str, &'static str, &'static [&'static str], bool)>
         "keiro_workflows_queue_started",
         ID,
     ];
+    const TABLE: &[&str] = &["keiro_workflows"];
+    const QUEUE_ALIASES: &[&str] = &["keiro_workflows", "c", "x", "f"];
     let sql = &*super::SQL;
     vec![
         (
             "claim_due",
-            sql.claim_due.as_str(),
+            &sql.claim_due,
+            TABLE,
             &["keiro_workflows_default_due", ID],
             false,
         ),
         (
             "find_due",
-            sql.find_due.as_str(),
+            &sql.find_due,
+            TABLE,
             &["keiro_workflows_unfinished"],
             false,
         ),
         // Sorts the few blocked rows it keeps of the first scanned.
         (
             "find_blocked",
-            sql.find_blocked.as_str(),
+            &sql.find_blocked,
+            TABLE,
             &["keiro_workflows_unfinished"],
             true,
         ),
-        ("hand_over", sql.queue.hand_over.as_str(), QUEUE, false),
+        (
+            "next_wake_at",
+            &sql.next_wake_at,
+            TABLE,
+            &["keiro_workflows_unfinished"],
+            false,
+        ),
+        (
+            "count_pending_awakeables",
+            &sql.count_pending_awakeables,
+            &["w"],
+            &[ID],
+            false,
+        ),
+        (
+            "unfinished_tree",
+            &sql.unfinished_tree,
+            &["w"],
+            &[ID, "keiro_workflows_parent"],
+            false,
+        ),
+        (
+            "hand_over",
+            &sql.queue.hand_over,
+            QUEUE_ALIASES,
+            QUEUE,
+            false,
+        ),
         (
             "claim_partition",
-            sql.queue.claim_partition.as_str(),
+            &sql.queue.claim_partition,
+            QUEUE_ALIASES,
             QUEUE,
             false,
         ),
         // Sorts its partitions.
-        ("rooms", sql.queue.rooms.as_str(), QUEUE, true),
+        ("rooms", &sql.queue.rooms, QUEUE_ALIASES, QUEUE, true),
     ]
 }
 
@@ -87,7 +131,9 @@ async fn due_and_queue_reads_keep_to_their_indexes() {
         unreachable!("a sqlite: URL opens SQLite")
     };
     // Every fourth finished; of the rest a few running, some suspended;
-    // half of all on queue `q`.
+    // half of all on queue `q`; every fifth the child of the one before;
+    // each with a journal of three steps, the second of every seventh an
+    // awakeable (answered when the third is there: every other one).
     sqlx::query(&format!(
         "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {last}) \
          INSERT INTO keiro_workflows (id, name, status, input, created_at, updated_at, \
@@ -98,8 +144,16 @@ async fn due_and_queue_reads_keep_to_their_indexes() {
              '1', i, i, CASE WHEN i % 4 = 0 THEN NULL ELSE i END, \
              CASE WHEN i % 2 = 0 THEN 'q' END, '', \
              CASE WHEN i % 97 = 1 THEN 'me' END, CASE WHEN i % 97 = 1 THEN 1000000 END \
-         FROM n",
-        last = ROWS - 1
+         FROM n; \
+         UPDATE keiro_workflows SET parent_id = 'w-' || (CAST(substr(id, 3) AS INTEGER) - 1) \
+             WHERE CAST(substr(id, 3) AS INTEGER) % 5 = 1; \
+         WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {steps}) \
+         INSERT INTO keiro_steps (workflow_id, generation, seq, name, kind, result, created_at) \
+         SELECT 'w-' || (i / 3), 0, i % 3, 's', \
+             CASE WHEN i % 3 = 1 AND (i / 3) % 7 = 0 THEN 'awakeable' ELSE 'step' END, '1', i \
+         FROM n WHERE i % 3 < 2 OR (i / 3) % 2 = 0",
+        last = ROWS - 1,
+        steps = 3 * ROWS - 1
     ))
     .execute(s.pool())
     .await
@@ -108,15 +162,19 @@ async fn due_and_queue_reads_keep_to_their_indexes() {
         if statistics {
             sqlx::query("ANALYZE").execute(s.pool()).await.unwrap();
         }
-        for (name, statement, indexes, may_sort) in checked() {
+        for (name, statement, aliases, indexes, may_sort) in checked() {
             let plan = plan(&store, statement).await;
             for line in &plan {
-                let on_workflows = [" c", " x", " f", " keiro_workflows"]
-                    .iter()
-                    .any(|alias| line.contains(&format!("{alias} USING")) || line.ends_with(alias));
-                let by_index = indexes
-                    .iter()
-                    .any(|index| line.contains(&format!("INDEX {index} ")));
+                let on_workflows = aliases.iter().any(|alias| {
+                    ["SEARCH", "SCAN"].iter().any(|read| {
+                        let read = format!("{read} {alias}");
+                        line.starts_with(&format!("{read} ")) || *line == read
+                    })
+                });
+                let by_index = indexes.iter().any(|index| {
+                    let by = format!("INDEX {index}");
+                    line.contains(&format!("{by} ")) || line.ends_with(&by)
+                });
                 assert!(
                     !on_workflows || by_index,
                     "{name} (statistics: {statistics}) reads the workflows table by \
