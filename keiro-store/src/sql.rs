@@ -262,8 +262,9 @@ impl Statements {
         // The due-order indexes the reads in due order name on SQLite (see
         // `Dialect::indexed_by`): every unfinished instance, and those of the
         // default queue. Unnamed, SQLite read every unfinished instance by
-        // status and sorted them, for each claim (64 ms a claim at 100,000
-        // waiting, against under a millisecond off the index).
+        // status and sorted them, for each claim (`suspended_1m` drained
+        // 1,000 due instances next to a million sleeping in 6.6 s; 0.2 s
+        // off the index).
         let (unfinished_index, default_due_index) =
             (d.index(&w, "unfinished"), d.index(&w, "default_due"));
         // Ends an unfinished instance while its lease is `$3`'s or nobody's.
