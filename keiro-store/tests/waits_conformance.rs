@@ -85,6 +85,34 @@ async fn append(db: &TestDb, row: StepRow) {
     db.store.append_steps(&[row]).await.unwrap();
 }
 
+/// A completed end of generation 0 of `id` (output `1`) under [`OWNER`]'s
+/// lease.
+fn completed(id: &str) -> Finish<'_> {
+    Finish {
+        id,
+        generation: 0,
+        owner: OWNER,
+        status: InstanceStatus::Completed,
+        output: Some("1"),
+        error: None,
+    }
+}
+
+/// Continues generation 0 of `wf` as new with `input`, as `owner`; whether
+/// it applied.
+async fn continue_wf(db: &TestDb, owner: &str, input: &str) -> bool {
+    db.store
+        .continue_as_new(&ContinueAsNew {
+            id: "wf",
+            generation: 0,
+            owner,
+            input,
+            app_version: None,
+        })
+        .await
+        .unwrap()
+}
+
 async fn due_ids(db: &TestDb) -> Vec<String> {
     let mut ids: Vec<_> = db
         .store
@@ -307,15 +335,7 @@ async fn cancel_cascades_to_unfinished_descendants_and_reports_up(db: &TestDb) {
         }),
     )
     .await;
-    let finished = Finish {
-        id: "done",
-        generation: 0,
-        owner: OWNER,
-        status: InstanceStatus::Completed,
-        output: Some("1"),
-        error: None,
-    };
-    assert!(db.store.finish(&finished).await.unwrap());
+    assert!(db.store.finish(&completed("done")).await.unwrap());
     running(db, "bystander", None).await;
     let Cancellation::Cancelled(ids) = db.store.cancel("mid").await.unwrap() else {
         panic!("expected a cancellation");
@@ -352,15 +372,7 @@ async fn cancel_cascades_to_unfinished_descendants_and_reports_up(db: &TestDb) {
 
 async fn cancel_of_a_finished_or_missing_instance_changes_nothing(db: &TestDb) {
     running(db, "wf", None).await;
-    let done = Finish {
-        id: "wf",
-        generation: 0,
-        owner: OWNER,
-        status: InstanceStatus::Completed,
-        output: Some("1"),
-        error: None,
-    };
-    assert!(db.store.finish(&done).await.unwrap());
+    assert!(db.store.finish(&completed("wf")).await.unwrap());
     assert_eq!(
         db.store.cancel("wf").await.unwrap(),
         Cancellation::AlreadyFinal(InstanceStatus::Completed)
@@ -379,28 +391,8 @@ async fn cancel_of_a_finished_or_missing_instance_changes_nothing(db: &TestDb) {
 async fn continue_as_new_starts_the_next_generation_and_keeps_the_old_journal(db: &TestDb) {
     running(db, "wf", None).await;
     append(db, row("wf", 0, 0, "step", "1")).await;
-    assert!(!db
-        .store
-        .continue_as_new(&ContinueAsNew {
-            id: "wf",
-            generation: 0,
-            owner: "intruder",
-            input: "[2]",
-            app_version: None,
-        })
-        .await
-        .unwrap());
-    assert!(db
-        .store
-        .continue_as_new(&ContinueAsNew {
-            id: "wf",
-            generation: 0,
-            owner: OWNER,
-            input: "[2]",
-            app_version: None,
-        })
-        .await
-        .unwrap());
+    assert!(!continue_wf(db, "intruder", "[2]").await);
+    assert!(continue_wf(db, OWNER, "[2]").await);
     let got = db.store.get_instance("wf").await.unwrap().unwrap();
     assert_eq!(
         (got.generation, got.status, got.input.as_str()),
@@ -411,17 +403,7 @@ async fn continue_as_new_starts_the_next_generation_and_keeps_the_old_journal(db
     assert!(db.store.load_journal("wf", 1).await.unwrap().is_empty());
     assert_eq!(db.store.load_journal("wf", 0).await.unwrap().len(), 1);
     // The old generation cannot continue again.
-    assert!(!db
-        .store
-        .continue_as_new(&ContinueAsNew {
-            id: "wf",
-            generation: 0,
-            owner: OWNER,
-            input: "[3]",
-            app_version: None,
-        })
-        .await
-        .unwrap());
+    assert!(!continue_wf(db, OWNER, "[3]").await);
 }
 
 async fn the_writer_batches_creates_steps_and_finishes_of_many_workflows(db: &TestDb) {
@@ -571,29 +553,11 @@ async fn pending_awakeables_count_the_unanswered_of_unfinished_generations(db: &
     // `ended`: an awakeable never answered, then the instance ended.
     running(db, "ended", None).await;
     append(db, row("ended", 0, 0, "awakeable", "\"bool\"")).await;
-    let finish = Finish {
-        id: "ended",
-        generation: 0,
-        owner: OWNER,
-        status: InstanceStatus::Completed,
-        output: Some("1"),
-        error: None,
-    };
-    assert!(db.store.finish(&finish).await.unwrap());
+    assert!(db.store.finish(&completed("ended")).await.unwrap());
     // `wf`: an awakeable of generation 0, which continued as new.
     running(db, "wf", None).await;
     append(db, row("wf", 0, 0, "awakeable", "\"bool\"")).await;
-    assert!(db
-        .store
-        .continue_as_new(&ContinueAsNew {
-            id: "wf",
-            generation: 0,
-            owner: OWNER,
-            input: "[2]",
-            app_version: None,
-        })
-        .await
-        .unwrap());
+    assert!(continue_wf(db, OWNER, "[2]").await);
     assert_eq!(db.store.count_pending_awakeables().await.unwrap(), 1);
     // The new generation's own awakeable counts.
     append(db, row("wf", 1, 0, "awakeable", "\"bool\"")).await;
@@ -615,15 +579,7 @@ async fn next_wake_at_is_the_earliest_of_the_unfinished(db: &TestDb) {
     assert!(suspend_wf(db, OWNER, Some(soon), None).await);
     running(db, "other", None).await;
     assert_eq!(db.store.next_wake_at().await.unwrap(), Some(soon));
-    let finish = |id| Finish {
-        id,
-        generation: 0,
-        owner: OWNER,
-        status: InstanceStatus::Completed,
-        output: Some("1"),
-        error: None,
-    };
-    assert!(db.store.finish(&finish("other")).await.unwrap());
+    assert!(db.store.finish(&completed("other")).await.unwrap());
     assert_eq!(db.store.next_wake_at().await.unwrap(), Some(soon));
     db.store.cancel("wf").await.unwrap();
     assert_eq!(db.store.next_wake_at().await.unwrap(), None);
