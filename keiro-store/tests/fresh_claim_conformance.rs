@@ -7,10 +7,10 @@
 mod support;
 
 use keiro_store::{
-    ContinueAsNew, Finish, HandOver, InstanceRow, InstanceStatus, NewInstance, QueueLimits, Queued,
-    Registered, StepRow, Store,
+    ContinueAsNew, HandOver, InstanceRow, NewInstance, QueueLimits, Queued, Registered, StepRow,
+    Store,
 };
-use support::{lease, TestDb, OWNER};
+use support::{completed, lease, TestDb, OWNER};
 
 conformance!(
     a_default_claim_says_which_generations_have_a_journal,
@@ -108,14 +108,7 @@ async fn enqueue(store: &Store, id: &str) {
 
 /// Finishes `id` handing its slot over; the successor with its freshness.
 async fn finish_handing_over(store: &Store, id: &str) -> Option<(String, bool)> {
-    let finish = Finish {
-        id,
-        generation: 0,
-        owner: OWNER,
-        status: InstanceStatus::Completed,
-        output: Some("1"),
-        error: None,
-    };
+    let finish = completed(id);
     let hand_over = HandOver::new(QUEUE, FLOW, 60_000_000, &[]);
     let (applied, successor) = store
         .finish_handing_over(&[finish], &[Some(&hand_over)])

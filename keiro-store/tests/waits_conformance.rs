@@ -10,7 +10,7 @@ use keiro_store::{
     InstanceStatus, JournalWriter, Lease, NewInstance, ParentLink, Resolution, StepRow, Store,
     Suspend,
 };
-use support::TestDb;
+use support::{completed, TestDb};
 
 conformance!(
     suspend_keeps_the_wake_time_and_drops_the_lease,
@@ -83,19 +83,6 @@ async fn suspend_wf(db: &TestDb, owner: &str, wake_at: Option<i64>, awaiting: Op
 /// Records one step.
 async fn append(db: &TestDb, row: StepRow) {
     db.store.append_steps(&[row]).await.unwrap();
-}
-
-/// A completed end of generation 0 of `id` (output `1`) under [`OWNER`]'s
-/// lease.
-fn completed(id: &str) -> Finish<'_> {
-    Finish {
-        id,
-        generation: 0,
-        owner: OWNER,
-        status: InstanceStatus::Completed,
-        output: Some("1"),
-        error: None,
-    }
 }
 
 /// Continues generation 0 of `wf` as new with `input`, as `owner`; whether

@@ -255,6 +255,19 @@ pub(crate) fn lease() -> keiro_store::Lease<'static> {
     }
 }
 
+/// A completed end of generation 0 of `id` (output `1`) under [`OWNER`]'s
+/// lease.
+pub(crate) fn completed(id: &str) -> keiro_store::Finish<'_> {
+    keiro_store::Finish {
+        id,
+        generation: 0,
+        owner: OWNER,
+        status: keiro_store::InstanceStatus::Completed,
+        output: Some("1"),
+        error: None,
+    }
+}
+
 /// Creates instance `id` of workflow `flow` leased to [`OWNER`] (a child of
 /// `parent` at step 0, with `deadline`), asserting it is new; returns its
 /// stored deadline (-1: none).
