@@ -226,9 +226,8 @@ impl Keiro {
         let run = |queue: Option<&'static Queue>, row: InstanceRow, hand_over: Option<HandOver>| {
             Either::Left(async move {
                 let mut handing = hand_over.map(HandingOver::new);
-                let fresh = row.fresh;
                 let one = self
-                    .advance_handing(row, fresh, options, stop.clone(), handing.as_mut())
+                    .advance_handing(row, options, stop.clone(), handing.as_mut())
                     .await;
                 Finished::Ran(queue, one, handing.and_then(|h| h.successor).map(Box::new))
             })
@@ -369,16 +368,15 @@ impl Keiro {
     }
 
     /// Drives one instance this worker claimed (a pass's, or a cron tick's
-    /// its scheduler created under this process's lease): `fresh` when it
-    /// was created so, with no journal to read.
+    /// its scheduler created under this process's lease), reading its
+    /// journal unless `row.fresh` says it has none.
     pub(crate) async fn advance(
         &self,
         row: InstanceRow,
-        fresh: bool,
         options: &ResumeOptions,
         stop: Stop,
     ) -> ResumeSummary {
-        self.advance_handing(row, fresh, options, stop, None).await
+        self.advance_handing(row, options, stop, None).await
     }
 
     /// [`Keiro::advance`], handing the instance's queue slot over as
@@ -386,7 +384,6 @@ impl Keiro {
     async fn advance_handing(
         &self,
         row: InstanceRow,
-        fresh: bool,
         options: &ResumeOptions,
         stop: Stop,
         handing: Option<&mut HandingOver>,
@@ -414,7 +411,7 @@ impl Keiro {
         };
         summary.resumed = 1;
         let (name, id) = (row.name.clone(), row.id.clone());
-        let result = execute(self, registration.run, row, fresh, stop, handing, None).await;
+        let result = execute(self, registration.run, row, stop, handing, None).await;
         match &result {
             Ok(Some(done)) => match done.status {
                 InstanceStatus::Failed if done.output.is_none() => {

@@ -28,15 +28,16 @@ impl TickRuns {
         }
     }
 
-    /// Drives `row`, created a moment ago under this process's lease, in a
-    /// task of its own.
+    /// Drives `row`, created a moment ago under this process's lease (so
+    /// with no journal to read), in a task of its own.
     pub(crate) fn start(&self, keiro: &Keiro, row: InstanceRow) {
+        let row = InstanceRow { fresh: true, ..row };
         let (keiro, options, stop) = (keiro.clone(), self.options.clone(), self.stop.clone());
         let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
         // Forget the runs that ended, so the set holds only live ones.
         while tasks.try_join_next().is_some() {}
         tasks.spawn(async move {
-            keiro.advance(row, true, &options, stop).await;
+            keiro.advance(row, &options, stop).await;
         });
     }
 

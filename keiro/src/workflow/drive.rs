@@ -26,8 +26,9 @@ const NEVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 const RETRY_TIME_OUT: Duration = Duration::from_millis(100);
 use crate::{Error, Keiro, Result};
 
-/// Runs the instance once in this process: `claimed`, or whatever this
-/// process can claim now. Returns the row as the run left it (final,
+/// Runs the instance once in this process: `claimed` (a row this process
+/// just created under its lease, `fresh`), or whatever this process can
+/// claim now. Returns the row as the run left it (final,
 /// suspended, or held elsewhere).
 pub(crate) async fn run_here(
     keiro: &Keiro,
@@ -36,7 +37,6 @@ pub(crate) async fn run_here(
     claimed: Option<InstanceRow>,
 ) -> Result<InstanceRow> {
     keiro.ensure_executor().await?;
-    let fresh = claimed.is_some();
     let claimed = match claimed {
         Some(row) => Some(row),
         None => {
@@ -48,7 +48,7 @@ pub(crate) async fn run_here(
         }
     };
     if let Some(row) = claimed {
-        if let Some(done) = execute(keiro, run, row, fresh, Stop::of(keiro), None, None).await? {
+        if let Some(done) = execute(keiro, run, row, Stop::of(keiro), None, None).await? {
             return Ok(done);
         }
     }
@@ -59,7 +59,7 @@ pub(crate) async fn run_here(
         .ok_or_else(|| Error::NotFound { id: id.to_owned() })
 }
 
-/// One invocation: read the journal once (none for a fresh instance), run the
+/// One invocation: read the journal once (none when `row.fresh`), run the
 /// body with its context, and record the end: `Ok(Some(row))` when it finished
 /// or suspended, `Ok(None)` when the lease was lost to another executor.
 ///
@@ -78,12 +78,11 @@ pub(crate) async fn execute(
     keiro: &Keiro,
     run: RunFn,
     row: InstanceRow,
-    fresh: bool,
     stop: Stop,
     handing: Option<&mut HandingOver>,
     deferred: Option<keiro_store::CreateRequest>,
 ) -> Result<Option<InstanceRow>> {
-    let journal = if fresh {
+    let journal = if row.fresh {
         Vec::new()
     } else {
         // A read: safe to repeat through a passing fault (a pooled

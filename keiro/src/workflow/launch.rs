@@ -116,7 +116,8 @@ pub(crate) async fn launch(keiro: &Keiro, launch: Launch) -> Result<watch::Recei
     let receiver = driving.receiver();
     let keiro = keiro.clone();
     tokio::spawn(async move {
-        let claimed = if fresh { Some(row) } else { None };
+        // Created just now: no journal to read.
+        let claimed = fresh.then_some(InstanceRow { fresh: true, ..row });
         let result = run_here(&keiro, launch.run, &launch.id, claimed).await;
         keiro.inflight().publish(driving, result);
     });
@@ -184,7 +185,7 @@ async fn run_deferred(keiro: &Keiro, launch: &Launch) -> Result<InstanceRow> {
         fresh: true,
     };
     let stop = Stop::of(keiro);
-    let ran = execute(keiro, launch.run, row, true, stop, None, Some(create)).await?;
+    let ran = execute(keiro, launch.run, row, stop, None, Some(create)).await?;
     if let Some(done) = ran {
         return Ok(done);
     }
