@@ -431,6 +431,54 @@ async fn refills_do_not_starve_a_small_pool(backend: Backend) {
     worker.stop().await;
 }
 
+/// A queue whose backlog fills every slot of a worker does not keep them:
+/// each pass of the worker hands over and refills a bounded number, then
+/// gives its slots back, so an instance due on the default queue meanwhile
+/// starts long before the backlog is done.
+async fn a_busy_queue_leaves_room_for_the_default_queue(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let (_dir, file) = events_file();
+    let mut queued = Vec::new();
+    for n in 0..40 {
+        let call = queue_job(text(&file), format!("{n}"), 50).on(&keiro);
+        let call = call.id(format!("backlog-{n}")).queue(&PLAIN);
+        queued.push(call.enqueue().await.unwrap());
+    }
+    let worker = keiro
+        .resume_worker(
+            ResumeOptions::default()
+                .poll_interval(Duration::from_millis(20))
+                .concurrency(2),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let default = queue_job(text(&file), "default".into(), 0)
+        .on(&keiro)
+        .id("beside-the-backlog")
+        .enqueue()
+        .await
+        .unwrap();
+    let out = tokio::time::timeout(PATIENCE, default.result())
+        .await
+        .unwrap();
+    assert_eq!(out.unwrap(), Ok("default".to_string()));
+    let mut unfinished = 0;
+    for handle in &queued {
+        if handle.status().await.unwrap() != keiro::WorkflowStatus::Completed {
+            unfinished += 1;
+        }
+    }
+    // The backlog takes about a second (40 × 50 ms, two at a time).
+    assert!(
+        unfinished >= 20,
+        "the default queue's instance waited for the backlog: {unfinished} of 40 unfinished"
+    );
+    all_done(queued).await;
+    worker.stop().await;
+}
+
 async fn queue_settings_need_an_enqueue_and_a_queue(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
@@ -458,4 +506,5 @@ on_both_backends!(
     delay_is_respected_on_a_queue_and_the_default_queue,
     queue_settings_need_an_enqueue_and_a_queue,
     refills_do_not_starve_a_small_pool,
+    a_busy_queue_leaves_room_for_the_default_queue,
 );

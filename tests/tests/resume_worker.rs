@@ -434,6 +434,8 @@ async fn a_running_worker_picks_up_enqueued_work_promptly(backend: Backend) {
 }
 
 on_both_backends!(
+    a_long_run_does_not_hold_up_work_enqueued_after_it,
+    overlapping_passes_keep_within_the_concurrency,
     enqueued_work_is_resumed_by_a_pass,
     panics_are_retried_then_marked_failed,
     unknown_names_are_counted_every_pass_and_kept,
@@ -444,3 +446,113 @@ on_both_backends!(
     invalid_options_are_refused_before_anything_runs,
     a_running_worker_picks_up_enqueued_work_promptly,
 );
+
+/// A long run holds one slot, not the worker: what is enqueued meanwhile
+/// runs at once (the worker has 31 more), not after the long run ends.
+async fn a_long_run_does_not_hold_up_work_enqueued_after_it(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let worker = keiro
+        .resume_worker(quiet().poll_interval(Duration::from_millis(100)))
+        .await
+        .unwrap();
+    let slow = uuid::Uuid::new_v4().to_string();
+    let long = long_running(slow.clone())
+        .id(&slow)
+        .on(&keiro)
+        .enqueue()
+        .await
+        .unwrap();
+    // The long step (3 s) is running.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(long.status().await.unwrap(), WorkflowStatus::Running);
+    let key = uuid::Uuid::new_v4().to_string();
+    let handle = two_records(key.clone())
+        .id(&key)
+        .on(&keiro)
+        .enqueue()
+        .await
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_millis(1500), handle.result())
+        .await
+        .expect("work enqueued beside a long run waited for it to end")
+        .unwrap();
+    assert_eq!(out, "ab");
+    assert_eq!(long.status().await.unwrap(), WorkflowStatus::Running);
+    assert_eq!(long.result().await.unwrap(), "slow");
+    worker.shutdown().await;
+}
+
+/// Per test (the backends' cases run side by side): how many naps run now,
+/// and the most that ran at once.
+static BUSY: Mutex<Vec<(String, u32, u32)>> = Mutex::new(Vec::new());
+
+fn busy(group: &str, change: i32) -> u32 {
+    let mut all = BUSY.lock().unwrap();
+    let at = match all.iter().position(|(g, _, _)| g == group) {
+        Some(at) => at,
+        None => {
+            all.push((group.to_owned(), 0, 0));
+            all.len() - 1
+        }
+    };
+    let (_, now, most) = &mut all[at];
+    *now = now.checked_add_signed(change).unwrap();
+    *most = (*most).max(*now);
+    *most
+}
+
+#[step]
+async fn counted_nap(group: String, key: String) -> String {
+    busy(&group, 1);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    busy(&group, -1);
+    ran(&key, "nap");
+    key
+}
+
+#[workflow]
+async fn napping(group: String, key: String) -> String {
+    counted_nap(group, key).await
+}
+
+/// The passes overlap, and together they never run more than the worker's
+/// concurrency: enqueues arriving while earlier runs go on start only in
+/// the slots those leave free.
+async fn overlapping_passes_keep_within_the_concurrency(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let group = uuid::Uuid::new_v4().to_string();
+    let worker = keiro
+        .resume_worker(
+            quiet()
+                .concurrency(3)
+                .poll_interval(Duration::from_millis(50)),
+        )
+        .await
+        .unwrap();
+    let mut handles = Vec::new();
+    for _ in 0..12 {
+        let key = uuid::Uuid::new_v4().to_string();
+        let handle = napping(group.clone(), key.clone())
+            .id(&key)
+            .on(&keiro)
+            .enqueue()
+            .await
+            .unwrap();
+        handles.push((key, handle));
+        // Each enqueue wakes the worker for a pass of its own.
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    for (key, handle) in handles {
+        let out = tokio::time::timeout(Duration::from_secs(20), handle.result())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(out, key);
+        assert_eq!(count(&key, "nap"), 1);
+    }
+    let most = busy(&group, 0);
+    assert_eq!(most, 3, "at most 3 at once, and 3 reached; saw {most}");
+    worker.shutdown().await;
+}

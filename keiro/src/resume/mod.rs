@@ -5,6 +5,7 @@
 mod options;
 mod pass;
 mod report;
+mod slots;
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use tokio::sync::watch;
 
 use crate::shutdown::{Phase, Stop};
 use crate::{Keiro, Result};
+use slots::Slots;
 
 /// How often a running worker looks for the due instances it cannot run
 /// (unknown names, other versions, live foreign leases) and reports them.
@@ -42,7 +44,10 @@ impl Keiro {
     /// (validated first). It runs a pass, then waits for the poll interval or
     /// a wake-up (an enqueue in this process; on PostgreSQL a notification
     /// from any process), until [`ResumeWorker::shutdown`] (or
-    /// [`Keiro::shutdown`]). After a failed pass it waits 100 ms, doubling
+    /// [`Keiro::shutdown`]). Passes overlap: each claims into the slots (of
+    /// [`ResumeOptions::concurrency`]) the runs of earlier passes left free,
+    /// and its own runs go on while the next pass claims, so a long run
+    /// holds up one slot and nothing else. After a failed pass it waits 100 ms, doubling
     /// with each further failure in a row, up to the poll interval.
     ///
     /// Beside its passes it runs a cron scheduler: at each tick (by the
@@ -71,39 +76,88 @@ impl Keiro {
             let mut stop = Stop::of_worker(&keiro, watched);
             let mut reported: Option<tokio::time::Instant> = None;
             let mut failed = 0;
+            // Passes overlap: each drives what it claimed in a task of its
+            // own, holding slots of the worker's budget, and the next pass
+            // claims into the slots left free, so a long run holds up its
+            // slot and nothing else.
+            let slots = Slots::new(options.concurrency);
+            let mut passes = tokio::task::JoinSet::new();
             loop {
                 keiro.listen_for_wakes();
-                // Finding the due instances this worker cannot run reads
-                // thousands of due rows on a backlog waiting for a queue's
-                // room (it cost more than the claims), so it runs at most
-                // once per `BLOCKED_REPORT_EVERY` however often wakes start
-                // a pass.
-                let report = reported.is_none_or(|at| at.elapsed() >= BLOCKED_REPORT_EVERY);
-                if report {
-                    reported = Some(tokio::time::Instant::now());
-                }
-                let full = match keiro.pass(&options, &stop, report).await {
-                    Ok(summary) => {
-                        failed = 0;
-                        summary.resumed as i64 >= options.claim_limit()
+                while let Some(ended) = passes.try_join_next() {
+                    if let Err(error) = ended {
+                        tracing::error!(%error, "keiro resume pass ended abnormally");
                     }
-                    Err(error) => {
-                        (options.log)(&ResumeEvent::PassFailed { error });
-                        failed += 1;
-                        false
+                }
+                let limit = options.claim_limit() as usize;
+                let room = slots.take(limit);
+                // A pass claims up to twice its room (as a pass of
+                // `resume_once` claims up to twice the concurrency): those
+                // beyond it start as its first runs end. When it claims all
+                // it asked for, more may be due: the worker claims again once
+                // half its slots are free (not at every slot freed, which
+                // would cost a pass per instance).
+                let ask = room.saturating_mul(2).min(limit);
+                let full = room == 0 || {
+                    // Finding the due instances this worker cannot run reads
+                    // thousands of due rows on a backlog waiting for a
+                    // queue's room (it cost more than the claims), so it
+                    // runs at most once per `BLOCKED_REPORT_EVERY` however
+                    // often wakes start a pass.
+                    let report = reported.is_none_or(|at| at.elapsed() >= BLOCKED_REPORT_EVERY);
+                    if report {
+                        reported = Some(tokio::time::Instant::now());
+                    }
+                    match keiro.claim_pass(&options, report, ask as i64).await {
+                        Ok(claimed) => {
+                            failed = 0;
+                            let got = claimed.len();
+                            let held = got.min(room);
+                            slots.give_back(room - held);
+                            if got == 0 {
+                                keiro
+                                    .drive_pass(claimed, &options, &stop, &slots, 0, true)
+                                    .await;
+                            } else {
+                                let (keiro, options) = (keiro.clone(), options.clone());
+                                let (stop, slots) = (stop.clone(), slots.clone());
+                                passes.spawn(async move {
+                                    keiro
+                                        .drive_pass(claimed, &options, &stop, &slots, held, true)
+                                        .await;
+                                });
+                            }
+                            got >= ask
+                        }
+                        Err(error) => {
+                            slots.give_back(room);
+                            (options.log)(&ResumeEvent::PassFailed { error });
+                            failed += 1;
+                            false
+                        }
                     }
                 };
                 if stop.is_draining() {
                     break;
                 }
                 if full {
-                    // More is due right now: no pause.
+                    tokio::select! {
+                        _ = slots.until_free((options.concurrency / 2).max(1)) => {}
+                        _ = stop.draining() => break,
+                    }
                     continue;
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(pause_after(failed, options.poll_interval)) => {}
                     _ = keiro.resume_wake().notified() => {}
                     _ = stop.draining() => break,
+                }
+            }
+            // What the passes claimed runs on: to its end while draining,
+            // released when halted.
+            while let Some(ended) = passes.join_next().await {
+                if let Err(error) = ended {
+                    tracing::error!(%error, "keiro resume pass ended abnormally");
                 }
             }
             // Ticks are created in the store: stopping between two loses none

@@ -36,10 +36,12 @@ pub struct ResumeOptions {
     pub poll_interval: Duration,
     /// How many instances one worker advances at once (default 32).
     pub concurrency: usize,
-    /// How many due instances one pass claims at most (default 512). A pass
-    /// claims no more than twice `concurrency`, so claimed instances do not
-    /// wait out their lease before they run; a full pass is followed at once
-    /// by the next.
+    /// How many due instances one pass claims at most (default 512). A
+    /// worker's pass claims no more than its free slots (of `concurrency`),
+    /// and [`crate::Keiro::resume_once`] no more than twice `concurrency`,
+    /// so claimed instances do not wait out their lease before they run; a
+    /// worker whose pass filled every free slot claims again when half of
+    /// its slots are free.
     pub batch_size: usize,
     /// Where events go (default: `tracing`).
     pub log: ResumeLog,

@@ -16,6 +16,8 @@ use crate::workflow::drive::execute;
 use crate::workflow::end::HandingOver;
 use crate::{Error, Keiro, Queue, Result};
 
+use super::slots::Slots;
+
 /// What ended in a pass's set of running instances and refill claims.
 enum Finished {
     /// An instance's run, the queue it was claimed from (`None`: the
@@ -59,6 +61,19 @@ impl QueueClaim<'_> {
     }
 }
 
+/// The slots of the worker's budget a pass holds: as many as it may run at
+/// once.
+struct Budget<'a> {
+    slots: &'a Slots,
+    held: usize,
+    /// A worker's pass: once it has refilled as many as a pass claims, it
+    /// reports what it ran so far and refills on, unless the worker waits
+    /// for slots (see [`Slots::wanted`]). Otherwise (one
+    /// [`Keiro::resume_once`]), or while the worker waits, it refills no
+    /// more, and its slots go back as its runs end.
+    renews: bool,
+}
+
 /// A queue with a refill claim in flight.
 struct Refilling {
     queue: &'static str,
@@ -71,22 +86,47 @@ struct Refilling {
 /// foreign leases) a pass reports.
 const BLOCKED_REPORTED: i64 = 100;
 
+/// What one pass claimed, with its summary so far (what it discovered, and
+/// the due instances it cannot run).
+pub(super) struct Claimed {
+    rows: Vec<(Option<&'static Queue>, InstanceRow)>,
+    summary: ResumeSummary,
+}
+
+impl Claimed {
+    /// How many instances the pass claimed.
+    pub(super) fn len(&self) -> usize {
+        self.rows.len()
+    }
+}
+
 impl Keiro {
     /// One pass of the resume worker: discover due instances, claim and
     /// advance each, and report what happened. The single testable unit
     /// behind [`Keiro::resume_worker`].
     pub async fn resume_once(&self, options: &ResumeOptions) -> Result<ResumeSummary> {
-        self.pass(options, &Stop::of(self), true).await
+        options.validate()?;
+        let claimed = self
+            .claim_pass(options, true, options.claim_limit())
+            .await?;
+        // Its runs are all it advances: the slots it frees go nowhere.
+        let slots = Slots::new(0);
+        let stop = Stop::of(self);
+        Ok(self
+            .drive_pass(claimed, options, &stop, &slots, options.concurrency, false)
+            .await)
     }
 
-    /// One pass whose runs stop on `stop`; it looks for the due instances it
-    /// cannot run (and reports them) only when `report_blocked`.
-    pub(super) async fn pass(
+    /// The first half of a pass: claims up to `limit` due instances (the
+    /// default queue's first, then each queue's within its limits), and
+    /// looks for the due instances it cannot run (and reports them) only
+    /// when `report_blocked`.
+    pub(super) async fn claim_pass(
         &self,
         options: &ResumeOptions,
-        stop: &Stop,
         report_blocked: bool,
-    ) -> Result<ResumeSummary> {
+        limit: i64,
+    ) -> Result<Claimed> {
         options.validate()?;
         self.ensure_executor().await?;
         self.serve_registered().await?;
@@ -94,30 +134,20 @@ impl Keiro {
         let owner = self.owner();
         let workflows = self.registry().workflows();
         let versions = self.versions().accepted();
-        let lease = Lease {
-            owner,
-            ttl_us: duration_us(self.lease_ttl()),
+        let scope = QueueClaim {
+            lease: self.pass_lease(),
+            workflows: &workflows,
+            versions: &versions,
         };
         // Claim in the same statement that discovers, so concurrent workers
         // take disjoint batches instead of racing for the same rows.
         let claimed = store
-            .claim_due(lease, &workflows, &versions, options.claim_limit())
+            .claim_due(scope.lease, &workflows, &versions, limit)
             .await?;
-        let scope = QueueClaim {
-            lease,
-            workflows: &workflows,
-            versions: &versions,
-        };
-        let queued = self.claim_queues(scope, options, claimed.len()).await?;
-        if !queued.is_empty() {
-            // Those started, so their queues may have room again when they
-            // end: look again at once after this pass instead of waiting a
-            // poll interval.
-            self.wake_resume_worker();
-        }
-        let mut claimed: Vec<(Option<&'static Queue>, InstanceRow)> =
+        let queued = self.claim_queues(scope, limit, claimed.len()).await?;
+        let mut rows: Vec<(Option<&'static Queue>, InstanceRow)> =
             claimed.into_iter().map(|row| (None, row)).collect();
-        claimed.extend(queued.into_iter().map(|(queue, row)| (Some(queue), row)));
+        rows.extend(queued.into_iter().map(|(queue, row)| (Some(queue), row)));
         let blocked = if report_blocked {
             store
                 .find_blocked(owner, &workflows, &versions, BLOCKED_REPORTED)
@@ -126,7 +156,7 @@ impl Keiro {
             Vec::new()
         };
         let mut summary = ResumeSummary {
-            discovered: claimed.len() + blocked.len(),
+            discovered: rows.len() + blocked.len(),
             ..ResumeSummary::default()
         };
         // Instances of other versions are reported once per version.
@@ -161,16 +191,53 @@ impl Keiro {
                 own: self.app_version().to_owned(),
             });
         }
+        Ok(Claimed { rows, summary })
+    }
+
+    /// The second half of a pass: drives what it `claimed`, holding `held`
+    /// of `slots` (as many as it may run at once; it gives each back as it
+    /// is done with it), then reports the pass. A worker's pass (`renews`)
+    /// keeps its queues' slots filled for as long as the worker wants none
+    /// back, reporting each time it has run as many as a pass claims.
+    pub(super) async fn drive_pass(
+        &self,
+        claimed: Claimed,
+        options: &ResumeOptions,
+        stop: &Stop,
+        slots: &Slots,
+        held: usize,
+        renews: bool,
+    ) -> ResumeSummary {
+        let workflows = self.registry().workflows();
+        let versions = self.versions().accepted();
+        let scope = QueueClaim {
+            lease: self.pass_lease(),
+            workflows: &workflows,
+            versions: &versions,
+        };
+        let Claimed { rows, summary } = claimed;
+        let budget = Budget {
+            slots,
+            held,
+            renews,
+        };
         let summary = self
-            .run_claimed(claimed, summary, scope, options, stop)
+            .run_claimed(rows, summary, scope, options, stop, budget)
             .await;
-        crate::telemetry::pass(&summary);
-        match store.count_pending_awakeables().await {
+        match self.raw_store().count_pending_awakeables().await {
             Ok(n) => crate::telemetry::awakeables_pending(n),
             Err(error) => tracing::debug!(%error, "keiro could not count pending awakeables"),
         }
-        (options.log)(&ResumeEvent::Pass(summary));
-        Ok(summary)
+        report(options, summary);
+        summary
+    }
+
+    /// The lease a pass claims under: this executor's, for the runtime's TTL.
+    fn pass_lease(&self) -> Lease<'_> {
+        Lease {
+            owner: self.owner(),
+            ttl_us: duration_us(self.lease_ttl()),
+        }
     }
 
     /// Claims due instances of every queue this binary declares, each within
@@ -178,12 +245,12 @@ impl Keiro {
     async fn claim_queues(
         &self,
         scope: QueueClaim<'_>,
-        options: &ResumeOptions,
+        limit: i64,
         already: usize,
     ) -> Result<Vec<(&'static Queue, InstanceRow)>> {
         let mut claimed = Vec::new();
         for &queue in self.registry().queues() {
-            let room = options.claim_limit() - (already + claimed.len()) as i64;
+            let room = limit - (already + claimed.len()) as i64;
             if room <= 0 {
                 break;
             }
@@ -193,15 +260,17 @@ impl Keiro {
         Ok(claimed)
     }
 
-    /// Drives a pass's claimed instances, at most
-    /// [`ResumeOptions::concurrency`] at once. Each time one of a queue's
+    /// Drives a pass's claimed instances, at most as many at once as the
+    /// slots `budget` holds. Slots it no longer needs (an instance ended,
+    /// and nothing waits for its slot or is being claimed into it) go back
+    /// to the worker at once, for its next pass. Each time one of a queue's
     /// instances ends, its slot is free: the pass claims that queue again at
     /// once (within its limits, for the room this pass has) instead of
     /// leaving the slot empty until the next pass, so a busy queue stays
     /// full. Those refills stop after as many more instances as a pass
-    /// claims (the pass then ends, and the next begins at once, so the
-    /// default queue and timers wait at most one pass), and when the worker
-    /// is stopping.
+    /// claims, and when the worker is stopping: the slots then go back to
+    /// the worker, whose next pass (woken at once) claims from the default
+    /// queue and every queue alike, so no queue keeps its slots forever.
     ///
     /// A queued instance whose run returns hands its slot over to the next
     /// of its partition in the commit that records its end (see
@@ -220,7 +289,13 @@ impl Keiro {
         scope: QueueClaim<'_>,
         options: &ResumeOptions,
         stop: &Stop,
+        budget: Budget<'_>,
     ) -> ResumeSummary {
+        let Budget {
+            slots,
+            mut held,
+            renews,
+        } = budget;
         let mut waiting: VecDeque<_> = claimed.into();
         let mut active = FuturesUnordered::new();
         let run = |queue: Option<&'static Queue>, row: InstanceRow, hand_over: Option<HandOver>| {
@@ -262,13 +337,25 @@ impl Keiro {
         // At most one refill claim in flight per queue.
         let mut refilling: Vec<Refilling> = Vec::new();
         loop {
-            while running < options.concurrency {
+            if renews && refills_left <= 0 && !slots.wanted() && !stop.is_draining() {
+                // As many as a pass claims ran on: report them as a pass,
+                // and go on.
+                report(options, std::mem::take(&mut summary));
+                refills_left = options.claim_limit();
+            }
+            while running < held {
                 let Some((queue, row)) = waiting.pop_front() else {
                     break;
                 };
                 running += 1;
                 let hand_over = hand_over(queue, &row, refills_left);
                 active.push(run(queue, row, hand_over));
+            }
+            if refilling.is_empty() {
+                // No claim will fill the slots nothing waits for.
+                let spare = held.saturating_sub(running + waiting.len());
+                slots.give_back(spare);
+                held -= spare;
             }
             let Some(finished) = active.next().await else {
                 break;
@@ -319,9 +406,18 @@ impl Keiro {
             // it again, one claim in flight per queue (the instances ending
             // while it waits for the queue's lock are refilled together by
             // the next, not each by a claim of its own).
+            if stop.is_draining() {
+                continue;
+            }
+            if refills_left <= 0 {
+                // This pass refills no more: the worker's next pass claims
+                // into the slot, at once.
+                self.wake_resume_worker();
+                continue;
+            }
             let used = running + waiting.len() + promised;
-            let room = (options.concurrency.saturating_sub(used) as i64).min(refills_left);
-            if room <= 0 || stop.is_draining() {
+            let room = (held.saturating_sub(used) as i64).min(refills_left);
+            if room <= 0 {
                 continue;
             }
             promised += room as usize;
@@ -451,4 +547,11 @@ impl Keiro {
         }
         summary
     }
+}
+
+/// Reports a pass's `summary`: to the metrics, and as
+/// [`ResumeEvent::Pass`].
+fn report(options: &ResumeOptions, summary: ResumeSummary) {
+    crate::telemetry::pass(&summary);
+    (options.log)(&ResumeEvent::Pass(summary));
 }

@@ -1,0 +1,108 @@
+//! A resume worker's concurrency budget, shared by its passes.
+//!
+//! A pass takes slots for what it claims and gives each back when the run
+//! holding it ends for good (a queued instance's slot passes to the
+//! successor it hands over to, or to the instances a refill claims). Passes
+//! overlap: a long run holds its slot, not the worker, so the next pass
+//! claims into the slots the other runs left free.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+/// The free slots of one worker (or of one [`crate::Keiro::resume_once`]).
+#[derive(Debug, Clone)]
+pub(super) struct Slots {
+    free: Arc<Semaphore>,
+    /// Set while the worker waits for free slots (more is due than it had
+    /// room for): a pass that has refilled as many as a pass claims then
+    /// refills no more, so its slots come back and the next pass claims
+    /// from the default queue and every queue alike.
+    wanted: Arc<AtomicBool>,
+}
+
+impl Slots {
+    /// A budget of `n` slots, all free.
+    pub(super) fn new(n: usize) -> Slots {
+        Slots {
+            free: Arc::new(Semaphore::new(n)),
+            wanted: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Takes up to `at_most` free slots, as many as are free; returns how
+    /// many it took (0 when none is free).
+    pub(super) fn take(&self, at_most: usize) -> usize {
+        loop {
+            let n = self.free.available_permits().min(at_most);
+            if n == 0 {
+                return 0;
+            }
+            let Ok(count) = u32::try_from(n) else {
+                return 0;
+            };
+            // Another taker may have raced in between: look again.
+            if let Ok(permits) = self.free.try_acquire_many(count) {
+                permits.forget();
+                return n;
+            }
+        }
+    }
+
+    /// Returns `n` slots taken with [`Slots::take`].
+    pub(super) fn give_back(&self, n: usize) {
+        if n > 0 {
+            self.free.add_permits(n);
+        }
+    }
+
+    /// Waits until at least `n` slots are free (taking none), asking the
+    /// passes for their slots meanwhile (see [`Slots::wanted`]).
+    pub(super) async fn until_free(&self, n: usize) {
+        let count = u32::try_from(n.max(1)).unwrap_or(u32::MAX);
+        self.wanted.store(true, Ordering::SeqCst);
+        // The semaphore is never closed; the permits go back as they drop.
+        let _ = self.free.acquire_many(count).await;
+        self.wanted.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether the worker waits for slots: a pass then does not renew its
+    /// refills.
+    pub(super) fn wanted(&self) -> bool {
+        self.wanted.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn takes_only_what_is_free_and_gets_it_back() {
+        let slots = Slots::new(4);
+        assert_eq!(slots.take(3), 3);
+        assert_eq!(slots.take(3), 1);
+        assert_eq!(slots.take(3), 0);
+        slots.give_back(2);
+        assert_eq!(slots.take(8), 2);
+    }
+
+    #[tokio::test]
+    async fn waits_until_enough_are_free() {
+        let slots = Slots::new(2);
+        assert_eq!(slots.take(2), 2);
+        let waiting = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.until_free(2).await }
+        });
+        slots.give_back(1);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "woke with one of two free");
+        slots.give_back(1);
+        waiting.await.unwrap();
+        // Waiting took nothing.
+        assert_eq!(slots.take(5), 2);
+    }
+}
