@@ -86,6 +86,26 @@ struct Refilling {
 /// foreign leases) a pass reports.
 const BLOCKED_REPORTED: i64 = 100;
 
+/// The workflows and versions a pass claims (see [`Keiro::claim_lists`]).
+struct ClaimLists<'k> {
+    workflows: Vec<Registered<'k>>,
+    versions: Vec<&'k str>,
+}
+
+impl ClaimLists<'_> {
+    /// What `keiro`'s pass claims under: its lease, and these lists.
+    fn scope<'a>(&'a self, keiro: &'a Keiro) -> QueueClaim<'a> {
+        QueueClaim {
+            lease: Lease {
+                owner: keiro.owner(),
+                ttl_us: duration_us(keiro.lease_ttl()),
+            },
+            workflows: &self.workflows,
+            versions: &self.versions,
+        }
+    }
+}
+
 /// What one pass claimed, with its summary so far (what it discovered, and
 /// the due instances it cannot run).
 pub(super) struct Claimed {
@@ -132,17 +152,13 @@ impl Keiro {
         self.serve_registered().await?;
         let store = self.raw_store();
         let owner = self.owner();
-        let workflows = self.registry().workflows();
-        let versions = self.versions().accepted();
-        let scope = QueueClaim {
-            lease: self.pass_lease(),
-            workflows: &workflows,
-            versions: &versions,
-        };
+        let lists = self.claim_lists();
+        let scope = lists.scope(self);
+        let (workflows, versions) = (&lists.workflows, &lists.versions);
         // Claim in the same statement that discovers, so concurrent workers
         // take disjoint batches instead of racing for the same rows.
         let claimed = store
-            .claim_due(scope.lease, &workflows, &versions, limit)
+            .claim_due(scope.lease, workflows, versions, limit)
             .await?;
         let queued = self.claim_queues(scope, limit, claimed.len()).await?;
         let mut rows: Vec<(Option<&'static Queue>, InstanceRow)> =
@@ -150,7 +166,7 @@ impl Keiro {
         rows.extend(queued.into_iter().map(|(queue, row)| (Some(queue), row)));
         let blocked = if report_blocked {
             store
-                .find_blocked(owner, &workflows, &versions, BLOCKED_REPORTED)
+                .find_blocked(owner, workflows, versions, BLOCKED_REPORTED)
                 .await?
         } else {
             Vec::new()
@@ -208,13 +224,8 @@ impl Keiro {
         held: usize,
         renews: bool,
     ) -> ResumeSummary {
-        let workflows = self.registry().workflows();
-        let versions = self.versions().accepted();
-        let scope = QueueClaim {
-            lease: self.pass_lease(),
-            workflows: &workflows,
-            versions: &versions,
-        };
+        let lists = self.claim_lists();
+        let scope = lists.scope(self);
         let Claimed { rows, summary } = claimed;
         let budget = Budget {
             slots,
@@ -232,11 +243,11 @@ impl Keiro {
         summary
     }
 
-    /// The lease a pass claims under: this executor's, for the runtime's TTL.
-    fn pass_lease(&self) -> Lease<'_> {
-        Lease {
-            owner: self.owner(),
-            ttl_us: duration_us(self.lease_ttl()),
+    /// The workflows and versions this process runs, which a pass claims.
+    fn claim_lists(&self) -> ClaimLists<'_> {
+        ClaimLists {
+            workflows: self.registry().workflows(),
+            versions: self.versions().accepted(),
         }
     }
 
@@ -332,12 +343,16 @@ impl Keiro {
             })
         };
         let mut refills_left = options.claim_limit();
+        // A refill claim failed: the pass refills no more, renewed or not
+        // (the worker's next pass claims again).
+        let mut refill_failed = false;
         // Instances running, and slots promised to claims in flight.
         let (mut running, mut promised) = (0usize, 0usize);
         // At most one refill claim in flight per queue.
         let mut refilling: Vec<Refilling> = Vec::new();
         loop {
-            if renews && refills_left <= 0 && !slots.wanted() && !stop.is_draining() {
+            let renew = renews && !refill_failed && !slots.wanted() && !stop.is_draining();
+            if renew && refills_left <= 0 {
                 // As many as a pass claims ran on: report them as a pass,
                 // and go on.
                 report(options, std::mem::take(&mut summary));
@@ -393,6 +408,7 @@ impl Keiro {
                             // The runs in flight go on; the next pass claims
                             // again.
                             refills_left = 0;
+                            refill_failed = true;
                             tracing::warn!(%error, queue = queue.name(), "keiro could not refill a queue");
                         }
                     }
