@@ -37,11 +37,12 @@ pub struct ResumeOptions {
     /// How many instances one worker advances at once (default 32).
     pub concurrency: usize,
     /// How many due instances one pass claims at most (default 512). A
-    /// worker's pass claims no more than its free slots (of `concurrency`),
-    /// and [`crate::Keiro::resume_once`] no more than twice `concurrency`,
-    /// so claimed instances do not wait out their lease before they run; a
-    /// worker whose pass filled every free slot claims again when half of
-    /// its slots are free.
+    /// worker's pass claims no more than twice its free slots (of
+    /// `concurrency`), and [`crate::Keiro::resume_once`] no more than twice
+    /// `concurrency`: those beyond the slots start as the pass's first runs
+    /// end, so claimed instances do not wait out their lease before they
+    /// run. A worker whose pass got all it asked for claims again when half
+    /// of its slots are free.
     pub batch_size: usize,
     /// Where events go (default: `tracing`).
     pub log: ResumeLog,
