@@ -304,9 +304,11 @@ impl Keiro {
     ) -> ResumeSummary {
         let Budget {
             slots,
-            mut held,
+            held,
             renews,
         } = budget;
+        // Given back as the runs end, and all of it if this task unwinds.
+        let mut held = slots.hold(held);
         let mut waiting: VecDeque<_> = claimed.into();
         let mut active = FuturesUnordered::new();
         let run = |queue: Option<&'static Queue>, row: InstanceRow, hand_over: Option<HandOver>| {
@@ -358,7 +360,7 @@ impl Keiro {
                 report(options, std::mem::take(&mut summary));
                 refills_left = options.claim_limit();
             }
-            while running < held {
+            while running < held.count() {
                 let Some((queue, row)) = waiting.pop_front() else {
                     break;
                 };
@@ -368,9 +370,8 @@ impl Keiro {
             }
             if refilling.is_empty() {
                 // No claim will fill the slots nothing waits for.
-                let spare = held.saturating_sub(running + waiting.len());
-                slots.give_back(spare);
-                held -= spare;
+                let spare = held.count().saturating_sub(running + waiting.len());
+                held.give_back(spare);
             }
             let Some(finished) = active.next().await else {
                 break;
@@ -432,7 +433,7 @@ impl Keiro {
                 continue;
             }
             let used = running + waiting.len() + promised;
-            let room = (held.saturating_sub(used) as i64).min(refills_left);
+            let room = (held.count().saturating_sub(used) as i64).min(refills_left);
             if room <= 0 {
                 continue;
             }

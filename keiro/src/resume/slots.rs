@@ -50,6 +50,13 @@ impl Slots {
         }
     }
 
+    /// `n` slots taken with [`Slots::take`], as a guard that gives back
+    /// whatever it still holds when dropped (a pass's task that panicked
+    /// or was aborted does not keep them).
+    pub(super) fn hold(&self, n: usize) -> Held<'_> {
+        Held { slots: self, n }
+    }
+
     /// Returns `n` slots taken with [`Slots::take`].
     pub(super) fn give_back(&self, n: usize) {
         if n > 0 {
@@ -74,6 +81,33 @@ impl Slots {
     }
 }
 
+/// Slots a pass holds (see [`Slots::hold`]).
+#[derive(Debug)]
+pub(super) struct Held<'a> {
+    slots: &'a Slots,
+    n: usize,
+}
+
+impl Held<'_> {
+    /// How many it holds.
+    pub(super) fn count(&self) -> usize {
+        self.n
+    }
+
+    /// Gives `n` of them back (at most as many as it holds).
+    pub(super) fn give_back(&mut self, n: usize) {
+        let n = n.min(self.n);
+        self.n -= n;
+        self.slots.give_back(n);
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.slots.give_back(self.n);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,6 +120,21 @@ mod tests {
         assert_eq!(slots.take(3), 1);
         assert_eq!(slots.take(3), 0);
         slots.give_back(2);
+        assert_eq!(slots.take(8), 2);
+    }
+
+    #[test]
+    fn what_a_pass_holds_goes_back_when_it_is_dropped() {
+        let slots = Slots::new(3);
+        let mut held = slots.hold(slots.take(3));
+        held.give_back(1);
+        assert_eq!((held.count(), slots.take(8)), (2, 1));
+        // As when a pass's task panics.
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _held = held;
+            panic!("a pass's task panicked");
+        }));
+        assert!(unwound.is_err());
         assert_eq!(slots.take(8), 2);
     }
 
