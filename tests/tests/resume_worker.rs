@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use keiro::{step, workflow, Error, ResumeEvent, ResumeOptions, WorkflowStatus};
 use keiro_store::{Lease, NewInstance, StepRow};
+use keiro_tests::queues::{events, max_in_flight, queue_job};
 use keiro_tests::{count, on_both_backends, ran, runs, Backend, TestDb};
 
 fn quiet() -> ResumeOptions {
@@ -483,46 +484,15 @@ async fn a_long_run_does_not_hold_up_work_enqueued_after_it(backend: Backend) {
     worker.shutdown().await;
 }
 
-/// Per test (the backends' cases run side by side): how many naps run now,
-/// and the most that ran at once.
-static BUSY: Mutex<Vec<(String, u32, u32)>> = Mutex::new(Vec::new());
-
-fn busy(group: &str, change: i32) -> u32 {
-    let mut all = BUSY.lock().unwrap();
-    let at = match all.iter().position(|(g, _, _)| g == group) {
-        Some(at) => at,
-        None => {
-            all.push((group.to_owned(), 0, 0));
-            all.len() - 1
-        }
-    };
-    let (_, now, most) = &mut all[at];
-    *now = now.checked_add_signed(change).unwrap();
-    *most = (*most).max(*now);
-    *most
-}
-
-#[step]
-async fn counted_nap(group: String, key: String) -> String {
-    busy(&group, 1);
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    busy(&group, -1);
-    ran(&key, "nap");
-    key
-}
-
-#[workflow]
-async fn napping(group: String, key: String) -> String {
-    counted_nap(group, key).await
-}
-
 /// The passes overlap, and together they never run more than the worker's
 /// concurrency: enqueues arriving while earlier runs go on start only in
 /// the slots those leave free.
 async fn overlapping_passes_keep_within_the_concurrency(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
-    let group = uuid::Uuid::new_v4().to_string();
+    // Each job records its step's start and end here.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events");
     let worker = keiro
         .resume_worker(
             quiet()
@@ -532,27 +502,28 @@ async fn overlapping_passes_keep_within_the_concurrency(backend: Backend) {
         .await
         .unwrap();
     let mut handles = Vec::new();
-    for _ in 0..12 {
-        let key = uuid::Uuid::new_v4().to_string();
-        let handle = napping(group.clone(), key.clone())
-            .id(&key)
+    for n in 0..12 {
+        let tag = format!("nap-{n}-{}", uuid::Uuid::new_v4().simple());
+        let handle = queue_job(file.display().to_string(), tag.clone(), 150)
+            .id(&tag)
             .on(&keiro)
             .enqueue()
             .await
             .unwrap();
-        handles.push((key, handle));
+        handles.push((tag, handle));
         // Each enqueue wakes the worker for a pass of its own.
         tokio::time::sleep(Duration::from_millis(40)).await;
     }
-    for (key, handle) in handles {
+    for (tag, handle) in handles {
         let out = tokio::time::timeout(Duration::from_secs(20), handle.result())
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(out, key);
-        assert_eq!(count(&key, "nap"), 1);
+        assert_eq!(out, Ok(tag));
     }
-    let most = busy(&group, 0);
+    let events = events(&file);
+    assert_eq!(events.len(), 24, "every job started and ended once");
+    let (most, _) = max_in_flight(&events);
     assert_eq!(most, 3, "at most 3 at once, and 3 reached; saw {most}");
     worker.shutdown().await;
 }
