@@ -89,16 +89,8 @@ impl Keiro {
                         tracing::error!(%error, "keiro resume pass ended abnormally");
                     }
                 }
-                let limit = options.claim_limit() as usize;
-                let room = slots.take(limit);
-                // A pass claims up to twice its room (as a pass of
-                // `resume_once` claims up to twice the concurrency): those
-                // beyond it start as its first runs end. When it claims all
-                // it asked for, more may be due: the worker claims again once
-                // half its slots are free (not at every slot freed, which
-                // would cost a pass per instance).
-                let ask = room.saturating_mul(2).min(limit);
-                let full = room == 0 || {
+                let held = slots.take(options.claim_limit() as usize);
+                let full = held.count() == 0 || {
                     // Finding the due instances this worker cannot run reads
                     // thousands of due rows on a backlog waiting for a
                     // queue's room (it cost more than the claims), so it
@@ -108,29 +100,15 @@ impl Keiro {
                     if report {
                         reported = Some(tokio::time::Instant::now());
                     }
-                    match keiro.claim_pass(&options, report, ask as i64).await {
-                        Ok(claimed) => {
+                    match keiro
+                        .start_pass(&options, &stop, report, held, &mut passes)
+                        .await
+                    {
+                        Ok(full) => {
                             failed = 0;
-                            let got = claimed.len();
-                            let held = got.min(room);
-                            slots.give_back(room - held);
-                            if got == 0 {
-                                keiro
-                                    .drive_pass(claimed, &options, &stop, &slots, 0, true)
-                                    .await;
-                            } else {
-                                let (keiro, options) = (keiro.clone(), options.clone());
-                                let (stop, slots) = (stop.clone(), slots.clone());
-                                passes.spawn(async move {
-                                    keiro
-                                        .drive_pass(claimed, &options, &stop, &slots, held, true)
-                                        .await;
-                                });
-                            }
-                            got >= ask
+                            full
                         }
                         Err(error) => {
-                            slots.give_back(room);
                             (options.log)(&ResumeEvent::PassFailed { error });
                             failed += 1;
                             false
@@ -141,6 +119,9 @@ impl Keiro {
                     break;
                 }
                 if full {
+                    // More may be due: claim again once half the slots are
+                    // free (not at every slot freed, which would cost a pass
+                    // per instance).
                     tokio::select! {
                         _ = slots.until_free((options.concurrency / 2).max(1)) => {}
                         _ = stop.draining() => break,

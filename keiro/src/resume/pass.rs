@@ -16,7 +16,7 @@ use crate::workflow::drive::execute;
 use crate::workflow::end::HandingOver;
 use crate::{Error, Keiro, Queue, Result};
 
-use super::slots::Slots;
+use super::slots::{Held, Slots};
 
 /// What ended in a pass's set of running instances and refill claims.
 enum Finished {
@@ -59,19 +59,6 @@ impl QueueClaim<'_> {
             )
             .await
     }
-}
-
-/// The slots of the worker's budget a pass holds: as many as it may run at
-/// once.
-struct Budget<'a> {
-    slots: &'a Slots,
-    held: usize,
-    /// A worker's pass: once it has refilled as many as a pass claims, it
-    /// reports what it ran so far and refills on, unless the worker waits
-    /// for slots (see [`Slots::wanted`]). Otherwise (one
-    /// [`Keiro::resume_once`]), or while the worker waits, it refills no
-    /// more, and its slots go back as its runs end.
-    renews: bool,
 }
 
 /// A queue with a refill claim in flight.
@@ -125,16 +112,43 @@ impl Keiro {
     /// advance each, and report what happened. The single testable unit
     /// behind [`Keiro::resume_worker`].
     pub async fn resume_once(&self, options: &ResumeOptions) -> Result<ResumeSummary> {
-        options.validate()?;
         let claimed = self
             .claim_pass(options, true, options.claim_limit())
             .await?;
-        // Its runs are all it advances: the slots it frees go nowhere.
-        let slots = Slots::new(0);
+        // Its runs are all it advances: a budget of its own.
+        let held = Slots::new(options.concurrency).take(options.concurrency);
         let stop = Stop::of(self);
-        Ok(self
-            .drive_pass(claimed, options, &stop, &slots, options.concurrency, false)
-            .await)
+        Ok(self.drive_pass(claimed, options, &stop, held, false).await)
+    }
+
+    /// Starts one pass of the worker in the slots it `held` (taken from
+    /// the worker's budget): claims up to twice as many instances (as a
+    /// pass of `resume_once` claims up to twice the concurrency; those
+    /// beyond the slots start as its first runs end), gives back the slots
+    /// it has nothing for, and drives the rest in a task of `passes`.
+    /// Returns whether it got all it asked for: then more may be due.
+    pub(super) async fn start_pass(
+        &self,
+        options: &ResumeOptions,
+        stop: &Stop,
+        report_blocked: bool,
+        mut held: Held,
+        passes: &mut tokio::task::JoinSet<()>,
+    ) -> Result<bool> {
+        let ask = (held.count() * 2).min(options.claim_limit() as usize);
+        let claimed = self.claim_pass(options, report_blocked, ask as i64).await?;
+        let got = claimed.len();
+        held.give_back(held.count().saturating_sub(got));
+        if got == 0 {
+            // Nothing to drive: report the pass at once.
+            self.drive_pass(claimed, options, stop, held, true).await;
+        } else {
+            let (keiro, options, stop) = (self.clone(), options.clone(), stop.clone());
+            passes.spawn(async move {
+                keiro.drive_pass(claimed, &options, &stop, held, true).await;
+            });
+        }
+        Ok(got >= ask)
     }
 
     /// The first half of a pass: claims up to `limit` due instances (the
@@ -210,30 +224,24 @@ impl Keiro {
         Ok(Claimed { rows, summary })
     }
 
-    /// The second half of a pass: drives what it `claimed`, holding `held`
-    /// of `slots` (as many as it may run at once; it gives each back as it
-    /// is done with it), then reports the pass. A worker's pass (`renews`)
+    /// The second half of a pass: drives what it `claimed` in the slots it
+    /// `held` (as many as it may run at once; it gives each back as it is
+    /// done with it), then reports the pass. A worker's pass (`renews`)
     /// keeps its queues' slots filled for as long as the worker wants none
-    /// back, reporting each time it has run as many as a pass claims.
+    /// back, reporting each time it has run as many as a pass claims; one
+    /// of [`Keiro::resume_once`] refills no more after that many, and ends.
     pub(super) async fn drive_pass(
         &self,
         claimed: Claimed,
         options: &ResumeOptions,
         stop: &Stop,
-        slots: &Slots,
-        held: usize,
+        held: Held,
         renews: bool,
     ) -> ResumeSummary {
         let lists = self.claim_lists();
         let scope = lists.scope(self);
-        let Claimed { rows, summary } = claimed;
-        let budget = Budget {
-            slots,
-            held,
-            renews,
-        };
         let summary = self
-            .run_claimed(rows, summary, scope, options, stop, budget)
+            .run_claimed(claimed, scope, options, stop, held, renews)
             .await;
         match self.raw_store().count_pending_awakeables().await {
             Ok(n) => crate::telemetry::awakeables_pending(n),
@@ -272,7 +280,7 @@ impl Keiro {
     }
 
     /// Drives a pass's claimed instances, at most as many at once as the
-    /// slots `budget` holds. Slots it no longer needs (an instance ended,
+    /// slots it `held`. Slots it no longer needs (an instance ended,
     /// and nothing waits for its slot or is being claimed into it) go back
     /// to the worker at once, for its next pass. Each time one of a queue's
     /// instances ends, its slot is free: the pass claims that queue again at
@@ -295,21 +303,15 @@ impl Keiro {
     /// connections, and the claim could wait for a connection forever.
     async fn run_claimed(
         &self,
-        claimed: Vec<(Option<&'static Queue>, InstanceRow)>,
-        mut summary: ResumeSummary,
+        claimed: Claimed,
         scope: QueueClaim<'_>,
         options: &ResumeOptions,
         stop: &Stop,
-        budget: Budget<'_>,
+        mut held: Held,
+        renews: bool,
     ) -> ResumeSummary {
-        let Budget {
-            slots,
-            held,
-            renews,
-        } = budget;
-        // Given back as the runs end, and all of it if this task unwinds.
-        let mut held = slots.hold(held);
-        let mut waiting: VecDeque<_> = claimed.into();
+        let Claimed { rows, mut summary } = claimed;
+        let mut waiting: VecDeque<_> = rows.into();
         let mut active = FuturesUnordered::new();
         let run = |queue: Option<&'static Queue>, row: InstanceRow, hand_over: Option<HandOver>| {
             Either::Left(async move {
@@ -353,7 +355,7 @@ impl Keiro {
         // At most one refill claim in flight per queue.
         let mut refilling: Vec<Refilling> = Vec::new();
         loop {
-            let renew = renews && !refill_failed && !slots.wanted() && !stop.is_draining();
+            let renew = renews && !refill_failed && !held.wanted() && !stop.is_draining();
             if renew && refills_left <= 0 {
                 // As many as a pass claims ran on: report them as a pass,
                 // and go on.

@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The free slots of one worker (or of one [`crate::Keiro::resume_once`]).
 #[derive(Debug, Clone)]
@@ -31,41 +31,24 @@ impl Slots {
         }
     }
 
-    /// Takes up to `at_most` free slots, as many as are free; returns how
-    /// many it took (0 when none is free).
-    pub(super) fn take(&self, at_most: usize) -> usize {
+    /// Takes up to `at_most` free slots, as many as are free (none when
+    /// none is).
+    pub(super) fn take(&self, at_most: usize) -> Held {
         loop {
             let n = self.free.available_permits().min(at_most);
-            if n == 0 {
-                return 0;
-            }
-            let Ok(count) = u32::try_from(n) else {
-                return 0;
-            };
+            let count = u32::try_from(n).unwrap_or(0);
             // Another taker may have raced in between: look again.
-            if let Ok(permits) = self.free.try_acquire_many(count) {
-                permits.forget();
-                return n;
+            if let Ok(permit) = self.free.clone().try_acquire_many_owned(count) {
+                return Held {
+                    permit,
+                    wanted: self.wanted.clone(),
+                };
             }
-        }
-    }
-
-    /// `n` slots taken with [`Slots::take`], as a guard that gives back
-    /// whatever it still holds when dropped (a pass's task that panicked
-    /// or was aborted does not keep them).
-    pub(super) fn hold(&self, n: usize) -> Held<'_> {
-        Held { slots: self, n }
-    }
-
-    /// Returns `n` slots taken with [`Slots::take`].
-    pub(super) fn give_back(&self, n: usize) {
-        if n > 0 {
-            self.free.add_permits(n);
         }
     }
 
     /// Waits until at least `n` slots are free (taking none), asking the
-    /// passes for their slots meanwhile (see [`Slots::wanted`]).
+    /// passes for their slots meanwhile (see [`Held::wanted`]).
     pub(super) async fn until_free(&self, n: usize) {
         let count = u32::try_from(n.max(1)).unwrap_or(u32::MAX);
         self.wanted.store(true, Ordering::SeqCst);
@@ -73,38 +56,31 @@ impl Slots {
         let _ = self.free.acquire_many(count).await;
         self.wanted.store(false, Ordering::SeqCst);
     }
+}
+
+/// Slots a pass holds (see [`Slots::take`]). Dropped, it gives back what it
+/// still holds, so a pass's task that panicked or was aborted keeps none.
+#[derive(Debug)]
+pub(super) struct Held {
+    permit: OwnedSemaphorePermit,
+    wanted: Arc<AtomicBool>,
+}
+
+impl Held {
+    /// How many it holds.
+    pub(super) fn count(&self) -> usize {
+        self.permit.num_permits()
+    }
+
+    /// Gives `n` of them back (at most as many as it holds).
+    pub(super) fn give_back(&mut self, n: usize) {
+        drop(self.permit.split(n.min(self.count())));
+    }
 
     /// Whether the worker waits for slots: a pass then does not renew its
     /// refills.
     pub(super) fn wanted(&self) -> bool {
         self.wanted.load(Ordering::SeqCst)
-    }
-}
-
-/// Slots a pass holds (see [`Slots::hold`]).
-#[derive(Debug)]
-pub(super) struct Held<'a> {
-    slots: &'a Slots,
-    n: usize,
-}
-
-impl Held<'_> {
-    /// How many it holds.
-    pub(super) fn count(&self) -> usize {
-        self.n
-    }
-
-    /// Gives `n` of them back (at most as many as it holds).
-    pub(super) fn give_back(&mut self, n: usize) {
-        let n = n.min(self.n);
-        self.n -= n;
-        self.slots.give_back(n);
-    }
-}
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        self.slots.give_back(self.n);
     }
 }
 
@@ -116,42 +92,46 @@ mod tests {
     #[test]
     fn takes_only_what_is_free_and_gets_it_back() {
         let slots = Slots::new(4);
-        assert_eq!(slots.take(3), 3);
-        assert_eq!(slots.take(3), 1);
-        assert_eq!(slots.take(3), 0);
-        slots.give_back(2);
-        assert_eq!(slots.take(8), 2);
+        let mut three = slots.take(3);
+        let one = slots.take(3);
+        let none = slots.take(3);
+        assert_eq!((three.count(), one.count(), none.count()), (3, 1, 0));
+        three.give_back(2);
+        assert_eq!(three.count(), 1);
+        assert_eq!(slots.take(8).count(), 2);
     }
 
     #[test]
     fn what_a_pass_holds_goes_back_when_it_is_dropped() {
         let slots = Slots::new(3);
-        let mut held = slots.hold(slots.take(3));
+        let mut held = slots.take(3);
         held.give_back(1);
-        assert_eq!((held.count(), slots.take(8)), (2, 1));
+        let freed = slots.take(8);
+        assert_eq!((held.count(), freed.count()), (2, 1));
         // As when a pass's task panics.
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _held = held;
             panic!("a pass's task panicked");
         }));
         assert!(unwound.is_err());
-        assert_eq!(slots.take(8), 2);
+        assert_eq!(slots.take(8).count(), 2);
     }
 
     #[tokio::test]
     async fn waits_until_enough_are_free() {
         let slots = Slots::new(2);
-        assert_eq!(slots.take(2), 2);
+        let mut held = slots.take(2);
+        assert_eq!(held.count(), 2);
         let waiting = tokio::spawn({
             let slots = slots.clone();
             async move { slots.until_free(2).await }
         });
-        slots.give_back(1);
+        held.give_back(1);
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(!waiting.is_finished(), "woke with one of two free");
-        slots.give_back(1);
+        drop(held);
         waiting.await.unwrap();
         // Waiting took nothing.
-        assert_eq!(slots.take(5), 2);
+        assert_eq!(slots.take(5).count(), 2);
     }
 }
