@@ -700,15 +700,23 @@ async fn finish_handing_over_on(
         }
         applied
     };
-    let mut finished = Vec::with_capacity(finishes.len());
-    for ((finish, applied), hand_over) in finishes.iter().zip(applied).zip(hand_overs) {
-        let successor = match hand_over {
-            Some(hand_over) if applied => {
-                crate::queue::hand_over_on(conn.reborrow(), finish, hand_over, now).await?
-            }
-            _ => None,
-        };
-        finished.push((applied, successor));
+    // The applied finishes' hand-overs, together.
+    let (handing, at): (Vec<_>, Vec<usize>) = finishes
+        .iter()
+        .zip(hand_overs)
+        .zip(&applied)
+        .enumerate()
+        .filter_map(|(i, ((finish, hand_over), &applied))| {
+            hand_over.filter(|_| applied).map(|h| ((finish, h), i))
+        })
+        .unzip();
+    let mut finished: Vec<(bool, Option<InstanceRow>)> =
+        applied.into_iter().map(|applied| (applied, None)).collect();
+    if !handing.is_empty() {
+        let successors = crate::queue::hand_over_all_on(conn, &handing, now).await?;
+        for (i, successor) in at.into_iter().zip(successors) {
+            finished[i].1 = successor;
+        }
     }
     Ok(finished)
 }

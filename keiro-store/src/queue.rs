@@ -111,6 +111,11 @@ pub(crate) struct QueueStatements {
     pub(crate) rooms: String,
     pub(crate) claim_partition: String,
     pub(crate) hand_over: String,
+    /// Several slots of one partition handed over at once (see
+    /// [`hand_over_all_on`]).
+    pub(crate) hand_over_partition: String,
+    /// The partition keys of the instances whose ids a JSON array holds.
+    partition_keys: String,
     /// A lone finish of an instance without a parent and its hand-over in
     /// one autocommitted statement (where `WITH` may hold `UPDATE`s).
     pub(crate) finish_handing_over: Option<String>,
@@ -171,7 +176,8 @@ impl QueueStatements {
                          now: &str,
                          name: &str,
                          signature: &str,
-                         versions: &str| {
+                         versions: &str,
+                         limit: &str| {
             format!(
                 "SELECT c.id FROM {w} c{order_index} WHERE c.queue = {queue} \
                      AND c.partition_key = {partition} \
@@ -179,7 +185,7 @@ impl QueueStatements {
                      AND (c.lease_owner IS NULL OR c.lease_expires_at < {now}) \
                      AND c.name = {name} AND (c.signature IS NULL OR c.signature = {signature}) \
                      AND (c.app_version IS NULL OR c.app_version IN ({versions})) \
-                     ORDER BY {order} LIMIT 1{skip}",
+                     ORDER BY {order} LIMIT {limit}{skip}",
                 versions = (d.json_text_elements)(versions),
                 skip = d.skip_locked,
             )
@@ -257,7 +263,19 @@ impl QueueStatements {
                 "$6",
                 "$7",
                 "$8",
+                "1",
             ))),
+            // As `hand_over`, with $5 the partition key itself and $9 how
+            // many successors to start.
+            hand_over_partition: start((d.picked_ids)(&successor(
+                "$4", "$5", "$3", "$6", "$7", "$8", "$9",
+            ))),
+            // Looked up by primary key (an `IN` over the JSON array was
+            // planned as a scan on PostgreSQL).
+            partition_keys: format!(
+                "SELECT id, partition_key FROM {w} WHERE {}",
+                (d.picked_ids)(&(d.json_text_elements)("$1"))
+            ),
             // $1 to $7 as the finish statement's (id, generation, owner,
             // status, output, error, now), $8 the successor's lease expiry,
             // $9 queue, $10 workflow name, $11 its signature, $12 the
@@ -283,6 +301,7 @@ impl QueueStatements {
                             "$10",
                             "$11",
                             "$12",
+                            "1",
                         )),
                     ),
                 )
@@ -594,6 +613,112 @@ pub(crate) async fn hand_over_on(
             .map_err(StoreError::query("hand_over"))?
             .map(|row| Claimed::from_row(&row).map(|Claimed(row)| row))
             .transpose()
+    })
+}
+
+/// Hands over the slots of several applied finishes on `conn` (the
+/// transaction that recorded them), like [`hand_over_on`] for each, in a
+/// statement per partition instead of one per finish: the finishes a
+/// writer round carries on a busy queue mostly share a partition, and each
+/// statement costs a trip to the database. The successors of a partition
+/// go to its finishes in order; each finish gets at most one. One successor
+/// per finish, in `handing` order.
+pub(crate) async fn hand_over_all_on(
+    mut conn: Conn<'_>,
+    handing: &[(&crate::Finish<'_>, &HandOver)],
+    now: i64,
+) -> Result<Vec<Option<InstanceRow>>> {
+    if let [(finish, hand_over)] = handing {
+        return Ok(vec![hand_over_on(conn, finish, hand_over, now).await?]);
+    }
+    let partitions = partition_keys(conn.reborrow(), handing).await?;
+    // The finishes whose successors one statement starts: the same owner,
+    // hand-over and partition, in first-seen order.
+    let mut groups: Vec<(usize, &str, Vec<usize>)> = Vec::new();
+    for (i, (finish, hand_over)) in handing.iter().enumerate() {
+        let partition = partitions
+            .get(finish.id)
+            .map(String::as_str)
+            .ok_or_else(|| StoreError::Corrupt {
+                what: format!(
+                    "queued instance `{}` finished but its partition cannot be read",
+                    finish.id
+                ),
+            })?;
+        let same = |&(first, p, _): &(usize, &str, Vec<usize>)| {
+            let (other, theirs) = handing[first];
+            p == partition && other.owner == finish.owner && same_hand_over(theirs, hand_over)
+        };
+        match groups.iter_mut().find(|group| same(group)) {
+            Some((_, _, members)) => members.push(i),
+            None => groups.push((i, partition, vec![i])),
+        }
+    }
+    let mut successors: Vec<Option<InstanceRow>> = vec![None; handing.len()];
+    for (first, partition, members) in groups {
+        let (finish, hand_over) = handing[first];
+        let args = args![
+            finish.owner,
+            now + hand_over.ttl_us,
+            now,
+            hand_over.queue.as_str(),
+            partition,
+            hand_over.name.as_str(),
+            hand_over.signature.as_str(),
+            hand_over.versions.as_str(),
+            members.len() as i64,
+        ];
+        let started: Vec<InstanceRow> = dispatch!(Conn, conn.reborrow(), |c, sql| {
+            bind_all!(
+                crate::prepared::query(&sql.queue.hand_over_partition),
+                &args
+            )
+            .fetch_all(&mut *c)
+            .await
+            .map_err(StoreError::query("hand_over"))?
+            .iter()
+            .map(|row| Claimed::from_row(row).map(|Claimed(row)| row))
+            .collect::<Result<_>>()?
+        });
+        for (member, row) in members.into_iter().zip(started) {
+            successors[member] = Some(row);
+        }
+    }
+    Ok(successors)
+}
+
+/// Whether two hand-overs start successors alike.
+fn same_hand_over(a: &HandOver, b: &HandOver) -> bool {
+    a.queue == b.queue
+        && a.name == b.name
+        && a.signature == b.signature
+        && a.ttl_us == b.ttl_us
+        && a.versions == b.versions
+}
+
+/// The partition key of each finishing instance of `handing`, by id.
+async fn partition_keys(
+    conn: Conn<'_>,
+    handing: &[(&crate::Finish<'_>, &HandOver)],
+) -> Result<std::collections::HashMap<String, String>> {
+    const OP: &str = "hand_over";
+    let ids: Vec<&str> = handing.iter().map(|(finish, _)| finish.id).collect();
+    let ids = serde_json::to_string(&ids).map_err(|e| StoreError::Corrupt {
+        what: format!("the ids of finishing instances do not encode as JSON: {e}"),
+    })?;
+    dispatch!(Conn, conn, |c, sql| {
+        let rows = crate::prepared::query(&sql.queue.partition_keys)
+            .bind(ids)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(StoreError::query(OP))?;
+        rows.iter()
+            .map(|row| {
+                let id = row.text(|| "a finishing queued instance".into(), "id")?;
+                let partition = row.text(|| format!("instance `{id}`"), "partition_key")?;
+                Ok((id, partition))
+            })
+            .collect()
     })
 }
 

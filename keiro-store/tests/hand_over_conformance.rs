@@ -334,6 +334,71 @@ async fn lone_hand_overs_at_once_take_distinct_successors(db: &TestDb) {
     other.close().await;
 }
 
+async fn finishes_of_one_commit_hand_over_within_each_partition_in_run_order(db: &TestDb) {
+    let store = &db.store;
+    for id in ["a0", "a1", "a2", "a3", "a4", "a6"] {
+        Job::new(id, "a").enqueue(store).await;
+    }
+    for id in ["b0", "b1"] {
+        Job::new(id, "b").enqueue(store).await;
+    }
+    let limits = QueueLimits {
+        name: QUEUE,
+        concurrency: Some(3),
+        worker_concurrency: None,
+        rate_limit: None,
+    };
+    let rows = store
+        .claim_queue(lease(), &[FLOW], VERSIONS, &limits, 10)
+        .await
+        .unwrap();
+    let mut running: Vec<String> = rows.into_iter().map(|row| row.id).collect();
+    running.sort();
+    assert_eq!(running, ["a0", "a1", "a2", "b0", "b1"]);
+    // Waiting now: a3, a4, a6 and a5 (which runs first), and b2.
+    Job {
+        priority: -1,
+        ..Job::new("a5", "a")
+    }
+    .enqueue(store)
+    .await;
+    Job::new("b2", "b").enqueue(store).await;
+    // Five finishes in one commit, the partitions interleaved.
+    let order = ["a0", "b0", "a1", "b1", "a2"];
+    let finishes: Vec<Finish<'_>> = order.iter().map(|id| completed(id, OWNER)).collect();
+    let hand_over = hand_over();
+    let hand_overs = vec![Some(&hand_over); order.len()];
+    let finished = store
+        .finish_handing_over(&finishes, &hand_overs)
+        .await
+        .unwrap();
+    let mut of_a = Vec::new();
+    let mut of_b = Vec::new();
+    for (id, (applied, successor)) in order.iter().zip(finished) {
+        assert!(applied, "the finish of {id} applied");
+        let successor = successor.map(|row| leased_to_owner(row).id);
+        match id.starts_with('a') {
+            true => of_a.push(successor),
+            false => of_b.push(successor),
+        }
+    }
+    // Each partition's successors go to its own finishes, the first in run
+    // order, each once; a finish its partition has no successor for gets
+    // none.
+    of_a.sort();
+    of_b.sort();
+    let some = |ids: &[&str]| -> Vec<Option<String>> {
+        ids.iter().map(|id| Some(id.to_string())).collect()
+    };
+    assert_eq!(of_a, some(&["a3", "a4", "a5"]));
+    assert_eq!(of_b, [None, Some("b2".into())]);
+    assert_eq!(status(store, "a6").await, InstanceStatus::Pending);
+    for id in order {
+        assert_eq!(status(store, id).await, InstanceStatus::Completed, "{id}");
+    }
+    plan_settings_did_not_leak(store).await;
+}
+
 async fn a_queued_child_hands_over_and_reports_to_its_parent(db: &TestDb) {
     let store = &db.store;
     // Recorded off the queue.
@@ -393,5 +458,6 @@ conformance!(
     a_finish_under_a_lapsed_lease_is_not_its_own_successor,
     hand_overs_at_once_take_distinct_successors,
     lone_hand_overs_at_once_take_distinct_successors,
+    finishes_of_one_commit_hand_over_within_each_partition_in_run_order,
     a_queued_child_hands_over_and_reports_to_its_parent,
 );

@@ -109,6 +109,13 @@ fn checked() -> Vec<Checked> {
             false,
         ),
         (
+            "hand_over_partition",
+            &sql.queue.hand_over_partition,
+            QUEUE_ALIASES,
+            QUEUE,
+            false,
+        ),
+        (
             "claim_partition",
             &sql.queue.claim_partition,
             QUEUE_ALIASES,
