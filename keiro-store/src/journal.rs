@@ -684,32 +684,42 @@ async fn finish_handing_over_on(
     hand_overs: &[Option<&HandOver>],
     now: i64,
 ) -> Result<Vec<(bool, Option<InstanceRow>)>> {
-    let applied = if finishes.len() > 1 && distinct_ids(finishes) {
-        match conn.reborrow() {
-            #[cfg(feature = "sqlite")]
-            Conn::Sqlite(c) => crate::sqlite::journal::finish_many_on(c, finishes, now).await?,
-            #[cfg(feature = "postgres")]
-            Conn::Postgres(c) => {
-                crate::postgres::PostgresStore::finish_many_on(c, finishes, now).await?
+    // Whether each applied, and (from the batch statement) its partition.
+    let (applied, partitions): (Vec<bool>, Option<Vec<Option<String>>>) =
+        if finishes.len() > 1 && distinct_ids(finishes) {
+            let partitions = match conn.reborrow() {
+                #[cfg(feature = "sqlite")]
+                Conn::Sqlite(c) => crate::sqlite::journal::finish_many_on(c, finishes, now).await?,
+                #[cfg(feature = "postgres")]
+                Conn::Postgres(c) => {
+                    crate::postgres::PostgresStore::finish_many_on(c, finishes, now).await?
+                }
+            };
+            (
+                partitions.iter().map(Option::is_some).collect(),
+                Some(partitions),
+            )
+        } else {
+            let mut applied = Vec::with_capacity(finishes.len());
+            for finish in finishes {
+                applied.push(finish_on(conn.reborrow(), finish, now).await?);
             }
-        }
-    } else {
-        let mut applied = Vec::with_capacity(finishes.len());
-        for finish in finishes {
-            applied.push(finish_on(conn.reborrow(), finish, now).await?);
-        }
-        applied
-    };
+            (applied, None)
+        };
     // The applied finishes' hand-overs, together.
-    let (handing, at): (Vec<_>, Vec<usize>) = finishes
-        .iter()
-        .zip(hand_overs)
-        .zip(&applied)
-        .enumerate()
-        .filter_map(|(i, ((finish, hand_over), &applied))| {
-            hand_over.filter(|_| applied).map(|h| ((finish, h), i))
-        })
-        .unzip();
+    let mut handing = Vec::new();
+    let mut at = Vec::new();
+    for (i, (finish, hand_over)) in finishes.iter().zip(hand_overs).enumerate() {
+        if let (Some(hand_over), true) = (hand_over, applied[i]) {
+            let partition = partitions.as_ref().and_then(|p| p[i].as_deref());
+            handing.push(crate::queue::Handing {
+                finish,
+                hand_over,
+                partition,
+            });
+            at.push(i);
+        }
+    }
     let mut finished: Vec<(bool, Option<InstanceRow>)> =
         applied.into_iter().map(|applied| (applied, None)).collect();
     if !handing.is_empty() {

@@ -114,8 +114,6 @@ pub(crate) struct QueueStatements {
     /// Several slots of one partition handed over at once (see
     /// [`hand_over_all_on`]).
     pub(crate) hand_over_partition: String,
-    /// The partition keys of the instances whose ids a JSON array holds.
-    partition_keys: String,
     /// A lone finish of an instance without a parent and its hand-over in
     /// one autocommitted statement (where `WITH` may hold `UPDATE`s).
     pub(crate) finish_handing_over: Option<String>,
@@ -270,12 +268,6 @@ impl QueueStatements {
             hand_over_partition: start((d.picked_ids)(&successor(
                 "$4", "$5", "$3", "$6", "$7", "$8", "$9",
             ))),
-            // Looked up by primary key (an `IN` over the JSON array was
-            // planned as a scan on PostgreSQL).
-            partition_keys: format!(
-                "SELECT id, partition_key FROM {w} WHERE {}",
-                (d.picked_ids)(&(d.json_text_elements)("$1"))
-            ),
             // $1 to $7 as the finish statement's (id, generation, owner,
             // status, output, error, now), $8 the successor's lease expiry,
             // $9 queue, $10 workflow name, $11 its signature, $12 the
@@ -616,6 +608,15 @@ pub(crate) async fn hand_over_on(
     })
 }
 
+/// An applied finish whose slot [`hand_over_all_on`] hands over.
+pub(crate) struct Handing<'a, 'f> {
+    pub(crate) finish: &'a crate::Finish<'f>,
+    pub(crate) hand_over: &'a HandOver,
+    /// The finished instance's partition key, when the batch finish
+    /// returned it (one by one, finishes do not).
+    pub(crate) partition: Option<&'a str>,
+}
+
 /// Hands over the slots of several applied finishes on `conn` (the
 /// transaction that recorded them), like [`hand_over_on`] for each, in a
 /// statement per partition instead of one per finish: the finishes a
@@ -625,29 +626,28 @@ pub(crate) async fn hand_over_on(
 /// per finish, in `handing` order.
 pub(crate) async fn hand_over_all_on(
     mut conn: Conn<'_>,
-    handing: &[(&crate::Finish<'_>, &HandOver)],
+    handing: &[Handing<'_, '_>],
     now: i64,
 ) -> Result<Vec<Option<InstanceRow>>> {
-    if let [(finish, hand_over)] = handing {
-        return Ok(vec![hand_over_on(conn, finish, hand_over, now).await?]);
+    // Finishes recorded one by one (a lone one, or a batch naming one
+    // instance twice) did not read their partitions: one statement each.
+    if handing.len() == 1 || handing.iter().any(|h| h.partition.is_none()) {
+        let mut successors = Vec::with_capacity(handing.len());
+        for h in handing {
+            successors.push(hand_over_on(conn.reborrow(), h.finish, h.hand_over, now).await?);
+        }
+        return Ok(successors);
     }
-    let partitions = partition_keys(conn.reborrow(), handing).await?;
     // The finishes whose successors one statement starts: the same owner,
     // hand-over and partition, in first-seen order.
     let mut groups: Vec<(usize, &str, Vec<usize>)> = Vec::new();
-    for (i, (finish, hand_over)) in handing.iter().enumerate() {
-        let partition = partitions
-            .get(finish.id)
-            .map(String::as_str)
-            .ok_or_else(|| StoreError::Corrupt {
-                what: format!(
-                    "queued instance `{}` finished but its partition cannot be read",
-                    finish.id
-                ),
-            })?;
+    for (i, h) in handing.iter().enumerate() {
+        let partition = h.partition.unwrap_or_default();
         let same = |&(first, p, _): &(usize, &str, Vec<usize>)| {
-            let (other, theirs) = handing[first];
-            p == partition && other.owner == finish.owner && same_hand_over(theirs, hand_over)
+            let other = &handing[first];
+            p == partition
+                && other.finish.owner == h.finish.owner
+                && same_hand_over(other.hand_over, h.hand_over)
         };
         match groups.iter_mut().find(|group| same(group)) {
             Some((_, _, members)) => members.push(i),
@@ -656,7 +656,9 @@ pub(crate) async fn hand_over_all_on(
     }
     let mut successors: Vec<Option<InstanceRow>> = vec![None; handing.len()];
     for (first, partition, members) in groups {
-        let (finish, hand_over) = handing[first];
+        let Handing {
+            finish, hand_over, ..
+        } = handing[first];
         let args = args![
             finish.owner,
             now + hand_over.ttl_us,
@@ -694,32 +696,6 @@ fn same_hand_over(a: &HandOver, b: &HandOver) -> bool {
         && a.signature == b.signature
         && a.ttl_us == b.ttl_us
         && a.versions == b.versions
-}
-
-/// The partition key of each finishing instance of `handing`, by id.
-async fn partition_keys(
-    conn: Conn<'_>,
-    handing: &[(&crate::Finish<'_>, &HandOver)],
-) -> Result<std::collections::HashMap<String, String>> {
-    const OP: &str = "hand_over";
-    let ids: Vec<&str> = handing.iter().map(|(finish, _)| finish.id).collect();
-    let ids = serde_json::to_string(&ids).map_err(|e| StoreError::Corrupt {
-        what: format!("the ids of finishing instances do not encode as JSON: {e}"),
-    })?;
-    dispatch!(Conn, conn, |c, sql| {
-        let rows = crate::prepared::query(&sql.queue.partition_keys)
-            .bind(ids)
-            .fetch_all(&mut *c)
-            .await
-            .map_err(StoreError::query(OP))?;
-        rows.iter()
-            .map(|row| {
-                let id = row.text(|| "a finishing queued instance".into(), "id")?;
-                let partition = row.text(|| format!("instance `{id}`"), "partition_key")?;
-                Ok((id, partition))
-            })
-            .collect()
-    })
 }
 
 /// The unfinished instance of `queued`'s queue holding dedup `key`, as the

@@ -80,7 +80,7 @@ const FINISH_MANY: &str = "UPDATE keiro.workflows w SET status = f.status, outpu
      WHERE w.id = f.id AND w.generation = f.generation \
      AND w.status IN ('pending', 'running', 'suspended') \
      AND (w.lease_owner IS NULL OR w.lease_owner = f.owner) \
-     RETURNING f.ord, w.parent_id IS NOT NULL AS has_parent";
+     RETURNING f.ord, w.parent_id IS NOT NULL AS has_parent, w.partition_key";
 
 /// Reads back the recorded steps of the step ids given as parallel arrays.
 static READ_BACK: LazyLock<String> = LazyLock::new(|| {
@@ -183,12 +183,14 @@ impl PostgresStore {
     /// Finishes several instances (distinct ids) in the transaction `tx` with
     /// one statement for them all, then reports each child among them to its
     /// parent in the same transaction: what `Store::finish_many` does with a
-    /// statement per instance. Whether each applied, in batch order.
+    /// statement per instance. In batch order, the partition key of each
+    /// that applied (the queue's hand-over starts its successor there), and
+    /// `None` for each that did not.
     pub(crate) async fn finish_many_on(
         tx: &mut PgConnection,
         finishes: &[crate::Finish<'_>],
         now: i64,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<Vec<Option<String>>> {
         const OP: &str = "finish";
         let rows = crate::prepared::query(FINISH_MANY)
             .bind(finishes.iter().map(|f| f.id).collect::<Vec<_>>())
@@ -206,7 +208,7 @@ impl PostgresStore {
             .fetch_all(&mut *tx)
             .await
             .map_err(StoreError::query(OP))?;
-        let mut applied = vec![false; finishes.len()];
+        let mut applied = vec![None; finishes.len()];
         for row in &rows {
             let what = || "a finished instance".to_owned();
             let ord = row.int(what, "ord")?;
@@ -219,7 +221,7 @@ impl PostgresStore {
                     what: format!("a batch finish returned position {ord}"),
                 });
             };
-            applied[at] = true;
+            applied[at] = Some(row.text(what, "partition_key")?);
             if row.flag(what, "has_parent")? {
                 crate::journal::report_to_parent((&mut *tx).into(), finishes[at].id, now).await?;
             }

@@ -254,7 +254,7 @@ fn finish_many(rows: usize) -> &'static str {
                  AND keiro_workflows.status IN ('pending', 'running', 'suspended') \
                  AND (keiro_workflows.lease_owner IS NULL \
                      OR keiro_workflows.lease_owner = f.owner) \
-             RETURNING id, parent_id IS NOT NULL AS has_parent",
+             RETURNING id, parent_id IS NOT NULL AS has_parent, partition_key",
             anonymous_rows(6, rows)
         )
     })
@@ -320,14 +320,16 @@ fn read_instances() -> &'static str {
 
 /// Finishes several instances (distinct ids) on `tx` (a write transaction)
 /// with one statement per [`INSTANCE_CHUNK`] of them, and reports each
-/// child among them to its parent: whether each applied, in batch order.
+/// child among them to its parent. In batch order, the partition key of each
+/// that applied (the queue's hand-over starts its successor there), and
+/// `None` for each that did not.
 pub(crate) async fn finish_many_on(
     tx: &mut SqliteConnection,
     finishes: &[Finish<'_>],
     now: i64,
-) -> Result<Vec<bool>> {
+) -> Result<Vec<Option<String>>> {
     const OP: &str = "finish";
-    let mut applied: HashMap<String, bool> = HashMap::with_capacity(finishes.len());
+    let mut applied: HashMap<String, (bool, String)> = HashMap::with_capacity(finishes.len());
     for chunk in finishes.chunks(INSTANCE_CHUNK) {
         let mut query = crate::prepared::query(finish_many(chunk.len()));
         for finish in chunk {
@@ -346,16 +348,22 @@ pub(crate) async fn finish_many_on(
             .map_err(StoreError::query(OP))?;
         for row in &rows {
             let what = || "a finished instance".to_owned();
-            applied.insert(row.text(what, "id")?, row.flag(what, "has_parent")?);
+            applied.insert(
+                row.text(what, "id")?,
+                (
+                    row.flag(what, "has_parent")?,
+                    row.text(what, "partition_key")?,
+                ),
+            );
         }
     }
     let mut outcomes = Vec::with_capacity(finishes.len());
     for finish in finishes {
-        let has_parent = applied.get(finish.id).copied();
-        if has_parent == Some(true) {
+        let finished = applied.remove(finish.id);
+        if let Some((true, _)) = finished {
             crate::journal::report_to_parent((&mut *tx).into(), finish.id, now).await?;
         }
-        outcomes.push(has_parent.is_some());
+        outcomes.push(finished.map(|(_, partition)| partition));
     }
     Ok(outcomes)
 }
