@@ -27,6 +27,8 @@ on_both_backends!(
     stale_claims_are_requeued_by_the_next_pass,
     option_validation_refuses_before_anything_runs,
     worker_loop_fires_each_timer_exactly_once,
+    a_slow_fire_action_does_not_hold_up_other_timers,
+    the_worker_fires_at_most_its_concurrency_at_once,
     killed_worker_fires_again_after_the_stale_ttl,
 );
 
@@ -353,6 +355,7 @@ async fn option_validation_refuses_before_anything_runs(backend: Backend) {
             TimerWorkerOptions::default().poll_interval(Duration::ZERO),
         ),
         ("batch_size", TimerWorkerOptions::default().batch_size(0)),
+        ("concurrency", TimerWorkerOptions::default().concurrency(0)),
     ] {
         let error = timers.spawn_worker(options, never).unwrap_err();
         assert!(
@@ -409,6 +412,106 @@ async fn worker_loop_fires_each_timer_exactly_once(backend: Backend) {
         assert_eq!(stored.event_id, Some(format!("ev-{}", request.id)));
         assert!(stored.claimed_at.unwrap() >= request.fire_at - Duration::from_millis(1));
     }
+}
+
+async fn a_slow_fire_action_does_not_hold_up_other_timers(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let timers = timers(&db).await;
+    // One timer whose fire action hangs until released, due now; five more
+    // due a little later.
+    schedule(&timers, past("slow")).await;
+    let later = SystemTime::now() + Duration::from_millis(300);
+    let requests: Vec<TimerRequest> = (0..5)
+        .map(|i| TimerRequest::new(format!("quick-{i}"), PM, "order", later))
+        .collect();
+    schedule_all(&timers, &requests).await;
+    let release = Arc::new(tokio::sync::Notify::new());
+    let fired: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
+    let fire = {
+        let (release, fired) = (release.clone(), fired.clone());
+        move |timer: TimerRow| {
+            let (release, fired) = (release.clone(), fired.clone());
+            async move {
+                if timer.id.as_str() == "slow" {
+                    release.notified().await;
+                }
+                let id = timer.id.to_string();
+                fired.lock().unwrap().push((id.clone(), Instant::now()));
+                FireOutcome::completed(format!("ev-{id}"))
+            }
+        }
+    };
+    let started = Instant::now();
+    let worker = timers
+        .spawn_worker(
+            TimerWorkerOptions::default().poll_interval(Duration::from_millis(100)),
+            fire,
+        )
+        .unwrap();
+    wait_for("the five quick fires", || fired.lock().unwrap().len() == 5).await;
+    // A worker that fired one timer at a time would still be waiting on the
+    // slow one here: its fire action has not been released.
+    let quick = fired.lock().unwrap().clone();
+    assert!(
+        quick.iter().all(|(id, _)| id.starts_with("quick-")),
+        "{quick:?}"
+    );
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "the quick timers waited {took:?}"
+    );
+    assert_eq!(row(&timers, "slow").await.status, TimerStatus::Firing);
+    release.notify_one();
+    wait_for("the slow fire", || fired.lock().unwrap().len() == 6).await;
+    worker.shutdown().await;
+    for id in ["slow", "quick-0", "quick-4"] {
+        let stored = row(&timers, id).await;
+        assert_eq!(
+            (stored.status, stored.attempts),
+            (TimerStatus::Fired, 1),
+            "{id}"
+        );
+    }
+}
+
+async fn the_worker_fires_at_most_its_concurrency_at_once(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let timers = timers(&db).await;
+    let requests: Vec<TimerRequest> = (0..12).map(|i| past(&format!("t-{i:02}"))).collect();
+    schedule_all(&timers, &requests).await;
+    let (now, most) = (Arc::new(Mutex::new(0usize)), Arc::new(Mutex::new(0usize)));
+    let counts = Arc::new(Mutex::new(HashMap::new()));
+    let fire = {
+        let (now, most, counts) = (now.clone(), most.clone(), counts.clone());
+        move |timer: TimerRow| {
+            let (now, most, counts) = (now.clone(), most.clone(), counts.clone());
+            async move {
+                {
+                    let mut now = now.lock().unwrap();
+                    *now += 1;
+                    let mut most = most.lock().unwrap();
+                    *most = (*most).max(*now);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                *now.lock().unwrap() -= 1;
+                *counts
+                    .lock()
+                    .unwrap()
+                    .entry(timer.id.to_string())
+                    .or_insert(0) += 1;
+                FireOutcome::completed(format!("ev-{}", timer.id))
+            }
+        }
+    };
+    let worker = timers
+        .spawn_worker(TimerWorkerOptions::default().concurrency(3), fire)
+        .unwrap();
+    wait_for("12 fires", || counts.lock().unwrap().len() == 12).await;
+    worker.shutdown().await;
+    assert!(counts.lock().unwrap().values().all(|&n| n == 1));
+    // Twelve fires of 100 ms, three at a time: exactly three ran at once.
+    assert_eq!(*most.lock().unwrap(), 3);
 }
 
 // ---------------------------------------------------------------------------

@@ -3,11 +3,13 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::FutureExt;
 use keiro_store::{TimerStatus, TimerUpdate};
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use super::{metrics, TimerError, TimerRow, Timers};
@@ -58,9 +60,17 @@ pub struct TimerWorkerOptions {
     /// when nothing is due (default 1 s). The loop wakes sooner when the
     /// earliest scheduled timer is due sooner.
     pub poll_interval: Duration,
-    /// How many timers one pass of the [`Timers::spawn_worker`] loop fires at
-    /// most (default 256); a full pass is followed by the next one at once.
+    /// How many timers one pass of [`Timers::drain`] fires at most; the
+    /// [`Timers::spawn_worker`] loop runs its preamble (the stale-claim
+    /// requeue and the gauges) again after claiming this many, and at least
+    /// once a poll interval while it claims (default 256).
     pub batch_size: usize,
+    /// How many fire actions the [`Timers::spawn_worker`] loop runs at once
+    /// (default 16). A fire action that takes long holds one of them, not
+    /// the worker: the others go on claiming and firing timers as they come
+    /// due. With 1, timers fire one after another. [`Timers::drain`] always
+    /// fires one after another.
+    pub concurrency: usize,
 }
 
 impl Default for TimerWorkerOptions {
@@ -70,6 +80,7 @@ impl Default for TimerWorkerOptions {
             requeue_stuck_after: Some(Duration::from_secs(300)),
             poll_interval: Duration::from_secs(1),
             batch_size: 256,
+            concurrency: 16,
         }
     }
 }
@@ -101,6 +112,12 @@ impl TimerWorkerOptions {
         self
     }
 
+    /// Sets [`TimerWorkerOptions::concurrency`].
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n;
+        self
+    }
+
     /// Refuses values the worker cannot run with.
     pub fn validate(&self) -> Result<(), TimerError> {
         if self.poll_interval.is_zero() {
@@ -113,6 +130,14 @@ impl TimerWorkerOptions {
             return Err(TimerError::InvalidOption {
                 option: "batch_size",
                 reason: "a pass must fire at least one timer; use 1 or more (default 256)".into(),
+            });
+        }
+        if self.concurrency == 0 {
+            return Err(TimerError::InvalidOption {
+                option: "concurrency",
+                reason: "a worker must fire at least one timer at a time; use 1 or more \
+                         (default 16)"
+                    .into(),
             });
         }
         if self.max_attempts == Some(0) {
@@ -349,24 +374,10 @@ impl Timers {
         Fut: Future<Output = FireOutcome>,
     {
         options.validate()?;
-        self.drain_until(options, limit, &fire, None).await
-    }
-
-    async fn drain_until<F, Fut>(
-        &self,
-        options: &TimerWorkerOptions,
-        limit: usize,
-        fire: &F,
-        stop: Option<&watch::Receiver<bool>>,
-    ) -> Result<DrainSummary, TimerError>
-    where
-        F: Fn(TimerRow) -> Fut,
-        Fut: Future<Output = FireOutcome>,
-    {
         let now = self.store.now_us();
         let mut summary = self.preamble(options, now).await?;
-        while summary.processed < limit && !stop.is_some_and(|s| *s.borrow()) {
-            match self.claim_and_fire(options, now, fire).await? {
+        while summary.processed < limit {
+            match self.claim_and_fire(options, now, &fire).await? {
                 Some(report) => summary.count(&report.disposition),
                 None => break,
             }
@@ -428,23 +439,53 @@ impl Timers {
         F: Fn(TimerRow) -> Fut,
         Fut: Future<Output = FireOutcome>,
     {
-        let Some(record) = self.store.claim_due_timer(pass_now).await? else {
+        let Some((timer, lag)) = self.claim_to_fire(pass_now).await? else {
+            return Ok(None);
+        };
+        self.fire_claimed(options, pass_now, timer, lag, fire)
+            .await
+            .map(Some)
+    }
+
+    /// Claims the earliest timer due at `now`: the timer and how late it was
+    /// claimed (seconds after its fire time), or `None` when nothing is due.
+    /// A timer whose stored text does not decode is dead-lettered and
+    /// reported as the error.
+    async fn claim_to_fire(&self, now: i64) -> Result<Option<(TimerRow, f64)>, TimerError> {
+        let Some(record) = self.store.claim_due_timer(now).await? else {
             return Ok(None);
         };
         let claimed_at = self.store.now_us();
-        let (id, fire_at) = (record.id.clone(), record.fire_at);
-        let timer = match TimerRow::from_record(record) {
-            Ok(timer) => timer,
+        let lag = (claimed_at - record.fire_at).max(0) as f64 / 1e6;
+        let id = record.id.clone();
+        match TimerRow::from_record(record) {
+            Ok(timer) => Ok(Some((timer, lag))),
             Err(error) => {
                 // Retrying cannot make stored text decode: set it aside.
                 self.store
                     .dead_letter_timer(&id, &error.to_string())
                     .await?;
-                return Err(error);
+                Err(error)
             }
-        };
+        }
+    }
+
+    /// Dead-letters or fires `timer`, claimed `lag` seconds late by a pass
+    /// that began at `pass_now`, and applies the outcome.
+    async fn fire_claimed<F, Fut>(
+        &self,
+        options: &TimerWorkerOptions,
+        pass_now: i64,
+        timer: TimerRow,
+        lag: f64,
+        fire: &F,
+    ) -> Result<FireReport, TimerError>
+    where
+        F: Fn(TimerRow) -> Fut,
+        Fut: Future<Output = FireOutcome>,
+    {
+        let id = timer.id.to_string();
         let pm = timer.process_manager.clone();
-        let lag = (claimed_at - fire_at).max(0) as f64 / 1e6;
         ::metrics::histogram!(metrics::FIRE_LAG_SECONDS, metrics::LABEL_PROCESS_MANAGER => pm.clone())
             .record(lag);
         ::metrics::histogram!(metrics::ATTEMPTS, metrics::LABEL_PROCESS_MANAGER => pm.clone())
@@ -510,7 +551,7 @@ impl Timers {
             metrics::LABEL_OUTCOME => disposition.label()
         )
         .increment(1);
-        Ok(Some(FireReport { timer, disposition }))
+        Ok(FireReport { timer, disposition })
     }
 
     /// Applies a fire action's verdict to the claimed timer's row.
@@ -560,15 +601,20 @@ impl Timers {
         })
     }
 
-    /// Starts a worker loop on the current tokio runtime: a [`Timers::drain`]
-    /// pass of up to `options.batch_size` timers, then a pause until the
-    /// poll interval passes or the earliest scheduled timer is due, whichever
-    /// comes first, until [`TimerWorker::shutdown`]. A timer scheduled during
-    /// the pause through [`Timers::schedule`] in this process, or on
-    /// PostgreSQL in any process (`LISTEN keiro_timers`), shortens it; one
-    /// scheduled otherwise waits at most the poll interval. A pass that fails
-    /// (the store is unreachable) is logged and retried after the poll
-    /// interval. The options are validated first.
+    /// Starts a worker loop on the current tokio runtime. It claims each due
+    /// timer and fires it in a task of its own, up to `options.concurrency`
+    /// at once, so a fire action that takes long holds up only itself; it
+    /// claims again as soon as a fire ends. When nothing is due it pauses
+    /// until the poll interval passes or the earliest scheduled timer is due,
+    /// whichever comes first, until [`TimerWorker::shutdown`]. A timer
+    /// scheduled during the pause through [`Timers::schedule`] in this
+    /// process, or on PostgreSQL in any process (`LISTEN keiro_timers`),
+    /// shortens it; one scheduled otherwise waits at most the poll interval.
+    /// Before it claims, and again after each `options.batch_size` claims or
+    /// poll interval, it runs [`Timers::drain`]'s preamble (the stale-claim
+    /// requeue and the gauges). A claim that fails (the store is
+    /// unreachable) is logged and retried after the poll interval. The
+    /// options are validated first.
     pub fn spawn_worker<F, Fut>(
         &self,
         options: TimerWorkerOptions,
@@ -579,63 +625,102 @@ impl Timers {
         Fut: Future<Output = FireOutcome> + Send + 'static,
     {
         options.validate()?;
-        let (stop, mut stopped) = watch::channel(false);
+        let (stop, stopped) = watch::channel(false);
         self.wakes.listen(&self.store);
         let timers = self.clone();
-        let join = tokio::spawn(async move {
-            loop {
-                timers.wakes.listen(&timers.store);
-                let processed = match timers
-                    .drain_until(&options, options.batch_size, &fire, Some(&stopped))
-                    .await
-                {
-                    Ok(summary) => {
-                        if summary.processed > 0 || summary.requeued_stuck > 0 {
-                            tracing::debug!(?summary, "keiro timer pass");
-                        }
-                        summary.processed
+        let join = tokio::spawn(timers.worker_loop(options, Arc::new(fire), stopped));
+        Ok(TimerWorker { stop, join })
+    }
+
+    /// The [`Timers::spawn_worker`] loop.
+    async fn worker_loop<F, Fut>(
+        self,
+        options: TimerWorkerOptions,
+        fire: Arc<F>,
+        mut stopped: watch::Receiver<bool>,
+    ) where
+        F: Fn(TimerRow) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = FireOutcome> + Send + 'static,
+    {
+        let mut firing: JoinSet<()> = JoinSet::new();
+        // Claims since the preamble last ran, and when it is due again.
+        let (mut since_preamble, mut preamble_at) = (0usize, Instant::now());
+        let mut dropped = false;
+        loop {
+            self.wakes.listen(&self.store);
+            if dropped || *stopped.borrow() {
+                break;
+            }
+            if since_preamble >= options.batch_size || Instant::now() >= preamble_at {
+                if let Err(error) = self.preamble(&options, self.store.now_us()).await {
+                    tracing::warn!(%error, "keiro timer worker could not requeue stale claims");
+                }
+                (since_preamble, preamble_at) = (0, Instant::now() + options.poll_interval);
+            }
+            // Fill the free slots with timers due now.
+            let (mut failed, mut claimed) = (false, false);
+            while firing.len() < options.concurrency && !*stopped.borrow() {
+                let now = self.store.now_us();
+                match self.claim_to_fire(now).await {
+                    Ok(Some((timer, lag))) => {
+                        (since_preamble, claimed) = (since_preamble + 1, true);
+                        let (timers, fire) = (self.clone(), fire.clone());
+                        firing.spawn(async move {
+                            let fired =
+                                timers.fire_claimed(&options, now, timer, lag, &*fire).await;
+                            if let Err(error) = fired {
+                                tracing::warn!(%error, "keiro timer fire could not be recorded");
+                            }
+                        });
                     }
+                    Ok(None) => break,
                     Err(error) => {
-                        tracing::warn!(%error, "keiro timer pass failed; retrying after the poll interval");
-                        0
-                    }
-                };
-                if *stopped.borrow() {
-                    return;
-                }
-                if processed >= options.batch_size {
-                    // More is due right now: no pause.
-                    continue;
-                }
-                // Idle until the earliest scheduled timer is due or the poll
-                // interval passes. A schedule (in this process, or on
-                // PostgreSQL in any) wakes the wait to re-check the earliest
-                // fire time; only the deadline or a due timer ends it.
-                let deadline = Instant::now() + options.poll_interval;
-                // Right after an empty pass, never less than a few ms, so a
-                // due timer that cannot be claimed yet is no busy loop.
-                let floor = if processed == 0 {
-                    Duration::from_millis(5)
-                } else {
-                    Duration::ZERO
-                };
-                loop {
-                    let woken = timers.wakes.timers_notified();
-                    tokio::pin!(woken);
-                    woken.as_mut().enable();
-                    let pause = timers.pause(deadline).await.max(floor);
-                    if pause.is_zero() {
+                        tracing::warn!(%error, "keiro timer claim failed; retrying after the poll interval");
+                        failed = true;
                         break;
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep(pause) => break,
-                        _ = &mut woken => {}
-                        _ = stopped.changed() => return,
                     }
                 }
             }
-        });
-        Ok(TimerWorker { stop, join })
+            let full = firing.len() >= options.concurrency;
+            // Idle until a fire ends (when every slot is taken), the earliest
+            // scheduled timer is due or the poll interval passes. A schedule
+            // (in this process, or on PostgreSQL in any) wakes the wait to
+            // re-check the earliest fire time.
+            let deadline = Instant::now() + options.poll_interval;
+            loop {
+                let woken = self.wakes.timers_notified();
+                tokio::pin!(woken);
+                woken.as_mut().enable();
+                let pause = match (full, failed) {
+                    (true, _) => options.poll_interval,
+                    (false, true) => deadline.saturating_duration_since(Instant::now()),
+                    // Right after finding nothing to claim, never less than
+                    // a few ms, so a due timer that cannot be claimed yet is
+                    // no busy loop.
+                    (false, false) if !claimed => {
+                        self.pause(deadline).await.max(Duration::from_millis(5))
+                    }
+                    (false, false) => self.pause(deadline).await,
+                };
+                if pause.is_zero() {
+                    break;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => break,
+                    Some(_) = firing.join_next(), if !firing.is_empty() => break,
+                    _ = &mut woken, if !full => {}
+                    changed = stopped.changed() => {
+                        // The handle was dropped without a shutdown: stop too.
+                        if changed.is_err() {
+                            dropped = true;
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        // Shutting down: the fires in flight end and record their outcomes.
+        while firing.join_next().await.is_some() {}
     }
 
     /// How long an idle loop may still sleep: until the earliest scheduled
@@ -671,7 +756,8 @@ pub struct TimerWorker {
 }
 
 impl TimerWorker {
-    /// Stops after the timer being fired (if any) and waits for the loop to end.
+    /// Stops claiming, and waits for the timers being fired (if any) and for
+    /// the loop to end.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.join.await;
