@@ -337,6 +337,70 @@ async fn serializable_conflicts_are_retried(backend: Backend) {
     eprintln!("{runs} bodies ran for 40 serializable debits");
 }
 
+/// The warnings logged in this test binary, once [`capture_warnings`] ran.
+static WARNINGS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+/// Appends what it is given to [`WARNINGS`].
+struct Captured;
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        WARNINGS.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Sends every warning of this process to [`WARNINGS`] (once; the
+/// runtime's tasks run on any thread, so the subscriber is global).
+fn capture_warnings() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        tracing_subscriber::fmt()
+            .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+            .with_ansi(false)
+            .with_writer(|| Captured)
+            .init();
+    });
+}
+
+/// Holds the transaction (and on SQLite the write lock) for 1.2 s.
+#[step(transaction)]
+async fn hold_the_lock(tx: &mut keiro::Transaction<'_>, key: String) -> Result<String, String> {
+    let _ = tx;
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    Ok(key)
+}
+
+#[workflow]
+async fn holds_the_lock(key: String) -> Result<String, String> {
+    hold_the_lock(key).await
+}
+
+async fn a_body_holding_sqlites_write_lock_long_is_warned_about(backend: Backend) {
+    capture_warnings();
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let key = format!("lock-{backend:?}");
+    let out = holds_the_lock(key.clone())
+        .id(key.clone())
+        .on(&keiro)
+        .await
+        .unwrap();
+    assert_eq!(out, Ok(key.clone()));
+    let out_key = key;
+    let logged = String::from_utf8_lossy(&WARNINGS.lock().unwrap()).into_owned();
+    let warning = format!(
+        "`hold_the_lock` of workflow `holds_the_lock` id `{out_key}` held SQLite's only write lock"
+    );
+    let warned = logged.lines().any(|line| line.contains(&warning));
+    // On PostgreSQL a transaction locks only the rows it writes.
+    assert_eq!(warned, backend == Backend::Sqlite, "{logged}");
+}
+
 /// Inserts key `k` twice into a table whose unique constraint is checked
 /// at COMMIT, so the body returns `Ok` and its transaction cannot commit.
 #[step(transaction)]
@@ -534,4 +598,5 @@ on_both_backends!(
     concurrent_debits_of_one_account_are_exact,
     more_concurrent_debits_than_connections_all_finish,
     serializable_conflicts_are_retried,
+    a_body_holding_sqlites_write_lock_long_is_warned_about,
 );

@@ -36,6 +36,11 @@ use crate::{Error, Keiro, Transaction};
 /// with the last one (and is resumed later, from the journal).
 const MAX_CONFLICTS: u32 = 50;
 
+/// How long a body may hold SQLite's write lock before keiro warns: every
+/// other write to the database (other workflows' steps and ends, lease
+/// renewals, timers) waits that long.
+const SLOW_LOCK: Duration = Duration::from_secs(1);
+
 /// Runs a `#[step(transaction)]`: `body` runs in a transaction on keiro's
 /// database, rolled back when `is_err` says the attempt failed, and a failed
 /// attempt is retried when `retry` says so, up to `meta.max_attempts` times
@@ -96,10 +101,30 @@ where
 {
     /// Opens a transaction on `keiro`'s database and runs the body in it
     /// (with no workflow context, so nothing inside is journaled); rolls
-    /// back on `Err`.
-    async fn attempt(&mut self, keiro: &Keiro) -> Result<Attempt<R>, StoreError> {
+    /// back on `Err`. `run` names the workflow instance it runs in, if any.
+    async fn attempt(
+        &mut self,
+        keiro: &Keiro,
+        run: Option<&WorkflowContext>,
+    ) -> Result<Attempt<R>, StoreError> {
         let mut tx = Transaction::new(keiro.raw_store().begin_step_tx().await?);
+        let began = std::time::Instant::now();
         let value = scope(None, (self.body)(&mut tx)).await;
+        let held = began.elapsed();
+        if held >= SLOW_LOCK && keiro.raw_store().backend() == "sqlite" {
+            let of = run.map_or_else(String::new, |cx| {
+                format!(" of workflow `{}` id `{}`", cx.name, cx.id)
+            });
+            tracing::warn!(
+                step = self.meta.name,
+                held_ms = held.as_millis() as u64,
+                "keiro transactional step `{}`{of} held SQLite's only write lock for {held:?} \
+                 while its body ran: every other write to the database waited (other \
+                 workflows' steps, lease renewals, timers). Keep the body to its database \
+                 writes and do slow work (network calls) in a plain step before or after it",
+                self.meta.name
+            );
+        }
         if !(self.is_err)(&value) {
             return Ok(Attempt::Done(value, tx));
         }
@@ -148,7 +173,7 @@ where
                     attempts: Some(runs),
                     started_at: Some(started_at),
                 };
-                let error = match self.attempt(&cx.keiro).await {
+                let error = match self.attempt(&cx.keiro, Some(&cx)).await {
                     Ok(Attempt::Failed(value)) if attempt < max && (self.retry)(&value) => {
                         self.meta.wait_before_retry(attempt).await;
                         attempt += 1;
@@ -201,7 +226,7 @@ where
         let max = self.meta.max_attempts.max(1);
         let (mut attempt, mut conflicts) = (1, 0);
         loop {
-            let error = match self.attempt(&keiro).await {
+            let error = match self.attempt(&keiro, None).await {
                 Ok(Attempt::Failed(value)) if attempt < max && (self.retry)(&value) => {
                     self.meta.wait_before_retry(attempt).await;
                     attempt += 1;
