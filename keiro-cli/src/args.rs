@@ -246,7 +246,8 @@ pub(crate) struct GcArgs {
     /// same age).
     #[arg(long, value_name = "AGE", value_parser = crate::duration::parse)]
     pub(crate) failed_older_than: Option<Duration>,
-    /// Root instances per delete transaction.
+    /// Instances per delete transaction (roots with their whole trees; a
+    /// larger tree goes alone).
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=keiro::MAX_GC_BATCH as i64))]
     pub(crate) batch_size: u32,
     /// Count what would be deleted and delete nothing.

@@ -187,8 +187,9 @@ pub struct GcPolicy {
     pub finished_before: i64,
     /// Failed and cancelled root instances last changed before this go.
     pub failed_before: i64,
-    /// At most this many root instances (with their trees), instances with
-    /// old generations, or timers per batch.
+    /// At most this many instances (roots with their whole trees; a single
+    /// tree larger than this goes alone), instances with old generations, or
+    /// timers per batch.
     pub batch_size: i64,
     /// Count, then roll every batch back.
     pub dry_run: bool,
@@ -446,6 +447,11 @@ async fn batch_on(
                 &args![cutoff, at, after_id.as_str(), limit]
             )?;
             let members = trees(conn, r, ROOT_STATUSES[i], &page).await?;
+            // A batch holds trees whole, and at most `limit` instances unless
+            // its first tree alone is larger: the rest of the page waits for
+            // the next batch.
+            let scanned_all = page.len() as i64 >= limit;
+            let (page, members, cut) = fitting(page, members, limit);
             let mut doomed = doomed_trees(&members);
             if !r.lock_row.is_empty() && !doomed.is_empty() {
                 lock_doomed(conn, r, &mut doomed).await?;
@@ -477,7 +483,7 @@ async fn batch_on(
             if let Some((id, at, _)) = page.last() {
                 cursor.after = Some((*at, id.clone()));
             }
-            Ok((counts, page.len() as i64 >= limit))
+            Ok((counts, scanned_all || cut))
         }
         Phase::Continued => {
             let page = fetch_as!(
@@ -517,6 +523,38 @@ async fn batch_on(
             Ok((counts, page.len() as i64 >= limit))
         }
     }
+}
+
+/// The first roots of `page` whose trees hold at most `limit` instances in
+/// all (at least the first root, however large its tree), with those trees'
+/// `members`, and whether any root was left for a later batch.
+fn fitting(
+    mut page: Vec<(String, i64, i64)>,
+    members: Vec<Member>,
+    limit: i64,
+) -> (Vec<(String, i64, i64)>, Vec<Member>, bool) {
+    let mut sizes: HashMap<&str, i64> = HashMap::new();
+    for (root, ..) in &members {
+        *sizes.entry(root.as_str()).or_default() += 1;
+    }
+    let (mut kept, mut total) = (0, 0);
+    for (root, ..) in &page {
+        let size = sizes.get(root.as_str()).copied().unwrap_or(1);
+        if kept > 0 && total + size > limit {
+            break;
+        }
+        (kept, total) = (kept + 1, total + size);
+    }
+    if kept == page.len() {
+        return (page, members, false);
+    }
+    page.truncate(kept);
+    let roots: BTreeSet<&str> = page.iter().map(|(id, ..)| id.as_str()).collect();
+    let members = members
+        .into_iter()
+        .filter(|(root, ..)| roots.contains(root.as_str()))
+        .collect();
+    (page, members, true)
 }
 
 /// Every instance of the trees under `roots` (id, creation time,

@@ -44,8 +44,10 @@ pub struct Retention {
     /// (`None`: [`Retention::finished_older_than`]). Keeping them longer
     /// leaves time to look into them.
     pub failed_older_than: Option<Duration>,
-    /// Root instances (with their trees) per delete transaction, 1..=10,000
-    /// (default 500). Smaller batches hold locks for less time.
+    /// Instances per delete transaction, 1..=10,000 (default 500): root
+    /// instances with their whole trees, as many as fit (a tree larger than
+    /// this goes alone in a batch of its own). Smaller batches hold locks
+    /// for less time.
     pub batch_size: usize,
     /// Count what would be deleted and delete nothing.
     pub dry_run: bool,
@@ -126,8 +128,8 @@ impl Keiro {
     /// Deleted ids are free again: a workflow or once-only timer started
     /// later under one of them starts afresh.
     ///
-    /// Each batch is one short transaction of at most `batch_size` roots with
-    /// their trees. On SQLite batches go through the runtime's journal
+    /// Each batch is one short transaction of at most `batch_size` instances,
+    /// roots with their whole trees (a larger tree goes alone). On SQLite batches go through the runtime's journal
     /// writer and take turns with workflow writes (one batch per commit
     /// round); on PostgreSQL a batch locks only the finished rows it
     /// deletes. While workflows of this process write, gc pauses eight times

@@ -424,6 +424,53 @@ async fn gc_keeps_everything_unfinished_and_deletes_finished_trees(backend: Back
     assert!(again.is_empty(), "{again:?}");
 }
 
+async fn a_batch_holds_whole_trees_of_at_most_batch_size_instances(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let old = now_us() - 2 * HOUR_US;
+    // A root with five children, then three lone roots, all finished long
+    // ago, in that order.
+    instance(&keiro, "big", None, "completed", 0, old).await;
+    for n in 0..5 {
+        instance(
+            &keiro,
+            &format!("big-{n}"),
+            Some("big"),
+            "completed",
+            0,
+            old,
+        )
+        .await;
+    }
+    for n in 1..=3 {
+        instance(&keiro, &format!("lone-{n}"), None, "completed", 0, old + n).await;
+    }
+    let policy = keiro_store::GcPolicy {
+        finished_before: now_us() - HOUR_US,
+        failed_before: now_us() - HOUR_US,
+        batch_size: 3,
+        dry_run: false,
+    };
+    let store = keiro::unstable::raw_store(&keiro);
+    let mut cursor = Some(keiro_store::GcCursor::default());
+    let mut per_batch = Vec::new();
+    while let Some(at) = cursor.take() {
+        let request = keiro_store::GcRequest {
+            policy,
+            cursor: at,
+        };
+        let progress = store.gc_batch(request).await.unwrap();
+        per_batch.push(progress.summary.instances);
+        cursor = progress.next;
+        assert!(per_batch.len() < 10, "gc did not end: {per_batch:?}");
+    }
+    per_batch.retain(|&n| n > 0);
+    // The big tree alone (larger than a batch, it goes whole), then the three
+    // lone roots: never a tree split, never more than 3 beside another tree.
+    assert_eq!(per_batch, [6, 3]);
+    assert_eq!(count(&keiro, "SELECT count(*) FROM {t}workflows").await, 0);
+}
+
 async fn dry_run_counts_what_a_real_run_then_deletes(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
@@ -742,6 +789,7 @@ async fn the_worker_runs_gc_every_interval_and_survives_its_failures(backend: Ba
 }
 
 on_both_backends!(
+    a_batch_holds_whole_trees_of_at_most_batch_size_instances,
     old_finished_instances_go_new_ones_stay,
     gc_keeps_everything_unfinished_and_deletes_finished_trees,
     dry_run_counts_what_a_real_run_then_deletes,
