@@ -29,6 +29,10 @@ use crate::{Conn, Result, Store, StoreError};
 /// PostgreSQL 65,535).
 const IDS_PER_STATEMENT: usize = 500;
 
+/// How many roots' trees a batch reads at a time, until it has more
+/// instances than its size.
+const TREES_PER_READ: usize = 32;
+
 /// The finished statuses of an instance, each with the cutoff it is aged by.
 const ROOT_STATUSES: [&str; 4] = ["completed", "timed_out", "failed", "cancelled"];
 
@@ -446,12 +450,26 @@ async fn batch_on(
                 &r.roots[i],
                 &args![cutoff, at, after_id.as_str(), limit]
             )?;
-            let members = trees(conn, r, ROOT_STATUSES[i], &page).await?;
             // A batch holds trees whole, and at most `limit` instances unless
             // its first tree alone is larger: the rest of the page waits for
-            // the next batch.
+            // the next batch. Trees are read a few roots at a time, so a page
+            // of large trees is not read whole to delete its first few.
             let scanned_all = page.len() as i64 >= limit;
+            let mut members = Vec::new();
+            let mut read = 0;
+            for roots in page.chunks(TREES_PER_READ) {
+                members.extend(trees(conn, r, ROOT_STATUSES[i], roots).await?);
+                read += roots.len();
+                if members.len() as i64 > limit {
+                    break;
+                }
+            }
+            // Roots left unread wait for the next batch too.
+            let unread = read < page.len();
+            let mut page = page;
+            page.truncate(read);
             let (page, members, cut) = fitting(page, members, limit);
+            let cut = cut || unread;
             let mut doomed = doomed_trees(&members);
             if !r.lock_row.is_empty() && !doomed.is_empty() {
                 lock_doomed(conn, r, &mut doomed).await?;

@@ -90,7 +90,7 @@ impl Retention {
             return Err(Error::invalid_option(
                 "Retention::batch_size",
                 format!(
-                    "{} root instances per batch; use 1..={MAX_GC_BATCH} (default 500)",
+                    "{} instances per batch; use 1..={MAX_GC_BATCH} (default 500)",
                     self.batch_size
                 ),
             ));

@@ -455,10 +455,7 @@ async fn a_batch_holds_whole_trees_of_at_most_batch_size_instances(backend: Back
     let mut cursor = Some(keiro_store::GcCursor::default());
     let mut per_batch = Vec::new();
     while let Some(at) = cursor.take() {
-        let request = keiro_store::GcRequest {
-            policy,
-            cursor: at,
-        };
+        let request = keiro_store::GcRequest { policy, cursor: at };
         let progress = store.gc_batch(request).await.unwrap();
         per_batch.push(progress.summary.instances);
         cursor = progress.next;
@@ -468,6 +465,47 @@ async fn a_batch_holds_whole_trees_of_at_most_batch_size_instances(backend: Back
     // The big tree alone (larger than a batch, it goes whole), then the three
     // lone roots: never a tree split, never more than 3 beside another tree.
     assert_eq!(per_batch, [6, 3]);
+    assert_eq!(count(&keiro, "SELECT count(*) FROM {t}workflows").await, 0);
+
+    // A page longer than the trees read at a time: a root with 45 children,
+    // then 45 lone roots, in batches of 40.
+    instance(&keiro, "huge", None, "completed", 0, old).await;
+    for n in 0..45 {
+        instance(
+            &keiro,
+            &format!("huge-{n}"),
+            Some("huge"),
+            "completed",
+            0,
+            old,
+        )
+        .await;
+        instance(
+            &keiro,
+            &format!("alone-{n:02}"),
+            None,
+            "completed",
+            0,
+            old + 1 + n,
+        )
+        .await;
+    }
+    let policy = keiro_store::GcPolicy {
+        batch_size: 40,
+        ..policy
+    };
+    let mut cursor = Some(keiro_store::GcCursor::default());
+    let mut per_batch = Vec::new();
+    while let Some(at) = cursor.take() {
+        let request = keiro_store::GcRequest { policy, cursor: at };
+        let progress = store.gc_batch(request).await.unwrap();
+        per_batch.push(progress.summary.instances);
+        cursor = progress.next;
+        assert!(per_batch.len() < 10, "gc did not end: {per_batch:?}");
+    }
+    per_batch.retain(|&n| n > 0);
+    // The huge tree alone; then 40 lone roots, then the last 5: none skipped.
+    assert_eq!(per_batch, [46, 40, 5]);
     assert_eq!(count(&keiro, "SELECT count(*) FROM {t}workflows").await, 0);
 }
 

@@ -29,6 +29,7 @@ on_both_backends!(
     worker_loop_fires_each_timer_exactly_once,
     a_slow_fire_action_does_not_hold_up_other_timers,
     the_worker_fires_at_most_its_concurrency_at_once,
+    a_worker_never_requeues_its_own_fire_in_flight,
     killed_worker_fires_again_after_the_stale_ttl,
 );
 
@@ -512,6 +513,47 @@ async fn the_worker_fires_at_most_its_concurrency_at_once(backend: Backend) {
     assert!(counts.lock().unwrap().values().all(|&n| n == 1));
     // Twelve fires of 100 ms, three at a time: exactly three ran at once.
     assert_eq!(*most.lock().unwrap(), 3);
+}
+
+async fn a_worker_never_requeues_its_own_fire_in_flight(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let timers = timers(&db).await;
+    schedule(&timers, past("long")).await;
+    let calls = Arc::new(Mutex::new(0u32));
+    let release = Arc::new(tokio::sync::Notify::new());
+    let fire = {
+        let (calls, release) = (calls.clone(), release.clone());
+        move |timer: TimerRow| {
+            let (calls, release) = (calls.clone(), release.clone());
+            async move {
+                *calls.lock().unwrap() += 1;
+                release.notified().await;
+                FireOutcome::completed(format!("ev-{}", timer.id))
+            }
+        }
+    };
+    // Stale after 100 ms, and the preamble runs every 50 ms: the fire below
+    // runs ten times as long.
+    let worker = timers
+        .spawn_worker(
+            TimerWorkerOptions::default()
+                .requeue_stuck_after(Duration::from_millis(100))
+                .poll_interval(Duration::from_millis(50)),
+            fire,
+        )
+        .unwrap();
+    wait_for("the fire", || *calls.lock().unwrap() == 1).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Still the one claim: the worker's own preamble left it alone, so it
+    // never claimed a second copy into another slot.
+    assert_eq!(*calls.lock().unwrap(), 1);
+    let stored = row(&timers, "long").await;
+    assert_eq!((stored.status, stored.attempts), (TimerStatus::Firing, 1));
+    release.notify_one();
+    // Shutdown waits for the fire in flight to end and be recorded.
+    worker.shutdown().await;
+    let stored = row(&timers, "long").await;
+    assert_eq!((stored.status, stored.attempts), (TimerStatus::Fired, 1));
 }
 
 // ---------------------------------------------------------------------------

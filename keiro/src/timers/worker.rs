@@ -1,9 +1,10 @@
 //! The timer worker: claim a due timer, hand it to the caller's fire action,
 //! apply the [`FireOutcome`] it returns.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::FutureExt;
@@ -14,11 +15,16 @@ use tracing::Instrument;
 
 use super::{metrics, TimerError, TimerRow, Timers};
 use crate::panic::panic_message;
+use crate::runtime::lock;
 use crate::time::{duration_us, from_us, until_us};
 
 /// How long a timer no fire action owns ([`FireOutcome::NotMine`]) waits
 /// before it is offered again.
 pub const NOT_MINE_RETRY_DELAY: Duration = Duration::from_secs(30);
+
+/// A claimed timer and how late it was claimed (seconds), or why its stored
+/// text did not decode (it was dead-lettered).
+type Claimed = Result<(TimerRow, f64), TimerError>;
 
 /// How long a timer whose fire action panicked waits before it is retried.
 pub const PANIC_RETRY_DELAY: Duration = Duration::from_secs(30);
@@ -56,14 +62,14 @@ pub struct TimerWorkerOptions {
     /// are at-least-once). Must be at least 1 ms. `None` disables the requeue
     /// (lapsed foreground resume claims are still recovered). Default 300 s.
     pub requeue_stuck_after: Option<Duration>,
-    /// The longest pause of the [`Timers::spawn_worker`] loop between passes
-    /// when nothing is due (default 1 s). The loop wakes sooner when the
-    /// earliest scheduled timer is due sooner.
+    /// The longest pause of the [`Timers::spawn_worker`] loop when nothing
+    /// is due (default 1 s). The loop wakes sooner when the earliest
+    /// scheduled timer is due sooner.
     pub poll_interval: Duration,
-    /// How many timers one pass of [`Timers::drain`] fires at most; the
-    /// [`Timers::spawn_worker`] loop runs its preamble (the stale-claim
-    /// requeue and the gauges) again after claiming this many, and at least
-    /// once a poll interval while it claims (default 256).
+    /// How many timers the [`Timers::spawn_worker`] loop claims between two
+    /// runs of its preamble (the stale-claim requeue and the gauges), which
+    /// also runs at least once a poll interval (default 256). [`Timers::drain`]
+    /// takes its own limit.
     pub batch_size: usize,
     /// How many fire actions the [`Timers::spawn_worker`] loop runs at once
     /// (default 16). A fire action that takes long holds one of them, not
@@ -129,7 +135,9 @@ impl TimerWorkerOptions {
         if self.batch_size == 0 {
             return Err(TimerError::InvalidOption {
                 option: "batch_size",
-                reason: "a pass must fire at least one timer; use 1 or more (default 256)".into(),
+                reason: "a worker must claim at least one timer between two preambles; use 1 or \
+                         more (default 256)"
+                    .into(),
             });
         }
         if self.concurrency == 0 {
@@ -350,7 +358,7 @@ impl Timers {
     {
         options.validate()?;
         let now = self.store.now_us();
-        self.preamble(options, now).await?;
+        self.preamble(options, now, None).await?;
         self.claim_and_fire(options, now, &fire).await
     }
 
@@ -375,7 +383,7 @@ impl Timers {
     {
         options.validate()?;
         let now = self.store.now_us();
-        let mut summary = self.preamble(options, now).await?;
+        let mut summary = self.preamble(options, now, None).await?;
         while summary.processed < limit {
             match self.claim_and_fire(options, now, &fire).await? {
                 Some(report) => summary.count(&report.disposition),
@@ -386,11 +394,15 @@ impl Timers {
     }
 
     /// Recovers lapsed resume claims, requeues stale claims and records the
-    /// gauges, as of `now`.
+    /// gauges, as of `now`. Claims taken at or after `own_from` are fires of
+    /// this worker still in flight: never requeued, however long they run
+    /// (a requeued copy would be claimed by this worker again, and hold a
+    /// second slot).
     async fn preamble(
         &self,
         options: &TimerWorkerOptions,
         now: i64,
+        own_from: Option<i64>,
     ) -> Result<DrainSummary, TimerError> {
         let recovered_resumes = self.store.recover_expired_timer_resumes(now).await?;
         if recovered_resumes > 0 {
@@ -398,10 +410,10 @@ impl Timers {
         }
         let mut requeued_stuck = 0;
         if let Some(ttl) = options.requeue_stuck_after {
-            requeued_stuck = self
-                .store
-                .requeue_stuck_timers(now.saturating_sub(duration_us(ttl)))
-                .await?;
+            let stale = now.saturating_sub(duration_us(ttl));
+            // The requeue takes claims at or before its cutoff.
+            let before = own_from.map_or(stale, |own| stale.min(own.saturating_sub(1)));
+            requeued_stuck = self.store.requeue_stuck_timers(before).await?;
             if requeued_stuck > 0 {
                 tracing::info!(
                     requeued = requeued_stuck,
@@ -412,8 +424,8 @@ impl Timers {
         }
         let backlog = self.store.count_due_timers(now).await?;
         ::metrics::gauge!(metrics::BACKLOG).set(backlog as f64);
-        // Claims taken before this pass and not finished: in flight
-        // elsewhere, or stranded by a worker that died.
+        // Claims taken before now and not finished: in flight (here or
+        // elsewhere), or stranded by a worker that died.
         let stuck = self
             .store
             .count_stuck_timers(now.saturating_sub(1), None)
@@ -439,19 +451,20 @@ impl Timers {
         F: Fn(TimerRow) -> Fut,
         Fut: Future<Output = FireOutcome>,
     {
-        let Some((timer, lag)) = self.claim_to_fire(pass_now).await? else {
+        let Some(claimed) = self.claim_to_fire(pass_now).await? else {
             return Ok(None);
         };
+        let (timer, lag) = claimed?;
         self.fire_claimed(options, pass_now, timer, lag, fire)
             .await
             .map(Some)
     }
 
     /// Claims the earliest timer due at `now`: the timer and how late it was
-    /// claimed (seconds after its fire time), or `None` when nothing is due.
-    /// A timer whose stored text does not decode is dead-lettered and
-    /// reported as the error.
-    async fn claim_to_fire(&self, now: i64) -> Result<Option<(TimerRow, f64)>, TimerError> {
+    /// claimed (seconds after its fire time), or `None` when nothing is due;
+    /// the outer error is the store's. A timer whose stored text does not
+    /// decode is dead-lettered, and the inner error says why.
+    async fn claim_to_fire(&self, now: i64) -> Result<Option<Claimed>, TimerError> {
         let Some(record) = self.store.claim_due_timer(now).await? else {
             return Ok(None);
         };
@@ -459,13 +472,13 @@ impl Timers {
         let lag = (claimed_at - record.fire_at).max(0) as f64 / 1e6;
         let id = record.id.clone();
         match TimerRow::from_record(record) {
-            Ok(timer) => Ok(Some((timer, lag))),
+            Ok(timer) => Ok(Some(Ok((timer, lag)))),
             Err(error) => {
                 // Retrying cannot make stored text decode: set it aside.
                 self.store
                     .dead_letter_timer(&id, &error.to_string())
                     .await?;
-                Err(error)
+                Ok(Some(Err(error)))
             }
         }
     }
@@ -643,6 +656,10 @@ impl Timers {
         Fut: Future<Output = FireOutcome> + Send + 'static,
     {
         let mut firing: JoinSet<()> = JoinSet::new();
+        // When each fire in flight was claimed (at the earliest), by a
+        // number of its own: the preamble leaves those claims alone.
+        let in_flight: Arc<Mutex<BTreeSet<(i64, u64)>>> = Arc::default();
+        let mut claims = 0u64;
         // Claims since the preamble last ran, and when it is due again.
         let (mut since_preamble, mut preamble_at) = (0usize, Instant::now());
         let mut dropped = false;
@@ -652,7 +669,9 @@ impl Timers {
                 break;
             }
             if since_preamble >= options.batch_size || Instant::now() >= preamble_at {
-                if let Err(error) = self.preamble(&options, self.store.now_us()).await {
+                let own_from = lock(&in_flight).first().map(|(at, _)| *at);
+                let now = self.store.now_us();
+                if let Err(error) = self.preamble(&options, now, own_from).await {
                     tracing::warn!(%error, "keiro timer worker could not requeue stale claims");
                 }
                 (since_preamble, preamble_at) = (0, Instant::now() + options.poll_interval);
@@ -662,16 +681,25 @@ impl Timers {
             while firing.len() < options.concurrency && !*stopped.borrow() {
                 let now = self.store.now_us();
                 match self.claim_to_fire(now).await {
-                    Ok(Some((timer, lag))) => {
-                        (since_preamble, claimed) = (since_preamble + 1, true);
-                        let (timers, fire) = (self.clone(), fire.clone());
+                    Ok(Some(Ok((timer, lag)))) => {
+                        (since_preamble, claimed, claims) = (since_preamble + 1, true, claims + 1);
+                        let own = (now, claims);
+                        lock(&in_flight).insert(own);
+                        let (timers, fire, in_flight) =
+                            (self.clone(), fire.clone(), in_flight.clone());
                         firing.spawn(async move {
                             let fired =
                                 timers.fire_claimed(&options, now, timer, lag, &*fire).await;
+                            lock(&in_flight).remove(&own);
                             if let Err(error) = fired {
                                 tracing::warn!(%error, "keiro timer fire could not be recorded");
                             }
                         });
+                    }
+                    Ok(Some(Err(error))) => {
+                        // Dead-lettered: the next due timer may be claimed.
+                        tracing::warn!(%error, "keiro timer set aside: its stored text does not decode");
+                        (since_preamble, claimed) = (since_preamble + 1, true);
                     }
                     Ok(None) => break,
                     Err(error) => {
