@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use keiro::{step, workflow, Error, ResumeEvent, ResumeOptions, WorkflowStatus};
+use keiro::{
+    step, workflow, Error, Keiro, ResumeEvent, ResumeOptions, WorkflowHandle, WorkflowStatus,
+};
 use keiro_store::{Lease, NewInstance, StepRow};
 use keiro_tests::queues::{events, max_in_flight, queue_job};
 use keiro_tests::{count, on_both_backends, ran, runs, Backend, TestDb};
@@ -29,6 +31,18 @@ async fn two_records(key: String) -> String {
     format!("{a}{b}")
 }
 
+/// Enqueues [`two_records`] on `keiro` under a fresh key (also its id).
+async fn enqueue_two_records(keiro: &Keiro) -> (String, WorkflowHandle<String>) {
+    let key = uuid::Uuid::new_v4().to_string();
+    let handle = two_records(key.clone())
+        .id(&key)
+        .on(keiro)
+        .enqueue()
+        .await
+        .unwrap();
+    (key, handle)
+}
+
 static PANICS: AtomicU32 = AtomicU32::new(0);
 
 #[workflow]
@@ -41,13 +55,7 @@ async fn always_panics(key: String) -> u32 {
 async fn enqueued_work_is_resumed_by_a_pass(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
-    let key = uuid::Uuid::new_v4().to_string();
-    let handle = two_records(key.clone())
-        .id(&key)
-        .on(&keiro)
-        .enqueue()
-        .await
-        .unwrap();
+    let (key, handle) = enqueue_two_records(&keiro).await;
     assert_eq!(handle.status().await.unwrap(), WorkflowStatus::Pending);
     assert!(runs(&key).is_empty(), "enqueue ran the workflow");
     let summary = keiro.resume_once(&quiet()).await.unwrap();
@@ -414,14 +422,8 @@ async fn a_running_worker_picks_up_enqueued_work_promptly(backend: Backend) {
         Backend::Postgres | Backend::PgBouncer => db.keiro().await,
         Backend::Sqlite => worker_side.clone(),
     };
-    let key = uuid::Uuid::new_v4().to_string();
     let started = std::time::Instant::now();
-    let handle = two_records(key.clone())
-        .id(&key)
-        .on(&enqueuer)
-        .enqueue()
-        .await
-        .unwrap();
+    let (_, handle) = enqueue_two_records(&enqueuer).await;
     let out = tokio::time::timeout(Duration::from_secs(10), handle.result())
         .await
         .unwrap()
@@ -467,13 +469,7 @@ async fn a_long_run_does_not_hold_up_work_enqueued_after_it(backend: Backend) {
     // The long step (3 s) is running.
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(long.status().await.unwrap(), WorkflowStatus::Running);
-    let key = uuid::Uuid::new_v4().to_string();
-    let handle = two_records(key.clone())
-        .id(&key)
-        .on(&keiro)
-        .enqueue()
-        .await
-        .unwrap();
+    let (_, handle) = enqueue_two_records(&keiro).await;
     let out = tokio::time::timeout(Duration::from_millis(1500), handle.result())
         .await
         .expect("work enqueued beside a long run waited for it to end")

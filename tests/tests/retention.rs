@@ -424,6 +424,23 @@ async fn gc_keeps_everything_unfinished_and_deletes_finished_trees(backend: Back
     assert!(again.is_empty(), "{again:?}");
 }
 
+/// Runs gc under `policy` batch by batch: the instances each batch that
+/// deleted any deleted.
+async fn instances_per_batch(keiro: &Keiro, policy: keiro_store::GcPolicy) -> Vec<u64> {
+    let store = keiro::unstable::raw_store(keiro);
+    let mut cursor = Some(keiro_store::GcCursor::default());
+    let mut per_batch = Vec::new();
+    while let Some(at) = cursor.take() {
+        let request = keiro_store::GcRequest { policy, cursor: at };
+        let progress = store.gc_batch(request).await.unwrap();
+        per_batch.push(progress.summary.instances);
+        cursor = progress.next;
+        assert!(per_batch.len() < 10, "gc did not end: {per_batch:?}");
+    }
+    per_batch.retain(|&n| n > 0);
+    per_batch
+}
+
 async fn a_batch_holds_whole_trees_of_at_most_batch_size_instances(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
@@ -451,17 +468,7 @@ async fn a_batch_holds_whole_trees_of_at_most_batch_size_instances(backend: Back
         batch_size: 3,
         dry_run: false,
     };
-    let store = keiro::unstable::raw_store(&keiro);
-    let mut cursor = Some(keiro_store::GcCursor::default());
-    let mut per_batch = Vec::new();
-    while let Some(at) = cursor.take() {
-        let request = keiro_store::GcRequest { policy, cursor: at };
-        let progress = store.gc_batch(request).await.unwrap();
-        per_batch.push(progress.summary.instances);
-        cursor = progress.next;
-        assert!(per_batch.len() < 10, "gc did not end: {per_batch:?}");
-    }
-    per_batch.retain(|&n| n > 0);
+    let per_batch = instances_per_batch(&keiro, policy).await;
     // The big tree alone (larger than a batch, it goes whole), then the three
     // lone roots: never a tree split, never more than 3 beside another tree.
     assert_eq!(per_batch, [6, 3]);
@@ -494,16 +501,7 @@ async fn a_batch_holds_whole_trees_of_at_most_batch_size_instances(backend: Back
         batch_size: 40,
         ..policy
     };
-    let mut cursor = Some(keiro_store::GcCursor::default());
-    let mut per_batch = Vec::new();
-    while let Some(at) = cursor.take() {
-        let request = keiro_store::GcRequest { policy, cursor: at };
-        let progress = store.gc_batch(request).await.unwrap();
-        per_batch.push(progress.summary.instances);
-        cursor = progress.next;
-        assert!(per_batch.len() < 10, "gc did not end: {per_batch:?}");
-    }
-    per_batch.retain(|&n| n > 0);
+    let per_batch = instances_per_batch(&keiro, policy).await;
     // The huge tree alone; then 40 lone roots, then the last 5: none skipped.
     assert_eq!(per_batch, [46, 40, 5]);
     assert_eq!(count(&keiro, "SELECT count(*) FROM {t}workflows").await, 0);
