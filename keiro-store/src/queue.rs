@@ -60,7 +60,7 @@ pub struct Queued<'a> {
 /// so no claim's count of the queue can see more running than before, and
 /// it needs no queue lock. A start counts against a rate limit, which a
 /// hand-over does not check: a queue with one is never handed over.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandOver {
     /// The queue the finishing instance was claimed from.
     pub queue: String,
@@ -621,9 +621,10 @@ pub(crate) struct Handing<'a, 'f> {
 /// transaction that recorded them), like [`hand_over_on`] for each, in a
 /// statement per partition instead of one per finish: the finishes a
 /// writer round carries on a busy queue mostly share a partition, and each
-/// statement costs a trip to the database. The successors of a partition
-/// go to its finishes in order; each finish gets at most one. One successor
-/// per finish, in `handing` order.
+/// statement costs a trip to the database. A partition's successors are
+/// its first takeable instances in run order, one to each of its finishes
+/// while they last (all go to the same owner, so which finish gets which
+/// does not matter). One successor or none per finish, in `handing` order.
 pub(crate) async fn hand_over_all_on(
     mut conn: Conn<'_>,
     handing: &[Handing<'_, '_>],
@@ -631,23 +632,21 @@ pub(crate) async fn hand_over_all_on(
 ) -> Result<Vec<Option<InstanceRow>>> {
     // Finishes recorded one by one (a lone one, or a batch naming one
     // instance twice) did not read their partitions: one statement each.
-    if handing.len() == 1 || handing.iter().any(|h| h.partition.is_none()) {
+    let partitions: Option<Vec<&str>> = handing.iter().map(|h| h.partition).collect();
+    let Some(partitions) = partitions.filter(|_| handing.len() > 1) else {
         let mut successors = Vec::with_capacity(handing.len());
         for h in handing {
             successors.push(hand_over_on(conn.reborrow(), h.finish, h.hand_over, now).await?);
         }
         return Ok(successors);
-    }
+    };
     // The finishes whose successors one statement starts: the same owner,
     // hand-over and partition, in first-seen order.
     let mut groups: Vec<(usize, &str, Vec<usize>)> = Vec::new();
-    for (i, h) in handing.iter().enumerate() {
-        let partition = h.partition.unwrap_or_default();
+    for (i, (h, &partition)) in handing.iter().zip(&partitions).enumerate() {
         let same = |&(first, p, _): &(usize, &str, Vec<usize>)| {
             let other = &handing[first];
-            p == partition
-                && other.finish.owner == h.finish.owner
-                && same_hand_over(other.hand_over, h.hand_over)
+            p == partition && other.finish.owner == h.finish.owner && other.hand_over == h.hand_over
         };
         match groups.iter_mut().find(|group| same(group)) {
             Some((_, _, members)) => members.push(i),
@@ -687,15 +686,6 @@ pub(crate) async fn hand_over_all_on(
         }
     }
     Ok(successors)
-}
-
-/// Whether two hand-overs start successors alike.
-fn same_hand_over(a: &HandOver, b: &HandOver) -> bool {
-    a.queue == b.queue
-        && a.name == b.name
-        && a.signature == b.signature
-        && a.ttl_us == b.ttl_us
-        && a.versions == b.versions
 }
 
 /// The unfinished instance of `queued`'s queue holding dedup `key`, as the

@@ -456,20 +456,13 @@ async fn batch_on(
             // of large trees is not read whole to delete its first few.
             let scanned_all = page.len() as i64 >= limit;
             let mut members = Vec::new();
-            let mut read = 0;
             for roots in page.chunks(TREES_PER_READ) {
                 members.extend(trees(conn, r, ROOT_STATUSES[i], roots).await?);
-                read += roots.len();
                 if members.len() as i64 > limit {
                     break;
                 }
             }
-            // Roots left unread wait for the next batch too.
-            let unread = read < page.len();
-            let mut page = page;
-            page.truncate(read);
             let (page, members, cut) = fitting(page, members, limit);
-            let cut = cut || unread;
             let mut doomed = doomed_trees(&members);
             if !r.lock_row.is_empty() && !doomed.is_empty() {
                 lock_doomed(conn, r, &mut doomed).await?;
@@ -543,9 +536,10 @@ async fn batch_on(
     }
 }
 
-/// The first roots of `page` whose trees hold at most `limit` instances in
-/// all (at least the first root, however large its tree), with those trees'
-/// `members`, and whether any root was left for a later batch.
+/// The first roots of `page` whose trees (read into `members`) hold at most
+/// `limit` instances in all (at least the first root, however large its
+/// tree; never a root whose tree was not read), with those trees' members,
+/// and whether any root was left for a later batch.
 fn fitting(
     mut page: Vec<(String, i64, i64)>,
     members: Vec<Member>,
@@ -557,7 +551,10 @@ fn fitting(
     }
     let (mut kept, mut total) = (0, 0);
     for (root, ..) in &page {
-        let size = sizes.get(root.as_str()).copied().unwrap_or(1);
+        // Every read root has a member: itself.
+        let Some(&size) = sizes.get(root.as_str()) else {
+            break;
+        };
         if kept > 0 && total + size > limit {
             break;
         }
