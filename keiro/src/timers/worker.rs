@@ -655,11 +655,7 @@ impl Timers {
         F: Fn(TimerRow) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = FireOutcome> + Send + 'static,
     {
-        let mut firing: JoinSet<()> = JoinSet::new();
-        // When each fire in flight was claimed (at the earliest), by a
-        // number of its own: the preamble leaves those claims alone.
-        let in_flight: Arc<Mutex<BTreeSet<(i64, u64)>>> = Arc::default();
-        let mut claims = 0u64;
+        let mut firing = Firing::default();
         // Claims since the preamble last ran, and when it is due again.
         let (mut since_preamble, mut preamble_at) = (0usize, Instant::now());
         let mut dropped = false;
@@ -669,9 +665,8 @@ impl Timers {
                 break;
             }
             if since_preamble >= options.batch_size || Instant::now() >= preamble_at {
-                let own_from = lock(&in_flight).first().map(|(at, _)| *at);
                 let now = self.store.now_us();
-                if let Err(error) = self.preamble(&options, now, own_from).await {
+                if let Err(error) = self.preamble(&options, now, firing.oldest()).await {
                     tracing::warn!(%error, "keiro timer worker could not requeue stale claims");
                 }
                 (since_preamble, preamble_at) = (0, Instant::now() + options.poll_interval);
@@ -682,18 +677,10 @@ impl Timers {
                 let now = self.store.now_us();
                 match self.claim_to_fire(now).await {
                     Ok(Some(Ok((timer, lag)))) => {
-                        (since_preamble, claimed, claims) = (since_preamble + 1, true, claims + 1);
-                        let own = (now, claims);
-                        lock(&in_flight).insert(own);
-                        let (timers, fire, in_flight) =
-                            (self.clone(), fire.clone(), in_flight.clone());
-                        firing.spawn(async move {
-                            let fired =
-                                timers.fire_claimed(&options, now, timer, lag, &*fire).await;
-                            lock(&in_flight).remove(&own);
-                            if let Err(error) = fired {
-                                tracing::warn!(%error, "keiro timer fire could not be recorded");
-                            }
+                        (since_preamble, claimed) = (since_preamble + 1, true);
+                        let (timers, fire) = (self.clone(), fire.clone());
+                        firing.start(now, async move {
+                            timers.fire_claimed(&options, now, timer, lag, &*fire).await
                         });
                     }
                     Ok(Some(Err(error))) => {
@@ -735,7 +722,7 @@ impl Timers {
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(pause) => break,
-                    Some(_) = firing.join_next(), if !firing.is_empty() => break,
+                    Some(_) = firing.set.join_next(), if !firing.is_empty() => break,
                     _ = &mut woken, if !full => {}
                     changed = stopped.changed() => {
                         // The handle was dropped without a shutdown: stop too.
@@ -748,7 +735,7 @@ impl Timers {
             }
         }
         // Shutting down: the fires in flight end and record their outcomes.
-        while firing.join_next().await.is_some() {}
+        while firing.set.join_next().await.is_some() {}
     }
 
     /// How long an idle loop may still sleep: until the earliest scheduled
@@ -759,6 +746,54 @@ impl Timers {
             Ok(Some(at)) => until_us(at, self.store.now_us()).min(left),
             _ => left,
         }
+    }
+}
+
+/// The fires a worker loop has in flight, each in a task of its own, and
+/// when each was claimed.
+#[derive(Default)]
+struct Firing {
+    set: JoinSet<()>,
+    /// Each fire's claim time, with a number of its own (two may share a
+    /// time).
+    claimed: Arc<Mutex<BTreeSet<(i64, u64)>>>,
+    started: u64,
+}
+
+impl Firing {
+    /// Runs `fire`, a timer claimed at `claimed_at`, in a task of its own.
+    fn start(
+        &mut self,
+        claimed_at: i64,
+        fire: impl Future<Output = Result<FireReport, TimerError>> + Send + 'static,
+    ) {
+        self.started += 1;
+        let own = (claimed_at, self.started);
+        lock(&self.claimed).insert(own);
+        let claimed = self.claimed.clone();
+        self.set.spawn(async move {
+            let fired = fire.await;
+            lock(&claimed).remove(&own);
+            if let Err(error) = fired {
+                tracing::warn!(%error, "keiro timer fire could not be recorded");
+            }
+        });
+    }
+
+    /// How many are in flight.
+    fn len(&self) -> usize {
+        self.set.len()
+    }
+
+    /// Whether none is.
+    fn is_empty(&self) -> bool {
+        self.set.is_empty()
+    }
+
+    /// The earliest claim time of a fire in flight: the worker's own claims
+    /// from then on are not stale, however long they run.
+    fn oldest(&self) -> Option<i64> {
+        lock(&self.claimed).first().map(|(at, _)| *at)
     }
 }
 
