@@ -29,8 +29,8 @@ use crate::{Conn, Result, Store, StoreError};
 /// PostgreSQL 65,535).
 const IDS_PER_STATEMENT: usize = 500;
 
-/// How many roots' trees a batch reads at a time, until it has more
-/// instances than its size.
+/// How many roots' trees a batch reads first; then as many as it has room
+/// for, until it has more instances than its size.
 const TREES_PER_READ: usize = 32;
 
 /// The finished statuses of an instance, each with the cutoff it is aged by.
@@ -452,15 +452,26 @@ async fn batch_on(
             )?;
             // A batch holds trees whole, and at most `limit` instances unless
             // its first tree alone is larger: the rest of the page waits for
-            // the next batch. Trees are read a few roots at a time, so a page
-            // of large trees is not read whole to delete its first few.
+            // the next batch. Trees are read a few roots first, so a page of
+            // large trees is not read whole to delete its first few.
             let scanned_all = page.len() as i64 >= limit;
             let mut members = Vec::new();
-            for roots in page.chunks(TREES_PER_READ) {
-                members.extend(trees(conn, r, ROOT_STATUSES[i], roots).await?);
-                if members.len() as i64 > limit {
-                    break;
-                }
+            let mut read = 0;
+            while read < page.len() && (members.len() as i64) <= limit {
+                // A first few roots, then as many as the batch has room
+                // for if their trees were lone roots: two reads for a page
+                // of small trees.
+                let room = usize::try_from(limit)
+                    .unwrap_or(0)
+                    .saturating_sub(members.len());
+                let take = room.max(TREES_PER_READ).min(page.len() - read);
+                let take = if read == 0 {
+                    take.min(TREES_PER_READ)
+                } else {
+                    take
+                };
+                members.extend(trees(conn, r, ROOT_STATUSES[i], &page[read..read + take]).await?);
+                read += take;
             }
             let (page, members, cut) = fitting(page, members, limit);
             let mut doomed = doomed_trees(&members);
