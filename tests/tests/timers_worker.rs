@@ -33,6 +33,114 @@ on_both_backends!(
     killed_worker_fires_again_after_the_stale_ttl,
 );
 
+// ---------------------------------------------------------------------------
+// A timer whose stored text does not decode (SQLite only: PostgreSQL's `JSON`
+// column refuses such text however it is written; SQLite's CHECK can be
+// switched off)
+
+/// Schedules `bad` (due first) and `good` due now, then breaks `bad`'s
+/// payload by hand, as a bad migration or a hand edit would.
+async fn with_one_undecodable(timers: &keiro::timers::Timers, bad: &str, good: &[&str]) {
+    let mut request = past(bad);
+    request.fire_at -= Duration::from_secs(60);
+    schedule(timers, request).await;
+    let requests: Vec<TimerRequest> = good.iter().map(|id| past(id)).collect();
+    schedule_all(timers, &requests).await;
+    let keiro_tests::timers::Pool::Sqlite(pool) = keiro_tests::timers::pool(timers) else {
+        unreachable!("an SQLite test database")
+    };
+    // The table's CHECK refuses such text: only a write that switches the
+    // check off (or a damaged file) can store it.
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::query("PRAGMA ignore_check_constraints = ON")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE keiro_timers SET payload = '{not json' WHERE id = ?")
+        .bind(bad)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("PRAGMA ignore_check_constraints = OFF")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+}
+
+/// The stored status and last error of timer `id`, read without decoding it.
+async fn raw_status(timers: &keiro::timers::Timers, id: &str) -> (String, Option<String>) {
+    let keiro_tests::timers::Pool::Sqlite(pool) = keiro_tests::timers::pool(timers) else {
+        unreachable!("an SQLite test database")
+    };
+    sqlx::query_as("SELECT status, last_error FROM keiro_timers WHERE id = ?")
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_undecodable_timer_is_set_aside_and_the_worker_goes_on() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let timers = timers(&db).await;
+    with_one_undecodable(&timers, "bad", &["g-1", "g-2", "g-3"]).await;
+    let counts = Arc::new(Mutex::new(HashMap::new()));
+    // A poll interval far longer than the wait below: a loop that paused
+    // after setting the bad timer aside would not fire the others in time.
+    let worker = timers
+        .spawn_worker(
+            TimerWorkerOptions::default().poll_interval(Duration::from_secs(600)),
+            counting(&counts),
+        )
+        .unwrap();
+    let started = Instant::now();
+    wait_for("the three good fires", || counts.lock().unwrap().len() == 3).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    worker.shutdown().await;
+    assert!(!counts.lock().unwrap().contains_key("bad"));
+    let (status, reason) = raw_status(&timers, "bad").await;
+    assert_eq!(status, "dead");
+    let reason = reason.unwrap();
+    assert!(
+        reason.contains("timer `bad` does not decode"),
+        "the reason names the timer: {reason}"
+    );
+}
+
+#[tokio::test]
+async fn drain_sets_an_undecodable_timer_aside_and_fires_the_rest() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let timers = timers(&db).await;
+    with_one_undecodable(&timers, "bad", &["g-1", "g-2"]).await;
+    let counts = Arc::new(Mutex::new(HashMap::new()));
+    let summary = timers
+        .drain(&TimerWorkerOptions::default(), 10, counting(&counts))
+        .await
+        .unwrap();
+    assert_eq!(
+        (summary.processed, summary.undecodable, summary.fired),
+        (3, 1, 2),
+        "{summary:?}"
+    );
+    assert_eq!(counts.lock().unwrap().len(), 2);
+    assert_eq!(raw_status(&timers, "bad").await.0, "dead");
+    // `run_once` returns the error, naming the timer, and sets it aside too.
+    with_one_undecodable(&timers, "bad-2", &[]).await;
+    let error = timers
+        .run_once(&TimerWorkerOptions::default(), counting(&counts))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, TimerError::Payload { id, .. } if id == "bad-2"),
+        "{error:?}"
+    );
+    assert_eq!(raw_status(&timers, "bad-2").await.0, "dead");
+}
+
 fn never_fires() -> FireOutcome {
     panic!("nothing may fire with bad options")
 }

@@ -306,6 +306,9 @@ pub struct DrainSummary {
     pub not_mine: usize,
     /// Claimed timers that moved on while firing; their outcome was dropped.
     pub superseded: usize,
+    /// Claimed timers whose stored text did not decode: dead-lettered
+    /// without firing, with the decode error as the reason.
+    pub undecodable: usize,
     /// Stale claims requeued before claiming.
     pub requeued_stuck: u64,
     /// Lapsed foreground resume claims recovered to dead before claiming.
@@ -342,7 +345,9 @@ impl Timers {
     /// dead-lettered without firing, otherwise `fire` runs inside a
     /// `keiro.timer.fire` span and its [`FireOutcome`] is applied. A panic in
     /// `fire` is retried after [`PANIC_RETRY_DELAY`]. Returns `None` when
-    /// nothing is due.
+    /// nothing is due. A claimed timer whose stored text does not decode is
+    /// dead-lettered (the reason is the decode error) and returned as
+    /// [`TimerError::Payload`].
     ///
     /// Timers are at-least-once: a worker dying between `fire`'s side effect
     /// and the mark, or a `fire` outliving `requeue_stuck_after`, fires the
@@ -364,7 +369,9 @@ impl Timers {
 
     /// Claims and fires up to `limit` timers that were due when the pass
     /// began, with [`Timers::run_once`]'s semantics for each, and reports
-    /// what it did.
+    /// what it did. A timer whose stored text does not decode is
+    /// dead-lettered, counted as [`DrainSummary::undecodable`] and logged;
+    /// the pass goes on (where `run_once` returns the error).
     ///
     /// The requeue-and-gauge preamble runs once for the whole batch. The pass
     /// stops early when nothing is due, and it cannot spin: every outcome but
@@ -385,8 +392,17 @@ impl Timers {
         let now = self.store.now_us();
         let mut summary = self.preamble(options, now, None).await?;
         while summary.processed < limit {
-            match self.claim_and_fire(options, now, &fire).await? {
-                Some(report) => summary.count(&report.disposition),
+            match self.claim_to_fire(now).await? {
+                Some(Ok((timer, lag))) => {
+                    let report = self.fire_claimed(options, now, timer, lag, &fire).await?;
+                    summary.count(&report.disposition);
+                }
+                Some(Err(error)) => {
+                    // Dead-lettered already: the rest of the batch goes on.
+                    tracing::warn!(%error, "keiro timer set aside: its stored text does not decode");
+                    summary.processed += 1;
+                    summary.undecodable += 1;
+                }
                 None => break,
             }
         }
