@@ -272,6 +272,15 @@ fn bad_cron_field(expression: &str) -> Option<(&'static str, String)> {
     })
 }
 
+/// The day-of-week field of a six- or seven-field `expression` when it
+/// numbers days (a range, a list or a step): the
+/// `cron` crate counts 1 = Sunday, crontab 1 = Monday, so a number is a
+/// silent off-by-one for anyone used to crontab.
+fn numeric_day_of_week(expression: &str) -> Option<&str> {
+    let field = expression.split_whitespace().nth(5)?;
+    field.bytes().any(|b| b.is_ascii_digit()).then_some(field)
+}
+
 /// Error collection and duplicate tracking while the keys are read.
 struct State {
     mac: Macro,
@@ -413,7 +422,22 @@ impl State {
             return Ok(None);
         };
         match <cron::Schedule as std::str::FromStr>::from_str(&lit.value()) {
-            Ok(_) => Ok(Some(lit)),
+            Ok(_) => {
+                let expression = lit.value();
+                if let Some(field) = numeric_day_of_week(&expression) {
+                    self.errors.spanned(
+                        &lit,
+                        format!(
+                            "the day-of-week field `{field}` of cron expression `{expression}` \
+                             numbers its days, and this cron counts 1 = Sunday to 7 = Saturday \
+                             where crontab counts 0 = Sunday, 1 = Monday; name the days instead, \
+                             e.g. `MON-FRI` or `SAT,SUN`"
+                        ),
+                    );
+                    return Ok(None);
+                }
+                Ok(Some(lit))
+            }
             Err(e) => {
                 let expression = lit.value();
                 let fields = expression.split_whitespace().count();

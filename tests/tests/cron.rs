@@ -422,7 +422,147 @@ async fn missed_ticks_run_the_latest_once_or_none(backend: Backend) {
     }
 }
 
+async fn backfill_refuses_a_future_or_reversed_range(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let now = SystemTime::now();
+    let day = Duration::from_secs(86_400);
+    // Ending after now: those ticks are the scheduler's, at their time.
+    let err = keiro
+        .backfill_schedule("nightly_report", now - day, now + 2 * day)
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, keiro::Error::InvalidOption { .. })
+            && text.contains("`nightly_report`")
+            && text.contains("after now"),
+        "{text}"
+    );
+    // Ending before it starts.
+    let err = keiro
+        .backfill_schedule("nightly_report", now - day, now - 3 * day)
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, keiro::Error::InvalidOption { .. }) && text.contains("earlier time first"),
+        "{text}"
+    );
+    assert!(ids(&keiro, "cron:nightly_report:").await.is_empty());
+    let info = keiro.schedules().await.unwrap();
+    let nightly = info.iter().find(|s| s.name == "nightly_report").unwrap();
+    assert_eq!(nightly.last_tick, None, "{nightly:?}");
+}
+
+/// The tick (seconds since the Unix epoch) of an instance id with `prefix`.
+fn tick_after(prefix: &str, id: &str) -> i64 {
+    let tick = id.strip_prefix(prefix).expect("a tick id");
+    chrono::DateTime::parse_from_rfc3339(tick)
+        .unwrap_or_else(|e| panic!("{id}: {e}"))
+        .timestamp()
+}
+
+async fn a_tick_that_fell_while_paused_never_runs_after_a_resume(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    keiro
+        .create_schedule("every4", "*/4 * * * * *", greet("x".into()))
+        .await
+        .unwrap();
+    // A worker runs a tick, so the schedule has a last tick; then none runs.
+    let first = worker(&keiro).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ids(&keiro, "cron:every4:").await.is_empty() {
+        assert!(Instant::now() < deadline, "no tick of every4 ran");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    first.stop().await;
+    keiro.pause_schedule("every4").await.unwrap();
+    // Let a tick fall while paused, then resume right after it.
+    let paused_at = now_secs();
+    let fell = loop {
+        let now = now_secs();
+        if now > paused_at && now % 4 == 0 {
+            break now;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    keiro.resume_schedule("every4").await.unwrap();
+    // A worker starting now (missed ticks: run the latest) finds the tick
+    // that fell while paused as the latest: it must pass it over.
+    let second = worker(&keiro).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    second.stop().await;
+    assert!(
+        now_secs() < fell + 4,
+        "the test overran the next tick; its window is 4 s"
+    );
+    let ran: Vec<i64> = ids(&keiro, "cron:every4:")
+        .await
+        .iter()
+        .map(|id| tick_after("cron:every4:", id))
+        .collect();
+    assert!(
+        !ran.contains(&fell),
+        "tick {fell} fell while paused and ran after the resume: {ran:?}"
+    );
+    let info = keiro.schedules().await.unwrap();
+    let every4 = info.iter().find(|s| s.name == "every4").unwrap();
+    assert_eq!(
+        every4.last_tick,
+        Some(UNIX_EPOCH + Duration::from_secs(fell as u64)),
+        "the passed-over tick is the last: {every4:?}"
+    );
+}
+
+/// PostgreSQL only: a trigger makes the store refuse a tick's instance with
+/// a transient error for a while, as a failover would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_whose_start_fails_for_a_while_runs_once_the_store_answers() {
+    use sqlx::Connection;
+    let db = TestDb::new(Backend::Postgres).await;
+    let keiro = db.keiro().await;
+    let mut admin = sqlx::PgConnection::connect(&db.direct_url).await.unwrap();
+    sqlx::raw_sql(
+        "CREATE FUNCTION keiro.refuse_ticks() RETURNS trigger AS $$ BEGIN \
+           RAISE EXCEPTION 'the server is starting up' USING ERRCODE = '57P03'; END $$ \
+         LANGUAGE plpgsql; \
+         CREATE TRIGGER refuse_ticks BEFORE INSERT ON keiro.workflows FOR EACH ROW \
+           WHEN (NEW.id LIKE 'cron:every_second:%') EXECUTE FUNCTION keiro.refuse_ticks();",
+    )
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let worker = worker(&keiro).await;
+    // Ticks fall while every start fails.
+    let first_refused = now_secs() + 1;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let last_refused = now_secs() - 1;
+    assert!(ids(&keiro, "cron:every_second:").await.is_empty());
+    sqlx::raw_sql("DROP TRIGGER refuse_ticks ON keiro.workflows")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    worker.stop().await;
+    let ran: Vec<i64> = ids(&keiro, "cron:every_second:")
+        .await
+        .iter()
+        .map(|id| tick_of(id))
+        .collect();
+    for tick in first_refused..=last_refused {
+        assert!(
+            ran.contains(&tick),
+            "tick {tick} was refused while the trigger stood and never ran: {ran:?}"
+        );
+    }
+}
+
 keiro_tests::on_both_backends!(
+    backfill_refuses_a_future_or_reversed_range,
+    a_tick_that_fell_while_paused_never_runs_after_a_resume,
     a_tick_runs_at_once_without_waiting_for_a_pass,
     missed_ticks_run_the_latest_once_or_none,
     two_worker_processes_run_every_tick_exactly_once,

@@ -24,7 +24,9 @@ pub struct ScheduleInfo {
     /// The next tick after now by the store's clock; `None` while paused or
     /// when the expression has no further tick.
     pub next_tick: Option<SystemTime>,
-    /// The latest tick a worker started an instance for, if any.
+    /// The latest tick a worker started an instance for (or a trigger
+    /// ran at), if any; after a resume, at least the latest tick that fell
+    /// while paused, which was passed over.
     pub last_tick: Option<SystemTime>,
 }
 

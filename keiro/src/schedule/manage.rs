@@ -76,15 +76,27 @@ impl Keiro {
         self.set_paused(name, true).await
     }
 
-    /// Resumes a paused schedule `name`: its next tick after now runs.
+    /// Resumes a paused schedule `name`: its next tick after now runs. The
+    /// ticks that fell while it was paused are passed over for good: the
+    /// latest becomes its `last_tick`, so a worker starting later does not
+    /// run it as missed.
     pub async fn resume_schedule(&self, name: &str) -> Result<()> {
         self.set_paused(name, false).await
     }
 
     async fn set_paused(&self, name: &str, paused: bool) -> Result<()> {
-        write_linked(self).await?;
+        let row = self.schedule_row(name).await?;
         if !self.raw_store().set_schedule_paused(name, paused).await? {
             return Err(self.unknown_schedule(name).await);
+        }
+        if row.paused && !paused {
+            // The ticks that fell while paused are passed over: record the
+            // latest as handled, so a worker starting later does not run it
+            // as a missed tick.
+            let spec = CronSpec::parse(&row.name, &row.cron, &row.timezone)?;
+            if let Some(latest) = spec.latest_until(self.now_us()) {
+                self.raw_store().record_schedule_tick(name, latest).await?;
+            }
         }
         self.scheduler_state().wake();
         Ok(())
@@ -106,8 +118,9 @@ impl Keiro {
     /// included) that has no instance yet, each under its tick's own id, so
     /// a tick the scheduler ran already, or an earlier backfill, is not run
     /// again. Returns the ids of the instances it created, in tick order. At
-    /// most [`MAX_BACKFILL_TICKS`] ticks per call ([`Error::InvalidOption`]
-    /// beyond).
+    /// most [`MAX_BACKFILL_TICKS`] ticks per call; more, a range that ends
+    /// after now (by the store's clock: those ticks are the scheduler's) or
+    /// one that ends before it starts is [`Error::InvalidOption`].
     pub async fn backfill_schedule(
         &self,
         name: &str,
@@ -116,7 +129,30 @@ impl Keiro {
     ) -> Result<Vec<String>> {
         let row = self.schedule_row(name).await?;
         let spec = CronSpec::parse(&row.name, &row.cron, &row.timezone)?;
-        let ticks = spec.ticks_within(to_us(from), to_us(to), MAX_BACKFILL_TICKS + 1);
+        let (from_us, to_us, now) = (to_us(from), to_us(to), self.now_us());
+        if from_us > to_us {
+            return Err(Error::invalid_option(
+                "backfill_schedule",
+                format!(
+                    "the range of schedule `{name}` starts at {} after it ends at {}; \
+                     pass the earlier time first",
+                    rfc3339(from_us),
+                    rfc3339(to_us)
+                ),
+            ));
+        }
+        if to_us > now {
+            return Err(Error::invalid_option(
+                "backfill_schedule",
+                format!(
+                    "the range of schedule `{name}` ends at {}, after now ({}): a backfill runs \
+                     past ticks only, and the scheduler runs the rest when they fall due",
+                    rfc3339(to_us),
+                    rfc3339(now)
+                ),
+            ));
+        }
+        let ticks = spec.ticks_within(from_us, to_us, MAX_BACKFILL_TICKS + 1);
         if ticks.len() > MAX_BACKFILL_TICKS {
             return Err(Error::invalid_option(
                 "backfill_schedule",
@@ -167,8 +203,14 @@ impl Keiro {
     where
         R: Serialize + DeserializeOwned + Send + 'static,
     {
-        CronSpec::parse(name, cron, timezone)?;
-        Error::check_id("schedule name", name)?;
+        CronSpec::parse_new(name, cron, timezone)?;
+        // Room for the longest id derived from it, a trigger's:
+        // `cron:<name>:trigger:<RFC 3339 with µs>`.
+        Error::check_id_within(
+            "schedule name",
+            name,
+            crate::MAX_ID_BYTES - "cron::trigger:2000-01-01T00:00:00.000000Z".len(),
+        )?;
         if linked().any(|registration| registration.workflow == name) {
             return Err(Error::InvalidSchedule {
                 name: name.to_owned(),

@@ -189,14 +189,24 @@ async fn pass(
         let due = cursor
             .spec
             .ticks_within(cursor.handled.saturating_add(1), now, MAX_CATCH_UP);
+        let mut retry = false;
         for &tick in &due {
-            fire_logged(keiro, runs, row, tick).await;
+            if fire_logged(keiro, runs, row, tick).await == Fired::Retry {
+                // Not past this tick: the next pass tries it again.
+                retry = true;
+                break;
+            }
+            cursor.handled = tick;
         }
-        cursor.handled = due.last().copied().unwrap_or(cursor.handled);
-        if due.len() == MAX_CATCH_UP {
+        if !retry && due.len() == MAX_CATCH_UP {
             cursor.handled = now;
         }
-        if let Some(at) = cursor.spec.next_after(cursor.handled) {
+        let at = if retry {
+            Some(now.saturating_add(crate::time::duration_us(SCHEDULE_POLL)))
+        } else {
+            cursor.spec.next_after(cursor.handled)
+        };
+        if let Some(at) = at {
             next = Some(next.map_or(at, |n| n.min(at)));
         }
     }
@@ -235,13 +245,38 @@ fn cursor<'c>(
     cursors.get_mut(&row.name)
 }
 
-async fn fire_logged(keiro: &Keiro, runs: &TickRuns, row: &ScheduleRow, tick: i64) {
-    if let Err(error) = fire(keiro, row, tick, Start::Here(runs)).await {
-        tracing::warn!(
-            %error,
-            schedule = %row.name,
-            tick = %super::spec::rfc3339(tick),
-            "keiro could not start a cron tick"
-        );
+/// What became of one tick's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fired {
+    /// Its instance exists (made now, or by another worker before).
+    Done,
+    /// The store could not be reached or was busy: try the tick again.
+    Retry,
+    /// It can never start (its id or arguments are refused): logged and
+    /// passed over.
+    Refused,
+}
+
+async fn fire_logged(keiro: &Keiro, runs: &TickRuns, row: &ScheduleRow, tick: i64) -> Fired {
+    match fire(keiro, row, tick, Start::Here(runs)).await {
+        Ok(_) => Fired::Done,
+        Err(error) if error.is_transient() => {
+            tracing::warn!(
+                %error,
+                schedule = %row.name,
+                tick = %super::spec::rfc3339(tick),
+                "keiro could not start a cron tick; trying it again"
+            );
+            Fired::Retry
+        }
+        Err(error) => {
+            tracing::error!(
+                %error,
+                schedule = %row.name,
+                tick = %super::spec::rfc3339(tick),
+                "keiro cannot start a cron tick; it is passed over"
+            );
+            Fired::Refused
+        }
     }
 }
