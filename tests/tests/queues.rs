@@ -495,7 +495,29 @@ async fn queue_settings_need_an_enqueue_and_a_queue(backend: Backend) {
     );
 }
 
+/// Spawns a `queue_job` child on a queue, and returns what the spawn said.
+#[keiro::workflow]
+async fn spawns_on_a_queue() -> Result<String, String> {
+    let child = queue_job("unused".into(), "child".into(), 1).queue(&ONE_AT_A_TIME);
+    match keiro::spawn(child).await {
+        Ok(_) => Ok("spawned".into()),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+async fn a_spawned_child_with_queue_settings_is_refused(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    // A spawned child runs at once: its queue's limit would not hold.
+    let said = spawns_on_a_queue().on(&keiro).await.unwrap();
+    assert!(
+        matches!(&said, Err(text) if text.contains("queue_job") && text.contains("keiro::spawn") && text.contains("enqueue")),
+        "{said:?}"
+    );
+}
+
 on_both_backends!(
+    a_spawned_child_with_queue_settings_is_refused,
     concurrency_holds_across_worker_processes,
     worker_concurrency_holds_per_process,
     rate_limit_spaces_starts,

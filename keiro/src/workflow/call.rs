@@ -209,7 +209,7 @@ where
 
     /// Refuses to start or await a call given queue or debounce settings,
     /// which only an enqueue honours.
-    fn refuse_queue(&self, how: &str) -> Result<()> {
+    pub(crate) fn refuse_queue(&self, how: &str) -> Result<()> {
         self.debounce.refuse_run(self.name, how)?;
         if !self.queue.is_set() {
             return Ok(());

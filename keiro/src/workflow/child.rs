@@ -52,6 +52,12 @@ impl<R> ChildHandle<R> {
 /// This, not `tokio::spawn`, is how a workflow runs work concurrently: each
 /// child is journaled as a workflow of its own.
 ///
+/// A spawned child starts at once, in this process: a call given queue or
+/// debounce settings (`.queue`, `.priority`, `.partition`, `.dedup`,
+/// `.delay`, `.debounce`) is refused with [`Error::InvalidOption`], since
+/// they would not hold. Put such a child on its queue with
+/// [`WorkflowCall::enqueue`] instead.
+///
 /// ```no_run
 /// #[keiro::workflow]
 /// async fn resize(image: String) -> String {
@@ -82,6 +88,9 @@ where
             instead: "it starts a child of the calling workflow, so outside one use `.start()`",
         });
     }
+    // A spawned child runs at once in this process: a queue's limits, a
+    // delay or a debounce would be dropped without a word.
+    call.refuse_queue("was spawned with `keiro::spawn`")?;
     start_child(call).await
 }
 
