@@ -451,7 +451,12 @@ impl Store {
 
     /// Puts an instance set aside for non-determinism back to `pending`, keeping
     /// its journal, so the fixed code can resume it. Returns whether it applied.
+    /// Refused with [`StoreError::Duplicate`] when another unfinished
+    /// instance took its queue's dedup key meanwhile.
     pub async fn requeue_set_aside(&self, id: &str) -> Result<bool> {
+        if let Some(duplicate) = self.dedup_taken(id).await? {
+            return Err(duplicate);
+        }
         let args = args![id, self.now_us()];
         Ok(self
             .execute("requeue_set_aside", |sql| &sql.requeue_set_aside, &args)

@@ -154,7 +154,9 @@ impl Store {
     /// `Err`) or `cancelled`: `pending`, due now, attempts reset, error,
     /// output and lease cleared, its journal kept so recorded steps are not
     /// run again. Anything else is left alone and named in the outcome, as
-    /// is a child whose parent's journal holds its result already.
+    /// is a child whose parent's journal holds its result already. Refused
+    /// with [`StoreError::Duplicate`] when another unfinished instance took
+    /// its queue's dedup key since it ended.
     pub async fn retry(&self, id: &str) -> Result<Retry> {
         const OP: &str = "retry";
         validate_id("workflow id", id)?;
@@ -200,6 +202,11 @@ impl Store {
                     },
                 )
                 .await;
+            }
+            // Its dedup key went free when it ended: refuse if another took it.
+            if let Some(duplicate) = crate::queue::dedup_taken((&mut *tx).into(), id).await? {
+                let _ = crate::query::rolled_back(tx, OP, ()).await;
+                return Err(duplicate);
             }
             crate::prepared::query(&sql.operate.retry)
                 .bind(id)

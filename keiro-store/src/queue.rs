@@ -108,6 +108,9 @@ pub(crate) struct QueueStatements {
     lock: Option<&'static str>,
     mark_queued: String,
     find_duplicate: String,
+    /// Another unfinished instance holding the queue and dedup key of
+    /// instance `$1`.
+    dedup_holder: String,
     pub(crate) rooms: String,
     pub(crate) claim_partition: String,
     pub(crate) hand_over: String,
@@ -194,8 +197,16 @@ impl QueueStatements {
                 "UPDATE {w} SET queue = $2, priority = $3, partition_key = $4, dedup_key = $5, \
                  wake_at = COALESCE($6, wake_at) WHERE id = $1"
             ),
+            // Not when the new id exists already: that call attaches to it
+            // (or is refused as another call), whoever holds the key now.
             find_duplicate: format!(
-                "SELECT id FROM {w} WHERE queue = $1 AND dedup_key = $2 AND {unfinished}"
+                "SELECT id FROM {w} WHERE queue = $1 AND dedup_key = $2 AND {unfinished} \
+                 AND NOT EXISTS (SELECT 1 FROM {w} WHERE id = $3)"
+            ),
+            dedup_holder: format!(
+                "SELECT o.id, o.queue, o.dedup_key FROM {w} me JOIN {w} o \
+                 ON o.queue = me.queue AND o.dedup_key = me.dedup_key AND o.id <> me.id \
+                 WHERE me.id = $1 AND o.{unfinished}"
             ),
             // $1 owner, $2 now, $3 queue, $4 the rate window's start. Every
             // partition with a takeable row, found by skipping through the
@@ -366,6 +377,16 @@ impl Store {
             }
             other => other,
         }
+    }
+
+    /// [`dedup_taken`] on a pooled connection.
+    pub(crate) async fn dedup_taken(&self, id: &str) -> Result<Option<StoreError>> {
+        dispatch!(Store, self, |s| {
+            let mut conn = s.acquire("dedup_taken").await?;
+            let found = dedup_taken((&mut *conn).into(), id).await?;
+            conn.done("dedup_taken").await?;
+            Ok(found)
+        })
     }
 
     /// The [`StoreError::Duplicate`] a conflicting `new` met, if its id is
@@ -688,6 +709,29 @@ pub(crate) async fn hand_over_all_on(
     Ok(successors)
 }
 
+/// The [`StoreError::Duplicate`] that putting instance `id` back in line
+/// would meet: another unfinished instance took its queue's dedup key since
+/// it ended (a cancel, a failure or a set-aside release the key). `None`
+/// when it has no key or the key is free.
+pub(crate) async fn dedup_taken(conn: Conn<'_>, id: &str) -> Result<Option<StoreError>> {
+    const OP: &str = "dedup_taken";
+    let holder: Option<(String, Option<String>, Option<String>)> =
+        dispatch!(Conn, conn, |c, sql| {
+            crate::prepared::query_as(&sql.queue.dedup_holder)
+                .bind(id)
+                .fetch_optional(&mut *c)
+                .await
+                .map_err(StoreError::query(OP))
+        })?;
+    Ok(
+        holder.map(|(existing_id, queue, key)| StoreError::Duplicate {
+            queue: queue.unwrap_or_default(),
+            key: key.unwrap_or_default(),
+            existing_id,
+        }),
+    )
+}
+
 /// The unfinished instance of `queued`'s queue holding dedup `key`, as the
 /// [`StoreError::Duplicate`] refusing `new` (none when it is `new` itself).
 async fn find_duplicate(
@@ -701,6 +745,7 @@ async fn find_duplicate(
         crate::prepared::query(&sql.queue.find_duplicate)
             .bind(queue)
             .bind(key)
+            .bind(new.id)
             .fetch_optional(&mut *c)
             .await
             .map_err(StoreError::query("create_queued"))?

@@ -90,6 +90,19 @@ pub async fn queue_job(file: String, tag: String, hold_ms: u64) -> Result<String
     Ok(tag)
 }
 
+/// Spawns a `queue_job` child on a queue, and returns what the spawn said.
+/// (Here, not in the test file: a workflow declared only in the test binary
+/// would change its default application version, and the `queue_worker`
+/// processes would not claim its instances.)
+#[workflow]
+pub async fn spawns_on_a_queue() -> Result<String, String> {
+    let child = queue_job("unused".into(), "child".into(), 1).queue(&ONE_AT_A_TIME);
+    match keiro::spawn(child).await {
+        Ok(_) => Ok("spawned".into()),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
 fn record(file: &str, what: &str, tag: &str) {
     let at_us = SystemTime::now()
         .duration_since(UNIX_EPOCH)

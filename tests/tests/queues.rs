@@ -10,8 +10,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use keiro::{Error, Keiro, ResumeOptions, ResumeWorker, WorkflowHandle};
 use keiro_tests::process::CrashChild;
 use keiro_tests::queues::{
-    events, gated_job, max_in_flight, queue_job, CONCURRENCY_2, ONE_AT_A_TIME, PER_WORKER_1, PLAIN,
-    RATE_20,
+    events, gated_job, max_in_flight, queue_job, spawns_on_a_queue, CONCURRENCY_2, ONE_AT_A_TIME,
+    PER_WORKER_1, PLAIN, RATE_20,
 };
 use keiro_tests::{on_both_backends, Backend, TestDb};
 
@@ -377,6 +377,64 @@ async fn dedup_refuses_while_unfinished_and_accepts_after(backend: Backend) {
     worker.stop().await;
 }
 
+/// Sets instance `id` aside as non-deterministic, as a replay that met
+/// changed code would.
+async fn set_aside(db: &TestDb, backend: Backend, id: &str) {
+    let sql = "UPDATE {t} SET status = 'nondeterministic', error = 'changed code' WHERE id = $1";
+    match backend {
+        Backend::Sqlite => {
+            let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+            sqlx::query(&sql.replace("{t}", "keiro_workflows"))
+                .bind(id)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+        Backend::Postgres | Backend::PgBouncer => {
+            let pool = sqlx::PgPool::connect(&db.direct_url).await.unwrap();
+            sqlx::query(&sql.replace("{t}", "keiro.workflows"))
+                .bind(id)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+async fn a_dedup_key_taken_meanwhile_refuses_retry_and_resume_but_not_an_attach(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let (_dir, file) = events_file();
+    let job = |id: &str| {
+        queue_job(text(&file), id.to_owned(), 10)
+            .on(&keiro)
+            .id(id.to_owned())
+            .queue(&PLAIN)
+            .dedup("order-9")
+    };
+    // `a` holds the key, is cancelled (which frees it), and `b` takes it.
+    job("a").enqueue().await.unwrap();
+    keiro.cancel("a").await.unwrap();
+    job("b").enqueue().await.unwrap();
+    let is_b = |result: keiro::Result<()>| {
+        matches!(&result, Err(Error::Duplicate { queue, key, existing_id })
+            if queue == "test-plain" && key == "order-9" && existing_id == "b")
+        .then_some(())
+        .ok_or(result)
+    };
+    is_b(keiro.retry("a").await).expect("retry of `a` refused as a duplicate of `b`");
+    assert_eq!(
+        keiro.summary("a").await.unwrap().status,
+        keiro::WorkflowStatus::Cancelled
+    );
+    set_aside(&db, backend, "a").await;
+    is_b(keiro.resume("a").await).expect("resume of `a` refused as a duplicate of `b`");
+    // The call that made `a` again attaches to `a` (its id exists), whoever
+    // holds the key now.
+    let again = job("a").enqueue().await.unwrap();
+    assert_eq!(again.id(), "a");
+}
+
 async fn delay_is_respected_on_a_queue_and_the_default_queue(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
@@ -495,16 +553,6 @@ async fn queue_settings_need_an_enqueue_and_a_queue(backend: Backend) {
     );
 }
 
-/// Spawns a `queue_job` child on a queue, and returns what the spawn said.
-#[keiro::workflow]
-async fn spawns_on_a_queue() -> Result<String, String> {
-    let child = queue_job("unused".into(), "child".into(), 1).queue(&ONE_AT_A_TIME);
-    match keiro::spawn(child).await {
-        Ok(_) => Ok("spawned".into()),
-        Err(error) => Err(error.to_string()),
-    }
-}
-
 async fn a_spawned_child_with_queue_settings_is_refused(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
@@ -516,7 +564,53 @@ async fn a_spawned_child_with_queue_settings_is_refused(backend: Backend) {
     );
 }
 
+async fn an_instance_waiting_past_its_lease_is_not_run_twice(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (_dir, file) = events_file();
+    // Leases of 300 ms: a claimed instance waiting behind a 1.5 s run lapses.
+    let lease = Duration::from_millis(300);
+    let keiro = db.builder().lease_ttl(lease).connect().await.unwrap();
+    let handles = futures::future::try_join_all((0..2).map(|n| {
+        queue_job(text(&file), format!("t{n}"), 1500)
+            .on(&keiro)
+            .id(format!("lapse-t{n}"))
+            .queue(&PLAIN)
+            .enqueue()
+    }))
+    .await
+    .unwrap();
+    // One at a time: its pass claims both, runs one, keeps one waiting.
+    let options = ResumeOptions::default()
+        .poll_interval(Duration::from_millis(20))
+        .concurrency(1);
+    let first = keiro.resume_worker(options.clone()).await.unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    while events(&file).is_empty() {
+        assert!(Instant::now() < deadline, "no job started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A second worker finds the waiting one's lease lapsed and runs it.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let other = db.builder().lease_ttl(lease).connect().await.unwrap();
+    let second = other.resume_worker(options).await.unwrap();
+    all_done(handles).await;
+    // The first worker reaches its stale copy once its run ends.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    first.stop().await;
+    second.stop().await;
+    let events = events(&file);
+    for tag in ["t0", "t1"] {
+        let starts = events
+            .iter()
+            .filter(|e| e.what == "start" && e.tag == tag)
+            .count();
+        assert_eq!(starts, 1, "{tag} started {starts} times: {events:?}");
+    }
+}
+
 on_both_backends!(
+    a_dedup_key_taken_meanwhile_refuses_retry_and_resume_but_not_an_attach,
+    an_instance_waiting_past_its_lease_is_not_run_twice,
     a_spawned_child_with_queue_settings_is_refused,
     concurrency_holds_across_worker_processes,
     worker_concurrency_holds_per_process,

@@ -524,8 +524,25 @@ impl Keiro {
                 return summary;
             }
         };
-        summary.resumed = 1;
         let (name, id) = (row.name.clone(), row.id.clone());
+        let row = match self.still_held(row).await {
+            Ok(Some(row)) => row,
+            Ok(None) => {
+                // Its lease lapsed while it waited for a slot, and another
+                // run took it: running this copy would repeat its steps.
+                self.inflight().release(driving);
+                summary.lease_skipped = 1;
+                return summary;
+            }
+            Err(error) => {
+                // Left to its lease: the next pass that can claims it.
+                self.inflight().release(driving);
+                summary.transient_errors = 1;
+                (options.log)(&ResumeEvent::TransientError { name, id, error });
+                return summary;
+            }
+        };
+        summary.resumed = 1;
         let result = execute(self, registration.run, row, stop, handing, None).await;
         match &result {
             Ok(Some(done)) => match done.status {
@@ -565,6 +582,32 @@ impl Keiro {
             _ => self.inflight().release(driving),
         }
         summary
+    }
+}
+
+impl Keiro {
+    /// `row`, claimed by this worker, if it still holds it. A row claimed
+    /// more than a lease renewal interval ago (it waited for a slot behind
+    /// longer runs) may have lapsed and been taken by another run: its lease
+    /// is renewed first, and the row read again. `None` when the lease went
+    /// elsewhere or the instance moved on.
+    async fn still_held(&self, row: InstanceRow) -> Result<Option<InstanceRow>> {
+        let ttl_us = duration_us(self.lease_ttl());
+        let Some(expires) = row.lease_expires_at else {
+            return Ok(Some(row));
+        };
+        if self.now_us() < expires.saturating_sub(ttl_us) + ttl_us / 3 {
+            return Ok(Some(row));
+        }
+        let lease = Lease {
+            owner: self.owner(),
+            ttl_us,
+        };
+        if !self.raw_store().renew_lease(&row.id, lease).await? {
+            return Ok(None);
+        }
+        let again = self.raw_store().get_instance(&row.id).await?;
+        Ok(again.filter(|now| now.generation == row.generation && !now.status.is_final()))
     }
 }
 

@@ -90,10 +90,13 @@ impl Keiro {
 
     /// Puts an instance that was set aside for non-determinism back in line,
     /// journal intact, so the fixed code resumes it: the next call with its id
-    /// (or a resume worker) runs it. Errors when no such instance is set aside.
+    /// (or a resume worker) runs it. Errors when no such instance is set aside,
+    /// and with [`Error::Duplicate`] when another unfinished instance took its
+    /// queue's dedup key meanwhile.
     pub async fn resume(&self, id: &str) -> Result<()> {
         Error::check_id("workflow id", id)?;
-        if self.raw_store().requeue_set_aside(id).await? {
+        let requeued = self.raw_store().requeue_set_aside(id).await;
+        if requeued.map_err(Error::from_store)? {
             return Ok(());
         }
         match self.raw_store().get_instance(id).await? {

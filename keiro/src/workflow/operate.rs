@@ -30,9 +30,12 @@ impl Keiro {
     /// result then reaches the parent as a first one would; a child whose
     /// parent recorded its result already is refused with
     /// [`Error::NotRetryable`] naming the parent (retry or fork the parent).
+    /// An instance whose queue's dedup key another unfinished instance took
+    /// since it ended is refused with [`Error::Duplicate`] naming that one.
     pub async fn retry(&self, id: &str) -> Result<()> {
         Error::check_id("workflow id", id)?;
-        let status = match self.raw_store().retry(id).await? {
+        let retried = self.raw_store().retry(id).await;
+        let status = match retried.map_err(Error::from_store)? {
             keiro_store::Retry::Retried => {
                 tracing::info!(id, "keiro put a workflow back in line to retry it");
                 self.wake_resume_worker();
