@@ -29,6 +29,8 @@ on_both_backends!(
     a_history_of_another_workflow_is_refused,
     a_child_the_history_has_not_recorded_is_not_started,
     check_lists_exactly_the_diverging_unfinished_instance,
+    a_transactional_step_beyond_the_history_does_not_run,
+    check_does_not_run_a_transactional_step,
 );
 
 #[step]
@@ -90,6 +92,28 @@ async fn r_gate(key: String) -> bool {
 async fn r_parent(key: String) -> Result<u32, String> {
     let n = r_add(key.clone(), 0).await;
     r_other(key, n).await.map_err(|e| e.to_string())
+}
+
+/// A transactional step that records each run of its body (and writes
+/// nothing: a replay's private database holds no application table).
+#[step(transaction)]
+async fn r_write(tx: &mut keiro::Transaction<'_>, key: String) -> Result<u32, String> {
+    let _ = tx;
+    ran(&key, "write");
+    Ok(1)
+}
+
+/// A step, then a transactional step.
+#[workflow]
+async fn r_pay(key: String) -> Result<u32, String> {
+    let n = r_add(key.clone(), 0).await;
+    Ok(n + r_write(key).await?)
+}
+
+/// A transactional step first.
+#[workflow]
+async fn r_pay_first(key: String) -> Result<u32, String> {
+    r_write(key).await
 }
 
 async fn runtime(db: &TestDb) -> Keiro {
@@ -527,4 +551,65 @@ async fn a_child_the_history_has_not_recorded_is_not_started(backend: Backend) {
     let replayed = replay(&history, r_parent).await.unwrap();
     assert_eq!(replayed.stop, ReplayStop::HistoryEnd);
     assert_eq!(count(&key, "add"), adds, "the replay ran the child's step");
+}
+
+/// A replay without side effects stops at a transactional step the history
+/// has not recorded, as at a plain step: its body never runs (not even in
+/// the replay's private database).
+async fn a_transactional_step_beyond_the_history_does_not_run(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = runtime(&db).await;
+    let key = key();
+    assert_eq!(r_pay(key.clone()).id(&key).on(&keiro).await.unwrap(), Ok(2));
+    let mut history = keiro.export(&key).await.unwrap();
+    let names: Vec<&str> = history.entries.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["r_add", "r_write"]);
+    assert_eq!(count(&key, "write"), 1);
+    // The whole history: the journaled result comes back, the body stays put.
+    assert!(replay(&history, r_pay).await.unwrap().output_matches());
+    assert_eq!(count(&key, "write"), 1, "a replay ran a journaled body");
+    // As if exported before the transactional step ran: the replay stops there.
+    history.entries.pop();
+    history.output = None;
+    let replayed = replay(&history, r_pay).await.unwrap();
+    assert_eq!(replayed.stop, ReplayStop::HistoryEnd);
+    assert_eq!((replayed.matched, replayed.entries), (1, 1));
+    assert_eq!(count(&key, "write"), 1, "a replay ran a transactional body");
+}
+
+/// The pre-deploy check of an instance not run yet whose first step is
+/// transactional replays it to its (empty) history's end: it finds nothing
+/// wrong and runs no body.
+async fn check_does_not_run_a_transactional_step(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = runtime(&db).await;
+    let pending = key();
+    let input = serde_json::json!([pending]).to_string();
+    keiro::unstable::raw_store(&keiro)
+        .create_instance(&NewInstance {
+            id: &pending,
+            name: "r_pay_first",
+            input: &input,
+            signature: None,
+            parent: None,
+            lease: None,
+            deadline: None,
+            traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
+        })
+        .await
+        .unwrap();
+    let report = keiro.check().await.unwrap();
+    assert!(report.is_ok(), "{report}");
+    assert_eq!(report.checked, 1, "{report}");
+    assert_eq!(
+        count(&pending, "write"),
+        0,
+        "the check ran a transactional body"
+    );
+    assert_eq!(
+        keiro.summary(&pending).await.unwrap().status,
+        WorkflowStatus::Pending
+    );
 }

@@ -2,7 +2,9 @@
 //! keiro's database, and its journal row is written in that transaction, so
 //! the application's writes and the step's result commit together.
 //!
-//! - Replay returns the journaled result without opening a transaction.
+//! - Replay returns the journaled result without opening a transaction. A
+//!   replay without side effects (`keiro::testing::replay`, `Keiro::check`)
+//!   stops at an unjournaled one, as at a plain step: the body never runs.
 //! - `Ok`: the row is written in the body's transaction, which then commits.
 //!   If another executor journaled the step first (the primary key says so;
 //!   on PostgreSQL the insert waits for that executor's transaction), this
@@ -151,6 +153,11 @@ where
             return replay(&cx, seq, StepKind::Step, name, &recorded)
                 .instrument(span)
                 .await;
+        }
+        // A replay without side effects stops here, like at a plain step:
+        // the body would run, and on the replay's private database.
+        if cx.replay_only {
+            return super::beyond_history(&cx).await;
         }
         let span = tracing::debug_span!(
             "keiro.step",
