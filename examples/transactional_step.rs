@@ -28,19 +28,20 @@ impl From<sqlx::Error> for BankError {
 }
 
 /// Runs one statement on whichever backend the transaction is on, returning
-/// the `i64` it selects (both backends accept `$1`).
+/// the `i64` it selects (both backends accept `$1`). A deadlock or
+/// serialization failure it meets runs the step again.
 async fn scalar(tx: &mut Transaction<'_>, sql: &str, a: i64, b: i64) -> Result<i64, BankError> {
-    Ok(if let Some(tx) = tx.as_sqlite() {
+    Ok(if let Some(mut db) = tx.sqlite() {
         sqlx::query_scalar(sql)
             .bind(a)
             .bind(b)
-            .fetch_one(&mut **tx)
+            .fetch_one(&mut db)
             .await?
-    } else if let Some(tx) = tx.as_postgres() {
+    } else if let Some(mut db) = tx.postgres() {
         sqlx::query_scalar(sql)
             .bind(a)
             .bind(b)
-            .fetch_one(&mut **tx)
+            .fetch_one(&mut db)
             .await?
     } else {
         unreachable!("keiro runs on SQLite or PostgreSQL")
@@ -54,10 +55,10 @@ async fn scalar(tx: &mut Transaction<'_>, sql: &str, a: i64, b: i64) -> Result<i
 async fn open_accounts(tx: &mut Transaction<'_>) -> Result<i64, BankError> {
     let create =
         "CREATE TABLE IF NOT EXISTS accounts (id BIGINT PRIMARY KEY, balance BIGINT NOT NULL)";
-    if let Some(tx) = tx.as_sqlite() {
-        sqlx::query(create).execute(&mut **tx).await?;
-    } else if let Some(tx) = tx.as_postgres() {
-        sqlx::query(create).execute(&mut **tx).await?;
+    if let Some(mut db) = tx.sqlite() {
+        sqlx::query(create).execute(&mut db).await?;
+    } else if let Some(mut db) = tx.postgres() {
+        sqlx::query(create).execute(&mut db).await?;
     }
     scalar(
         tx,

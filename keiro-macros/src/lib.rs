@@ -274,16 +274,18 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 ///   in that transaction, so the application's writes and the step's result
 ///   commit together or not at all. An `Err` rolls the writes back (the `Err`
 ///   itself is journaled, or retried per `max_attempts`); a serialization
-///   failure or deadlock keiro meets runs the body again in a new
-///   transaction. Every argument must be `Clone + Send + 'static`: each run
-///   of the body gets its own copy. See `keiro::Transaction`.
+///   failure or deadlock runs the body again in a new transaction by
+///   default, whether keiro meets it or a statement the body runs on
+///   `tx.postgres()` / `tx.sqlite()` does. Every argument must be
+///   `Clone + Send + 'static`: each run of the body gets its own copy. See
+///   `keiro::Transaction`.
 ///
 /// ```
 /// use keiro::{step, Transaction};
 ///
 /// #[step(transaction)]
 /// async fn debit(tx: &mut Transaction<'_>, order: String, cents: i64) -> Result<i64, String> {
-///     // The application's writes go through `tx.as_postgres()` / `tx.as_sqlite()`
+///     // The application's writes go through `tx.postgres()` / `tx.sqlite()`
 ///     // (see `keiro::Transaction`); keiro's `*_tx` functions take `tx` as well:
 ///     keiro::send_tx(tx, &order, "debited", &cents).await.map_err(|e| e.to_string())?;
 ///     Ok(cents)

@@ -71,6 +71,18 @@ pub enum StoreError {
         #[source]
         source: Arc<sqlx::Error>,
     },
+    /// A statement of a transactional step's body lost a race with a
+    /// concurrent transaction: a serialization failure or deadlock on
+    /// PostgreSQL (SQLSTATE `40001`, `40P01`), BUSY or LOCKED on SQLite. Its
+    /// transaction rolled back; running the step again from the start may
+    /// succeed.
+    #[error("transactional step `{step}` lost a race with a concurrent transaction: {reason}")]
+    Conflict {
+        /// The step whose body met it.
+        step: &'static str,
+        /// The database's error, as the body's statement got it.
+        reason: String,
+    },
     /// A row holds a value keiro cannot interpret; it is left untouched.
     #[error("corrupt row in the keiro store: {what}")]
     Corrupt {
@@ -123,7 +135,7 @@ impl StoreError {
     /// would fail the same way, so they are reported.
     pub fn is_transient(&self) -> bool {
         match self {
-            StoreError::WriterStopped => true,
+            StoreError::WriterStopped | StoreError::Conflict { .. } => true,
             // A server that refuses or is starting up may come back; a file
             // that cannot be opened, bad credentials or a missing database
             // will not.

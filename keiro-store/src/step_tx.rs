@@ -222,9 +222,15 @@ impl StepTx<'static> {
 impl StoreError {
     /// Whether the transaction lost a race with another one and retrying it
     /// from the start may succeed: a serialization failure or deadlock on
-    /// PostgreSQL (SQLSTATE `40001`, `40P01`), SQLite's BUSY or LOCKED.
+    /// PostgreSQL (SQLSTATE `40001`, `40P01`), SQLite's BUSY or LOCKED, met
+    /// by a store operation or by a statement of the step's body
+    /// ([`StoreError::Conflict`]).
     pub fn is_conflict(&self) -> bool {
-        matches!(self, StoreError::Query { source, .. } if is_conflict(source))
+        match self {
+            StoreError::Query { source, .. } => is_conflict(source),
+            StoreError::Conflict { .. } => true,
+            _ => false,
+        }
     }
 }
 

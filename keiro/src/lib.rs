@@ -127,7 +127,7 @@ pub use runtime::{
     DEFAULT_MAX_PAYLOAD_BYTES, EXECUTOR_ID_ENV, LISTEN_URL_ENV, SQLITE_SYNCHRONOUS_ENV,
 };
 pub use schedule::{MissedTicks, ScheduleInfo, DEFAULT_TIMEZONE, MAX_BACKFILL_TICKS};
-pub use transaction::Transaction;
+pub use transaction::{Transaction, TxConnection};
 pub use uuid::Uuid;
 pub use version::{VersionCount, APP_VERSION_ENV, MAX_APP_VERSION_BYTES};
 pub use workflow::{

@@ -1,6 +1,9 @@
 //! [`Transaction`]: the transaction a `#[step(transaction)]` runs in, on
 //! keiro's own database.
 
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt as _, StreamExt as _};
 use keiro_store::{StepTx, TimerTx};
 
 /// A transaction on keiro's own database, handed to a
@@ -11,15 +14,15 @@ use keiro_store::{StepTx, TimerTx};
 /// commit together or not at all, so the step takes effect exactly once,
 /// even when the process is killed between the writes and the commit.
 ///
-/// It wraps the concrete sqlx transaction of the backend in use, so the body
-/// runs ordinary sqlx queries: [`Transaction::as_postgres`] and
-/// [`Transaction::as_sqlite`] give it (`None` on the other backend), and
-/// [`Transaction::backend`] says which it is. A body written for one backend
-/// `expect`s its transaction; one that serves both matches on them. Pass
-/// `&mut **tx` (the connection inside the sqlx transaction) to sqlx queries,
-/// and the `Transaction` itself to keiro's `*_tx` functions
-/// ([`crate::send_tx`], [`crate::resolve_awakeable_tx`],
-/// [`crate::timers::schedule_tx`]): they then commit with the step.
+/// The body runs ordinary sqlx queries on the backend in use:
+/// [`Transaction::postgres`] and [`Transaction::sqlite`] give the
+/// transaction's connection as a [`TxConnection`] (`None` on the other
+/// backend), an [`sqlx::Executor`]: pass `&mut conn` to sqlx queries. A body
+/// written for one backend `expect`s its connection; one that serves both
+/// matches on them; [`Transaction::backend`] says which it is. Pass the
+/// `Transaction` itself to keiro's `*_tx` functions ([`crate::send_tx`],
+/// [`crate::resolve_awakeable_tx`], [`crate::timers::schedule_tx`]): they
+/// then commit with the step.
 ///
 /// An `Err` from the body rolls its writes back; the `Err` is then journaled
 /// like any step's (in a small transaction of its own), or the body runs
@@ -27,6 +30,17 @@ use keiro_store::{StepTx, TimerTx};
 /// result is returned and no transaction is opened. Called outside a
 /// workflow, the body runs in a transaction of the process-wide runtime
 /// ([`crate::global`]), committed on success, and nothing is journaled.
+///
+/// A serialization failure or deadlock that a statement of the body meets
+/// (PostgreSQL's SQLSTATE `40001` or `40P01`) runs the step again by default:
+/// keiro sees it on the [`TxConnection`], rolls back and runs the body again
+/// in a new transaction, whatever the body returned, outside the
+/// `max_attempts` count, like a conflict keiro meets itself (beginning,
+/// writing the journal row, committing). After 50 in a row the run stops
+/// and is resumed later. Statements run on the sqlx transaction itself
+/// ([`Transaction::as_postgres`], [`Transaction::as_sqlite`]) bypass keiro:
+/// their conflicts are only the body's `Err` (classify them with
+/// [`Transaction::is_conflict`] and retry with `retry_if`).
 ///
 /// Never commit, roll back or replace the sqlx transaction in the body (keiro
 /// commits it once the journal row is written), and never wait on another
@@ -54,13 +68,14 @@ use keiro_store::{StepTx, TimerTx};
 /// /// Takes `cents` from `account`; returns the new balance.
 /// #[step(transaction)]
 /// async fn debit(tx: &mut Transaction<'_>, account: i64, cents: i64) -> Result<i64, BankError> {
-///     let tx = tx.as_postgres().expect("this service runs on PostgreSQL");
+///     let mut db = tx.postgres().expect("this service runs on PostgreSQL");
+///     // A deadlock or serialization failure here runs the step again.
 ///     let balance: i64 = sqlx::query_scalar(
 ///         "UPDATE accounts SET balance = balance - $1 WHERE id = $2 RETURNING balance",
 ///     )
 ///     .bind(cents)
 ///     .bind(account)
-///     .fetch_one(&mut **tx)
+///     .fetch_one(&mut db)
 ///     .await?;
 ///     if balance < 0 {
 ///         // An `Err` rolls the update back; the `Err` itself is journaled.
@@ -84,10 +99,10 @@ use keiro_store::{StepTx, TimerTx};
 /// #[step(transaction)]
 /// async fn record(tx: &mut Transaction<'_>, order: String) -> Result<(), String> {
 ///     let insert = "INSERT INTO shipped (order_id) VALUES ($1)"; // both accept `$1`
-///     let done = if let Some(tx) = tx.as_sqlite() {
-///         sqlx::query(insert).bind(&order).execute(&mut **tx).await.map(drop)
-///     } else if let Some(tx) = tx.as_postgres() {
-///         sqlx::query(insert).bind(&order).execute(&mut **tx).await.map(drop)
+///     let done = if let Some(mut db) = tx.sqlite() {
+///         sqlx::query(insert).bind(&order).execute(&mut db).await.map(drop)
+///     } else if let Some(mut db) = tx.postgres() {
+///         sqlx::query(insert).bind(&order).execute(&mut db).await.map(drop)
 ///     } else {
 ///         unreachable!("keiro runs on SQLite or PostgreSQL")
 ///     };
@@ -98,11 +113,21 @@ use keiro_store::{StepTx, TimerTx};
 #[derive(Debug)]
 pub struct Transaction<'c> {
     tx: StepTx<'c>,
+    /// The conflict the last failed statement run through a [`TxConnection`]
+    /// met (the database's message), unless a statement succeeded since:
+    /// the step then runs again, whatever its body returned.
+    conflict: Option<String>,
 }
 
 impl<'c> Transaction<'c> {
     pub(crate) fn new(tx: StepTx<'c>) -> Self {
-        Transaction { tx }
+        Transaction { tx, conflict: None }
+    }
+
+    /// The conflict a statement of the body met and no later statement got
+    /// past (see [`Transaction::postgres`]), taken.
+    pub(crate) fn take_conflict(&mut self) -> Option<String> {
+        self.conflict.take()
     }
 
     pub(crate) fn into_inner(self) -> StepTx<'c> {
@@ -118,8 +143,54 @@ impl<'c> Transaction<'c> {
         self.tx.backend()
     }
 
-    /// The SQLite transaction, or `None` on PostgreSQL. It began with
+    /// The transaction's connection on PostgreSQL, for the body's statements,
+    /// or `None` on SQLite. It runs at the server's default isolation level;
+    /// a body that wants another sets it with its first statement (`SET
+    /// TRANSACTION ISOLATION LEVEL SERIALIZABLE`).
+    ///
+    /// A serialization failure (`40001`) or deadlock (`40P01`) one of its
+    /// statements meets runs the step again (see [`TxConnection`]).
+    ///
+    /// The transaction may be the one the previous transactional step
+    /// opened as it committed (keiro keeps one for up to 50 ms to save the
+    /// next step a `BEGIN`): it is empty (no statement has run in it), but
+    /// `now()`, the start of the transaction, may read up to 50 ms before
+    /// the step began. Use `clock_timestamp()` for the time of the statement.
+    #[cfg(feature = "postgres")]
+    pub fn postgres(&mut self) -> Option<TxConnection<'_, sqlx::PgConnection>> {
+        match &mut self.tx {
+            StepTx::Postgres(tx) => Some(TxConnection {
+                conn: &mut **tx,
+                conflict: &mut self.conflict,
+            }),
+            #[cfg(feature = "sqlite")]
+            StepTx::Sqlite(_) => None,
+        }
+    }
+
+    /// The transaction's connection on SQLite, for the body's statements, or
+    /// `None` on PostgreSQL. The transaction began with `BEGIN IMMEDIATE`:
+    /// it holds the database's write lock from its first statement, so the
+    /// body's statements do not wait on other connections (and meet no
+    /// BUSY; one they did meet would run the step again, see
+    /// [`TxConnection`]).
+    #[cfg(feature = "sqlite")]
+    pub fn sqlite(&mut self) -> Option<TxConnection<'_, sqlx::SqliteConnection>> {
+        match &mut self.tx {
+            StepTx::Sqlite(tx) => Some(TxConnection {
+                conn: &mut **tx,
+                conflict: &mut self.conflict,
+            }),
+            #[cfg(feature = "postgres")]
+            StepTx::Postgres(_) => None,
+        }
+    }
+
+    /// The SQLite transaction itself, or `None` on PostgreSQL. It began with
     /// `BEGIN IMMEDIATE`: it holds the write lock from its first statement.
+    ///
+    /// Statements run on it directly bypass keiro; prefer
+    /// [`Transaction::sqlite`].
     #[cfg(feature = "sqlite")]
     pub fn as_sqlite(&mut self) -> Option<&mut sqlx::Transaction<'c, sqlx::Sqlite>> {
         match &mut self.tx {
@@ -129,16 +200,14 @@ impl<'c> Transaction<'c> {
         }
     }
 
-    /// The PostgreSQL transaction, or `None` on SQLite. It runs at the
-    /// server's default isolation level; a body that wants another sets it
-    /// with its first statement (`SET TRANSACTION ISOLATION LEVEL
-    /// SERIALIZABLE`).
+    /// The PostgreSQL transaction itself, or `None` on SQLite (see
+    /// [`Transaction::postgres`] for its isolation level and start time).
     ///
-    /// It may be the transaction the previous transactional step opened as
-    /// it committed (keiro keeps one for up to 50 ms to save the next step a
-    /// `BEGIN`): it is empty (no statement has run in it), but `now()`, the
-    /// start of the transaction, may read up to 50 ms before the step
-    /// began. Use `clock_timestamp()` for the time of the statement.
+    /// Statements run on it directly (`&mut **tx`) bypass keiro: a
+    /// serialization failure or deadlock they meet is only the body's `Err`,
+    /// journaled as the step's outcome unless `retry_if` retries it. Prefer
+    /// [`Transaction::postgres`], whose statements' conflicts run the step
+    /// again.
     #[cfg(feature = "postgres")]
     pub fn as_postgres(&mut self) -> Option<&mut sqlx::Transaction<'c, sqlx::Postgres>> {
         match &mut self.tx {
@@ -153,15 +222,134 @@ impl<'c> Transaction<'c> {
     /// failure (SQLSTATE `40001`) or deadlock (`40P01`), SQLite's BUSY or
     /// LOCKED.
     ///
-    /// keiro retries the step at once, in a new transaction, when it meets
-    /// one itself (beginning, writing the journal row, committing). One that
-    /// a query in the body meets reaches keiro only as the body's `Err`:
-    /// classify it with this function into an error variant and retry it
-    /// with `#[step(transaction, max_attempts = N, retry_if = ..)]`.
+    /// keiro runs the step again, in a new transaction, when it meets one
+    /// itself (beginning, writing the journal row, committing) or a statement
+    /// run through [`Transaction::postgres`] or [`Transaction::sqlite`] does.
+    /// One that a statement run on [`Transaction::as_postgres`] or
+    /// [`Transaction::as_sqlite`] meets reaches keiro only as the body's
+    /// `Err`: classify it with this function into an error variant and retry
+    /// it with `#[step(transaction, max_attempts = N, retry_if = ..)]`.
     pub fn is_conflict(error: &sqlx::Error) -> bool {
         keiro_store::is_conflict(error)
     }
 }
+
+/// The connection of a [`Transaction`], for the statements of a
+/// `#[step(transaction)]`'s body: [`Transaction::postgres`] or
+/// [`Transaction::sqlite`] gives it, and `&mut conn` is an
+/// [`sqlx::Executor`] that runs them in the step's transaction.
+///
+/// keiro watches what those statements return. When one fails with a
+/// conflict with a concurrent transaction (PostgreSQL's serialization failure
+/// `40001` or deadlock `40P01`, SQLite's BUSY or LOCKED; see
+/// [`Transaction::is_conflict`]) and no later statement succeeds (as `ROLLBACK
+/// TO SAVEPOINT` would, recovering from it), keiro rolls the transaction back
+/// and runs the step's body again in a new one, whatever the body returned:
+/// the body's `Err` is not journaled, and the run does not count against
+/// `max_attempts`. The statement still returns its error to the body, which
+/// may return it (on PostgreSQL the transaction is aborted anyway).
+///
+/// ```no_run
+/// # async fn body(tx: &mut keiro::Transaction<'_>) -> Result<(), sqlx::Error> {
+/// let mut db = tx.postgres().expect("PostgreSQL");
+/// sqlx::query("UPDATE accounts SET balance = balance - 1 WHERE id = 1")
+///     .execute(&mut db)
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct TxConnection<'t, C> {
+    conn: &'t mut C,
+    conflict: &'t mut Option<String>,
+}
+
+/// Notes what one of a [`TxConnection`]'s statements returned: a conflict is
+/// noted, a success clears it (the body got past it), another error leaves it.
+fn watch<T>(conflict: &mut Option<String>, outcome: &Result<T, sqlx::Error>) {
+    match outcome {
+        Ok(_) => *conflict = None,
+        Err(error) if keiro_store::is_conflict(error) => *conflict = Some(error.to_string()),
+        Err(_) => {}
+    }
+}
+
+/// `sqlx::Executor` for `&mut TxConnection<'_, $conn>`: the connection's own
+/// executor, with each result [`watch`]ed.
+macro_rules! watched_executor {
+    ($feature:literal, $db:ty, $conn:ty) => {
+        #[cfg(feature = $feature)]
+        impl<'e, 't> sqlx::Executor<'e> for &'e mut TxConnection<'t, $conn> {
+            type Database = $db;
+
+            fn fetch_many<'x, 'q: 'x, E>(
+                self,
+                query: E,
+            ) -> BoxStream<
+                'x,
+                Result<
+                    sqlx::Either<
+                        <$db as sqlx::Database>::QueryResult,
+                        <$db as sqlx::Database>::Row,
+                    >,
+                    sqlx::Error,
+                >,
+            >
+            where
+                'e: 'x,
+                E: 'q + sqlx::Execute<'q, $db>,
+            {
+                let conflict = &mut *self.conflict;
+                sqlx::Executor::fetch_many(&mut *self.conn, query)
+                    .map(move |item| {
+                        watch(conflict, &item);
+                        item
+                    })
+                    .boxed()
+            }
+
+            fn fetch_optional<'x, 'q: 'x, E>(
+                self,
+                query: E,
+            ) -> BoxFuture<'x, Result<Option<<$db as sqlx::Database>::Row>, sqlx::Error>>
+            where
+                'e: 'x,
+                E: 'q + sqlx::Execute<'q, $db>,
+            {
+                let conflict = &mut *self.conflict;
+                sqlx::Executor::fetch_optional(&mut *self.conn, query)
+                    .map(move |row| {
+                        watch(conflict, &row);
+                        row
+                    })
+                    .boxed()
+            }
+
+            fn prepare_with<'x, 'q: 'x>(
+                self,
+                sql: &'q str,
+                parameters: &'x [<$db as sqlx::Database>::TypeInfo],
+            ) -> BoxFuture<'x, Result<<$db as sqlx::Database>::Statement<'q>, sqlx::Error>>
+            where
+                'e: 'x,
+            {
+                sqlx::Executor::prepare_with(&mut *self.conn, sql, parameters)
+            }
+
+            fn describe<'x, 'q: 'x>(
+                self,
+                sql: &'q str,
+            ) -> BoxFuture<'x, Result<sqlx::Describe<$db>, sqlx::Error>>
+            where
+                'e: 'x,
+            {
+                sqlx::Executor::describe(&mut *self.conn, sql)
+            }
+        }
+    };
+}
+
+watched_executor!("postgres", sqlx::Postgres, sqlx::PgConnection);
+watched_executor!("sqlite", sqlx::Sqlite, sqlx::SqliteConnection);
 
 impl<'t, 'c> From<&'t mut Transaction<'c>> for TimerTx<'t, 'c> {
     fn from(tx: &'t mut Transaction<'c>) -> Self {

@@ -3,17 +3,21 @@
 //! result without running the body; an `Err` rolls the writes back; a step
 //! another executor journaled first keeps that result and these writes roll
 //! back; concurrent debits of one account (beside plain steps going through
-//! the group-commit writer) leave the balance exact. The SIGKILL between
-//! the writes and the commit is in `transactional_crash.rs`.
+//! the group-commit writer) leave the balance exact; on PostgreSQL a
+//! deadlock or serialization failure a statement of the body meets runs the
+//! step again by default, while any other error is journaled at once. The
+//! SIGKILL between the writes and the commit is in `transactional_crash.rs`.
 
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use keiro::{step, workflow, Keiro, StepOutcome, WorkflowStatus};
 use keiro_store::StepRow;
 use keiro_tests::transactional::{
     bank, close_gate, debit, echo, open_bank, pay, pay_flaky, pay_many, pay_slowly, BankError,
 };
-use keiro_tests::{count, on_both_backends, Backend, TestDb};
+use keiro_tests::{count, on_both_backends, ran, Backend, TestDb};
 
 /// A fresh database whose account 1 holds `balance`, and a runtime on it.
 async fn bank_on(backend: Backend, balance: i64) -> (TestDb, Keiro) {
@@ -588,6 +592,276 @@ async fn postgres_a_connection_lost_under_the_body_runs_it_again() {
     assert_eq!(rows, 1);
 }
 
+/// Barriers of two bodies' first runs, by test run: each waits there
+/// until the other has come as far (at most 10 s).
+static MEETINGS: Mutex<Option<HashMap<String, Arc<tokio::sync::Barrier>>>> = Mutex::new(None);
+
+/// Waits at test run `run`'s barrier of two, the first time `key`'s body
+/// `what` runs; a later run goes straight on.
+async fn meet_on_first_run(run: &str, key: &str, what: &str) {
+    if count(key, what) > 1 {
+        return;
+    }
+    let barrier = MEETINGS
+        .lock()
+        .unwrap()
+        .get_or_insert_with(HashMap::new)
+        .entry(run.to_owned())
+        .or_insert_with(|| Arc::new(tokio::sync::Barrier::new(2)))
+        .clone();
+    let _ = tokio::time::timeout(Duration::from_secs(10), barrier.wait()).await;
+}
+
+/// Moves `cents` from account `from` to account `to` of `tx_pair`: the row
+/// lock on `from` first, then (on the first run, once the other transfer of
+/// test run `run` holds its own first lock) the one on `to`. Two opposite
+/// transfers deadlock. The body's statements go through the watched
+/// connection, and its error is the statement's, as text, like most
+/// bodies': no `retry_if`, no `max_attempts`.
+#[step(transaction)]
+async fn transfer(
+    tx: &mut keiro::Transaction<'_>,
+    run: String,
+    key: String,
+    from: i64,
+    to: i64,
+    cents: i64,
+) -> Result<(i64, i64), String> {
+    ran(&key, "transfer");
+    let mut db = tx.postgres().expect("PostgreSQL");
+    let add = "UPDATE tx_pair SET balance = balance + $1 WHERE id = $2 RETURNING balance";
+    let left: i64 = sqlx::query_scalar(add)
+        .bind(-cents)
+        .bind(from)
+        .fetch_one(&mut db)
+        .await
+        .map_err(|e| e.to_string())?;
+    meet_on_first_run(&run, &key, "transfer").await;
+    let arrived: i64 = sqlx::query_scalar(add)
+        .bind(cents)
+        .bind(to)
+        .fetch_one(&mut db)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((left, arrived))
+}
+
+#[workflow]
+async fn move_money(
+    run: String,
+    key: String,
+    from: i64,
+    to: i64,
+    cents: i64,
+) -> Result<(i64, i64), String> {
+    transfer(run, key, from, to, cents).await
+}
+
+/// Takes `cents` from `tx_till` at SERIALIZABLE, reading the balance and
+/// writing the difference back; on its first run it writes only once the
+/// other withdrawal of test run `run` has read too. Of two, the second to
+/// write fails with a serialization failure (40001).
+#[step(transaction)]
+async fn withdraw(
+    tx: &mut keiro::Transaction<'_>,
+    run: String,
+    key: String,
+    cents: i64,
+) -> Result<i64, String> {
+    ran(&key, "withdraw");
+    let mut db = tx.postgres().expect("PostgreSQL");
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+        .execute(&mut db)
+        .await
+        .map_err(|e| e.to_string())?;
+    let balance: i64 = sqlx::query_scalar("SELECT balance FROM tx_till WHERE id = 1")
+        .fetch_one(&mut db)
+        .await
+        .map_err(|e| e.to_string())?;
+    meet_on_first_run(&run, &key, "withdraw").await;
+    sqlx::query("UPDATE tx_till SET balance = $1 WHERE id = 1")
+        .bind(balance - cents)
+        .execute(&mut db)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(balance - cents)
+}
+
+#[workflow]
+async fn take_from_till(run: String, key: String, cents: i64) -> Result<i64, String> {
+    withdraw(run, key, cents).await
+}
+
+/// A fresh PostgreSQL database whose table `table` holds `accounts`
+/// (`id`, `balance`), and a runtime on it.
+async fn postgres_accounts(table: &str, accounts: &[(i64, i64)]) -> (TestDb, Keiro) {
+    let (db, keiro) = postgres_with(&format!(
+        "CREATE TABLE {table} (id BIGINT PRIMARY KEY, balance BIGINT NOT NULL)"
+    ))
+    .await;
+    for (id, balance) in accounts {
+        sqlx::query(&format!(
+            "INSERT INTO {table} (id, balance) VALUES ($1, $2)"
+        ))
+        .bind(id)
+        .bind(balance)
+        .execute(postgres(&keiro).pool())
+        .await
+        .unwrap();
+    }
+    (db, keiro)
+}
+
+/// Table `table`'s balances, by id.
+async fn balances(keiro: &Keiro, table: &str) -> Vec<(i64, i64)> {
+    sqlx::query_as(&format!("SELECT id, balance FROM {table} ORDER BY id"))
+        .fetch_all(postgres(keiro).pool())
+        .await
+        .unwrap()
+}
+
+/// Waits for the workflow behind `handle`; its result.
+async fn finished<R: serde::de::DeserializeOwned>(handle: keiro::WorkflowHandle<R>) -> R {
+    tokio::time::timeout(Duration::from_secs(60), handle.result())
+        .await
+        .expect("the workflow finishes")
+        .unwrap()
+}
+
+/// PostgreSQL: two transfers between the same two accounts in opposite
+/// orders deadlock, and the server fails one body's `UPDATE` with 40P01.
+/// That step runs again by default (no `retry_if`, no `max_attempts`),
+/// whatever its body made of the error: both workflows end `Ok`, each step
+/// journaled once, and the balances are exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_deadlock_in_the_body_runs_the_step_again() {
+    let (_db, keiro) = postgres_accounts("tx_pair", &[(1, 100), (2, 100)]).await;
+    let run = uuid::Uuid::new_v4().to_string();
+    let (a, b) = (format!("{run}-a"), format!("{run}-b"));
+    let one_to_two = move_money(run.clone(), a.clone(), 1, 2, 10)
+        .id(&a)
+        .on(&keiro)
+        .start()
+        .await
+        .unwrap();
+    let two_to_one = move_money(run.clone(), b.clone(), 2, 1, 3)
+        .id(&b)
+        .on(&keiro)
+        .start()
+        .await
+        .unwrap();
+    let (one_to_two, two_to_one) = (finished(one_to_two).await, finished(two_to_one).await);
+    assert!(one_to_two.is_ok(), "1 -> 2: {one_to_two:?}");
+    assert!(two_to_one.is_ok(), "2 -> 1: {two_to_one:?}");
+    assert_eq!(
+        count(&a, "transfer") + count(&b, "transfer"),
+        3,
+        "the deadlock's victim ran again, once"
+    );
+    assert_eq!(balances(&keiro, "tx_pair").await, [(1, 93), (2, 107)]);
+    for key in [&a, &b] {
+        let steps = keiro.steps(key).await.unwrap();
+        assert_eq!(steps.len(), 1, "{steps:?}");
+        assert_eq!(steps[0].outcome, StepOutcome::Ok, "{steps:?}");
+        assert_eq!(steps[0].attempts, Some(count(key, "transfer") as u32));
+    }
+}
+
+/// PostgreSQL: two read-then-write withdrawals at SERIALIZABLE; the second
+/// to write fails with a serialization failure (40001) in its body. That
+/// step runs again by default, reads the new balance, and both withdrawals
+/// count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_serialization_failure_in_the_body_runs_the_step_again() {
+    let (_db, keiro) = postgres_accounts("tx_till", &[(1, 100)]).await;
+    let run = uuid::Uuid::new_v4().to_string();
+    let (a, b) = (format!("{run}-a"), format!("{run}-b"));
+    let first = take_from_till(run.clone(), a.clone(), 10)
+        .id(&a)
+        .on(&keiro)
+        .start()
+        .await
+        .unwrap();
+    let second = take_from_till(run.clone(), b.clone(), 3)
+        .id(&b)
+        .on(&keiro)
+        .start()
+        .await
+        .unwrap();
+    let (first, second) = (finished(first).await, finished(second).await);
+    assert!(first.is_ok(), "{first:?}");
+    assert!(second.is_ok(), "{second:?}");
+    let mut left = [first.unwrap(), second.unwrap()];
+    left.sort();
+    assert!(left == [87, 90] || left == [87, 97], "{left:?}");
+    assert_eq!(
+        count(&a, "withdraw") + count(&b, "withdraw"),
+        3,
+        "the serialization failure's loser ran again, once"
+    );
+    assert_eq!(balances(&keiro, "tx_till").await, [(1, 87)]);
+    for key in [&a, &b] {
+        let steps = keiro.steps(key).await.unwrap();
+        assert_eq!(steps.len(), 1, "{steps:?}");
+        assert_eq!(steps[0].outcome, StepOutcome::Ok, "{steps:?}");
+    }
+}
+
+/// Inserts ledger entry `entry` twice through the watched connection: the
+/// second insert fails on the primary key.
+#[step(transaction)]
+async fn enter_twice(
+    tx: &mut keiro::Transaction<'_>,
+    key: String,
+    entry: String,
+) -> Result<u32, String> {
+    ran(&key, "enter_twice");
+    let insert = "INSERT INTO tx_ledger (entry, account, cents) VALUES ($1, 1, 1)";
+    for _ in 0..2 {
+        let done = if let Some(mut db) = tx.sqlite() {
+            sqlx::query(insert)
+                .bind(&entry)
+                .execute(&mut db)
+                .await
+                .map(drop)
+        } else {
+            let mut db = tx.postgres().expect("SQLite or PostgreSQL");
+            sqlx::query(insert)
+                .bind(&entry)
+                .execute(&mut db)
+                .await
+                .map(drop)
+        };
+        done.map_err(|e| e.to_string())?;
+    }
+    Ok(2)
+}
+
+#[workflow]
+async fn enter_a_duplicate(key: String, entry: String) -> Result<u32, String> {
+    enter_twice(key, entry).await
+}
+
+/// Only a conflict runs the step again: another database error a statement
+/// of the body meets on the watched connection (here a primary key
+/// violation) rolls the writes back and is journaled at once.
+async fn a_body_error_other_than_a_conflict_is_journaled_at_once(backend: Backend) {
+    let (_db, keiro) = bank_on(backend, 100).await;
+    let store = keiro::unstable::raw_store(&keiro);
+    let key = uuid::Uuid::new_v4().to_string();
+    let out = enter_a_duplicate(key.clone(), "twice".into())
+        .id(&key)
+        .on(&keiro)
+        .await
+        .unwrap();
+    assert!(out.is_err(), "{out:?}");
+    assert_eq!(count(&key, "enter_twice"), 1, "the body ran again");
+    assert_eq!(bank(store).await, (100, 0), "the first insert stayed");
+    let steps = keiro.steps(&key).await.unwrap();
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    assert_eq!(steps[0].outcome, StepOutcome::Err);
+}
+
 on_both_backends!(
     writes_and_result_commit_together_and_replay_skips_the_body,
     an_err_rolls_the_writes_back_and_is_journaled,
@@ -599,4 +873,5 @@ on_both_backends!(
     more_concurrent_debits_than_connections_all_finish,
     serializable_conflicts_are_retried,
     a_body_holding_sqlites_write_lock_long_is_warned_about,
+    a_body_error_other_than_a_conflict_is_journaled_at_once,
 );

@@ -14,11 +14,13 @@
 //!   `max_attempts`, and the final `Err` is journaled like any step's,
 //!   through the group-commit writer.
 //! - A conflict keiro meets itself (beginning, writing the row, committing:
-//!   a serialization failure, a deadlock, SQLite BUSY), or a transient error
-//!   such as a connection lost under the body (its `Err` then is not the
-//!   step's outcome), rolls back and runs the body again in a new
-//!   transaction, without counting against `max_attempts`; after
-//!   `MAX_CONFLICTS` in a row the run stops and is resumed later.
+//!   a serialization failure, a deadlock, SQLite BUSY), one a statement of
+//!   the body meets on the [`crate::TxConnection`] (whatever the body then
+//!   returned), or a transient error such as a connection lost under the
+//!   body (its `Err` then is not the step's outcome), rolls back and runs
+//!   the body again in a new transaction, without counting against
+//!   `max_attempts`; after `MAX_CONFLICTS` in a row the run stops and is
+//!   resumed later.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -46,9 +48,11 @@ const SLOW_LOCK: Duration = Duration::from_secs(1);
 /// Runs a `#[step(transaction)]`: `body` runs in a transaction on keiro's
 /// database, rolled back when `is_err` says the attempt failed, and a failed
 /// attempt is retried when `retry` says so, up to `meta.max_attempts` times
-/// in all. Inside a workflow the step id is allocated now, at the call, and
-/// the result is journaled in the body's transaction; outside one the body
-/// runs in a transaction of the process-wide runtime, committed on success.
+/// in all; a run whose statement lost a race with a concurrent transaction
+/// runs again outside that count. Inside a workflow the step id is
+/// allocated now, at the call, and the result is journaled in the body's
+/// transaction; outside one the body runs in a transaction of the
+/// process-wide runtime, committed on success.
 pub fn step_transaction<R, B>(
     meta: StepMeta,
     is_err: impl Fn(&R) -> bool + Send + 'static,
@@ -103,7 +107,9 @@ where
 {
     /// Opens a transaction on `keiro`'s database and runs the body in it
     /// (with no workflow context, so nothing inside is journaled); rolls
-    /// back on `Err`. `run` names the workflow instance it runs in, if any.
+    /// back on `Err`, and on a conflict a statement of the body met, which
+    /// it returns as [`StoreError::Conflict`]. `run` names the workflow
+    /// instance it runs in, if any.
     async fn attempt(
         &mut self,
         keiro: &Keiro,
@@ -127,7 +133,12 @@ where
                 self.meta.name
             );
         }
-        if !(self.is_err)(&value) {
+        // A statement of the body lost a race with a concurrent transaction
+        // (and none got past it since): on PostgreSQL the transaction is
+        // aborted, and the body's outcome, likely that error, is no outcome
+        // of the step. It runs again, like a conflict keiro meets itself.
+        let conflict = tx.take_conflict();
+        if conflict.is_none() && !(self.is_err)(&value) {
             return Ok(Attempt::Done(value, tx));
         }
         if let Err(error) = tx.into_inner().rollback().await {
@@ -139,6 +150,12 @@ where
             }
             // Dropping the connection rolls the transaction back all the same.
             tracing::debug!(step = self.meta.name, %error, "keiro transactional step rollback failed");
+        }
+        if let Some(reason) = conflict {
+            return Err(StoreError::Conflict {
+                step: self.meta.name,
+                reason,
+            });
         }
         Ok(Attempt::Failed(value))
     }
