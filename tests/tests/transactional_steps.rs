@@ -405,6 +405,50 @@ async fn a_body_holding_sqlites_write_lock_long_is_warned_about(backend: Backend
     assert_eq!(warned, backend == Backend::Sqlite, "{logged}");
 }
 
+/// Counts its run, writes a ledger row, then holds the transaction (and on
+/// SQLite the write lock) for 1.2 s.
+#[step(transaction)]
+async fn write_and_hold(tx: &mut keiro::Transaction<'_>, key: String) -> Result<String, String> {
+    ran(&key, "hold");
+    keiro::send_tx(tx, &key, "held", &1u32)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    Ok(key)
+}
+
+#[workflow]
+async fn writes_and_holds(key: String) -> Result<String, String> {
+    write_and_hold(key).await
+}
+
+async fn a_body_outlasting_a_lease_renewal_finishes_once(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    // Renewals every 200 ms: several fall while the body holds its
+    // transaction. On SQLite each needs the write lock the body holds.
+    let keiro = db
+        .builder()
+        .lease_ttl(std::time::Duration::from_millis(600))
+        .connect()
+        .await
+        .unwrap();
+    let key = format!("renew-{backend:?}-{}", uuid::Uuid::new_v4().simple());
+    let started = std::time::Instant::now();
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        writes_and_holds(key.clone()).id(key.clone()).on(&keiro),
+    )
+    .await
+    .expect("the workflow ends while its lease renews");
+    assert_eq!(out.unwrap(), Ok(key.clone()));
+    assert_eq!(count(&key, "hold"), 1, "the body ran once");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
 /// Inserts key `k` twice into a table whose unique constraint is checked
 /// at COMMIT, so the body returns `Ok` and its transaction cannot commit.
 #[step(transaction)]
@@ -873,5 +917,6 @@ on_both_backends!(
     more_concurrent_debits_than_connections_all_finish,
     serializable_conflicts_are_retried,
     a_body_holding_sqlites_write_lock_long_is_warned_about,
+    a_body_outlasting_a_lease_renewal_finishes_once,
     a_body_error_other_than_a_conflict_is_journaled_at_once,
 );

@@ -238,6 +238,21 @@ pub(crate) struct WorkflowContext {
     pipeline: Option<pipeline::Pipeline>,
     /// The instance's create, when the run started before recording it.
     pub(crate) deferred: deferred::Deferred,
+    /// Transactional steps of this run between their `BEGIN` and their
+    /// commit or rollback.
+    transactions: std::sync::atomic::AtomicUsize,
+}
+
+/// A transactional step of a run holding its transaction open (see
+/// [`WorkflowContext::in_transaction`]); counted out when dropped.
+pub(crate) struct InTransaction<'a>(&'a WorkflowContext);
+
+impl Drop for InTransaction<'_> {
+    fn drop(&mut self) {
+        self.0
+            .transactions
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl WorkflowContext {
@@ -290,8 +305,24 @@ impl WorkflowContext {
             replay_only,
             pipeline: pipelined.then(pipeline::Pipeline::default),
             deferred: deferred::Deferred::default(),
+            transactions: std::sync::atomic::AtomicUsize::new(0),
         };
         (Arc::new(cx), aborted)
+    }
+
+    /// Counts a transactional step of this run in until the guard drops.
+    pub(crate) fn enter_transaction(&self) -> InTransaction<'_> {
+        self.transactions
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        InTransaction(self)
+    }
+
+    /// Whether a transactional step of this run holds its transaction open.
+    /// Its lease cannot go elsewhere meanwhile unnoticed: the step's journal
+    /// row commits in that transaction, first-wins, so a renewal it holds up
+    /// (on SQLite the body has the only write lock) may wait for it.
+    pub(crate) fn in_transaction(&self) -> bool {
+        self.transactions.load(std::sync::atomic::Ordering::SeqCst) > 0
     }
 
     /// Whether a row of `kind` queues behind the run's next steps instead of

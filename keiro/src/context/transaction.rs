@@ -191,6 +191,7 @@ where
             // Its row commits in the application's transaction: after the
             // rows a pipelined run queued before it.
             super::pipeline::barrier(&cx).await;
+            let _open = cx.enter_transaction();
             loop {
                 runs += 1;
                 let timing = StepTiming {

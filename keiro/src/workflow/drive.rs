@@ -197,6 +197,12 @@ async fn drive(
         None => NEVER,
     });
     tokio::pin!(deadline);
+    // The renewal and the time-out in flight, polled beside the body rather
+    // than awaited instead of it: on SQLite a transactional step's body holds
+    // the only write lock both need, and a body left unpolled never lets go
+    // of it (the write would wait out the busy timeout, and the lease lapse).
+    let mut renewing: Option<Side<'_, (Instant, Option<Result<bool>>)>> = None;
+    let mut timing_out: Option<Side<'_, Result<bool>>> = None;
     loop {
         tokio::select! {
             biased;
@@ -227,8 +233,12 @@ async fn drive(
                 };
             }
             _ = stop.wait() => return Ended::Stopped,
-            _ = &mut deadline => {
-                match keiro.time_out(&row.id).await {
+            _ = &mut deadline, if timing_out.is_none() => {
+                timing_out = Some(Box::pin(keiro.time_out(&row.id)));
+            }
+            timed = async { timing_out.as_mut().expect("guarded").await }, if timing_out.is_some() => {
+                timing_out = None;
+                match timed {
                     Ok(true) => return Ended::TimedOut,
                     // Ended by someone else meanwhile (it times out once).
                     Ok(false) => deadline.as_mut().reset(Instant::now() + RETRY_TIME_OUT),
@@ -238,7 +248,7 @@ async fn drive(
                     }
                 }
             }
-            _ = renew.tick() => {
+            _ = renew.tick(), if renewing.is_none() => {
                 // Not recorded yet: nobody else can take it, and recording it
                 // leases it afresh.
                 if cx.deferred.is_pending() {
@@ -246,7 +256,30 @@ async fn drive(
                     continue;
                 }
                 let sent = tokio::time::Instant::now();
-                match keiro.raw_store().renew_lease(&row.id, lease).await {
+                let store = keiro.raw_store();
+                // A renewal still unanswered two thirds of the TTL after the
+                // last one is as good as failed: the run must stop before
+                // the lease may lapse, wherever the body is. Unless a
+                // transactional step holds its transaction open: the
+                // renewal may wait for it (its row commits first-wins).
+                let budget = (!cx.in_transaction())
+                    .then(|| (renewed + ttl * 2 / 3).saturating_duration_since(sent));
+                renewing = Some(Box::pin(async move {
+                    let renewal = store.renew_lease(&row.id, lease);
+                    let renewal = match budget {
+                        Some(budget) => tokio::time::timeout(budget, renewal).await.ok(),
+                        None => Some(renewal.await),
+                    };
+                    (sent, renewal.map(|r| r.map_err(Error::from)))
+                }));
+            }
+            (sent, renewal) = async { renewing.as_mut().expect("guarded").await }, if renewing.is_some() => {
+                renewing = None;
+                let Some(renewal) = renewal else {
+                    tracing::warn!(parent: &span, "keiro's lease renewal went unanswered until the lease may lapse; stopping the run (it resumes once the store answers)");
+                    return Ended::LeaseLost;
+                };
+                match renewal {
                     Ok(true) => renewed = sent,
                     Ok(false) => return Ended::LeaseLost,
                     // The lease may lapse before the next renewal: another
@@ -262,6 +295,10 @@ async fn drive(
         }
     }
 }
+
+/// A write beside a run's body (its lease renewal, its time-out), polled
+/// with it.
+type Side<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 /// A body that returned: its output, unless the journal records steps the
 /// code never reached (non-determinism).
