@@ -95,7 +95,10 @@ impl Store {
 
     /// Claims an unfinished instance for `lease.owner` when nobody holds a live
     /// lease on it (or the owner already does), marking it running. Returns the
-    /// claimed row, or `None` when it is finished, missing or leased elsewhere.
+    /// claimed row, or `None` when it is finished, missing or leased
+    /// elsewhere, on a named queue (its queue's claim starts it, within the
+    /// limits), or pending with a start time still ahead (a delay, a
+    /// debounce, a back-off).
     pub async fn claim(&self, id: &str, lease: Lease<'_>) -> Result<Option<InstanceRow>> {
         let now = self.now_us();
         let args = args![id, lease.owner, now + lease.ttl_us, now];

@@ -322,10 +322,14 @@ impl Statements {
             // Two racing claims on PostgreSQL: the second blocks on the row
             // lock, then re-checks the WHERE clause against the first claim's
             // committed row and finds a live foreign lease.
+            // Never an instance on a named queue (only its queue's claim,
+            // within the limits, starts it) nor a pending one not due yet (a
+            // `.delay`, a debounce, a crash's back-off).
             claim: format!(
                 "UPDATE {w} SET lease_owner = $2, lease_expires_at = $3, wake_at = $3, \
                  status = 'running', updated_at = $4 \
-                 WHERE id = $1 AND {UNFINISHED} \
+                 WHERE id = $1 AND {UNFINISHED} AND queue IS NULL \
+                 AND NOT (status = 'pending' AND wake_at > $4) \
                  AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires_at < $4) \
                  RETURNING {INSTANCE_COLUMNS}"
             ),

@@ -4,6 +4,7 @@
 //! end in a file (see `keiro_tests::queues`), from which each test replays
 //! how many ran at once.
 
+use std::future::IntoFuture;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -608,7 +609,45 @@ async fn an_instance_waiting_past_its_lease_is_not_run_twice(backend: Backend) {
     }
 }
 
+async fn starting_or_awaiting_an_enqueued_id_leaves_it_to_its_queue(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let (_dir, file) = events_file();
+    let job = |id: &str| {
+        queue_job(text(&file), id.to_owned(), 1)
+            .on(&keiro)
+            .id(id.to_owned())
+    };
+    // One on a queue, one delayed on the default queue: neither may start
+    // for a minute, whoever asks for its id.
+    job("queued")
+        .queue(&ONE_AT_A_TIME)
+        .delay(Duration::from_secs(60))
+        .enqueue()
+        .await
+        .unwrap();
+    job("delayed")
+        .delay(Duration::from_secs(60))
+        .enqueue()
+        .await
+        .unwrap();
+    for id in ["queued", "delayed"] {
+        let handle = job(id).start().await.unwrap();
+        assert_eq!(handle.id(), id);
+        let awaited = tokio::time::timeout(Duration::from_millis(300), job(id).into_future()).await;
+        assert!(awaited.is_err(), "{id}: awaiting it ran it: {awaited:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            keiro.summary(id).await.unwrap().status,
+            keiro::WorkflowStatus::Pending,
+            "{id}"
+        );
+    }
+    assert!(events(&file).is_empty(), "{:?}", events(&file));
+}
+
 on_both_backends!(
+    starting_or_awaiting_an_enqueued_id_leaves_it_to_its_queue,
     a_dedup_key_taken_meanwhile_refuses_retry_and_resume_but_not_an_attach,
     an_instance_waiting_past_its_lease_is_not_run_twice,
     a_spawned_child_with_queue_settings_is_refused,

@@ -18,6 +18,10 @@ use crate::{Error, Keiro, Result};
 /// How often a caller waiting on an instance another executor holds looks again.
 const ATTACH_POLL: Duration = Duration::from_millis(50);
 
+/// How often a caller following an instance that waits on its named queue
+/// reads it again without being woken.
+const QUEUED_POLL: Duration = Duration::from_secs(1);
+
 /// What to run: a workflow by name and body, an id, its encoded arguments.
 pub(crate) struct Launch {
     pub(crate) name: &'static str,
@@ -370,9 +374,23 @@ pub(crate) async fn follow(keiro: &Keiro, id: &str, run: Option<RunFn>) -> Resul
                     Slot::Mine(driving) => {
                         let result = run_here(keiro, run, id, None).await;
                         let error = result.as_ref().err().cloned();
+                        // Due, yet not claimed here: it is on a named queue,
+                        // whose own claim starts it within the limits.
+                        let not_here = result.as_ref().is_ok_and(|row| {
+                            !row.status.is_final()
+                                && row.lease_owner.is_none()
+                                && row.wake_at.is_some_and(|at| at <= keiro.now_us())
+                        });
                         keiro.inflight().publish(driving, result);
                         if let Some(error) = error {
                             return Err(error);
+                        }
+                        if not_here {
+                            // Its end (or start elsewhere) wakes this wait.
+                            tokio::select! {
+                                _ = changed => {}
+                                _ = tokio::time::sleep(QUEUED_POLL) => {}
+                            }
                         }
                         continue;
                     }
