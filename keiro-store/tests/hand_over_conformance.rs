@@ -160,23 +160,26 @@ async fn the_successor_is_the_next_of_the_partition_in_run_order(db: &TestDb) {
     .enqueue(store)
     .await;
     // Never a successor: another partition's (its limits are its own),
-    // another workflow's, another signature's, another version's, and one
-    // not due yet.
+    // another workflow's, another signature's, another version's (all due
+    // after the rows above), and one not due yet.
     Job::new("elsewhere", "other").enqueue(store).await;
     Job {
         name: "other-flow",
+        priority: 9,
         ..Job::new("other-name", "p")
     }
     .enqueue(store)
     .await;
     Job {
         signature: Some("changed"),
+        priority: 9,
         ..Job::new("other-signature", "p")
     }
     .enqueue(store)
     .await;
     Job {
         app_version: Some("v2"),
+        priority: 9,
         ..Job::new("other-version", "p")
     }
     .enqueue(store)
@@ -451,7 +454,48 @@ async fn plan_settings_did_not_leak(store: &Store) {
     }
 }
 
+async fn an_instance_of_another_workflow_due_first_stops_the_hand_over(db: &TestDb) {
+    let store = &db.store;
+    for id in ["a", "b", "c"] {
+        Job::new(id, "p").enqueue(store).await;
+    }
+    assert_eq!(claim(store, 3).await, ["a", "b", "c"]);
+    // Ours waits at priority 5; another workflow's, at 0, runs first.
+    Job {
+        priority: 5,
+        ..Job::new("mine", "p")
+    }
+    .enqueue(store)
+    .await;
+    Job {
+        name: "other-flow",
+        ..Job::new("urgent", "p")
+    }
+    .enqueue(store)
+    .await;
+    // A lone finish hands nothing over: its slot goes back for a claim,
+    // which runs `urgent` first.
+    assert_eq!(finish_one(store, "a").await, None);
+    // Nor do the finishes of one commit.
+    let hand_over = hand_over();
+    let finished = store
+        .finish_handing_over(
+            &[completed("b", OWNER), completed("c", OWNER)],
+            &[Some(&hand_over), Some(&hand_over)],
+        )
+        .await
+        .unwrap();
+    for (applied, successor) in finished {
+        assert!(applied);
+        assert!(successor.is_none(), "{successor:?}");
+    }
+    assert_eq!(status(store, "mine").await, InstanceStatus::Pending);
+    assert_eq!(status(store, "urgent").await, InstanceStatus::Pending);
+    plan_settings_did_not_leak(store).await;
+}
+
 conformance!(
+    an_instance_of_another_workflow_due_first_stops_the_hand_over,
     the_successor_is_the_next_of_the_partition_in_run_order,
     a_finish_that_does_not_apply_hands_nothing_over,
     an_instance_under_a_live_lease_is_never_a_successor,

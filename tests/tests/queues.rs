@@ -646,7 +646,62 @@ async fn starting_or_awaiting_an_enqueued_id_leaves_it_to_its_queue(backend: Bac
     assert!(events(&file).is_empty(), "{:?}", events(&file));
 }
 
+async fn priority_holds_across_the_workflows_of_a_queue(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let (dir, file) = events_file();
+    let gate = dir.path().join("open");
+    std::fs::write(&gate, "").unwrap();
+    let worker = worker_here(&keiro).await;
+    // A backlog of one workflow at priority 5, one at a time.
+    let mut handles = Vec::new();
+    for n in 0..6 {
+        let call = queue_job(text(&file), format!("bulk-{n}"), 300).on(&keiro);
+        let call = call
+            .id(format!("bulk-{n}"))
+            .queue(&ONE_AT_A_TIME)
+            .priority(5);
+        handles.push(call.enqueue().await.unwrap());
+    }
+    let deadline = Instant::now() + PATIENCE;
+    while events(&file).is_empty() {
+        assert!(Instant::now() < deadline, "no job started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Another workflow's instance at priority 0 runs next, not after the
+    // backlog the running one would otherwise hand its slot along.
+    let urgent = gated_job(text(&file), "urgent".into(), text(&gate))
+        .on(&keiro)
+        .id("urgent")
+        .queue(&ONE_AT_A_TIME)
+        .priority(0)
+        .enqueue()
+        .await
+        .unwrap();
+    tokio::time::timeout(PATIENCE, urgent.result())
+        .await
+        .expect("urgent ends in time")
+        .unwrap()
+        .unwrap();
+    all_done(handles).await;
+    worker.stop().await;
+    let events = events(&file);
+    let urgent_at = events
+        .iter()
+        .position(|e| e.tag == "urgent")
+        .expect("urgent ran");
+    let bulk_before = events[..urgent_at]
+        .iter()
+        .filter(|e| e.what == "start" && e.tag.starts_with("bulk-"))
+        .count();
+    assert!(
+        bulk_before <= 2,
+        "{bulk_before} of the backlog started before the higher priority: {events:?}"
+    );
+}
+
 on_both_backends!(
+    priority_holds_across_the_workflows_of_a_queue,
     starting_or_awaiting_an_enqueued_id_leaves_it_to_its_queue,
     a_dedup_key_taken_meanwhile_refuses_retry_and_resume_but_not_an_attach,
     an_instance_waiting_past_its_lease_is_not_run_twice,
