@@ -449,6 +449,41 @@ async fn a_body_outlasting_a_lease_renewal_finishes_once(backend: Backend) {
     );
 }
 
+/// Calls another transactional step from its body.
+#[step(transaction)]
+async fn outer_tx(tx: &mut keiro::Transaction<'_>, key: String) -> Result<String, String> {
+    let _ = tx;
+    hold_the_lock(key).await
+}
+
+#[workflow]
+async fn nests_transactions(key: String) -> Result<String, String> {
+    outer_tx(key).await
+}
+
+async fn a_transactional_step_inside_anothers_body_is_refused(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let key = format!("nested-{backend:?}-{}", uuid::Uuid::new_v4().simple());
+    let started = std::time::Instant::now();
+    let err = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        nests_transactions(key.clone()).id(key.clone()).on(&keiro),
+    )
+    .await
+    .expect("refused at once, not after waiting for a lock")
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, keiro::Error::Panicked { .. })
+            && text.contains(
+                "`hold_the_lock` was called inside the body of transactional step `outer_tx`"
+            ),
+        "{text}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}
+
 /// Inserts key `k` twice into a table whose unique constraint is checked
 /// at COMMIT, so the body returns `Ok` and its transaction cannot commit.
 #[step(transaction)]
@@ -918,5 +953,6 @@ on_both_backends!(
     serializable_conflicts_are_retried,
     a_body_holding_sqlites_write_lock_long_is_warned_about,
     a_body_outlasting_a_lease_renewal_finishes_once,
+    a_transactional_step_inside_anothers_body_is_refused,
     a_body_error_other_than_a_conflict_is_journaled_at_once,
 );

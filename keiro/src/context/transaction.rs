@@ -53,6 +53,10 @@ const SLOW_LOCK: Duration = Duration::from_secs(1);
 /// allocated now, at the call, and the result is journaled in the body's
 /// transaction; outside one the body runs in a transaction of the
 /// process-wide runtime, committed on success.
+///
+/// Called inside another transactional step's body it panics, naming both:
+/// a body runs in one transaction, and a second one would wait for it
+/// forever (SQLite's one write lock) or commit apart from it (PostgreSQL).
 pub fn step_transaction<R, B>(
     meta: StepMeta,
     is_err: impl Fn(&R) -> bool + Send + 'static,
@@ -65,6 +69,16 @@ where
         + Send
         + 'static,
 {
+    if let Ok(outer) = IN_BODY.try_with(|outer| *outer) {
+        panic!(
+            "transactional step `{}` was called inside the body of transactional step \
+             `{outer}`: a body runs in one transaction, and a second would wait for it \
+             (SQLite) or commit apart from it (PostgreSQL). Make `{}` a plain async fn \
+             taking `&mut keiro::Transaction<'_>` and call it with the outer step's `tx`, \
+             or call the two steps one after the other from the workflow",
+            meta.name, meta.name
+        );
+    }
     let slot = claim_seq();
     let step = TxStep {
         meta,
@@ -78,6 +92,11 @@ where
             Some((cx, seq)) => step.journaled(cx, seq).await,
         }
     }
+}
+
+tokio::task_local! {
+    /// The transactional step whose body the task is running.
+    static IN_BODY: &'static str;
 }
 
 /// A transactional step being run.
@@ -117,7 +136,9 @@ where
     ) -> Result<Attempt<R>, StoreError> {
         let mut tx = Transaction::new(keiro.raw_store().begin_step_tx().await?);
         let began = std::time::Instant::now();
-        let value = scope(None, (self.body)(&mut tx)).await;
+        let value = IN_BODY
+            .scope(self.meta.name, scope(None, (self.body)(&mut tx)))
+            .await;
         let held = began.elapsed();
         if held >= SLOW_LOCK && keiro.raw_store().backend() == "sqlite" {
             let of = run.map_or_else(String::new, |cx| {
