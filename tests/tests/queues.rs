@@ -342,17 +342,25 @@ async fn a_busy_partition_does_not_block_another(backend: Backend) {
     }
 }
 
+/// A 10 ms `queue_job` with id `id` on `PLAIN` with dedup `key`.
+fn dedup_job(
+    keiro: &Keiro,
+    file: &Path,
+    id: &str,
+    key: &str,
+) -> keiro::WorkflowCall<Result<String, String>> {
+    queue_job(text(file), id.to_owned(), 10)
+        .on(keiro)
+        .id(id.to_owned())
+        .queue(&PLAIN)
+        .dedup(key.to_owned())
+}
+
 async fn dedup_refuses_while_unfinished_and_accepts_after(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
     let (_dir, file) = events_file();
-    let job = |id: &str| {
-        queue_job(text(&file), id.to_owned(), 10)
-            .on(&keiro)
-            .id(id.to_owned())
-            .queue(&PLAIN)
-            .dedup("order-7")
-    };
+    let job = |id: &str| dedup_job(&keiro, &file, id, "order-7");
     let first = job("dedup-1").enqueue().await.unwrap();
     let summary = keiro.summary("dedup-1").await.unwrap();
     assert_eq!(summary.queue.as_deref(), Some("test-plain"));
@@ -406,13 +414,7 @@ async fn a_dedup_key_taken_meanwhile_refuses_retry_and_resume_but_not_an_attach(
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
     let (_dir, file) = events_file();
-    let job = |id: &str| {
-        queue_job(text(&file), id.to_owned(), 10)
-            .on(&keiro)
-            .id(id.to_owned())
-            .queue(&PLAIN)
-            .dedup("order-9")
-    };
+    let job = |id: &str| dedup_job(&keiro, &file, id, "order-9");
     // `a` holds the key, is cancelled (which frees it), and `b` takes it.
     job("a").enqueue().await.unwrap();
     keiro.cancel("a").await.unwrap();
