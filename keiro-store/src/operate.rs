@@ -49,11 +49,15 @@ impl OperateStatements {
                 "SELECT name, generation FROM {w} WHERE id = $1{}",
                 d.lock_row
             ),
+            // On the source's queue, priority and partition, so its limits
+            // hold for the fork too (not its dedup key, which the source may
+            // still hold).
             fork_instance: format!(
                 "INSERT INTO {w} (id, name, generation, status, input, attempts, wake_at, \
-                 created_at, updated_at, signature, app_version, skeleton_hash) \
+                 created_at, updated_at, signature, app_version, skeleton_hash, queue, \
+                 priority, partition_key) \
                  SELECT $2, name, 0, 'pending', input, 0, $3, $3, $3, signature, app_version, \
-                 skeleton_hash \
+                 skeleton_hash, queue, priority, partition_key \
                  FROM {w} WHERE id = $1 \
                  ON CONFLICT (id) DO NOTHING"
             ),

@@ -702,7 +702,65 @@ async fn priority_holds_across_the_workflows_of_a_queue(backend: Backend) {
     );
 }
 
+async fn a_fork_of_a_queued_instance_stays_on_its_queue(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let (_dir, file) = events_file();
+    queue_job(text(&file), "src".into(), 1)
+        .on(&keiro)
+        .id("src")
+        .queue(&ONE_AT_A_TIME)
+        .partition("customer-7")
+        .priority(3)
+        .dedup("k")
+        .enqueue()
+        .await
+        .unwrap();
+    let fork = keiro.fork("src", keiro::ForkFrom::Step(0)).await.unwrap();
+    let summary = keiro.summary(&fork).await.unwrap();
+    assert_eq!(
+        summary.queue.as_deref(),
+        Some("test-one-at-a-time"),
+        "{summary:?}"
+    );
+    // It runs only through its queue: claiming its id leaves it alone.
+    let store = keiro::unstable::raw_store(&keiro);
+    let lease = keiro_store::Lease {
+        owner: "someone",
+        ttl_us: 60_000_000,
+    };
+    assert!(store.claim(&fork, lease).await.unwrap().is_none());
+    assert_eq!(
+        recorded_partition(&db, backend, &fork).await,
+        ("customer-7".into(), 3)
+    );
+}
+
+/// The partition key and priority stored for instance `id`.
+async fn recorded_partition(db: &TestDb, backend: Backend, id: &str) -> (String, i64) {
+    let sql = "SELECT partition_key, priority FROM {t} WHERE id = $1";
+    match backend {
+        Backend::Sqlite => {
+            let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+            sqlx::query_as(&sql.replace("{t}", "keiro_workflows"))
+                .bind(id)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+        Backend::Postgres | Backend::PgBouncer => {
+            let pool = sqlx::PgPool::connect(&db.direct_url).await.unwrap();
+            sqlx::query_as(&sql.replace("{t}", "keiro.workflows"))
+                .bind(id)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    }
+}
+
 on_both_backends!(
+    a_fork_of_a_queued_instance_stays_on_its_queue,
     priority_holds_across_the_workflows_of_a_queue,
     starting_or_awaiting_an_enqueued_id_leaves_it_to_its_queue,
     a_dedup_key_taken_meanwhile_refuses_retry_and_resume_but_not_an_attach,

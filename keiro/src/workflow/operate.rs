@@ -74,7 +74,9 @@ impl Keiro {
 
     /// Starts a new instance of `id`'s workflow with the same input and the
     /// entries of `id`'s current journal before `from` copied, run by the
-    /// current code from there; `id` is left as it is. Awaiting the returned
+    /// current code from there; `id` is left as it is. The fork is on
+    /// `id`'s queue, with its priority and partition (not its dedup key), so
+    /// the queue's limits hold for it. Awaiting the returned
     /// [`ForkCall`] returns the new instance's id, `"{id}-fork-{uuid}"`, or
     /// the id chosen with [`ForkCall::id`]:
     ///
