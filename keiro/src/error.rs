@@ -330,7 +330,7 @@ pub enum Error {
     UnknownSchedule {
         /// The name asked for.
         name: String,
-        /// The names of the stored schedules, or `none`.
+        /// The names of the stored schedules (the first 20 and how many more), or `none`.
         known: String,
     },
     /// A schedule's definition or the change asked of it is refused: a

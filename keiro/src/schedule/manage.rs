@@ -267,11 +267,42 @@ impl Keiro {
         };
         Error::UnknownSchedule {
             name: name.to_owned(),
-            known: if known.is_empty() {
-                "none".to_owned()
-            } else {
-                known.join(", ")
-            },
+            known: known_names(&known),
         }
+    }
+}
+
+/// The most schedule names an [`Error::UnknownSchedule`] lists.
+const KNOWN_LISTED: usize = 20;
+
+/// `known` for an error message: `none`, or the first [`KNOWN_LISTED`]
+/// names and how many more there are (a database may hold thousands of
+/// dynamic schedules).
+fn known_names(known: &[String]) -> String {
+    match known.len() {
+        0 => "none".to_owned(),
+        n if n <= KNOWN_LISTED => known.join(", "),
+        n => format!(
+            "{} and {} more",
+            known[..KNOWN_LISTED].join(", "),
+            n - KNOWN_LISTED
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_schedule_lists_at_most_twenty_known_names() {
+        assert_eq!(known_names(&[]), "none");
+        let names: Vec<String> = (0..25).map(|n| format!("s{n}")).collect();
+        let listed = known_names(&names);
+        assert!(
+            listed.starts_with("s0, s1,") && listed.ends_with("s19 and 5 more"),
+            "{listed}"
+        );
+        assert_eq!(known_names(&names[..2]), "s0, s1");
     }
 }
