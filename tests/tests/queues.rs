@@ -497,6 +497,18 @@ async fn refills_do_not_starve_a_small_pool(backend: Backend) {
 /// gives its slots back, so an instance due on the default queue meanwhile
 /// starts long before the backlog is done.
 async fn a_busy_queue_leaves_room_for_the_default_queue(backend: Backend) {
+    finishes_beside_a_backlog(backend, None).await;
+}
+
+async fn a_busy_queue_leaves_room_for_another_queue(backend: Backend) {
+    // "test-rate-20" sorts after "test-plain", the backlog's queue.
+    finishes_beside_a_backlog(backend, Some(&RATE_20)).await;
+}
+
+/// Enqueues a backlog of 40 on `PLAIN` for a worker running two at a time,
+/// then one instance on `on` (the default queue for `None`): it must end
+/// while most of the backlog still waits.
+async fn finishes_beside_a_backlog(backend: Backend, on: Option<&'static keiro::Queue>) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
     let (_dir, file) = events_file();
@@ -515,12 +527,13 @@ async fn a_busy_queue_leaves_room_for_the_default_queue(backend: Backend) {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let default = queue_job(text(&file), "default".into(), 0)
+    let call = queue_job(text(&file), "default".into(), 0)
         .on(&keiro)
-        .id("beside-the-backlog")
-        .enqueue()
-        .await
-        .unwrap();
+        .id("beside-the-backlog");
+    let default = match on {
+        Some(queue) => call.queue(queue).enqueue().await.unwrap(),
+        None => call.enqueue().await.unwrap(),
+    };
     let out = tokio::time::timeout(PATIENCE, default.result())
         .await
         .unwrap();
@@ -534,7 +547,8 @@ async fn a_busy_queue_leaves_room_for_the_default_queue(backend: Backend) {
     // The backlog takes about a second (40 × 50 ms, two at a time).
     assert!(
         unfinished >= 20,
-        "the default queue's instance waited for the backlog: {unfinished} of 40 unfinished"
+        "the instance on {:?} waited for the backlog: {unfinished} of 40 unfinished",
+        on.map(|queue| queue.name())
     );
     all_done(queued).await;
     worker.stop().await;
@@ -570,11 +584,11 @@ async fn a_spawned_child_with_queue_settings_is_refused(backend: Backend) {
 async fn an_instance_waiting_past_its_lease_is_not_run_twice(backend: Backend) {
     let db = TestDb::new(backend).await;
     let (_dir, file) = events_file();
-    // Leases of 300 ms: a claimed instance waiting behind a 1.5 s run lapses.
-    let lease = Duration::from_millis(300);
+    // Leases of 600 ms: a claimed instance waiting behind a 2.5 s run lapses.
+    let lease = Duration::from_millis(600);
     let keiro = db.builder().lease_ttl(lease).connect().await.unwrap();
     let handles = futures::future::try_join_all((0..2).map(|n| {
-        queue_job(text(&file), format!("t{n}"), 1500)
+        queue_job(text(&file), format!("t{n}"), 2500)
             .on(&keiro)
             .id(format!("lapse-t{n}"))
             .queue(&PLAIN)
@@ -593,7 +607,7 @@ async fn an_instance_waiting_past_its_lease_is_not_run_twice(backend: Backend) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // A second worker finds the waiting one's lease lapsed and runs it.
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(900)).await;
     let other = db.builder().lease_ttl(lease).connect().await.unwrap();
     let second = other.resume_worker(options).await.unwrap();
     all_done(handles).await;
@@ -777,4 +791,5 @@ on_both_backends!(
     queue_settings_need_an_enqueue_and_a_queue,
     refills_do_not_starve_a_small_pool,
     a_busy_queue_leaves_room_for_the_default_queue,
+    a_busy_queue_leaves_room_for_another_queue,
 );

@@ -151,8 +151,11 @@ async fn durable_first(cx: &WorkflowContext, ended: Ended) -> Ended {
 
 /// Runs the body of `row`'s workflow with context `cx` until it returns, halts
 /// (`aborted`), is stopped or loses its lease, renewing the lease every third
-/// of `ttl`. A lease it could not renew for two thirds of `ttl` counts as
-/// lost: the run stops before the lease may lapse. The body's future is dropped before this returns.
+/// of `ttl`. A lease it could not renew for two thirds of `ttl` (a renewal
+/// that failed) counts as lost: the run stops before the lease may lapse.
+/// A renewal that hangs is given until the lease lapses, then counts as
+/// failed too; the body goes on meanwhile (it is polled beside the
+/// renewal). The body's future is dropped before this returns.
 async fn drive(
     keiro: &Keiro,
     run: RunFn,
@@ -257,13 +260,13 @@ async fn drive(
                 }
                 let sent = tokio::time::Instant::now();
                 let store = keiro.raw_store();
-                // A renewal still unanswered two thirds of the TTL after the
-                // last one is as good as failed: the run must stop before
-                // the lease may lapse, wherever the body is. Unless a
-                // transactional step holds its transaction open: the
-                // renewal may wait for it (its row commits first-wins).
+                // A renewal still unanswered when the lease lapses (by this
+                // process's clock) has failed: the run stops there, wherever
+                // the body is. Unless a transactional step holds its
+                // transaction open: the renewal may wait for it (its row
+                // commits first-wins).
                 let budget = (!cx.in_transaction())
-                    .then(|| (renewed + ttl * 2 / 3).saturating_duration_since(sent));
+                    .then(|| (renewed + ttl).saturating_duration_since(sent));
                 renewing = Some(Box::pin(async move {
                     let renewal = store.renew_lease(&row.id, lease);
                     let renewal = match budget {
