@@ -497,18 +497,6 @@ async fn refills_do_not_starve_a_small_pool(backend: Backend) {
 /// gives its slots back, so an instance due on the default queue meanwhile
 /// starts long before the backlog is done.
 async fn a_busy_queue_leaves_room_for_the_default_queue(backend: Backend) {
-    finishes_beside_a_backlog(backend, None).await;
-}
-
-async fn a_busy_queue_leaves_room_for_another_queue(backend: Backend) {
-    // "test-rate-20" sorts after "test-plain", the backlog's queue.
-    finishes_beside_a_backlog(backend, Some(&RATE_20)).await;
-}
-
-/// Enqueues a backlog of 40 on `PLAIN` for a worker running two at a time,
-/// then one instance on `on` (the default queue for `None`): it must end
-/// while most of the backlog still waits.
-async fn finishes_beside_a_backlog(backend: Backend, on: Option<&'static keiro::Queue>) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
     let (_dir, file) = events_file();
@@ -527,13 +515,12 @@ async fn finishes_beside_a_backlog(backend: Backend, on: Option<&'static keiro::
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let call = queue_job(text(&file), "default".into(), 0)
+    let default = queue_job(text(&file), "default".into(), 0)
         .on(&keiro)
-        .id("beside-the-backlog");
-    let default = match on {
-        Some(queue) => call.queue(queue).enqueue().await.unwrap(),
-        None => call.enqueue().await.unwrap(),
-    };
+        .id("beside-the-backlog")
+        .enqueue()
+        .await
+        .unwrap();
     let out = tokio::time::timeout(PATIENCE, default.result())
         .await
         .unwrap();
@@ -547,8 +534,7 @@ async fn finishes_beside_a_backlog(backend: Backend, on: Option<&'static keiro::
     // The backlog takes about a second (40 × 50 ms, two at a time).
     assert!(
         unfinished >= 20,
-        "the instance on {:?} waited for the backlog: {unfinished} of 40 unfinished",
-        on.map(|queue| queue.name())
+        "the default queue's instance waited for the backlog: {unfinished} of 40 unfinished"
     );
     all_done(queued).await;
     worker.stop().await;
@@ -791,5 +777,4 @@ on_both_backends!(
     queue_settings_need_an_enqueue_and_a_queue,
     refills_do_not_starve_a_small_pool,
     a_busy_queue_leaves_room_for_the_default_queue,
-    a_busy_queue_leaves_room_for_another_queue,
 );

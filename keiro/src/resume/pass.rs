@@ -152,8 +152,7 @@ impl Keiro {
     }
 
     /// The first half of a pass: claims up to `limit` due instances (the
-    /// default queue's and each queue's within its limits, which goes first
-    /// turning from pass to pass), and
+    /// default queue's first, then each queue's within its limits), and
     /// looks for the due instances it cannot run (and reports them) only
     /// when `report_blocked`.
     pub(super) async fn claim_pass(
@@ -171,46 +170,14 @@ impl Keiro {
         let scope = lists.scope(self);
         let (workflows, versions) = (&lists.workflows, &lists.versions);
         // Claim in the same statement that discovers, so concurrent workers
-        // take disjoint batches instead of racing for the same rows. The
-        // default queue and each declared queue first claim a share of the
-        // room each, then those that filled theirs take what is left; which
-        // goes first turns from pass to pass. So a backlog on one (which
-        // would fill every pass) never keeps another out.
-        let queues = self.registry().queues();
-        let sources = queues.len() + 1;
-        let first = self.next_claim_turn() % sources;
-        let share = (limit / sources as i64).max(1);
-        let mut rows: Vec<(Option<&'static Queue>, InstanceRow)> = Vec::new();
-        let mut filled = vec![false; sources];
-        for round in 0..2 {
-            for turn in 0..sources {
-                let source = (first + turn) % sources;
-                let left = limit - rows.len() as i64;
-                if left <= 0 {
-                    break;
-                }
-                let room = match round {
-                    0 => share.min(left),
-                    _ if filled[source] => left,
-                    _ => continue,
-                };
-                let claimed: Vec<(Option<&'static Queue>, InstanceRow)> = match source {
-                    0 => store
-                        .claim_due(scope.lease, workflows, versions, room)
-                        .await?
-                        .into_iter()
-                        .map(|row| (None, row))
-                        .collect(),
-                    n => {
-                        let queue = queues[n - 1];
-                        let claimed = scope.claim(self, queue, room).await?;
-                        claimed.into_iter().map(|row| (Some(queue), row)).collect()
-                    }
-                };
-                filled[source] = claimed.len() as i64 >= room;
-                rows.extend(claimed);
-            }
-        }
+        // take disjoint batches instead of racing for the same rows.
+        let claimed = store
+            .claim_due(scope.lease, workflows, versions, limit)
+            .await?;
+        let queued = self.claim_queues(scope, limit, claimed.len()).await?;
+        let mut rows: Vec<(Option<&'static Queue>, InstanceRow)> =
+            claimed.into_iter().map(|row| (None, row)).collect();
+        rows.extend(queued.into_iter().map(|(queue, row)| (Some(queue), row)));
         let blocked = if report_blocked {
             store
                 .find_blocked(owner, workflows, versions, BLOCKED_REPORTED)
@@ -290,6 +257,26 @@ impl Keiro {
             workflows: self.registry().workflows(),
             versions: self.versions().accepted(),
         }
+    }
+
+    /// Claims due instances of every queue this binary declares, each within
+    /// its limits, up to the pass's claim limit less the `already` claimed.
+    async fn claim_queues(
+        &self,
+        scope: QueueClaim<'_>,
+        limit: i64,
+        already: usize,
+    ) -> Result<Vec<(&'static Queue, InstanceRow)>> {
+        let mut claimed = Vec::new();
+        for &queue in self.registry().queues() {
+            let room = limit - (already + claimed.len()) as i64;
+            if room <= 0 {
+                break;
+            }
+            let rows = scope.claim(self, queue, room).await?;
+            claimed.extend(rows.into_iter().map(|row| (queue, row)));
+        }
+        Ok(claimed)
     }
 
     /// Drives a pass's claimed instances, at most as many at once as the

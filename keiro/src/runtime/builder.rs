@@ -329,7 +329,6 @@ impl KeiroBuilder {
                 inflight,
                 wakes,
                 schedulers: Default::default(),
-                claim_turns: Default::default(),
             }),
         })
     }

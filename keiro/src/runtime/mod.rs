@@ -84,9 +84,6 @@ struct Inner {
     wakes: Arc<Wakes>,
     /// This process's cron schedulers: their wake-up and progress.
     schedulers: Arc<crate::schedule::scheduler::SchedulerState>,
-    /// Claim passes so far: which queue (the default one or a declared one)
-    /// a pass claims first turns with it.
-    claim_turns: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Keiro {
@@ -227,13 +224,6 @@ impl Keiro {
     /// What this runtime's cron schedulers share with it.
     pub(crate) fn scheduler_state(&self) -> &crate::schedule::scheduler::SchedulerState {
         &self.inner.schedulers
-    }
-
-    /// This claim pass's turn: a new number each call.
-    pub(crate) fn next_claim_turn(&self) -> usize {
-        self.inner
-            .claim_turns
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn resume_wake(&self) -> &Notify {
