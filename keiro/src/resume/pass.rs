@@ -583,9 +583,7 @@ impl Keiro {
         }
         summary
     }
-}
 
-impl Keiro {
     /// `row`, claimed by this worker, if it still holds it. A row claimed
     /// more than a lease renewal interval ago (it waited for a slot behind
     /// longer runs) may have lapsed and been taken by another run: its lease

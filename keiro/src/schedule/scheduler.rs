@@ -248,18 +248,17 @@ fn cursor<'c>(
 /// What became of one tick's start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fired {
-    /// Its instance exists (made now, or by another worker before).
-    Done,
+    /// Past it: its instance exists (made now, or by another worker
+    /// before), or it can never start (its id or arguments are refused;
+    /// logged).
+    Passed,
     /// The store could not be reached or was busy: try the tick again.
     Retry,
-    /// It can never start (its id or arguments are refused): logged and
-    /// passed over.
-    Refused,
 }
 
 async fn fire_logged(keiro: &Keiro, runs: &TickRuns, row: &ScheduleRow, tick: i64) -> Fired {
     match fire(keiro, row, tick, Start::Here(runs)).await {
-        Ok(_) => Fired::Done,
+        Ok(_) => Fired::Passed,
         Err(error) if error.is_transient() => {
             tracing::warn!(
                 %error,
@@ -276,7 +275,7 @@ async fn fire_logged(keiro: &Keiro, runs: &TickRuns, row: &ScheduleRow, tick: i6
                 tick = %super::spec::rfc3339(tick),
                 "keiro cannot start a cron tick; it is passed over"
             );
-            Fired::Refused
+            Fired::Passed
         }
     }
 }

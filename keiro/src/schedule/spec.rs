@@ -166,7 +166,8 @@ impl CronSpec {
     }
 
     /// The first instant in `(from_us, to_us]` whose offset is not
-    /// `offset`, if any (`Err` only past the calendar's range). Zones change
+    /// `offset`, if any (the outer `None` only past the calendar's range).
+    /// Zones change
     /// their offset at most a few times a year, never twice within
     /// [`PROBE_US`], so probing at that step finds every change.
     fn first_change(&self, from_us: i64, to_us: i64, offset: i64) -> Option<Option<i64>> {

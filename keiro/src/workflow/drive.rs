@@ -6,6 +6,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use futures::FutureExt;
 use keiro_store::{InstanceRow, Lease};
 use tokio::sync::oneshot;
@@ -204,8 +205,8 @@ async fn drive(
     // than awaited instead of it: on SQLite a transactional step's body holds
     // the only write lock both need, and a body left unpolled never lets go
     // of it (the write would wait out the busy timeout, and the lease lapse).
-    let mut renewing: Option<Side<'_, (Instant, Option<Result<bool>>)>> = None;
-    let mut timing_out: Option<Side<'_, Result<bool>>> = None;
+    let mut renewing: Option<BoxFuture<'_, (Instant, Option<Result<bool>>)>> = None;
+    let mut timing_out: Option<BoxFuture<'_, Result<bool>>> = None;
     loop {
         tokio::select! {
             biased;
@@ -298,10 +299,6 @@ async fn drive(
         }
     }
 }
-
-/// A write beside a run's body (its lease renewal, its time-out), polled
-/// with it.
-type Side<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 /// A body that returned: its output, unless the journal records steps the
 /// code never reached (non-determinism).
