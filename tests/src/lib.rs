@@ -120,6 +120,27 @@ impl TestDb {
     }
 }
 
+/// Records a pending instance `id` of workflow `name` with `input` straight in
+/// `keiro`'s store (no signature, version or lease), as an older or another
+/// binary would have left it.
+pub async fn create_pending(keiro: &Keiro, id: &str, name: &str, input: &str) {
+    keiro::unstable::raw_store(keiro)
+        .create_instance(&keiro_store::NewInstance {
+            id,
+            name,
+            input,
+            signature: None,
+            parent: None,
+            lease: None,
+            deadline: None,
+            traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("create pending instance `{id}`: {e}"));
+}
+
 fn log() -> &'static Mutex<HashMap<String, Vec<String>>> {
     static LOG: OnceLock<Mutex<HashMap<String, Vec<String>>>> = OnceLock::new();
     LOG.get_or_init(Default::default)

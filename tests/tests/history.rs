@@ -14,9 +14,8 @@ use keiro::{
     step, workflow, Error, History, HistoryError, Keiro, ReplayError, ReplayStop, ResumeOptions,
     WorkflowStatus, HISTORY_FORMAT,
 };
-use keiro_store::NewInstance;
 use keiro_tests::deployments::{deploy, version};
-use keiro_tests::{count, on_both_backends, ran, Backend, TestDb};
+use keiro_tests::{count, create_pending, on_both_backends, ran, Backend, TestDb};
 
 on_both_backends!(
     export_holds_input_every_entry_and_the_outcome,
@@ -458,21 +457,7 @@ async fn check_lists_exactly_the_diverging_unfinished_instance(backend: Backend)
         .await
         .unwrap()
         .unwrap();
-    keiro::unstable::raw_store(&keiro)
-        .create_instance(&NewInstance {
-            id: "orphan-1",
-            name: "linked_nowhere",
-            input: "[]",
-            signature: None,
-            parent: None,
-            lease: None,
-            deadline: None,
-            traceparent: None,
-            app_version: None,
-            skeleton_hash: None,
-        })
-        .await
-        .unwrap();
+    create_pending(&keiro, "orphan-1", "linked_nowhere", "[]").await;
     let report = keiro.check().await.unwrap();
     assert!(report.is_ok(), "{report}");
     assert_eq!(report.checked, 2, "{report}");
@@ -585,21 +570,7 @@ async fn check_does_not_run_a_transactional_step(backend: Backend) {
     let keiro = runtime(&db).await;
     let pending = key();
     let input = serde_json::json!([pending]).to_string();
-    keiro::unstable::raw_store(&keiro)
-        .create_instance(&NewInstance {
-            id: &pending,
-            name: "r_pay_first",
-            input: &input,
-            signature: None,
-            parent: None,
-            lease: None,
-            deadline: None,
-            traceparent: None,
-            app_version: None,
-            skeleton_hash: None,
-        })
-        .await
-        .unwrap();
+    create_pending(&keiro, &pending, "r_pay_first", &input).await;
     let report = keiro.check().await.unwrap();
     assert!(report.is_ok(), "{report}");
     assert_eq!(report.checked, 1, "{report}");

@@ -371,10 +371,15 @@ fn capture_warnings() {
     });
 }
 
-/// Holds the transaction (and on SQLite the write lock) for 1.2 s.
+/// Counts its run, sends instance `key` a message (on PostgreSQL that locks
+/// the instance's row), then holds the transaction (and on SQLite the write
+/// lock) for 1.2 s.
 #[step(transaction)]
 async fn hold_the_lock(tx: &mut keiro::Transaction<'_>, key: String) -> Result<String, String> {
-    let _ = tx;
+    ran(&key, "hold");
+    keiro::send_tx(tx, &key, "held", &1u32)
+        .await
+        .map_err(|e| e.to_string())?;
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     Ok(key)
 }
@@ -405,23 +410,6 @@ async fn a_body_holding_sqlites_write_lock_long_is_warned_about(backend: Backend
     assert_eq!(warned, backend == Backend::Sqlite, "{logged}");
 }
 
-/// Counts its run, writes a ledger row, then holds the transaction (and on
-/// SQLite the write lock) for 1.2 s.
-#[step(transaction)]
-async fn write_and_hold(tx: &mut keiro::Transaction<'_>, key: String) -> Result<String, String> {
-    ran(&key, "hold");
-    keiro::send_tx(tx, &key, "held", &1u32)
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
-    Ok(key)
-}
-
-#[workflow]
-async fn writes_and_holds(key: String) -> Result<String, String> {
-    write_and_hold(key).await
-}
-
 async fn a_body_outlasting_a_lease_renewal_finishes_once(backend: Backend) {
     let db = TestDb::new(backend).await;
     // Renewals every 200 ms: several fall while the body holds its
@@ -436,7 +424,7 @@ async fn a_body_outlasting_a_lease_renewal_finishes_once(backend: Backend) {
     let started = std::time::Instant::now();
     let out = tokio::time::timeout(
         std::time::Duration::from_secs(20),
-        writes_and_holds(key.clone()).id(key.clone()).on(&keiro),
+        holds_the_lock(key.clone()).id(key.clone()).on(&keiro),
     )
     .await
     .expect("the workflow ends while its lease renews");
