@@ -117,6 +117,20 @@ pub enum StoreError {
         /// The unfinished instance holding it.
         existing_id: String,
     },
+    /// A transactional step's body ended keiro's transaction itself (it sent
+    /// `COMMIT` or `ROLLBACK` on the step's connection): keiro found the
+    /// savepoint it opens with the transaction gone when it came to write the
+    /// journal row, and wrote nothing.
+    #[error(
+        "the body ended keiro's transaction itself (a COMMIT or ROLLBACK on the step's \
+         connection): its writes before that statement committed or rolled back apart from \
+         the step's journal row, and nothing was journaled ({reason}); let keiro end the \
+         transaction: return Ok to commit the writes, Err to roll them back"
+    )]
+    TransactionEnded {
+        /// The database's error for the guard savepoint's release.
+        reason: String,
+    },
 }
 
 impl StoreError {

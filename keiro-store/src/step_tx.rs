@@ -33,17 +33,59 @@ macro_rules! insert_timed_step {
 
 #[cfg(feature = "sqlite")]
 const INSERT_SQLITE: &str = insert_timed_step!("keiro_steps");
-/// A step's row inserted (failing on the primary key if the step is
-/// journaled), the commit, and an empty transaction for sqlx's count.
+/// The guard savepoint released (failing if the body ended the
+/// transaction), a step's row inserted (failing on the primary key if the
+/// step is journaled), the commit, and an empty transaction for sqlx's count.
 #[cfg(feature = "sqlite")]
-const COMMIT_SQLITE: &str = "INSERT INTO keiro_steps (workflow_id, generation, seq, name, kind, \
-     result, created_at, attempts, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9); \
-     COMMIT; BEGIN";
+const COMMIT_SQLITE: &str = "RELEASE SAVEPOINT keiro_step; INSERT INTO keiro_steps (workflow_id, \
+     generation, seq, name, kind, result, created_at, attempts, started_at) VALUES ($1, $2, $3, \
+     $4, $5, $6, $7, $8, $9); COMMIT; BEGIN";
+/// How a transactional step's transaction begins on SQLite: with the write
+/// lock, and the guard savepoint (see [`GUARD_RELEASE`]).
+#[cfg(feature = "sqlite")]
+pub(crate) const BEGIN_SQLITE: &str = "BEGIN IMMEDIATE; SAVEPOINT keiro_step";
+/// Releases the savepoint a transactional step's transaction opens with on
+/// SQLite, `keiro_step`. It fails when the body ended the transaction
+/// itself (a `COMMIT` or `ROLLBACK` on the step's connection), so keiro
+/// sends it before its first write after the body: the journal row is
+/// never written outside the body's transaction. The commit batch begins
+/// with it.
+#[cfg(feature = "sqlite")]
+const GUARD_RELEASE: &str = "RELEASE SAVEPOINT keiro_step";
+/// How a transactional step's transaction begins on PostgreSQL without a
+/// kept one: with the guard setting (see [`GUARD_CHECK`]).
+#[cfg(feature = "postgres")]
+pub(crate) const BEGIN_POSTGRES: &str = "BEGIN; SET LOCAL keiro.step = 'on'";
+/// PostgreSQL's guard: a transactional step's transaction begins with the
+/// transaction-local setting `keiro.step`, which ends with the transaction.
+/// This fails (division by zero, SQLSTATE `22012`; nothing else in keiro's
+/// statements after the body divides) when the body ended the transaction
+/// itself, so keiro sends it before its first write after the body, and the
+/// commit batch begins with it. (A savepoint, as on SQLite, would keep the
+/// body from choosing its isolation level: `SET TRANSACTION` refuses to run
+/// in a subtransaction.)
+#[cfg(feature = "postgres")]
+const GUARD_CHECK: &str =
+    "SELECT 1 / (coalesce(current_setting('keiro.step', true), '') = 'on')::int";
 #[cfg(feature = "postgres")]
 const INSERT_POSTGRES: &str = insert_timed_step!("keiro.steps");
 /// The primary key of PostgreSQL's steps table, as its violations name it.
 #[cfg(feature = "postgres")]
 const STEPS_KEY: &str = "steps_pkey";
+
+/// Whether `error` is the guard failing because the body ended the
+/// transaction: SQLite has no such savepoint; PostgreSQL's
+/// [`GUARD_CHECK`] divided by zero.
+fn is_guard_lost(error: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = error else {
+        return false;
+    };
+    #[cfg(feature = "postgres")]
+    if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+        return pg.code() == "22012";
+    }
+    db.message().contains("no such savepoint: keiro_step")
+}
 
 /// A transaction a transactional step runs in, on the store's database.
 ///
@@ -65,7 +107,7 @@ impl Store {
     pub async fn begin_step_tx(&self) -> Result<StepTx<'static>> {
         Ok(match self {
             #[cfg(feature = "sqlite")]
-            Store::Sqlite(s) => StepTx::Sqlite(s.begin(OP).await?),
+            Store::Sqlite(s) => StepTx::Sqlite(s.begin_with(BEGIN_SQLITE, OP).await?),
             #[cfg(feature = "postgres")]
             Store::Postgres(s) => StepTx::Postgres(s.begin_step(OP).await?),
         })
@@ -73,12 +115,54 @@ impl Store {
 }
 
 impl StepTx<'_> {
+    /// Checks that the body left keiro's transaction open (releasing its
+    /// guard savepoint on SQLite): [`StoreError::TransactionEnded`] when the body sent
+    /// `COMMIT` or `ROLLBACK` itself (nothing is written then). Call it once,
+    /// after the body and before [`StepTx::journal`], [`StepTx::commit`] or
+    /// the rollback of a failed attempt; [`StepTx::journal_and_commit`]
+    /// checks by itself.
+    pub async fn check_open(&mut self) -> Result<()> {
+        let released = match self {
+            #[cfg(feature = "sqlite")]
+            StepTx::Sqlite(tx) => sqlx::Executor::execute(&mut **tx, GUARD_RELEASE)
+                .await
+                .map(drop),
+            #[cfg(feature = "postgres")]
+            StepTx::Postgres(tx) => sqlx::Executor::execute(&mut **tx, GUARD_CHECK)
+                .await
+                .map(drop),
+        };
+        match released {
+            Ok(()) => Ok(()),
+            Err(error) => Err(self.guard_error(error).await),
+        }
+    }
+
+    /// The error for a failed statement that began with the guard:
+    /// [`StoreError::TransactionEnded`] when the guard was gone
+    /// (then, on SQLite, a transaction is opened again for the one sqlx
+    /// counts as open, so its rollback finds one), else the query error.
+    async fn guard_error(&mut self, error: sqlx::Error) -> StoreError {
+        if !is_guard_lost(&error) {
+            return StoreError::query(OP)(error);
+        }
+        #[cfg(feature = "sqlite")]
+        if let StepTx::Sqlite(tx) = self {
+            // Fails harmlessly if the body began a transaction of its own.
+            let _ = sqlx::Executor::execute(&mut **tx, "BEGIN").await;
+        }
+        StoreError::TransactionEnded {
+            reason: error.to_string(),
+        }
+    }
+
     /// Writes `rows` (with their `timings`, as long as `rows`) into this
     /// transaction unless their step ids are journaled. Returns, per row,
     /// whether it was written: `false` means another executor journaled that
     /// step first (its transaction committed), and the caller rolls this one
     /// back and takes the recorded result. `now` is the store's clock
-    /// ([`Store::now_us`]), the rows' creation time.
+    /// ([`Store::now_us`]), the rows' creation time. Call
+    /// [`StepTx::check_open`] first.
     pub async fn journal(&mut self, rows: &[(StepRow, StepTiming)], now: i64) -> Result<Vec<bool>> {
         let mut written = Vec::with_capacity(rows.len());
         for (row, timing) in rows {
@@ -138,12 +222,15 @@ impl StepTx<'static> {
     /// result). `now` is the store's clock, the row's creation time; `store`
     /// is the store the transaction was begun on.
     ///
-    /// The row and the `COMMIT` travel together, with a `BEGIN` after them:
-    /// one statement batch `INSERT …; COMMIT; BEGIN`. Its plain `INSERT`
-    /// fails on the primary key when the step is journaled, which skips the
-    /// rest of the batch and leaves the transaction to roll back. The
-    /// `BEGIN` opens an empty transaction (no lock, no snapshot) for the one
-    /// sqlx still counts as open.
+    /// The guard, the row and the `COMMIT` travel together, with a `BEGIN`
+    /// after them: one statement batch `<guard>; INSERT …; COMMIT; BEGIN`
+    /// (the guard: SQLite's savepoint released, PostgreSQL's setting
+    /// checked; see [`StepTx::check_open`]). The guard fails when the body
+    /// ended the transaction itself ([`StoreError::TransactionEnded`]), and
+    /// the plain `INSERT` fails on the primary key when the step is
+    /// journaled; either skips the rest of the batch and leaves the
+    /// transaction to roll back. The `BEGIN` opens an empty transaction (no
+    /// lock, no snapshot) for the one sqlx still counts as open.
     /// - PostgreSQL: one simple query with the row's values as constants (see
     ///   `Arg::push_pg_literal`), one round trip. The empty transaction is
     ///   kept for the next transactional step (`postgres::warm`), which then
@@ -181,12 +268,13 @@ impl StepTx<'static> {
                         self.rollback().await?;
                         Ok(false)
                     }
-                    Err(error) => Err(StoreError::query(OP)(error)),
+                    Err(error) => Err(self.guard_error(error).await),
                 }
             }
             #[cfg(feature = "postgres")]
             StepTx::Postgres(tx) => {
                 let Some(sql) = insert_and_commit_sql(&row, timing, now) else {
+                    self.check_open().await?;
                     let written = self.journal(&[(row, timing)], now).await?;
                     if written[0] {
                         self.commit().await?;
@@ -212,7 +300,7 @@ impl StepTx<'static> {
                         self.rollback().await?;
                         Ok(false)
                     }
-                    Err(error) => Err(StoreError::query(OP)(error)),
+                    Err(error) => Err(self.guard_error(error).await),
                 }
             }
         }
@@ -234,14 +322,17 @@ impl StoreError {
     }
 }
 
-/// The simple query that inserts step `row` (failing on the primary key if
-/// the step is journaled), commits, and opens an empty transaction; `None`
+/// The simple query that checks the guard ([`GUARD_CHECK`]), inserts step
+/// `row` (failing on the primary key if the step is journaled), commits, and
+/// opens an empty transaction with the guard set (kept for the next step);
+/// `None`
 /// when a value cannot be a constant (text holding NUL).
 #[cfg(feature = "postgres")]
 fn insert_and_commit_sql(row: &StepRow, timing: StepTiming, now: i64) -> Option<String> {
     let mut sql = String::with_capacity(256 + row.result.len());
+    sql.push_str(GUARD_CHECK);
     sql.push_str(
-        "INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, result, created_at, \
+        "; INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, result, created_at, \
          attempts, started_at) VALUES (",
     );
     let step = step_args(row, now);
@@ -257,6 +348,7 @@ fn insert_and_commit_sql(row: &StepRow, timing: StepTiming, now: i64) -> Option<
             return None;
         }
     }
-    sql.push_str("); COMMIT; BEGIN");
+    sql.push_str("); COMMIT; ");
+    sql.push_str(BEGIN_POSTGRES);
     Some(sql)
 }

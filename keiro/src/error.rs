@@ -452,6 +452,20 @@ pub enum Error {
         /// What in the value cannot be stored, where, and what to do.
         reason: String,
     },
+    /// A transactional step's body sent `COMMIT` or `ROLLBACK` on its
+    /// transaction's connection itself, so its writes committed or rolled
+    /// back apart from the step's journal row. Nothing was journaled; the
+    /// instance is failed with this error (running the body again could
+    /// apply committed writes twice). Fix the body to leave the transaction
+    /// to keiro, then [`Keiro::retry`](crate::Keiro::retry) it.
+    #[error("{what}: {reason}")]
+    TransactionEnded {
+        /// The step, naming its workflow and id, e.g. ``transactional step
+        /// `debit` (#1) of workflow `pay` id `order-42` ``.
+        what: String,
+        /// What keiro found and what to do.
+        reason: String,
+    },
     /// A value is larger, encoded as JSON, than the runtime's payload limit
     /// ([`KeiroBuilder::max_payload_bytes`](crate::KeiroBuilder::max_payload_bytes),
     /// default 1 MiB). Refused before it is written: nothing was stored. For

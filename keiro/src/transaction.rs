@@ -43,7 +43,10 @@ use keiro_store::{StepTx, TimerTx};
 /// [`Transaction::is_conflict`] and retry with `retry_if`).
 ///
 /// Never commit, roll back or replace the sqlx transaction in the body (keiro
-/// commits it once the journal row is written), and never wait on another
+/// commits it once the journal row is written): keiro checks, before it
+/// writes the row, that the body left the transaction open, and fails the
+/// instance with [`crate::Error::TransactionEnded`] when it did not. Never
+/// wait on another
 /// keiro call that writes outside it: on SQLite this transaction holds the
 /// database's one write lock until the step ends.
 ///

@@ -929,7 +929,111 @@ async fn a_body_error_other_than_a_conflict_is_journaled_at_once(backend: Backen
     assert_eq!(steps[0].outcome, StepOutcome::Err);
 }
 
+/// Inserts ledger entry `entry`, then sends `end` (`COMMIT` or `ROLLBACK`)
+/// on the sqlx transaction itself, then returns `Ok(1)`, or `Err` if `fail`.
+#[step(transaction)]
+async fn end_it_myself(
+    tx: &mut keiro::Transaction<'_>,
+    key: String,
+    entry: String,
+    end: String,
+    fail: bool,
+) -> Result<u32, String> {
+    ran(&key, "end_it_myself");
+    let insert = "INSERT INTO tx_ledger (entry, account, cents) VALUES ($1, 1, 1)";
+    let done = if let Some(tx) = tx.as_sqlite() {
+        let c: &mut sqlx::SqliteConnection = tx;
+        sqlx::query(insert)
+            .bind(&entry)
+            .execute(&mut *c)
+            .await
+            .map_err(|e| e.to_string())?;
+        sqlx::query(&end).execute(&mut *c).await.map(drop)
+    } else {
+        let c: &mut sqlx::PgConnection = tx.as_postgres().expect("SQLite or PostgreSQL");
+        sqlx::query(insert)
+            .persistent(false)
+            .bind(&entry)
+            .execute(&mut *c)
+            .await
+            .map_err(|e| e.to_string())?;
+        sqlx::query(&end)
+            .persistent(false)
+            .execute(&mut *c)
+            .await
+            .map(drop)
+    };
+    done.map_err(|e| e.to_string())?;
+    match fail {
+        true => Err("failed after ending the transaction".into()),
+        false => Ok(1),
+    }
+}
+
+#[workflow]
+async fn end_the_transaction(
+    key: String,
+    entry: String,
+    end: String,
+    fail: bool,
+) -> Result<u32, String> {
+    end_it_myself(key, entry, end, fail).await
+}
+
+/// A body that commits or rolls back keiro's transaction itself is caught
+/// before the journal row is written: the instance fails with an error
+/// naming the step, nothing is journaled, and the body does not run again
+/// (whose committed writes would apply twice). A ROLLBACK's writes are gone;
+/// a COMMIT's stay, as the body committed them.
+async fn a_body_that_ends_the_transaction_itself_fails_the_instance(backend: Backend) {
+    let (_db, keiro) = bank_on(backend, 100).await;
+    let store = keiro::unstable::raw_store(&keiro);
+    let cases = [
+        ("ROLLBACK", false, 0),
+        ("COMMIT", false, 1),
+        ("COMMIT", true, 2),
+    ];
+    for (end, fail, ledger) in cases {
+        let key = uuid::Uuid::new_v4().to_string();
+        let entry = format!("{end}-{fail}");
+        let error = end_the_transaction(key.clone(), entry, end.into(), fail)
+            .id(&key)
+            .on(&keiro)
+            .await
+            .unwrap_err();
+        let text = error.to_string();
+        assert!(
+            matches!(error, keiro::Error::Failed { .. }),
+            "{end} {fail}: {text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "transactional step `end_it_myself` (#0) of workflow `end_the_transaction` id \
+                 `{key}`"
+            )) && text.contains("COMMIT or ROLLBACK"),
+            "{text}"
+        );
+        assert_eq!(count(&key, "end_it_myself"), 1, "{end} {fail}: ran again");
+        let steps = keiro.steps(&key).await.unwrap();
+        assert!(steps.is_empty(), "{end} {fail}: journaled {steps:?}");
+        let handle = keiro.handle::<Result<u32, String>>(&key).await.unwrap();
+        assert_eq!(handle.status().await.unwrap(), WorkflowStatus::Failed);
+        assert_eq!(bank(store).await, (100, ledger), "{end} {fail}");
+    }
+    // The connections went back to the pool in order: a step runs on.
+    let key = uuid::Uuid::new_v4().to_string();
+    for _ in 0..3 {
+        let out = pay(key.clone(), uuid::Uuid::new_v4().to_string(), 1)
+            .on(&keiro)
+            .await
+            .unwrap();
+        assert!(out.is_ok(), "{out:?}");
+    }
+    assert_eq!(bank(store).await, (97, 5));
+}
+
 on_both_backends!(
+    a_body_that_ends_the_transaction_itself_fails_the_instance,
     writes_and_result_commit_together_and_replay_skips_the_body,
     an_err_rolls_the_writes_back_and_is_journaled,
     failed_attempts_roll_back_and_the_retry_commits,

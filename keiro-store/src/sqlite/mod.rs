@@ -236,8 +236,18 @@ impl SqliteStore {
 
     /// Begins a write transaction for operation `op`, taking the write lock.
     pub(crate) async fn begin(&self, op: &'static str) -> Result<Transaction<'static, Sqlite>> {
+        self.begin_with("BEGIN IMMEDIATE", op).await
+    }
+
+    /// Begins a transaction for operation `op` with `statement` (which
+    /// begins it, and may run more in the same call).
+    pub(crate) async fn begin_with(
+        &self,
+        statement: &'static str,
+        op: &'static str,
+    ) -> Result<Transaction<'static, Sqlite>> {
         self.pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(statement)
             .await
             .map_err(StoreError::query(op))
     }

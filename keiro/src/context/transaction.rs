@@ -162,6 +162,15 @@ where
         if conflict.is_none() && !(self.is_err)(&value) {
             return Ok(Attempt::Done(value, tx));
         }
+        if conflict.is_none() {
+            // A body that committed and then failed must not run again. (A
+            // transaction a failed statement aborted is still open: its
+            // release fails too, and it rolls back below.)
+            if let Err(error @ StoreError::TransactionEnded { .. }) = tx.inner().check_open().await
+            {
+                return Err(error);
+            }
+        }
         if let Err(error) = tx.into_inner().rollback().await {
             if error.is_transient() {
                 // The connection was lost under the body: its `Err` may be
@@ -244,7 +253,7 @@ where
                 };
                 let again = error.is_conflict() || error.is_transient();
                 if !again || conflicts >= MAX_CONFLICTS {
-                    return halt(&cx, Error::Store(error)).await;
+                    return halt(&cx, step_error(&cx, seq, name, error)).await;
                 }
                 conflicts += 1;
                 tracing::debug!(step = name, conflicts, %error, "keiro transactional step conflicted; retrying");
@@ -279,10 +288,16 @@ where
                     continue;
                 }
                 Ok(Attempt::Failed(value)) => return value,
-                Ok(Attempt::Done(value, tx)) => match tx.into_inner().commit().await {
-                    Ok(()) => return value,
-                    Err(error) => error,
-                },
+                Ok(Attempt::Done(value, tx)) => {
+                    let mut tx = tx.into_inner();
+                    match tx.check_open().await {
+                        Ok(()) => match tx.commit().await {
+                            Ok(()) => return value,
+                            Err(error) => error,
+                        },
+                        Err(error) => error,
+                    }
+                }
                 Err(error) => error,
             };
             if !error.is_conflict() || conflicts >= MAX_CONFLICTS {
@@ -338,6 +353,7 @@ where
     let index = decided.index.to_string();
     let decision = step_row(cx, decided.seq, StepKind::Select, "select", index);
     let rows = [(row, timing), (decision, StepTiming::default())];
+    tx.inner().check_open().await?;
     let written = tx.inner().journal(&rows, cx.keiro.now_us()).await?;
     if !written[0] {
         // Another executor journaled this step first: its result (and its
@@ -366,6 +382,21 @@ where
         won.journaled(winner);
     }
     Ok(value)
+}
+
+/// The error that stops step `seq`'s run: a body that ended keiro's
+/// transaction itself is [`Error::TransactionEnded`], naming the step.
+fn step_error(cx: &WorkflowContext, seq: i64, name: &str, error: StoreError) -> Error {
+    match error {
+        StoreError::TransactionEnded { .. } => Error::TransactionEnded {
+            what: format!(
+                "transactional step `{name}` (#{seq}) of workflow `{}` id `{}`",
+                cx.name, cx.id
+            ),
+            reason: error.to_string(),
+        },
+        error => Error::Store(error),
+    }
 }
 
 /// The pause before retrying after the `n`th conflict in a row: short and

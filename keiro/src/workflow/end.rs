@@ -171,9 +171,15 @@ pub(crate) async fn record(
             next.wake_at = Some(keiro.now_us());
             Ok(Some(next))
         }
-        // A value that cannot be journaled is a bug in the workflow's code
-        // that every attempt would hit again: fail it now, saying why.
-        Ended::Aborted(error @ (Error::NotJournalable { .. } | Error::PayloadTooLarge { .. }))
+        // A value that cannot be journaled, or a transactional step whose
+        // body ended keiro's transaction, is a bug in the workflow's code
+        // that every attempt would hit again: fail it now, saying why (the
+        // second could apply committed writes twice).
+        Ended::Aborted(
+            error @ (Error::NotJournalable { .. }
+            | Error::PayloadTooLarge { .. }
+            | Error::TransactionEnded { .. }),
+        )
         | Ended::Errored(error @ (Error::NotJournalable { .. } | Error::PayloadTooLarge { .. })) => {
             fail(keiro, row, error).await
         }
