@@ -54,9 +54,13 @@ pub(crate) struct ScheduleStatements {
     /// workflow `$4`, now `$5`), updating the definition of an existing one
     /// unless it is dynamic; keeps `paused` and `last_tick`.
     upsert_static: String,
+    /// Writes `#[workflow(cron)]` schedule `$1` (as `upsert_static`) unless
+    /// a schedule of that name exists.
+    insert_static: String,
     /// Writes dynamic schedule `$1` (cron `$2`, zone `$3`, workflow `$4`,
-    /// input `$5`, now `$6`), replacing the definition of an existing one;
-    /// keeps `paused` and `last_tick`.
+    /// input `$5`, now `$6`), replacing the definition of an existing
+    /// dynamic one (keeping `paused` and `last_tick`), never a
+    /// `#[workflow(cron)]` one.
     upsert_dynamic: String,
     /// Every schedule, by name.
     list: String,
@@ -66,6 +70,8 @@ pub(crate) struct ScheduleStatements {
     set_paused: String,
     /// Deletes schedule `$1`.
     delete: String,
+    /// Deletes schedule `$1` if it is a `#[workflow(cron)]` one.
+    delete_static: String,
     /// Moves `last_tick` of `$1` forward to `$2` (never back).
     record_tick: String,
 }
@@ -83,17 +89,24 @@ impl ScheduleStatements {
                  WHERE {t}.input IS NULL AND ({t}.cron <> excluded.cron \
                  OR {t}.timezone <> excluded.timezone OR {t}.workflow <> excluded.workflow)"
             ),
+            insert_static: format!(
+                "INSERT INTO {t} (name, cron, timezone, workflow, input, paused, created_at, \
+                 updated_at) VALUES ($1, $2, $3, $4, NULL, 0, $5, $5) \
+                 ON CONFLICT (name) DO NOTHING"
+            ),
             upsert_dynamic: format!(
                 "INSERT INTO {t} (name, cron, timezone, workflow, input, paused, created_at, \
                  updated_at) VALUES ($1, $2, $3, $4, $5, 0, $6, $6) \
                  ON CONFLICT (name) DO UPDATE SET cron = excluded.cron, \
                  timezone = excluded.timezone, workflow = excluded.workflow, \
-                 input = excluded.input, updated_at = excluded.updated_at"
+                 input = excluded.input, updated_at = excluded.updated_at \
+                 WHERE {t}.input IS NOT NULL"
             ),
             list: format!("SELECT {COLUMNS} FROM {t} ORDER BY name"),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE name = $1"),
             set_paused: format!("UPDATE {t} SET paused = $2, updated_at = $3 WHERE name = $1"),
             delete: format!("DELETE FROM {t} WHERE name = $1"),
+            delete_static: format!("DELETE FROM {t} WHERE name = $1 AND input IS NULL"),
             record_tick: format!(
                 "UPDATE {t} SET last_tick = $2 \
                  WHERE name = $1 AND (last_tick IS NULL OR last_tick < $2)"
@@ -120,11 +133,14 @@ pub struct ScheduleDef<'a> {
 
 impl Store {
     /// Writes a schedule's definition, keeping its paused state and last
-    /// tick. A `#[workflow(cron)]` definition (`input: None`) never replaces
-    /// a dynamic schedule of the same name.
-    pub async fn put_schedule(&self, def: &ScheduleDef<'_>) -> Result<()> {
+    /// tick. Returns whether a row was written: for a `#[workflow(cron)]`
+    /// definition (`input: None`), a new schedule or a changed definition
+    /// (it never replaces a dynamic schedule of the same name); for a
+    /// dynamic one, `false` means the name is held by a `#[workflow(cron)]`
+    /// schedule and nothing was written.
+    pub async fn put_schedule(&self, def: &ScheduleDef<'_>) -> Result<bool> {
         let now = self.now_us();
-        match def.input {
+        let written = match def.input {
             None => {
                 self.execute(
                     "put_schedule",
@@ -142,7 +158,27 @@ impl Store {
                 .await?
             }
         };
-        Ok(())
+        Ok(written > 0)
+    }
+
+    /// Writes `#[workflow(cron)]` schedule `def` (its `input` is ignored)
+    /// unless a schedule of its name exists, whatever its definition.
+    /// Returns whether it was written.
+    pub async fn add_static_schedule(&self, def: &ScheduleDef<'_>) -> Result<bool> {
+        let written = self
+            .execute(
+                "add_static_schedule",
+                |s| &s.schedules.insert_static,
+                &args![
+                    def.name,
+                    def.cron,
+                    def.timezone,
+                    def.workflow,
+                    self.now_us()
+                ],
+            )
+            .await?;
+        Ok(written > 0)
     }
 
     /// Every stored schedule, by name.
@@ -173,6 +209,19 @@ impl Store {
     pub async fn delete_schedule(&self, name: &str) -> Result<bool> {
         let changed = self
             .execute("delete_schedule", |s| &s.schedules.delete, &args![name])
+            .await?;
+        Ok(changed > 0)
+    }
+
+    /// Deletes schedule `name` if it is a `#[workflow(cron)]` one (a
+    /// dynamic schedule of that name stays); `false` when there was none.
+    pub async fn delete_static_schedule(&self, name: &str) -> Result<bool> {
+        let changed = self
+            .execute(
+                "delete_static_schedule",
+                |s| &s.schedules.delete_static,
+                &args![name],
+            )
             .await?;
         Ok(changed > 0)
     }

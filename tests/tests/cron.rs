@@ -560,7 +560,136 @@ async fn a_tick_whose_start_fails_for_a_while_runs_once_the_store_answers() {
     }
 }
 
+/// Writes a `#[workflow(cron)]` schedule row as another version of the
+/// code (or another binary) would.
+async fn put_static(keiro: &Keiro, name: &str, cron: &str, timezone: &str) {
+    keiro::unstable::raw_store(keiro)
+        .put_schedule(&keiro_store::ScheduleDef {
+            name,
+            cron,
+            timezone,
+            workflow: name,
+            input: None,
+        })
+        .await
+        .expect("write a schedule row");
+}
+
+async fn stored(keiro: &Keiro, name: &str) -> Option<keiro_store::ScheduleRow> {
+    keiro::unstable::raw_store(keiro)
+        .schedule_named(name)
+        .await
+        .expect("read a schedule row")
+}
+
+/// A version of the code that dropped `#[workflow(cron)]` from `greet`
+/// (linked here without it) left its schedule row: a worker of this version
+/// never runs it, and deletes it as it starts. A row of a workflow no binary
+/// here links any more can be deleted by hand.
+async fn a_schedule_whose_attribute_was_removed_stops_and_goes(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    put_static(&keiro, "greet", "*/1 * * * * *", "UTC").await;
+    put_static(&keiro, "retired_report", "*/1 * * * * *", "UTC").await;
+    // A management call leaves them be.
+    let names: Vec<_> = keiro
+        .schedules()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert!(
+        names.contains(&"greet".to_owned()) && names.contains(&"retired_report".to_owned()),
+        "{names:?}"
+    );
+    keiro.delete_schedule("retired_report").await.unwrap();
+    assert_eq!(stored(&keiro, "retired_report").await, None);
+
+    let worker = worker(&keiro).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ids(&keiro, "cron:every_second:").await.len() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    worker.stop().await;
+    assert!(
+        ids(&keiro, "cron:every_second:").await.len() >= 2,
+        "the worker's scheduler ran"
+    );
+    assert_eq!(ids(&keiro, "cron:greet:").await, Vec::<String>::new());
+    assert_eq!(stored(&keiro, "greet").await, None, "the row stayed");
+}
+
+/// A `#[workflow(cron)]` schedule follows the most recently started worker
+/// declaring it: a management call of a process running another version
+/// (a dashboard) does not write its own definition over the workers'.
+async fn a_management_call_keeps_the_definition_workers_wrote(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    put_static(&keiro, "nightly_report", "0 0 3 * * *", "Europe/Berlin").await;
+    let listed = keiro.schedules().await.unwrap();
+    let nightly = listed.iter().find(|s| s.name == "nightly_report").unwrap();
+    assert_eq!(nightly.cron, "0 0 3 * * *");
+    keiro.pause_schedule("nightly_report").await.unwrap();
+    keiro.resume_schedule("nightly_report").await.unwrap();
+    assert_eq!(
+        stored(&keiro, "nightly_report").await.unwrap().cron,
+        "0 0 3 * * *"
+    );
+
+    let worker = worker(&keiro).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stored(&keiro, "nightly_report").await.unwrap().cron != "0 0 2 * * *"
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    worker.stop().await;
+    assert_eq!(
+        stored(&keiro, "nightly_report").await.unwrap().cron,
+        "0 0 2 * * *"
+    );
+}
+
+/// A dynamic schedule cannot take the name of a `#[workflow(cron)]`
+/// schedule another binary on the database declares.
+async fn create_schedule_refuses_a_name_another_binary_declares(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    put_static(&keiro, "their_report", "0 0 4 * * *", "UTC").await;
+    let err = keiro
+        .create_schedule("their_report", "*/1 * * * * *", greet("x".into()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, keiro::Error::InvalidSchedule { name, .. } if name == "their_report")
+            && err.to_string().contains("another binary"),
+        "{err}"
+    );
+    let row = stored(&keiro, "their_report").await.unwrap();
+    assert_eq!(
+        (row.cron.as_str(), row.workflow.as_str(), row.input),
+        ("0 0 4 * * *", "their_report", None)
+    );
+    // A dynamic schedule is still redefined in place.
+    keiro
+        .create_schedule("greet-bob", "0 0 5 * * *", greet("Bob".into()))
+        .await
+        .unwrap();
+    keiro
+        .create_schedule("greet-bob", "0 0 6 * * *", greet("Bob".into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        stored(&keiro, "greet-bob").await.unwrap().cron,
+        "0 0 6 * * *"
+    );
+}
+
 keiro_tests::on_both_backends!(
+    a_schedule_whose_attribute_was_removed_stops_and_goes,
+    a_management_call_keeps_the_definition_workers_wrote,
+    create_schedule_refuses_a_name_another_binary_declares,
     backfill_refuses_a_future_or_reversed_range,
     a_tick_that_fell_while_paused_never_runs_after_a_resume,
     a_tick_runs_at_once_without_waiting_for_a_pass,

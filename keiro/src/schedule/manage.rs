@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::fire::{fire, fire_as, Start};
 use super::info::ScheduleInfo;
-use super::registration::linked;
+use super::registration::{linked, CronRegistration};
 use super::spec::{rfc3339, CronSpec, DEFAULT_TIMEZONE};
 use crate::time::{from_us, to_us};
 use crate::{Error, Keiro, Result, WorkflowCall};
@@ -18,30 +18,84 @@ use crate::{Error, Keiro, Result, WorkflowCall};
 /// The most ticks one [`Keiro::backfill_schedule`] call creates.
 pub const MAX_BACKFILL_TICKS: usize = 10_000;
 
-/// Writes every `#[workflow(cron)]` schedule linked into this binary to the
-/// table (new ones; changed expressions), keeping paused state and last tick.
+/// At a resume worker's start: writes every `#[workflow(cron)]` schedule
+/// linked into this binary to the table (new ones, and changed definitions:
+/// the most recently started worker's stands), keeping paused state and
+/// last tick, and deletes the schedule of a workflow this binary links
+/// without the attribute (a newer or older version of the code has none).
+/// A `#[workflow(cron)]` schedule whose name a dynamic schedule holds does
+/// not run, and is logged as an error.
 pub(crate) async fn write_linked(keiro: &Keiro) -> Result<()> {
+    let store = keiro.raw_store();
+    for registration in linked() {
+        store.put_schedule(&static_def(registration)).await?;
+    }
+    for row in store.schedules().await? {
+        let here = declared(&row.name);
+        if row.input.is_some() && here {
+            tracing::error!(
+                schedule = %row.name,
+                "keiro's `#[workflow(cron)]` schedule `{}` does not run: a dynamic schedule \
+                 of that name (made with `create_schedule`) holds it; delete that one with \
+                 `delete_schedule`, and the next worker to start writes this one",
+                row.name
+            );
+        } else if row.input.is_none()
+            && !here
+            && row.name == row.workflow
+            && keiro.registry().get(&row.workflow).is_some()
+            && store.delete_static_schedule(&row.name).await?
+        {
+            tracing::info!(
+                schedule = %row.name,
+                "keiro deleted the schedule of workflow `{}`: this binary declares it without \
+                 `#[workflow(cron)]`",
+                row.name
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Writes every `#[workflow(cron)]` schedule linked into this binary that
+/// the table lacks, so a management call finds it before any worker
+/// started; an existing row, whatever its definition, is left as the
+/// workers wrote it (this process may run an older or newer version).
+async fn add_linked(keiro: &Keiro) -> Result<()> {
     for registration in linked() {
         keiro
             .raw_store()
-            .put_schedule(&ScheduleDef {
-                name: registration.workflow,
-                cron: registration.cron,
-                timezone: registration.timezone,
-                workflow: registration.workflow,
-                input: None,
-            })
+            .add_static_schedule(&static_def(registration))
             .await?;
     }
     Ok(())
 }
 
+/// The stored definition of a `#[workflow(cron)]` schedule.
+fn static_def(registration: &'static CronRegistration) -> ScheduleDef<'static> {
+    ScheduleDef {
+        name: registration.workflow,
+        cron: registration.cron,
+        timezone: registration.timezone,
+        workflow: registration.workflow,
+        input: None,
+    }
+}
+
+/// Whether this binary declares `#[workflow(cron)]` schedule `name`.
+pub(crate) fn declared(name: &str) -> bool {
+    linked().any(|registration| registration.workflow == name)
+}
+
 impl Keiro {
     /// Every schedule of this database, by name: the `#[workflow(cron)]`
     /// ones linked into this binary or written by any worker, and the
-    /// dynamic ones, each with its next tick by the store's clock.
+    /// dynamic ones, each with its next tick by the store's clock. A
+    /// `#[workflow(cron)]` schedule shows the definition of the most
+    /// recently started worker declaring it (this binary's only if none
+    /// wrote one).
     pub async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
-        write_linked(self).await?;
+        add_linked(self).await?;
         let now = self.now_us();
         let rows = self.raw_store().schedules().await?;
         Ok(rows
@@ -211,7 +265,7 @@ impl Keiro {
             name,
             crate::MAX_ID_BYTES - "cron::trigger:2000-01-01T00:00:00.000000Z".len(),
         )?;
-        if linked().any(|registration| registration.workflow == name) {
+        if declared(name) {
             return Err(Error::InvalidSchedule {
                 name: name.to_owned(),
                 reason: "the name is taken by a `#[workflow(cron)]` schedule; choose another"
@@ -219,7 +273,8 @@ impl Keiro {
             });
         }
         let input = call.encoded_input()?;
-        self.raw_store()
+        let written = self
+            .raw_store()
             .put_schedule(&ScheduleDef {
                 name,
                 cron,
@@ -228,17 +283,28 @@ impl Keiro {
                 input: Some(&input),
             })
             .await?;
+        if !written {
+            return Err(Error::InvalidSchedule {
+                name: name.to_owned(),
+                reason: "the name is taken by a `#[workflow(cron)]` schedule, declared by \
+                         another binary on this database; choose another"
+                    .to_owned(),
+            });
+        }
         self.scheduler_state().wake();
         Ok(())
     }
 
     /// Deletes dynamic schedule `name`: no further tick runs (instances
     /// already started are left alone). An unknown name is
-    /// [`Error::UnknownSchedule`]; a `#[workflow(cron)]` schedule cannot be
-    /// deleted ([`Error::InvalidSchedule`]: pause it instead).
+    /// [`Error::UnknownSchedule`]; a `#[workflow(cron)]` schedule this
+    /// binary declares cannot be deleted ([`Error::InvalidSchedule`]: pause
+    /// it instead). One it does not declare (its workflow was renamed or
+    /// removed, or its attribute dropped) can: a worker declaring it writes
+    /// it again when it starts.
     pub async fn delete_schedule(&self, name: &str) -> Result<()> {
         let row = self.schedule_row(name).await?;
-        if row.input.is_none() {
+        if row.input.is_none() && declared(name) {
             return Err(Error::InvalidSchedule {
                 name: name.to_owned(),
                 reason: "it is declared by `#[workflow(cron)]` and comes back with the next \
@@ -253,7 +319,7 @@ impl Keiro {
 
     /// The stored schedule `name`, or [`Error::UnknownSchedule`].
     async fn schedule_row(&self, name: &str) -> Result<ScheduleRow> {
-        write_linked(self).await?;
+        add_linked(self).await?;
         match self.raw_store().schedule_named(name).await? {
             Some(row) => Ok(row),
             None => Err(self.unknown_schedule(name).await),

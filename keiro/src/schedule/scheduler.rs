@@ -168,7 +168,13 @@ async fn pass(
     let now = keiro.now_us();
     let mut next: Option<i64> = None;
     for row in &rows {
-        if keiro.registry().get(&row.workflow).is_none() {
+        // A workflow this binary does not link is another binary's to run,
+        // and so is a `#[workflow(cron)]` schedule it links without the
+        // attribute (another version's; the version started last decides
+        // whether the schedule exists, see `write_linked`).
+        if keiro.registry().get(&row.workflow).is_none()
+            || (row.input.is_none() && !super::manage::declared(&row.name))
+        {
             continue;
         }
         let Some(cursor) = cursor(cursors, row, now) else {
