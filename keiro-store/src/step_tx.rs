@@ -69,9 +69,20 @@ const GUARD_CHECK: &str =
     "SELECT 1 / (coalesce(current_setting('keiro.step', true), '') = 'on')::int";
 #[cfg(feature = "postgres")]
 const INSERT_POSTGRES: &str = insert_timed_step!("keiro.steps");
-/// The primary key of PostgreSQL's steps table, as its violations name it.
+/// Whether a failed statement met the primary key of keiro's own steps
+/// table on PostgreSQL (the step was journaled first), and not a constraint
+/// of the application's that happens to share its name (`steps_pkey` is
+/// PostgreSQL's default for any table `steps`).
 #[cfg(feature = "postgres")]
-const STEPS_KEY: &str = "steps_pkey";
+fn is_journal_key(db: &dyn sqlx::error::DatabaseError) -> bool {
+    db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+        .is_some_and(|pg| {
+            pg.code() == "23505"
+                && pg.schema() == Some("keiro")
+                && pg.table() == Some("steps")
+                && pg.constraint() == Some("steps_pkey")
+        })
+}
 
 /// Whether `error` is the guard failing because the body ended the
 /// transaction: SQLite has no such savepoint; PostgreSQL's
@@ -296,7 +307,7 @@ impl StepTx<'static> {
                     // Only the journal's own key says the step was
                     // journaled first: an application's deferred unique
                     // constraint failing at the COMMIT is an error.
-                    Err(sqlx::Error::Database(db)) if db.constraint() == Some(STEPS_KEY) => {
+                    Err(sqlx::Error::Database(db)) if is_journal_key(&*db) => {
                         self.rollback().await?;
                         Ok(false)
                     }

@@ -498,16 +498,34 @@ async fn deferred_duplicate(k: String) -> Result<u32, String> {
 /// body's writes remain.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_deferred_constraint_failing_at_commit_journals_nothing() {
-    let (_db, keiro) = postgres_with(
+    deferred_failure_journals_nothing(
         "CREATE TABLE tx_deferred (k TEXT, CONSTRAINT tx_deferred_k UNIQUE (k) \
          DEFERRABLE INITIALLY DEFERRED)",
+        "tx_deferred_k",
     )
     .await;
+}
+
+/// The same with the application's constraint named like the journal's
+/// primary key (`steps_pkey`, PostgreSQL's default name for a table
+/// `steps`): only keiro's own table says the step was journaled first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_deferred_constraint_named_like_the_journals_key_journals_nothing() {
+    deferred_failure_journals_nothing(
+        "CREATE TABLE tx_deferred (k TEXT, CONSTRAINT steps_pkey PRIMARY KEY (k) \
+         DEFERRABLE INITIALLY DEFERRED)",
+        "steps_pkey",
+    )
+    .await;
+}
+
+async fn deferred_failure_journals_nothing(create: &str, constraint: &str) {
+    let (_db, keiro) = postgres_with(create).await;
     let pg = postgres(&keiro);
     let key = uuid::Uuid::new_v4().to_string();
     let out = deferred_duplicate(key.clone()).id(&key).on(&keiro).await;
     let error = out.expect_err("the COMMIT cannot succeed");
-    assert!(error.to_string().contains("tx_deferred_k"), "{error}");
+    assert!(error.to_string().contains(constraint), "{error}");
     let steps = keiro.steps(&key).await.unwrap();
     assert!(steps.is_empty(), "a result was journaled: {steps:?}");
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM tx_deferred")

@@ -344,8 +344,20 @@ where
             .await?
         {
             // Another executor journaled this step first: its result
-            // stands, and these writes never happened.
-            return Ok(record_step(cx, seq, kind, name, value, timing, None).await);
+            // stands, and these writes never happened. Its row is read, never
+            // written over with this attempt's rolled-back value.
+            return Ok(match store.get_step(&cx.id, cx.generation, seq).await {
+                Ok(Some(first)) => replay(cx, seq, kind, name, &first).await,
+                Ok(None) => {
+                    let error = Error::Internal(format!(
+                        "transactional step `{name}` (#{seq}) of workflow `{}` id `{}` met the \
+                         journal's primary key, but no row of it is journaled",
+                        cx.name, cx.id
+                    ));
+                    halt(cx, error).await
+                }
+                Err(error) => halt(cx, Error::Store(error)).await,
+            });
         }
         crate::telemetry::step(name, false);
         return Ok(value);
