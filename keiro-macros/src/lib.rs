@@ -324,7 +324,7 @@ pub fn workflow(args: TokenStream, item: TokenStream) -> TokenStream {
 ///     async fn __keiro_step_body(sku: String, qty: u32) -> R { .. }
 ///     // Called right away: this is when the sequence number is taken.
 ///     let step: Pin<Box<dyn Future<Output = R> + Send>> = Box::pin(step_once(
-///         StepMeta { name: "reserve", max_attempts: 1, backoff_ms: 0 },
+///         StepMeta { name: "reserve", max_attempts: 1, backoff_ms: 0, timeout_ms: None },
 ///         move || __keiro_step_body(sku, qty),
 ///     ));
 ///     step

@@ -149,6 +149,26 @@ impl StepTx<'_> {
         }
     }
 
+    /// Bounds each statement of the body to `ms` milliseconds on
+    /// PostgreSQL (`SET LOCAL statement_timeout`, ending with the
+    /// transaction), for a step whose attempts have a time limit: an attempt
+    /// out of time is dropped by the runtime, and the rollback after it then
+    /// waits for the statement it left running, blocked on another
+    /// session's lock for all anyone knows, at most this long. Nothing on
+    /// SQLite, where the transaction holds the write lock from its start, so
+    /// the body's statements wait on no lock.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub async fn limit_statements(&mut self, ms: u64) -> Result<()> {
+        #[cfg(feature = "postgres")]
+        if let StepTx::Postgres(tx) = self {
+            let set = format!("SET LOCAL statement_timeout = {}", ms.max(1));
+            sqlx::Executor::execute(&mut **tx, set.as_str())
+                .await
+                .map_err(StoreError::query(OP))?;
+        }
+        Ok(())
+    }
+
     /// The error for a failed statement that began with the guard:
     /// [`StoreError::TransactionEnded`] when the guard was gone
     /// (then, on SQLite, a transaction is opened again for the one sqlx

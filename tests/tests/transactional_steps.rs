@@ -177,6 +177,37 @@ async fn an_attempt_out_of_time_rolls_back(backend: Backend) {
     );
 }
 
+/// PostgreSQL: `timeout_ms` bounds an attempt whose statement waits on a row
+/// another session holds locked: the step ends out of time about when its
+/// limit says, not when the other session lets go, and nothing of it stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_attempt_blocked_on_a_lock_times_out_in_time() {
+    let (_db, keiro) = bank_on(Backend::Postgres, 100).await;
+    let store = keiro::unstable::raw_store(&keiro);
+    let mut holder = postgres(&keiro).pool().begin().await.unwrap();
+    sqlx::query("SELECT balance FROM tx_accounts WHERE id = 1 FOR UPDATE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let key = uuid::Uuid::new_v4().to_string();
+    let began = std::time::Instant::now();
+    let call = pay_slowly(key.clone(), "blocked".into(), 10)
+        .id(&key)
+        .on(&keiro);
+    let run = tokio::spawn(async move { call.await });
+    let out = tokio::time::timeout(Duration::from_secs(8), run).await;
+    let took = began.elapsed();
+    holder.rollback().await.unwrap();
+    let out = out
+        .expect("the step waited for the lock, past its timeout_ms of 50")
+        .unwrap()
+        .unwrap();
+    let error = out.unwrap_err();
+    assert!(error.contains("slow_debit"), "{error}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert_eq!(bank(store).await, (100, 0));
+}
+
 async fn a_step_journaled_elsewhere_first_keeps_that_result(backend: Backend) {
     let (_db, keiro) = bank_on(backend, 100).await;
     let store = keiro::unstable::raw_store(&keiro);

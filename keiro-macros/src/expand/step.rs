@@ -151,11 +151,19 @@ fn meta(step: &StepFn) -> TokenStream {
     let name = Literal::string(&step.name);
     let max_attempts = Literal::u32_unsuffixed(step.max_attempts);
     let backoff_ms = Literal::u64_unsuffixed(step.backoff_ms);
+    let timeout_ms = match &step.timeout_ms {
+        Some((ms, _)) => {
+            let ms = Literal::u64_unsuffixed(*ms);
+            quote!(::core::option::Option::Some(#ms))
+        }
+        None => quote!(::core::option::Option::None),
+    };
     quote! {
         ::keiro::__private::StepMeta {
             name: #name,
             max_attempts: #max_attempts,
             backoff_ms: #backoff_ms,
+            timeout_ms: #timeout_ms,
         }
     }
 }

@@ -22,6 +22,8 @@ pub struct StepMeta {
     pub max_attempts: u32,
     /// The delay before the second attempt; it doubles after each later one.
     pub backoff_ms: u64,
+    /// `timeout_ms`: how long one attempt may run, if limited.
+    pub timeout_ms: Option<u64>,
 }
 
 impl StepMeta {

@@ -40,6 +40,10 @@ use crate::{Error, Keiro, Transaction};
 /// with the last one (and is resumed later, from the journal).
 const MAX_CONFLICTS: u32 = 50;
 
+/// How much longer than a `timeout_ms` step's attempt one statement of its
+/// body may run on PostgreSQL (see `StepTx::limit_statements`).
+const STATEMENT_GRACE_MS: u64 = 100;
+
 /// How long a body may hold SQLite's write lock before keiro warns: every
 /// other write to the database (other workflows' steps and ends, lease
 /// renewals, timers) waits that long.
@@ -135,6 +139,15 @@ where
         run: Option<&WorkflowContext>,
     ) -> Result<Attempt<R>, StoreError> {
         let mut tx = Transaction::new(keiro.raw_store().begin_step_tx().await?);
+        if let Some(ms) = self.meta.timeout_ms {
+            // The attempt's own limit, and a little more: the runtime drops
+            // an attempt out of time first (its `Err` is the step timeout),
+            // and the rollback then waits at most this for the statement it
+            // left running.
+            tx.inner()
+                .limit_statements(ms.saturating_add(STATEMENT_GRACE_MS))
+                .await?;
+        }
         let began = std::time::Instant::now();
         let value = IN_BODY
             .scope(self.meta.name, scope(None, (self.body)(&mut tx)))
