@@ -52,21 +52,33 @@ pub(crate) const BEGIN_SQLITE: &str = "BEGIN IMMEDIATE; SAVEPOINT keiro_step";
 /// with it.
 #[cfg(feature = "sqlite")]
 const GUARD_RELEASE: &str = "RELEASE SAVEPOINT keiro_step";
-/// How a transactional step's transaction begins on PostgreSQL without a
-/// kept one: with the guard setting (see [`GUARD_CHECK`]).
+/// PostgreSQL's guard: the statement fails (division by zero, SQLSTATE
+/// `22012`; nothing else in keiro's statements after the body divides) when
+/// the body ended the transaction itself. Sent before keiro's first write
+/// after the body; the commit batch carries it in its row instead (see
+/// [`guard_divisor`]). (A savepoint, as on SQLite, would keep the body from
+/// choosing its isolation level: `SET TRANSACTION` refuses to run in a
+/// subtransaction; a transaction-local setting cost a sixth of a step.)
 #[cfg(feature = "postgres")]
-pub(crate) const BEGIN_POSTGRES: &str = "BEGIN; SET LOCAL keiro.step = 'on'";
-/// PostgreSQL's guard: a transactional step's transaction begins with the
-/// transaction-local setting `keiro.step`, which ends with the transaction.
-/// This fails (division by zero, SQLSTATE `22012`; nothing else in keiro's
-/// statements after the body divides) when the body ended the transaction
-/// itself, so keiro sends it before its first write after the body, and the
-/// commit batch begins with it. (A savepoint, as on SQLite, would keep the
-/// body from choosing its isolation level: `SET TRANSACTION` refuses to run
-/// in a subtransaction.)
+const GUARD_CHECK: &str = concat!("SELECT 1 / ", guard_divisor!());
+
+/// 1 inside the step's transaction, 0 in one that began with the statement
+/// at hand: a body's `COMMIT` or `ROLLBACK` leaves the connection outside a
+/// transaction block, so keiro's next statement runs in a transaction of
+/// its own, whose start time is that statement's. The step's transaction
+/// began in an earlier message (its `BEGIN`, alone or at the end of the
+/// previous step's commit batch), so its start time differs. The commit
+/// batch divides its row's generation by it, so the check costs that batch
+/// no statement of its own. (A body that commits and then begins a
+/// transaction of its own is not caught this way.)
 #[cfg(feature = "postgres")]
-const GUARD_CHECK: &str =
-    "SELECT 1 / (coalesce(current_setting('keiro.step', true), '') = 'on')::int";
+macro_rules! guard_divisor {
+    () => {
+        "(transaction_timestamp() <> statement_timestamp())::int"
+    };
+}
+#[cfg(feature = "postgres")]
+use guard_divisor;
 #[cfg(feature = "postgres")]
 const INSERT_POSTGRES: &str = insert_timed_step!("keiro.steps");
 /// Whether a failed statement met the primary key of keiro's own steps
@@ -353,17 +365,15 @@ impl StoreError {
     }
 }
 
-/// The simple query that checks the guard ([`GUARD_CHECK`]), inserts step
-/// `row` (failing on the primary key if the step is journaled), commits, and
-/// opens an empty transaction with the guard set (kept for the next step);
-/// `None`
+/// The simple query that inserts step `row` (failing on the primary key if
+/// the step is journaled, and on the guard, see [`guard_divisor`]),
+/// commits, and opens an empty transaction (kept for the next step); `None`
 /// when a value cannot be a constant (text holding NUL).
 #[cfg(feature = "postgres")]
 fn insert_and_commit_sql(row: &StepRow, timing: StepTiming, now: i64) -> Option<String> {
-    let mut sql = String::with_capacity(256 + row.result.len());
-    sql.push_str(GUARD_CHECK);
+    let mut sql = String::with_capacity(320 + row.result.len());
     sql.push_str(
-        "; INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, result, created_at, \
+        "INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, result, created_at, \
          attempts, started_at) VALUES (",
     );
     let step = step_args(row, now);
@@ -378,8 +388,12 @@ fn insert_and_commit_sql(row: &StepRow, timing: StepTiming, now: i64) -> Option<
         if !arg.push_pg_literal(&mut sql) {
             return None;
         }
+        if i == 1 {
+            // The generation, divided by the guard: by zero when the body
+            // ended the transaction, failing the insert.
+            sql.push_str(concat!(" / ", guard_divisor!()));
+        }
     }
-    sql.push_str("); COMMIT; ");
-    sql.push_str(BEGIN_POSTGRES);
+    sql.push_str("); COMMIT; BEGIN");
     Some(sql)
 }

@@ -270,11 +270,7 @@ impl PostgresStore {
     ) -> Result<Transaction<'static, Postgres>> {
         match self.warm.as_ref().and_then(|warm| warm.take()) {
             Some(tx) => Ok(tx),
-            None => self
-                .pool
-                .begin_with(crate::step_tx::BEGIN_POSTGRES)
-                .await
-                .map_err(StoreError::query(op)),
+            None => self.begin(op).await,
         }
     }
 
