@@ -264,12 +264,25 @@ impl PostgresStore {
 
     /// A transaction for a transactional step: the one the last such step
     /// left open and empty (see [`warm`]), else a new one.
+    ///
+    /// Behind a transaction-pooling proxy the new one first drops every
+    /// prepared statement the server connection holds (`DEALLOCATE ALL`, in
+    /// the `BEGIN`'s round trip): sqlx gives a body's statements names
+    /// (`sqlx_s_1`, …) counted per client connection and never closes them,
+    /// so a statement another client's transaction left on this server
+    /// connection would collide with the body's own (`42P05`). Within the
+    /// transaction the server connection is this client's alone.
     pub(crate) async fn begin_step(
         &self,
         op: &'static str,
     ) -> Result<Transaction<'static, Postgres>> {
         match self.warm.as_ref().and_then(|warm| warm.take()) {
             Some(tx) => Ok(tx),
+            None if self.pooled => self
+                .pool
+                .begin_with("BEGIN; DEALLOCATE ALL")
+                .await
+                .map_err(StoreError::query(op)),
             None => self.begin(op).await,
         }
     }
