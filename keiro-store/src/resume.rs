@@ -188,11 +188,13 @@ impl Store {
             if removed.rows_affected() == 0 {
                 return crate::query::rolled_back(tx, OP, None).await;
             }
-            crate::prepared::query(&sql.delete_worker_workflows)
-                .bind(id)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?;
+            for delete in [&sql.delete_worker_workflows, &sql.delete_worker_queues] {
+                crate::prepared::query(delete)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::query(OP))?;
+            }
             // In the same transaction, so no process can take the identity
             // (and its leases) between the two: on PostgreSQL one inserting
             // it anew waits on the deleted row.
@@ -208,31 +210,62 @@ impl Store {
     }
 
     /// Records that the resume worker of executor `executor_id` serves these
-    /// workflow names (replacing what it recorded before).
-    pub async fn register_workflows(&self, executor_id: &str, names: &[&str]) -> Result<()> {
+    /// workflow names and claims from these queues (replacing what it
+    /// recorded before).
+    pub async fn register_workflows(
+        &self,
+        executor_id: &str,
+        names: &[&str],
+        queues: &[&str],
+    ) -> Result<()> {
         const OP: &str = "register_workflows";
         // Passed as registered workflows (without signatures), in the form
         // each backend binds those.
-        let registered: Vec<Registered<'_>> = names
-            .iter()
-            .map(|&name| Registered {
-                name,
-                signature: "",
-            })
-            .collect();
+        let (workflows, queues) = (unsigned(names), unsigned(queues));
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
-            crate::prepared::query(&sql.delete_worker_workflows)
-                .bind(executor_id)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?;
-            let insert = crate::prepared::query(&sql.insert_worker_workflows).bind(executor_id);
-            s.bind_registered(insert, &registered)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?;
+            let tables = [
+                (
+                    &sql.delete_worker_workflows,
+                    &sql.insert_worker_workflows,
+                    &workflows,
+                ),
+                (
+                    &sql.delete_worker_queues,
+                    &sql.insert_worker_queues,
+                    &queues,
+                ),
+            ];
+            for (delete, insert, rows) in tables {
+                crate::prepared::query(delete)
+                    .bind(executor_id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::query(OP))?;
+                let insert = crate::prepared::query(insert).bind(executor_id);
+                s.bind_registered(insert, rows)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::query(OP))?;
+            }
             tx.commit().await.map_err(StoreError::query(OP))
+        })
+    }
+
+    /// The queue of instance `id` when no resume worker whose executor sent
+    /// a heartbeat at or after `alive_since` (µs since the Unix epoch)
+    /// claims from it; `None` when one does, or the instance is on the
+    /// default queue (or gone).
+    pub async fn queue_unserved(&self, id: &str, alive_since: i64) -> Result<Option<String>> {
+        dispatch!(Store, self, |s, sql| {
+            let row = crate::prepared::query(&sql.queue_unserved)
+                .bind(id)
+                .bind(alive_since)
+                .fetch_optional(s.exec())
+                .await
+                .map_err(StoreError::query("queue_unserved"))?;
+            row.map(|row| row.text(|| format!("instance `{id}`"), "queue"))
+                .transpose()
         })
     }
 
@@ -249,4 +282,16 @@ impl Store {
                 |row| row.flag(|| format!("workflow `{name}`"), "served")
             ))
     }
+}
+
+/// `names` in the form each backend binds registered workflows, without
+/// signatures.
+fn unsigned<'a>(names: &[&'a str]) -> Vec<Registered<'a>> {
+    names
+        .iter()
+        .map(|&name| Registered {
+            name,
+            signature: "",
+        })
+        .collect()
 }

@@ -212,6 +212,9 @@ pub(crate) struct Statements {
     pub(crate) insert_worker_workflows: String,
     pub(crate) release_leases_of: String,
     pub(crate) is_served: String,
+    pub(crate) delete_worker_queues: String,
+    pub(crate) insert_worker_queues: String,
+    pub(crate) queue_unserved: String,
     // Timers.
     pub(crate) timers_table: String,
     pub(crate) find_text: &'static str,
@@ -258,6 +261,7 @@ impl Statements {
         let table = |name: &str| format!("{}{name}", d.tables);
         let (w, s, e) = (table("workflows"), table("steps"), table("executors"));
         let (ww, t) = (table("worker_workflows"), table("timers"));
+        let wq = table("worker_queues");
         let child_outcome = child_outcome_sql(d.json_object, d.json_as_text);
         // The due-order indexes the reads in due order name on SQLite (see
         // `Dialect::indexed_by`): every unfinished instance, and those of the
@@ -523,6 +527,16 @@ impl Statements {
             release_leases_of: format!(
                 "UPDATE {w} SET lease_owner = NULL, lease_expires_at = NULL, wake_at = $2, \
                  updated_at = $2 WHERE lease_owner = $1 AND {UNFINISHED}"
+            ),
+            delete_worker_queues: format!("DELETE FROM {wq} WHERE executor_id = $1"),
+            insert_worker_queues: format!(
+                "INSERT INTO {wq} (executor_id, name) SELECT $1, r.name FROM {}",
+                (d.registered_rows)(2)
+            ),
+            queue_unserved: format!(
+                "SELECT w.queue FROM {w} w WHERE w.id = $1 AND w.queue IS NOT NULL \
+                 AND NOT EXISTS (SELECT 1 FROM {wq} q JOIN {e} e ON e.id = q.executor_id \
+                 WHERE q.name = w.queue AND e.heartbeat_at >= $2)"
             ),
             is_served: format!(
                 "SELECT EXISTS (SELECT 1 FROM {ww} w JOIN {e} e ON e.id = w.executor_id \

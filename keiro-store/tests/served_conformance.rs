@@ -1,16 +1,17 @@
 //! Conformance of the worker registry on both backends: which workflow names
-//! a live resume worker serves.
+//! a live resume worker serves, and which queues it claims from.
 
 #[macro_use]
 mod support;
 
-use keiro_store::{now_us, ExecutorRow};
+use keiro_store::{now_us, ExecutorRow, NewInstance, Queued};
 use support::TestDb;
 
 conformance!(
     a_name_is_served_only_by_a_live_worker_that_registered_it,
     registering_again_replaces_the_names,
     giving_up_the_identity_drops_the_names,
+    an_instance_on_a_queue_no_live_worker_declares_is_unserved,
 );
 
 async fn executor(db: &TestDb, id: &str, heartbeat_at: i64) {
@@ -31,7 +32,7 @@ async fn a_name_is_served_only_by_a_live_worker_that_registered_it(db: &TestDb) 
 
     executor(db, "w-live", now).await;
     store
-        .register_workflows("w-live", &["checkout", "refund"])
+        .register_workflows("w-live", &["checkout", "refund"], &[])
         .await
         .unwrap();
     assert!(store.is_served("checkout", now - 10_000_000).await.unwrap());
@@ -40,12 +41,15 @@ async fn a_name_is_served_only_by_a_live_worker_that_registered_it(db: &TestDb) 
 
     // A worker whose heartbeat stopped serves nothing.
     executor(db, "w-dead", now - 60_000_000).await;
-    store.register_workflows("w-dead", &["ship"]).await.unwrap();
+    store
+        .register_workflows("w-dead", &["ship"], &[])
+        .await
+        .unwrap();
     assert!(!store.is_served("ship", now - 10_000_000).await.unwrap());
 
     // Names registered under an executor row that is gone serve nothing.
     store
-        .register_workflows("w-gone", &["audit"])
+        .register_workflows("w-gone", &["audit"], &[])
         .await
         .unwrap();
     assert!(!store.is_served("audit", 0).await.unwrap());
@@ -54,20 +58,26 @@ async fn a_name_is_served_only_by_a_live_worker_that_registered_it(db: &TestDb) 
 async fn registering_again_replaces_the_names(db: &TestDb) {
     let store = &db.store;
     executor(db, "w1", now_us()).await;
-    store.register_workflows("w1", &["a", "b"]).await.unwrap();
-    store.register_workflows("w1", &["b", "c"]).await.unwrap();
+    store
+        .register_workflows("w1", &["a", "b"], &[])
+        .await
+        .unwrap();
+    store
+        .register_workflows("w1", &["b", "c"], &[])
+        .await
+        .unwrap();
     let since = now_us() - 10_000_000;
     assert!(!store.is_served("a", since).await.unwrap());
     assert!(store.is_served("b", since).await.unwrap());
     assert!(store.is_served("c", since).await.unwrap());
-    store.register_workflows("w1", &[]).await.unwrap();
+    store.register_workflows("w1", &[], &[]).await.unwrap();
     assert!(!store.is_served("b", since).await.unwrap());
 }
 
 async fn giving_up_the_identity_drops_the_names(db: &TestDb) {
     let store = &db.store;
     executor(db, "w1", now_us()).await;
-    store.register_workflows("w1", &["a"]).await.unwrap();
+    store.register_workflows("w1", &["a"], &[]).await.unwrap();
     assert!(store
         .remove_executor("w1", "token-w1")
         .await
@@ -76,4 +86,70 @@ async fn giving_up_the_identity_drops_the_names(db: &TestDb) {
     // A process taking the identity anew serves nothing until it registers.
     executor(db, "w1", now_us()).await;
     assert!(!store.is_served("a", 0).await.unwrap());
+}
+
+async fn enqueue(db: &TestDb, id: &str, queue: Option<&str>) {
+    let new = NewInstance {
+        id,
+        name: "checkout",
+        input: "[]",
+        signature: None,
+        parent: None,
+        lease: None,
+        deadline: None,
+        traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
+    };
+    let queued = Queued {
+        queue,
+        priority: 0,
+        partition: "",
+        dedup: None,
+        not_before: None,
+    };
+    let (_, created) = db.store.create_queued(&new, &queued).await.unwrap();
+    assert!(created, "{id} is new");
+}
+
+async fn an_instance_on_a_queue_no_live_worker_declares_is_unserved(db: &TestDb) {
+    let store = &db.store;
+    let now = now_us();
+    let since = now - 10_000_000;
+    enqueue(db, "on-emails", Some("emails")).await;
+    enqueue(db, "on-default", None).await;
+    let unserved = |id: &'static str| async move { store.queue_unserved(id, since).await.unwrap() };
+    assert_eq!(unserved("on-emails").await.as_deref(), Some("emails"));
+    assert_eq!(unserved("on-default").await, None);
+    assert_eq!(unserved("no-such-instance").await, None);
+
+    // Declared by a worker whose heartbeat stopped: still unserved.
+    executor(db, "w-dead", now - 60_000_000).await;
+    store
+        .register_workflows("w-dead", &["checkout"], &["emails"])
+        .await
+        .unwrap();
+    assert_eq!(unserved("on-emails").await.as_deref(), Some("emails"));
+
+    // A live worker declaring another queue does not serve it either.
+    executor(db, "w-live", now).await;
+    store
+        .register_workflows("w-live", &["checkout"], &["payments"])
+        .await
+        .unwrap();
+    assert_eq!(unserved("on-emails").await.as_deref(), Some("emails"));
+    store
+        .register_workflows("w-live", &["checkout"], &["payments", "emails"])
+        .await
+        .unwrap();
+    assert_eq!(unserved("on-emails").await, None);
+
+    // Giving up the identity drops its queues.
+    assert!(store
+        .remove_executor("w-live", "token-w-live")
+        .await
+        .unwrap()
+        .is_some());
+    executor(db, "w-live", now_us()).await;
+    assert_eq!(unserved("on-emails").await.as_deref(), Some("emails"));
 }

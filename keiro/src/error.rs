@@ -169,6 +169,26 @@ pub enum Error {
         /// How long the caller waited for a worker to serve it.
         waited: std::time::Duration,
     },
+    /// An instance waits on a queue that no live resume worker claims from:
+    /// the workers serving its workflow link no `keiro::queue!` of that
+    /// name (it was declared in a module of another binary only).
+    #[error(
+        "no live resume worker claims from queue `{queue}` (waited {waited:?} for instance \
+         `{id}` of workflow `{name}`): the workers serving the workflow do not declare the \
+         queue; link the module with its `keiro::queue!` into the worker binary (each worker \
+         logs the queues it claims from at start). The instance stays pending and runs once \
+         such a worker starts"
+    )]
+    NoQueueWorker {
+        /// The queue no worker claims from.
+        queue: String,
+        /// The workflow name.
+        name: String,
+        /// The instance id.
+        id: String,
+        /// How long the caller waited.
+        waited: std::time::Duration,
+    },
     /// Two functions registered the same workflow name.
     #[error(
         "workflow name `{name}` is registered twice, by `{first}` and by `{second}`; \

@@ -759,7 +759,69 @@ async fn recorded_partition(db: &TestDb, backend: Backend, id: &str) -> (String,
     }
 }
 
+// Declared in this test binary only: the `queue_worker` processes do not
+// link it.
+keiro::queue!(
+    HERE_ONLY = "declared-in-the-test-binary-only",
+    concurrency = 2
+);
+
+/// An instance on a queue that the live workers serving its workflow do not
+/// declare is not left waiting in silence: following it ends in
+/// `Error::NoQueueWorker` naming the queue, and it stays pending until a
+/// worker declaring the queue runs it.
+async fn an_instance_on_a_queue_no_worker_declares_is_reported(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db
+        .builder()
+        .no_worker_timeout(Duration::from_millis(1500))
+        .connect()
+        .await
+        .unwrap();
+    let workers = worker_processes(&db, 1, 2).await;
+    let (_dir, file) = events_file();
+    let handle = queue_job(text(&file), "stranded".into(), 0)
+        .on(&keiro)
+        .id("stranded")
+        .queue(&HERE_ONLY)
+        .enqueue()
+        .await
+        .unwrap();
+    // The workers serve the workflow: one on a queue they declare runs.
+    let served = queue_job(text(&file), "served".into(), 0)
+        .on(&keiro)
+        .id("served")
+        .queue(&PLAIN)
+        .enqueue()
+        .await
+        .unwrap();
+    all_done(vec![served]).await;
+    let error = tokio::time::timeout(PATIENCE, handle.result())
+        .await
+        .expect("the caller is told in time")
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(
+        matches!(&error, Error::NoQueueWorker { queue, id, .. }
+            if queue == "declared-in-the-test-binary-only" && id == "stranded"),
+        "{text}"
+    );
+    assert!(text.contains("keiro::queue!"), "{text}");
+    assert_eq!(
+        handle.status().await.unwrap(),
+        keiro::WorkflowStatus::Pending
+    );
+    // A worker declaring the queue runs it.
+    let here = worker_here(&keiro).await;
+    all_done(vec![handle]).await;
+    here.stop().await;
+    for worker in workers {
+        worker.kill().await;
+    }
+}
+
 on_both_backends!(
+    an_instance_on_a_queue_no_worker_declares_is_reported,
     a_fork_of_a_queued_instance_stays_on_its_queue,
     priority_holds_across_the_workflows_of_a_queue,
     starting_or_awaiting_an_enqueued_id_leaves_it_to_its_queue,

@@ -141,6 +141,7 @@ fn classify(error: &Error) -> (StatusCode, &'static str) {
         Error::InvalidOption { .. } => (S::BAD_REQUEST, "invalid_option"),
         Error::PayloadTooLarge { .. } => (S::PAYLOAD_TOO_LARGE, "payload_too_large"),
         Error::NoWorker { .. } => (S::SERVICE_UNAVAILABLE, "no_worker"),
+        Error::NoQueueWorker { .. } => (S::SERVICE_UNAVAILABLE, "no_queue_worker"),
         Error::ShutDown { .. } => (S::SERVICE_UNAVAILABLE, "shut_down"),
         Error::Decode { .. } => (S::INTERNAL_SERVER_ERROR, "decode"),
         Error::DuplicateWorkflow { .. } => (S::INTERNAL_SERVER_ERROR, "duplicate_workflow"),

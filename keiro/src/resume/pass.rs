@@ -450,16 +450,18 @@ impl Keiro {
         summary
     }
 
-    /// Records (once per runtime) which workflow names this worker serves, so
-    /// a caller waiting on an instance no live worker serves is told, and
+    /// Records (once per runtime) which workflow names this worker serves and
+    /// which queues it claims from, so a caller waiting on an instance no
+    /// live worker serves is told, and
     /// logs them: a workflow missing from this list was never linked into
     /// the binary (see [`crate::link!`]).
     async fn serve_registered(&self) -> Result<()> {
         self.serving()
             .get_or_try_init(|| async {
                 let names = self.registry().names();
+                let queues: Vec<&str> = self.registry().queues().iter().map(|q| q.name()).collect();
                 self.raw_store()
-                    .register_workflows(self.owner(), &names)
+                    .register_workflows(self.owner(), &names, &queues)
                     .await?;
                 if names.is_empty() {
                     tracing::warn!(
@@ -472,8 +474,11 @@ impl Keiro {
                     tracing::info!(
                         executor = %self.owner(),
                         workflows = %names.join(", "),
-                        "keiro resume worker serves {} workflow(s)",
-                        names.len()
+                        queues = %queues.join(", "),
+                        "keiro resume worker serves {} workflow(s) and claims from {} named \
+                         queue(s)",
+                        names.len(),
+                        queues.len()
                     );
                 }
                 Ok::<_, Error>(())

@@ -421,7 +421,8 @@ const SERVED_CHECK: Duration = Duration::from_secs(1);
 
 /// Tells a caller that follows an instance it does not drive when nothing
 /// ever will: the instance is due, nobody holds it, and no live resume worker
-/// has registered its workflow name for the runtime's `no_worker_timeout`.
+/// has registered its workflow name (or, on a named queue, that queue) for
+/// the runtime's `no_worker_timeout`.
 #[derive(Default)]
 struct Unserved {
     /// Since when the instance has been due and unserved.
@@ -446,20 +447,38 @@ impl Unserved {
         self.checked = Some(now);
         // Liveness is real time whatever the runtime's clock (heartbeats are).
         let alive_since = now_us() - duration_us(crate::runtime::identity::EXECUTOR_TTL);
-        if keiro.raw_store().is_served(&row.name, alive_since).await? {
-            self.since = None;
-            return Ok(());
-        }
+        let store = keiro.raw_store();
+        let unserved = match store.is_served(&row.name, alive_since).await? {
+            // Served, unless on a queue no worker serving it claims from.
+            true => match store.queue_unserved(&row.id, alive_since).await? {
+                Some(queue) => Some(queue),
+                None => {
+                    self.since = None;
+                    return Ok(());
+                }
+            },
+            false => None,
+        };
         let since = *self.since.get_or_insert(now);
         let waited = now - since;
-        if waited >= keiro.no_worker_timeout() {
-            tracing::warn!(name = %row.name, id = %row.id, "keiro: no live worker serves this workflow");
-            return Err(Error::NoWorker {
-                name: row.name.clone(),
-                id: row.id.clone(),
-                waited,
-            });
+        if waited < keiro.no_worker_timeout() {
+            return Ok(());
         }
-        Ok(())
+        let (name, id) = (row.name.clone(), row.id.clone());
+        Err(match unserved {
+            Some(queue) => {
+                tracing::warn!(%name, %id, %queue, "keiro: no live worker claims from this queue");
+                Error::NoQueueWorker {
+                    queue,
+                    name,
+                    id,
+                    waited,
+                }
+            }
+            None => {
+                tracing::warn!(%name, %id, "keiro: no live worker serves this workflow");
+                Error::NoWorker { name, id, waited }
+            }
+        })
     }
 }

@@ -1,0 +1,11 @@
+-- The queues each resume worker's binary declares (`keiro::queue!`), so a
+-- caller waiting on an instance of a queue no live worker claims from is
+-- told, instead of waiting forever. Liveness comes from the executor's
+-- heartbeat in keiro_executors.
+CREATE TABLE keiro_worker_queues (
+    executor_id TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    PRIMARY KEY (executor_id, name)
+);
+
+CREATE INDEX keiro_worker_queues_name ON keiro_worker_queues (name);
