@@ -30,8 +30,12 @@ pub struct ScheduleInfo {
     pub last_tick: Option<SystemTime>,
 }
 
-/// What a starting scheduler does with ticks that fell while no worker ran
-/// (set with [`ResumeOptions::missed_ticks`](crate::ResumeOptions::missed_ticks)).
+/// What a scheduler does with missed ticks (set with
+/// [`ResumeOptions::missed_ticks`](crate::ResumeOptions::missed_ticks)): at
+/// start-up, the ticks that fell while no worker ran; while running, the
+/// ticks more than a minute late (the scheduler was held up: a suspended
+/// machine, a store out of reach or refusing the tick's start for longer).
+/// Ticks less late are all run, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum MissedTicks {
@@ -41,6 +45,7 @@ pub enum MissedTicks {
     /// ticked before has nothing missed.
     #[default]
     RunLatest,
-    /// Run none: the first tick after start-up is the next one due.
+    /// Run none: the first tick after start-up (or after the hold-up) is
+    /// the next one due.
     Skip,
 }

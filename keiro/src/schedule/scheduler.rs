@@ -21,9 +21,14 @@ use crate::{Keiro, Result};
 /// schedule created, paused or resumed by another process is seen within it.
 pub(crate) const SCHEDULE_POLL: Duration = Duration::from_millis(500);
 
-/// The most ticks of one schedule created in one pass: a scheduler that was
-/// held up (a suspended machine) catches up on at most this many and skips
-/// the rest.
+/// How late a tick may be and still run as due: a tick more than this
+/// behind the scheduler's now (it was held up: a suspended machine, a store
+/// out of reach, or one refusing the tick's start for longer) is a missed
+/// tick, and [`MissedTicks`] decides, as at start-up.
+pub(crate) const LATE_AFTER: Duration = Duration::from_secs(60);
+
+/// The most ticks of one schedule created in one pass (the ticks of the last
+/// [`LATE_AFTER`], at most one a second, stay below it).
 const MAX_CATCH_UP: usize = 100;
 
 /// What this process's schedulers share with the runtime: how to wake them
@@ -111,7 +116,7 @@ async fn run(keiro: Keiro, missed: MissedTicks, runs: std::sync::Arc<TickRuns>, 
     let mut first = true;
     loop {
         let seen = state.requested.load(Ordering::SeqCst);
-        let next = match pass(&keiro, &runs, &mut cursors, first.then_some(missed)).await {
+        let next = match pass(&keiro, &runs, &mut cursors, missed, first).await {
             Ok(next) => {
                 first = false;
                 next
@@ -152,15 +157,18 @@ impl Drop for Running {
     }
 }
 
-/// One pass: fires every due tick, returns the earliest next one. `missed`
-/// is set on the first pass only.
+/// One pass: fires every due tick, returns the earliest next one. `first`:
+/// the scheduler's first pass, which runs the ticks missed while no worker
+/// ran per `missed`; every pass treats the ticks more than [`LATE_AFTER`]
+/// late the same way.
 async fn pass(
     keiro: &Keiro,
     runs: &TickRuns,
     cursors: &mut HashMap<String, Cursor>,
-    missed: Option<MissedTicks>,
+    missed: MissedTicks,
+    first: bool,
 ) -> Result<Option<i64>> {
-    if missed.is_some() {
+    if first {
         super::manage::write_linked(keiro).await?;
     }
     let rows = keiro.raw_store().schedules().await?;
@@ -185,17 +193,34 @@ async fn pass(
             cursor.handled = now;
             continue;
         }
-        if missed == Some(MissedTicks::RunLatest) {
+        if first && missed == MissedTicks::RunLatest {
             if let (Some(last), Some(latest)) = (row.last_tick, cursor.spec.latest_until(now)) {
                 if latest > last {
                     fire_logged(keiro, runs, row, latest).await;
                 }
             }
         }
-        let due = cursor
-            .spec
-            .ticks_within(cursor.handled.saturating_add(1), now, MAX_CATCH_UP);
         let mut retry = false;
+        let late = now.saturating_sub(crate::time::duration_us(LATE_AFTER));
+        if cursor.handled < late {
+            // Held up: the ticks up to `late` are missed ticks.
+            let latest = cursor
+                .spec
+                .latest_until(late)
+                .filter(|&tick| tick > cursor.handled);
+            if let (Some(tick), MissedTicks::RunLatest) = (latest, missed) {
+                retry = fire_logged(keiro, runs, row, tick).await == Fired::Retry;
+            }
+            if !retry {
+                cursor.handled = late;
+            }
+        }
+        let due = match retry {
+            true => Vec::new(),
+            false => cursor
+                .spec
+                .ticks_within(cursor.handled.saturating_add(1), now, MAX_CATCH_UP),
+        };
         for &tick in &due {
             if fire_logged(keiro, runs, row, tick).await == Fired::Retry {
                 // Not past this tick: the next pass tries it again.

@@ -1,0 +1,75 @@
+//! A scheduler held up for longer than a minute (a suspended machine, a
+//! store out of reach) treats the ticks that fell meanwhile as missed ticks,
+//! as at start-up: by default only the latest of them runs, then every tick
+//! of the last minute, in order; never the oldest hundred instead of the
+//! newest. Shown on a `TestEnv`'s clock, moved by hand past a stall.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use keiro::testing::TestEnv;
+use keiro::ListFilter;
+
+#[keiro::workflow(cron = "*/1 * * * * *")]
+async fn each_second(scheduled_at: SystemTime) -> Result<(), String> {
+    scheduled_at
+        .duration_since(UNIX_EPOCH)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// The tick seconds of the instances the schedule made, in order.
+async fn ticks(env: &TestEnv) -> Vec<i64> {
+    let page = env
+        .keiro()
+        .list(
+            &ListFilter::default()
+                .id_prefix("cron:each_second:")
+                .limit(1000),
+        )
+        .await
+        .unwrap();
+    let mut ticks: Vec<i64> = page
+        .items
+        .iter()
+        .map(|row| {
+            let at = row.id.trim_start_matches("cron:each_second:");
+            chrono::DateTime::parse_from_rfc3339(at)
+                .unwrap_or_else(|e| panic!("{}: {e}", row.id))
+                .timestamp()
+        })
+        .collect();
+    ticks.sort_unstable();
+    ticks
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_runs_the_latest_missed_tick_and_the_last_minute() {
+    // Half a second past a whole second.
+    let start: i64 = 1_700_000_000;
+    let env =
+        TestEnv::starting_at(UNIX_EPOCH + Duration::from_millis(start as u64 * 1000 + 500)).await;
+    env.advance(Duration::from_secs(3)).await;
+    assert_eq!(ticks(&env).await, [start + 1, start + 2, start + 3]);
+
+    // Two hours pass at once, without a pass of the scheduler.
+    let stalled_until = start + 3 + 7200;
+    keiro::unstable::raw_store(env.keiro())
+        .clock()
+        .set_us((stalled_until * 1000 + 500) * 1000);
+    env.advance(Duration::from_millis(1)).await;
+
+    let ran = ticks(&env).await;
+    // Missed: everything up to a minute before now; the latest of it runs.
+    let latest_missed = stalled_until - 60;
+    let mut expected = vec![start + 1, start + 2, start + 3, latest_missed];
+    expected.extend(latest_missed + 1..=stalled_until);
+    assert_eq!(
+        ran.len(),
+        expected.len(),
+        "ran {} ticks, from {:?} to {:?}",
+        ran.len(),
+        ran.get(3),
+        ran.last()
+    );
+    assert_eq!(ran, expected);
+}
