@@ -497,13 +497,39 @@ async fn refills_do_not_starve_a_small_pool(backend: Backend) {
 /// gives its slots back, so an instance due on the default queue meanwhile
 /// starts long before the backlog is done.
 async fn a_busy_queue_leaves_room_for_the_default_queue(backend: Backend) {
+    one_beside_a_backlog(backend, Some(&PLAIN), None).await;
+}
+
+/// The same across two named queues: `test-plain` is claimed before
+/// `test-rate-20` (in name order) when neither has had its turn.
+async fn a_busy_queue_leaves_room_for_another_queue(backend: Backend) {
+    one_beside_a_backlog(backend, Some(&PLAIN), Some(&RATE_20)).await;
+}
+
+/// And a backlog on the default queue beside a named queue.
+async fn a_busy_default_queue_leaves_room_for_a_queue(backend: Backend) {
+    one_beside_a_backlog(backend, None, Some(&PLAIN)).await;
+}
+
+/// With 40 instances of 50 ms waiting on `backlog_on` (`None`: the default
+/// queue) for a worker running two at once, one enqueued on `one_on` later
+/// runs long before the backlog is done.
+async fn one_beside_a_backlog(
+    backend: Backend,
+    backlog_on: Option<&'static keiro::Queue>,
+    one_on: Option<&'static keiro::Queue>,
+) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
     let (_dir, file) = events_file();
     let mut queued = Vec::new();
     for n in 0..40 {
         let call = queue_job(text(&file), format!("{n}"), 50).on(&keiro);
-        let call = call.id(format!("backlog-{n}")).queue(&PLAIN);
+        let call = call.id(format!("backlog-{n}"));
+        let call = match backlog_on {
+            Some(queue) => call.queue(queue),
+            None => call,
+        };
         queued.push(call.enqueue().await.unwrap());
     }
     let worker = keiro
@@ -515,16 +541,18 @@ async fn a_busy_queue_leaves_room_for_the_default_queue(backend: Backend) {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let default = queue_job(text(&file), "default".into(), 0)
+    let call = queue_job(text(&file), "beside".into(), 0)
         .on(&keiro)
-        .id("beside-the-backlog")
-        .enqueue()
+        .id("beside-the-backlog");
+    let call = match one_on {
+        Some(queue) => call.queue(queue),
+        None => call,
+    };
+    let beside = call.enqueue().await.unwrap();
+    let out = tokio::time::timeout(PATIENCE, beside.result())
         .await
         .unwrap();
-    let out = tokio::time::timeout(PATIENCE, default.result())
-        .await
-        .unwrap();
-    assert_eq!(out.unwrap(), Ok("default".to_string()));
+    assert_eq!(out.unwrap(), Ok("beside".to_string()));
     let mut unfinished = 0;
     for handle in &queued {
         if handle.status().await.unwrap() != keiro::WorkflowStatus::Completed {
@@ -534,7 +562,7 @@ async fn a_busy_queue_leaves_room_for_the_default_queue(backend: Backend) {
     // The backlog takes about a second (40 × 50 ms, two at a time).
     assert!(
         unfinished >= 20,
-        "the default queue's instance waited for the backlog: {unfinished} of 40 unfinished"
+        "the instance waited for the backlog: {unfinished} of 40 unfinished"
     );
     all_done(queued).await;
     worker.stop().await;
@@ -839,4 +867,6 @@ on_both_backends!(
     queue_settings_need_an_enqueue_and_a_queue,
     refills_do_not_starve_a_small_pool,
     a_busy_queue_leaves_room_for_the_default_queue,
+    a_busy_queue_leaves_room_for_another_queue,
+    a_busy_default_queue_leaves_room_for_a_queue,
 );

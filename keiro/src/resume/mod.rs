@@ -6,6 +6,9 @@ mod options;
 mod pass;
 mod report;
 mod slots;
+mod turns;
+
+pub(crate) use turns::ClaimTurns;
 
 use std::time::Duration;
 

@@ -151,8 +151,9 @@ impl Keiro {
         Ok(got >= ask)
     }
 
-    /// The first half of a pass: claims up to `limit` due instances (the
-    /// default queue's first, then each queue's within its limits), and
+    /// The first half of a pass: claims up to `limit` due instances (of the
+    /// default queue and each queue within its limits, in turns: see
+    /// [`super::turns`]), and
     /// looks for the due instances it cannot run (and reports them) only
     /// when `report_blocked`.
     pub(super) async fn claim_pass(
@@ -170,14 +171,30 @@ impl Keiro {
         let scope = lists.scope(self);
         let (workflows, versions) = (&lists.workflows, &lists.versions);
         // Claim in the same statement that discovers, so concurrent workers
-        // take disjoint batches instead of racing for the same rows.
-        let claimed = store
-            .claim_due(scope.lease, workflows, versions, limit)
-            .await?;
-        let queued = self.claim_queues(scope, limit, claimed.len()).await?;
-        let mut rows: Vec<(Option<&'static Queue>, InstanceRow)> =
-            claimed.into_iter().map(|row| (None, row)).collect();
-        rows.extend(queued.into_iter().map(|(queue, row)| (Some(queue), row)));
+        // take disjoint batches instead of racing for the same rows: the
+        // default queue and each queue within its limits, in the order
+        // their turns give, each for the room the ones before left.
+        let queues = self.registry().queues();
+        let mut rows: Vec<(Option<&'static Queue>, InstanceRow)> = Vec::new();
+        for source in self.claim_turns().order(queues.len() + 1) {
+            let room = limit - rows.len() as i64;
+            if room <= 0 {
+                break;
+            }
+            let before = rows.len();
+            match source.checked_sub(1).map(|at| queues[at]) {
+                None => {
+                    let claimed = store.claim_due(scope.lease, workflows, versions, room);
+                    rows.extend(claimed.await?.into_iter().map(|row| (None, row)));
+                }
+                Some(queue) => {
+                    let claimed = scope.claim(self, queue, room).await?;
+                    rows.extend(claimed.into_iter().map(|row| (Some(queue), row)));
+                }
+            }
+            self.claim_turns()
+                .claimed(source, room, rows.len() - before);
+        }
         let blocked = if report_blocked {
             store
                 .find_blocked(owner, workflows, versions, BLOCKED_REPORTED)
@@ -257,26 +274,6 @@ impl Keiro {
             workflows: self.registry().workflows(),
             versions: self.versions().accepted(),
         }
-    }
-
-    /// Claims due instances of every queue this binary declares, each within
-    /// its limits, up to the pass's claim limit less the `already` claimed.
-    async fn claim_queues(
-        &self,
-        scope: QueueClaim<'_>,
-        limit: i64,
-        already: usize,
-    ) -> Result<Vec<(&'static Queue, InstanceRow)>> {
-        let mut claimed = Vec::new();
-        for &queue in self.registry().queues() {
-            let room = limit - (already + claimed.len()) as i64;
-            if room <= 0 {
-                break;
-            }
-            let rows = scope.claim(self, queue, room).await?;
-            claimed.extend(rows.into_iter().map(|row| (queue, row)));
-        }
-        Ok(claimed)
     }
 
     /// Drives a pass's claimed instances, at most as many at once as the

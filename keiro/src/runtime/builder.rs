@@ -329,6 +329,7 @@ impl KeiroBuilder {
                 inflight,
                 wakes,
                 schedulers: Default::default(),
+                claim_turns: Default::default(),
             }),
         })
     }

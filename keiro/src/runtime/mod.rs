@@ -84,6 +84,8 @@ struct Inner {
     wakes: Arc<Wakes>,
     /// This process's cron schedulers: their wake-up and progress.
     schedulers: Arc<crate::schedule::scheduler::SchedulerState>,
+    /// The order this process's resume passes claim their sources in.
+    claim_turns: crate::resume::ClaimTurns,
 }
 
 impl std::fmt::Debug for Keiro {
@@ -224,6 +226,11 @@ impl Keiro {
     /// What this runtime's cron schedulers share with it.
     pub(crate) fn scheduler_state(&self) -> &crate::schedule::scheduler::SchedulerState {
         &self.inner.schedulers
+    }
+
+    /// The order this process's resume passes claim their sources in.
+    pub(crate) fn claim_turns(&self) -> &crate::resume::ClaimTurns {
+        &self.inner.claim_turns
     }
 
     pub(crate) fn resume_wake(&self) -> &Notify {
