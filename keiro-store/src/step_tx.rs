@@ -172,6 +172,7 @@ impl StepTx<'_> {
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     pub async fn limit_statements(&mut self, ms: u64) -> Result<()> {
         #[cfg(feature = "postgres")]
+        #[allow(irrefutable_let_patterns)]
         if let StepTx::Postgres(tx) = self {
             let set = format!("SET LOCAL statement_timeout = {}", ms.max(1));
             sqlx::Executor::execute(&mut **tx, set.as_str())
@@ -190,6 +191,7 @@ impl StepTx<'_> {
             return StoreError::query(OP)(error);
         }
         #[cfg(feature = "sqlite")]
+        #[allow(irrefutable_let_patterns)]
         if let StepTx::Sqlite(tx) = self {
             // Fails harmlessly if the body began a transaction of its own.
             let _ = sqlx::Executor::execute(&mut **tx, "BEGIN").await;
