@@ -120,6 +120,7 @@ pub use outcome::Outcome;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresStore, POSTGRES_MIGRATOR};
 pub use queue::{create_queued_tx, HandOver, QueueLimits, Queued};
+pub use resume::OtherQueueLimits;
 pub use retention::{GcCursor, GcPolicy, GcProgress, GcRequest, GcSummary};
 pub use schedules::{ScheduleDef, ScheduleRow};
 #[cfg(feature = "sqlite")]

@@ -210,18 +210,22 @@ impl Store {
     }
 
     /// Records that the resume worker of executor `executor_id` serves these
-    /// workflow names and claims from these queues (replacing what it
-    /// recorded before).
+    /// workflow names and claims from these queues, each `(name, limits)`
+    /// with its limits as text (replacing what it recorded before).
     pub async fn register_workflows(
         &self,
         executor_id: &str,
         names: &[&str],
-        queues: &[&str],
+        queues: &[(&str, &str)],
     ) -> Result<()> {
         const OP: &str = "register_workflows";
-        // Passed as registered workflows (without signatures), in the form
-        // each backend binds those.
-        let (workflows, queues) = (unsigned(names), unsigned(queues));
+        // Passed as registered workflows (a queue's limits as the
+        // signature), in the form each backend binds those.
+        let workflows = unsigned(names);
+        let queues: Vec<Registered<'_>> = queues
+            .iter()
+            .map(|&(name, signature)| Registered { name, signature })
+            .collect();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             let tables = [
@@ -249,6 +253,35 @@ impl Store {
                     .map_err(StoreError::query(OP))?;
             }
             tx.commit().await.map_err(StoreError::query(OP))
+        })
+    }
+
+    /// The queues executor `executor_id` registered that another executor
+    /// whose heartbeat is at or after `alive_since` (µs since the Unix
+    /// epoch) registered with other limits, by queue and executor.
+    pub async fn queue_limits_elsewhere(
+        &self,
+        executor_id: &str,
+        alive_since: i64,
+    ) -> Result<Vec<OtherQueueLimits>> {
+        const OP: &str = "queue_limits_elsewhere";
+        dispatch!(Store, self, |s, sql| {
+            let rows = crate::prepared::query(&sql.queue_limits_elsewhere)
+                .bind(executor_id)
+                .bind(alive_since)
+                .fetch_all(s.exec())
+                .await
+                .map_err(StoreError::query(OP))?;
+            rows.iter()
+                .map(|row| {
+                    let what = || "a worker's queue".to_owned();
+                    Ok(OtherQueueLimits {
+                        queue: row.text(what, "queue")?,
+                        executor_id: row.text(what, "executor_id")?,
+                        limits: row.text(what, "limits")?,
+                    })
+                })
+                .collect()
         })
     }
 
@@ -294,4 +327,16 @@ fn unsigned<'a>(names: &[&'a str]) -> Vec<Registered<'a>> {
             signature: "",
         })
         .collect()
+}
+
+/// A queue another live worker declares with other limits (see
+/// [`Store::queue_limits_elsewhere`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtherQueueLimits {
+    /// The queue's name.
+    pub queue: String,
+    /// The other worker's executor id.
+    pub executor_id: String,
+    /// Its limits, as it registered them.
+    pub limits: String,
 }

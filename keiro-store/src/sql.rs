@@ -215,6 +215,7 @@ pub(crate) struct Statements {
     pub(crate) delete_worker_queues: String,
     pub(crate) insert_worker_queues: String,
     pub(crate) queue_unserved: String,
+    pub(crate) queue_limits_elsewhere: String,
     // Timers.
     pub(crate) timers_table: String,
     pub(crate) find_text: &'static str,
@@ -530,8 +531,16 @@ impl Statements {
             ),
             delete_worker_queues: format!("DELETE FROM {wq} WHERE executor_id = $1"),
             insert_worker_queues: format!(
-                "INSERT INTO {wq} (executor_id, name) SELECT $1, r.name FROM {}",
+                "INSERT INTO {wq} (executor_id, name, limits) SELECT $1, r.name, r.signature \
+                 FROM {}",
                 (d.registered_rows)(2)
+            ),
+            queue_limits_elsewhere: format!(
+                "SELECT o.name AS queue, o.executor_id, o.limits FROM {wq} m \
+                 JOIN {wq} o ON o.name = m.name AND o.executor_id <> m.executor_id \
+                 AND o.limits <> m.limits \
+                 JOIN {e} e ON e.id = o.executor_id AND e.heartbeat_at >= $2 \
+                 WHERE m.executor_id = $1 ORDER BY o.name, o.executor_id"
             ),
             queue_unserved: format!(
                 "SELECT w.queue FROM {w} w WHERE w.id = $1 AND w.queue IS NOT NULL \

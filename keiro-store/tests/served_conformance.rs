@@ -12,6 +12,7 @@ conformance!(
     registering_again_replaces_the_names,
     giving_up_the_identity_drops_the_names,
     an_instance_on_a_queue_no_live_worker_declares_is_unserved,
+    a_live_worker_declaring_a_queue_with_other_limits_is_found,
 );
 
 async fn executor(db: &TestDb, id: &str, heartbeat_at: i64) {
@@ -126,7 +127,7 @@ async fn an_instance_on_a_queue_no_live_worker_declares_is_unserved(db: &TestDb)
     // Declared by a worker whose heartbeat stopped: still unserved.
     executor(db, "w-dead", now - 60_000_000).await;
     store
-        .register_workflows("w-dead", &["checkout"], &["emails"])
+        .register_workflows("w-dead", &["checkout"], &[("emails", "no limits")])
         .await
         .unwrap();
     assert_eq!(unserved("on-emails").await.as_deref(), Some("emails"));
@@ -134,12 +135,16 @@ async fn an_instance_on_a_queue_no_live_worker_declares_is_unserved(db: &TestDb)
     // A live worker declaring another queue does not serve it either.
     executor(db, "w-live", now).await;
     store
-        .register_workflows("w-live", &["checkout"], &["payments"])
+        .register_workflows("w-live", &["checkout"], &[("payments", "no limits")])
         .await
         .unwrap();
     assert_eq!(unserved("on-emails").await.as_deref(), Some("emails"));
     store
-        .register_workflows("w-live", &["checkout"], &["payments", "emails"])
+        .register_workflows(
+            "w-live",
+            &["checkout"],
+            &[("payments", "no limits"), ("emails", "no limits")],
+        )
         .await
         .unwrap();
     assert_eq!(unserved("on-emails").await, None);
@@ -152,4 +157,36 @@ async fn an_instance_on_a_queue_no_live_worker_declares_is_unserved(db: &TestDb)
         .is_some());
     executor(db, "w-live", now_us()).await;
     assert_eq!(unserved("on-emails").await.as_deref(), Some("emails"));
+}
+
+async fn a_live_worker_declaring_a_queue_with_other_limits_is_found(db: &TestDb) {
+    let store = &db.store;
+    let now = now_us();
+    let since = now - 10_000_000;
+    executor(db, "me", now).await;
+    let mine = [("emails", "concurrency 10"), ("payments", "no limits")];
+    store.register_workflows("me", &[], &mine).await.unwrap();
+    assert_eq!(store.queue_limits_elsewhere("me", since).await.unwrap(), []);
+
+    executor(db, "same", now).await;
+    store.register_workflows("same", &[], &mine).await.unwrap();
+    executor(db, "older", now).await;
+    let older = [("emails", "concurrency 20"), ("reports", "no limits")];
+    store
+        .register_workflows("older", &[], &older)
+        .await
+        .unwrap();
+    executor(db, "gone", now - 60_000_000).await;
+    let gone = [("payments", "concurrency 1")];
+    store.register_workflows("gone", &[], &gone).await.unwrap();
+
+    let found = store.queue_limits_elsewhere("me", since).await.unwrap();
+    assert_eq!(
+        found,
+        [keiro_store::OtherQueueLimits {
+            queue: "emails".into(),
+            executor_id: "older".into(),
+            limits: "concurrency 20".into(),
+        }]
+    );
 }

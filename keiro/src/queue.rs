@@ -107,6 +107,26 @@ impl Queue {
         Ok(())
     }
 
+    /// Its limits in words, as a worker registers them so that one
+    /// declaring the queue otherwise can tell: `concurrency 10,
+    /// worker_concurrency 2, rate_limit 100 per 60s`, or `no limits`.
+    pub(crate) fn describe_limits(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(n) = self.concurrency {
+            parts.push(format!("concurrency {n}"));
+        }
+        if let Some(n) = self.worker_concurrency {
+            parts.push(format!("worker_concurrency {n}"));
+        }
+        if let Some((starts, period)) = self.rate_limit {
+            parts.push(format!("rate_limit {starts} per {period:?}"));
+        }
+        match parts.is_empty() {
+            true => "no limits".to_owned(),
+            false => parts.join(", "),
+        }
+    }
+
     /// The limits as the store's claim applies them.
     pub(crate) fn limits(&self) -> keiro_store::QueueLimits<'static> {
         keiro_store::QueueLimits {

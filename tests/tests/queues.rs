@@ -848,7 +848,77 @@ async fn an_instance_on_a_queue_no_worker_declares_is_reported(backend: Backend)
     }
 }
 
+/// A worker that starts while another live worker declares one of its
+/// queues with other limits (mid-deploy) reports it once, naming both.
+async fn a_worker_reports_a_live_worker_with_other_limits(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let store = keiro::unstable::raw_store(&keiro);
+    let other = keiro_store::ExecutorRow {
+        id: "older-deploy".into(),
+        token: "t".into(),
+        host: "elsewhere".into(),
+        pid: 1,
+        heartbeat_at: keiro_store::now_us(),
+    };
+    assert!(store.put_executor(&other, None).await.unwrap());
+    let theirs = [
+        ("test-concurrency-2", "concurrency 5"),
+        ("test-plain", "no limits"),
+    ];
+    store
+        .register_workflows("older-deploy", &[], &theirs)
+        .await
+        .unwrap();
+    let reported = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = reported.clone();
+    let worker = keiro
+        .resume_worker(
+            ResumeOptions::default()
+                .poll_interval(Duration::from_millis(20))
+                .log(move |event| {
+                    if let keiro::ResumeEvent::QueueLimitsDiffer {
+                        queue,
+                        executor,
+                        theirs,
+                        ours,
+                    } = event
+                    {
+                        log.lock().unwrap().push((
+                            queue.clone(),
+                            executor.clone(),
+                            theirs.clone(),
+                            ours.clone(),
+                        ));
+                    }
+                }),
+        )
+        .await
+        .unwrap();
+    // The worker registers at its first pass; a job run shows it passed.
+    let (_dir, file) = events_file();
+    let job = queue_job(text(&file), "limits".into(), 0)
+        .on(&keiro)
+        .id("limits")
+        .enqueue()
+        .await
+        .unwrap();
+    all_done(vec![job]).await;
+    worker.stop().await;
+    let reported = reported.lock().unwrap().clone();
+    assert_eq!(
+        reported,
+        [(
+            "test-concurrency-2".to_owned(),
+            "older-deploy".to_owned(),
+            "concurrency 5".to_owned(),
+            "concurrency 2".to_owned(),
+        )]
+    );
+}
+
 on_both_backends!(
+    a_worker_reports_a_live_worker_with_other_limits,
     an_instance_on_a_queue_no_worker_declares_is_reported,
     a_fork_of_a_queued_instance_stays_on_its_queue,
     priority_holds_across_the_workflows_of_a_queue,

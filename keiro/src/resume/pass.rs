@@ -164,7 +164,7 @@ impl Keiro {
     ) -> Result<Claimed> {
         options.validate()?;
         self.ensure_executor().await?;
-        self.serve_registered().await?;
+        self.serve_registered(options).await?;
         let store = self.raw_store();
         let owner = self.owner();
         let lists = self.claim_lists();
@@ -452,14 +452,40 @@ impl Keiro {
     /// live worker serves is told, and
     /// logs them: a workflow missing from this list was never linked into
     /// the binary (see [`crate::link!`]).
-    async fn serve_registered(&self) -> Result<()> {
+    async fn serve_registered(&self, options: &ResumeOptions) -> Result<()> {
         self.serving()
             .get_or_try_init(|| async {
                 let names = self.registry().names();
-                let queues: Vec<&str> = self.registry().queues().iter().map(|q| q.name()).collect();
-                self.raw_store()
-                    .register_workflows(self.owner(), &names, &queues)
+                let declared = self.registry().queues();
+                let limits: Vec<String> = declared.iter().map(|q| q.describe_limits()).collect();
+                let registered: Vec<(&str, &str)> = declared
+                    .iter()
+                    .zip(&limits)
+                    .map(|(queue, limits)| (queue.name(), limits.as_str()))
+                    .collect();
+                let queues: Vec<&str> = declared.iter().map(|q| q.name()).collect();
+                let store = self.raw_store();
+                store
+                    .register_workflows(self.owner(), &names, &registered)
                     .await?;
+                // Liveness is real time whatever the runtime's clock.
+                let alive_since =
+                    keiro_store::now_us() - duration_us(crate::runtime::identity::EXECUTOR_TTL);
+                for other in store
+                    .queue_limits_elsewhere(self.owner(), alive_since)
+                    .await?
+                {
+                    let ours = registered
+                        .iter()
+                        .find(|(name, _)| *name == other.queue)
+                        .map_or_else(String::new, |(_, limits)| (*limits).to_owned());
+                    (options.log)(&ResumeEvent::QueueLimitsDiffer {
+                        queue: other.queue,
+                        executor: other.executor_id,
+                        theirs: other.limits,
+                        ours,
+                    });
+                }
                 if names.is_empty() {
                     tracing::warn!(
                         executor = %self.owner(),

@@ -43,6 +43,21 @@ pub enum ResumeEvent {
         /// This worker's version.
         own: String,
     },
+    /// Another live worker declares one of this worker's queues with other
+    /// limits (mid-deploy, or two binaries that disagree): each worker
+    /// claims within its own, so the queue holds its declared limits only
+    /// once every worker runs the same declaration. Reported once per queue
+    /// and worker, when this worker starts.
+    QueueLimitsDiffer {
+        /// The queue.
+        queue: String,
+        /// The other worker's executor id.
+        executor: String,
+        /// Its limits.
+        theirs: String,
+        /// This worker's.
+        ours: String,
+    },
     /// The store failed while advancing an instance; it is retried next pass.
     TransientError {
         /// The workflow name.
@@ -119,7 +134,10 @@ impl ResumeEvent {
             | ResumeEvent::Crashed { error, .. }
             | ResumeEvent::PassFailed { error }
             | ResumeEvent::GcFailed { error } => Some(error.clone()),
-            ResumeEvent::Pass(_) | ResumeEvent::Gc(_) | ResumeEvent::OtherVersion { .. } => None,
+            ResumeEvent::Pass(_)
+            | ResumeEvent::Gc(_)
+            | ResumeEvent::OtherVersion { .. }
+            | ResumeEvent::QueueLimitsDiffer { .. } => None,
         }
     }
 }
@@ -150,6 +168,17 @@ pub(super) fn log_to_tracing(event: &ResumeEvent) {
             "keiro resume worker: {due} due instance(s) of application version `{version}` wait \
              for a worker of that version (this one is `{own}`); `keiro retarget --from \
              {version} --to {own}` moves them here"
+        ),
+        ResumeEvent::QueueLimitsDiffer {
+            queue,
+            executor,
+            theirs,
+            ours,
+        } => tracing::warn!(
+            %queue, %executor, %theirs, %ours,
+            "keiro resume worker: queue `{queue}` is declared with other limits by live worker \
+             `{executor}` ({theirs}) than here ({ours}); each worker claims within its own, so \
+             the queue holds its limits only once every worker runs the same declaration"
         ),
         ResumeEvent::TransientError { name, id, error } => {
             tracing::warn!(%name, %id, %error, "keiro resume worker: transient store error")
