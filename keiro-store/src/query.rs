@@ -158,6 +158,23 @@ impl Store {
         })
     }
 
+    /// [`Store::fetch_all`] reading each row on its own: a row that does
+    /// not decode is its own `Err`, and the others still read.
+    pub(crate) async fn fetch_each<T: FromRow>(
+        &self,
+        op: Op,
+        pick: Statement,
+        args: &[Arg<'_>],
+    ) -> Result<Vec<Result<T>>> {
+        dispatch!(Store, self, |s, sql| {
+            let rows = bind_all!(crate::prepared::query(pick(sql)), args)
+                .fetch_all(s.exec())
+                .await
+                .map_err(StoreError::query(op))?;
+            Ok(rows.iter().map(|row| T::from_row(row)).collect())
+        })
+    }
+
     /// Runs a statement; returns how many rows it changed.
     pub(crate) async fn execute(&self, op: Op, pick: Statement, args: &[Arg<'_>]) -> Result<u64> {
         dispatch!(Store, self, |s, sql| bind_all!(

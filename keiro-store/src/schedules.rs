@@ -187,6 +187,14 @@ impl Store {
             .await
     }
 
+    /// Every stored schedule, by name, each row read on its own: one that
+    /// does not decode (a hand-edited column) is an `Err` naming it, and
+    /// the others still read.
+    pub async fn schedules_each(&self) -> Result<Vec<Result<ScheduleRow>>> {
+        self.fetch_each("schedules", |s| &s.schedules.list, &[])
+            .await
+    }
+
     /// The stored schedule `name`, if any.
     pub async fn schedule_named(&self, name: &str) -> Result<Option<ScheduleRow>> {
         self.fetch_optional("schedule", |s| &s.schedules.get, &args![name])

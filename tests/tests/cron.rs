@@ -686,7 +686,60 @@ async fn create_schedule_refuses_a_name_another_binary_declares(backend: Backend
     );
 }
 
+/// A schedule that does not read (an expression that does not parse; on
+/// SQLite also a hand-edited column of the wrong type) is skipped: the
+/// other schedules go on ticking, and the bad one can be deleted.
+async fn an_unreadable_schedule_leaves_the_others_running(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let store = keiro::unstable::raw_store(&keiro);
+    keiro
+        .create_schedule("greet-ok", "*/1 * * * * *", greet("ok".into()))
+        .await
+        .unwrap();
+    store
+        .put_schedule(&keiro_store::ScheduleDef {
+            name: "broken-cron",
+            cron: "not a cron",
+            timezone: "UTC",
+            workflow: "greet",
+            input: Some("[\"x\"]"),
+        })
+        .await
+        .unwrap();
+    if let keiro_store::Store::Sqlite(sqlite) = store {
+        sqlx::query(
+            "INSERT INTO keiro_schedules (name, cron, timezone, workflow, input, paused, \
+             created_at, updated_at) VALUES ('broken-row', '*/1 * * * * *', 'UTC', 'greet', \
+             '[\"y\"]', 'yes', 0, 0)",
+        )
+        .execute(sqlite.pool())
+        .await
+        .unwrap();
+    }
+    let worker = worker(&keiro).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ids(&keiro, "cron:greet-ok:").await.len() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        ids(&keiro, "cron:greet-ok:").await.len() >= 2,
+        "the readable schedule ticks beside the unreadable ones"
+    );
+    assert!(ids(&keiro, "cron:broken-").await.is_empty());
+    keiro.delete_schedule("broken-cron").await.unwrap();
+    if backend == Backend::Sqlite {
+        keiro.delete_schedule("broken-row").await.unwrap();
+        assert_eq!(
+            stored(&keiro, "greet-ok").await.unwrap().cron,
+            "*/1 * * * * *"
+        );
+    }
+    worker.stop().await;
+}
+
 keiro_tests::on_both_backends!(
+    an_unreadable_schedule_leaves_the_others_running,
     a_schedule_whose_attribute_was_removed_stops_and_goes,
     a_management_call_keeps_the_definition_workers_wrote,
     create_schedule_refuses_a_name_another_binary_declares,

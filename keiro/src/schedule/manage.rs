@@ -30,7 +30,8 @@ pub(crate) async fn write_linked(keiro: &Keiro) -> Result<()> {
     for registration in linked() {
         store.put_schedule(&static_def(registration)).await?;
     }
-    for row in store.schedules().await? {
+    // A row that does not read is the scheduler's to report.
+    for row in store.schedules_each().await?.into_iter().flatten() {
         let here = declared(&row.name);
         if row.input.is_some() && here {
             tracing::error!(
@@ -301,10 +302,18 @@ impl Keiro {
     /// binary declares cannot be deleted ([`Error::InvalidSchedule`]: pause
     /// it instead). One it does not declare (its workflow was renamed or
     /// removed, or its attribute dropped) can: a worker declaring it writes
-    /// it again when it starts.
+    /// it again when it starts. A row that does not read (a hand-edited
+    /// column, which every scheduler skips) is deleted whatever it held.
     pub async fn delete_schedule(&self, name: &str) -> Result<()> {
-        let row = self.schedule_row(name).await?;
-        if row.input.is_none() && declared(name) {
+        let row = match self.schedule_row(name).await {
+            Ok(row) => Some(row),
+            // A row that does not read (a hand-edited column) can go: the
+            // schedulers skip it meanwhile, and a worker declaring it writes
+            // it anew when it starts.
+            Err(Error::Store(keiro_store::StoreError::Corrupt { .. })) => None,
+            Err(error) => return Err(error),
+        };
+        if row.is_some_and(|row| row.input.is_none()) && declared(name) {
             return Err(Error::InvalidSchedule {
                 name: name.to_owned(),
                 reason: "it is declared by `#[workflow(cron)]` and comes back with the next \

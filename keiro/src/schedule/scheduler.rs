@@ -113,10 +113,11 @@ pub(crate) fn spawn(
 async fn run(keiro: Keiro, missed: MissedTicks, runs: std::sync::Arc<TickRuns>, _running: Running) {
     let state = keiro.scheduler_state();
     let mut cursors: HashMap<String, Cursor> = HashMap::new();
+    let mut unreadable = Unreadable::default();
     let mut first = true;
     loop {
         let seen = state.requested.load(Ordering::SeqCst);
-        let next = match pass(&keiro, &runs, &mut cursors, missed, first).await {
+        let next = match pass(&keiro, &runs, &mut cursors, &mut unreadable, missed, first).await {
             Ok(next) => {
                 first = false;
                 next
@@ -165,13 +166,22 @@ async fn pass(
     keiro: &Keiro,
     runs: &TickRuns,
     cursors: &mut HashMap<String, Cursor>,
+    unreadable: &mut Unreadable,
     missed: MissedTicks,
     first: bool,
 ) -> Result<Option<i64>> {
     if first {
         super::manage::write_linked(keiro).await?;
     }
-    let rows = keiro.raw_store().schedules().await?;
+    // A row that does not read is skipped (and logged once): the others
+    // still run.
+    let mut rows = Vec::new();
+    for row in keiro.raw_store().schedules_each().await? {
+        match row {
+            Ok(row) => rows.push(row),
+            Err(error) => unreadable.saw(error.to_string()),
+        }
+    }
     cursors.retain(|name, _| rows.iter().any(|row| row.name == *name));
     let now = keiro.now_us();
     let mut next: Option<i64> = None;
@@ -185,7 +195,7 @@ async fn pass(
         {
             continue;
         }
-        let Some(cursor) = cursor(cursors, row, now) else {
+        let Some(cursor) = cursor(cursors, row, now, unreadable) else {
             continue;
         };
         if row.paused {
@@ -241,7 +251,37 @@ async fn pass(
             next = Some(next.map_or(at, |n| n.min(at)));
         }
     }
+    unreadable.pass_done();
     Ok(next)
+}
+
+/// The schedules a scheduler could not read, so each is logged once while
+/// it stays unreadable (not at every pass, twice a second), and again if it
+/// breaks anew after a fix.
+#[derive(Default)]
+struct Unreadable {
+    /// What the last finished pass could not read.
+    known: std::collections::HashSet<String>,
+    /// What this pass could not read so far.
+    seen: std::collections::HashSet<String>,
+}
+
+impl Unreadable {
+    /// This pass could not read a schedule, as `error` says.
+    fn saw(&mut self, error: String) {
+        if !self.known.contains(&error) && !self.seen.contains(&error) {
+            tracing::error!(
+                %error,
+                "keiro's cron scheduler skips a schedule it cannot read (the others run); fix \
+                 the row, or delete it with `delete_schedule`"
+            );
+        }
+        self.seen.insert(error);
+    }
+
+    fn pass_done(&mut self) {
+        self.known = std::mem::take(&mut self.seen);
+    }
 }
 
 /// The cursor of `row`, made (starting at `now`) or re-parsed when its
@@ -250,6 +290,7 @@ fn cursor<'c>(
     cursors: &'c mut HashMap<String, Cursor>,
     row: &ScheduleRow,
     now: i64,
+    unreadable: &mut Unreadable,
 ) -> Option<&'c mut Cursor> {
     let definition = (row.cron.clone(), row.timezone.clone());
     if let Some(existing) = cursors.get(&row.name) {
@@ -260,7 +301,7 @@ fn cursor<'c>(
     let spec = match CronSpec::parse(&row.name, &row.cron, &row.timezone) {
         Ok(spec) => spec,
         Err(error) => {
-            tracing::warn!(%error, "keiro skips a schedule it cannot read");
+            unreadable.saw(error.to_string());
             return None;
         }
     };
