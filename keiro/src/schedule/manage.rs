@@ -15,6 +15,10 @@ use super::spec::{rfc3339, CronSpec, DEFAULT_TIMEZONE};
 use crate::time::{from_us, to_us};
 use crate::{Error, Keiro, Result, WorkflowCall};
 
+/// The most [`Keiro::trigger_schedule`] runs of one schedule at one
+/// instant of the store's clock.
+const MAX_TRIGGERS_AT_ONCE: u32 = 100;
+
 /// The most ticks one [`Keiro::backfill_schedule`] call creates.
 pub const MAX_BACKFILL_TICKS: usize = 10_000;
 
@@ -159,14 +163,32 @@ impl Keiro {
 
     /// Runs schedule `name` once now (paused or not), as a tick at the
     /// store's current time, under the id `cron:<name>:trigger:<now, RFC
-    /// 3339>`. Returns the instance id; whichever resume worker serving the
+    /// 3339>` (with `-2`, `-3`, … for more triggers at the same instant, as
+    /// on a test clock standing still). Returns the instance id; whichever resume worker serving the
     /// workflow claims it runs it.
     pub async fn trigger_schedule(&self, name: &str) -> Result<String> {
         let row = self.schedule_row(name).await?;
         let now = self.now_us();
-        let id = format!("cron:{name}:trigger:{}", rfc3339(now));
-        fire_as(self, &row, now, id.clone(), Start::Pending).await?;
-        Ok(id)
+        let base = format!("cron:{name}:trigger:{}", rfc3339(now));
+        // A second trigger within the same microsecond (a test's clock that
+        // stands still) gets the next free `-2`, `-3`, … rather than the
+        // first one's instance.
+        for n in 1..=MAX_TRIGGERS_AT_ONCE {
+            let id = match n {
+                1 => base.clone(),
+                n => format!("{base}-{n}"),
+            };
+            if fire_as(self, &row, now, id.clone(), Start::Pending).await? {
+                return Ok(id);
+            }
+        }
+        Err(Error::InvalidSchedule {
+            name: name.to_owned(),
+            reason: format!(
+                "it was triggered {MAX_TRIGGERS_AT_ONCE} times at {}; let the clock move on",
+                rfc3339(now)
+            ),
+        })
     }
 
     /// Starts every tick of schedule `name` from `from` to `to` (both
@@ -260,11 +282,11 @@ impl Keiro {
     {
         CronSpec::parse_new(name, cron, timezone)?;
         // Room for the longest id derived from it, a trigger's:
-        // `cron:<name>:trigger:<RFC 3339 with µs>`.
+        // `cron:<name>:trigger:<RFC 3339 with µs>-<n>`.
         Error::check_id_within(
             "schedule name",
             name,
-            crate::MAX_ID_BYTES - "cron::trigger:2000-01-01T00:00:00.000000Z".len(),
+            crate::MAX_ID_BYTES - "cron::trigger:2000-01-01T00:00:00.000000Z-100".len(),
         )?;
         if declared(name) {
             return Err(Error::InvalidSchedule {

@@ -1,8 +1,10 @@
-//! A scheduler held up for longer than a minute (a suspended machine, a
-//! store out of reach) treats the ticks that fell meanwhile as missed ticks,
-//! as at start-up: by default only the latest of them runs, then every tick
-//! of the last minute, in order; never the oldest hundred instead of the
-//! newest. Shown on a `TestEnv`'s clock, moved by hand past a stall.
+//! Cron on a `TestEnv`'s clock, moved by hand:
+//! - a scheduler held up for longer than a minute (a suspended machine, a
+//!   store out of reach) treats the ticks that fell meanwhile as missed
+//!   ticks, as at start-up: by default only the latest of them runs, then
+//!   every tick of the last minute, in order; never the oldest hundred
+//!   instead of the newest;
+//! - triggers while the clock stands still each run.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -72,4 +74,28 @@ async fn a_stall_runs_the_latest_missed_tick_and_the_last_minute() {
         ran.last()
     );
     assert_eq!(ran, expected);
+}
+
+#[keiro::workflow]
+async fn greet(name: String) -> Result<String, String> {
+    Ok(format!("hello {name}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triggers_at_one_instant_each_run() {
+    let env = TestEnv::starting_at(UNIX_EPOCH + Duration::from_secs(1_700_000_000)).await;
+    let keiro = env.keiro();
+    keiro
+        .create_schedule("greet-daily", "0 0 9 * * *", greet("ada".into()))
+        .await
+        .unwrap();
+    let first = keiro.trigger_schedule("greet-daily").await.unwrap();
+    let second = keiro.trigger_schedule("greet-daily").await.unwrap();
+    assert_eq!(first, "cron:greet-daily:trigger:2023-11-14T22:13:20Z");
+    assert_eq!(second, format!("{first}-2"));
+    for id in [first, second] {
+        let handle = keiro.handle::<Result<String, String>>(&id).await.unwrap();
+        env.advance(Duration::from_millis(1)).await;
+        assert_eq!(handle.result().await.unwrap(), Ok("hello ada".to_owned()));
+    }
 }
