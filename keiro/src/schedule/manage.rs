@@ -318,8 +318,10 @@ impl Keiro {
         Ok(())
     }
 
-    /// Deletes dynamic schedule `name`: no further tick runs (instances
-    /// already started are left alone). An unknown name is
+    /// Deletes dynamic schedule `name`: this process's schedulers stop at
+    /// once, other processes' at their next read of the table (within half
+    /// a second), so a tick falling before then may still start; instances
+    /// already started are left alone. An unknown name is
     /// [`Error::UnknownSchedule`]; a `#[workflow(cron)]` schedule this
     /// binary declares cannot be deleted ([`Error::InvalidSchedule`]: pause
     /// it instead). One it does not declare (its workflow was renamed or
