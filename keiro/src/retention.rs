@@ -98,6 +98,35 @@ impl Retention {
         Ok(())
     }
 
+    /// Refuses a retention shorter than the period of a rate limit one of
+    /// `queues` counts starts over: a queue's rate limit counts the starts
+    /// recorded on its instances, so deleting finished ones the window still
+    /// covers would let the queue start more than its limit.
+    pub(crate) fn check_rate_windows(&self, queues: &[&'static crate::Queue]) -> Result<()> {
+        let kept = self
+            .failed_older_than
+            .map_or(self.finished_older_than, |failed| {
+                failed.min(self.finished_older_than)
+            });
+        for queue in queues {
+            if let Some((starts, period)) = queue.rate_limit() {
+                if kept < period {
+                    return Err(Error::invalid_option(
+                        "Retention",
+                        format!(
+                            "finished instances are kept {kept:?}, but queue `{}` limits its \
+                             starts to {starts} per {period:?}, counted on its instances: gc \
+                             would forget starts the window still counts; keep them at least \
+                             {period:?}",
+                            queue.name()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The store's policy for a run starting at `now` (µs).
     fn policy(&self, now: i64) -> GcPolicy {
         let failed = self.failed_older_than.unwrap_or(self.finished_older_than);
@@ -137,9 +166,12 @@ impl Keiro {
     /// the database's time; otherwise batches run back to back.
     ///
     /// A dry run runs the same batches and rolls each back. Invalid settings
-    /// are [`Error::InvalidOption`].
+    /// are [`Error::InvalidOption`], and so is a retention shorter than the
+    /// period of a rate limit of a queue this binary declares (the window
+    /// counts the starts recorded on finished instances too).
     pub async fn gc(&self, retention: &Retention) -> Result<GcSummary> {
         retention.validate()?;
+        retention.check_rate_windows(self.registry().queues())?;
         let policy = retention.policy(self.now_us());
         let mut cursor = GcCursor::default();
         let mut summary = GcSummary::default();

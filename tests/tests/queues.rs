@@ -917,7 +917,36 @@ async fn a_worker_reports_a_live_worker_with_other_limits(backend: Backend) {
     );
 }
 
+/// A retention shorter than a queue's rate-limit period is refused, by
+/// `gc` and by a worker that would run it: the window counts the starts
+/// recorded on finished instances, which gc would delete.
+async fn a_retention_shorter_than_a_rate_window_is_refused(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let short = keiro::Retention::finished_older_than(Duration::from_millis(500));
+    let error = keiro.gc(&short).await.unwrap_err();
+    let text = error.to_string();
+    assert!(
+        matches!(error, Error::InvalidOption { .. })
+            && text.contains("`test-rate-20`")
+            && text.contains("20 per 1s"),
+        "{text}"
+    );
+    let error = keiro
+        .resume_worker(ResumeOptions::default().retention(short))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::InvalidOption { .. }), "{error}");
+    // Failed ones kept shorter are refused the same way.
+    let failed_short = keiro::Retention::finished_older_than(Duration::from_secs(3600))
+        .failed_older_than(Duration::from_millis(10));
+    assert!(keiro.gc(&failed_short).await.is_err());
+    let enough = keiro::Retention::finished_older_than(Duration::from_secs(1));
+    keiro.gc(&enough).await.unwrap();
+}
+
 on_both_backends!(
+    a_retention_shorter_than_a_rate_window_is_refused,
     a_worker_reports_a_live_worker_with_other_limits,
     an_instance_on_a_queue_no_worker_declares_is_reported,
     a_fork_of_a_queued_instance_stays_on_its_queue,

@@ -758,7 +758,9 @@ async fn the_worker_runs_gc_every_interval_and_survives_its_failures(backend: Ba
     let worker = keiro
         .resume_worker(
             ResumeOptions::default()
-                .retention(Retention::finished_older_than(Duration::ZERO))
+                // As short as this binary allows: `keiro_tests::queues`
+                // declares a queue limiting its starts per second.
+                .retention(Retention::finished_older_than(Duration::from_secs(1)))
                 .gc_interval(Duration::from_millis(100))
                 .log(move |event| {
                     if matches!(event, ResumeEvent::Gc(_) | ResumeEvent::GcFailed { .. }) {

@@ -62,6 +62,9 @@ impl Keiro {
     /// [`ResumeOptions::missed_ticks`].
     pub async fn resume_worker(&self, options: ResumeOptions) -> Result<ResumeWorker> {
         options.validate()?;
+        if let Some(retention) = &options.retention {
+            retention.check_rate_windows(self.registry().queues())?;
+        }
         self.ensure_executor().await?;
         let (phase, watched) = watch::channel(Phase::Running);
         self.listen_for_wakes();
