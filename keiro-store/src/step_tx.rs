@@ -52,33 +52,35 @@ pub(crate) const BEGIN_SQLITE: &str = "BEGIN IMMEDIATE; SAVEPOINT keiro_step";
 /// with it.
 #[cfg(feature = "sqlite")]
 const GUARD_RELEASE: &str = "RELEASE SAVEPOINT keiro_step";
-/// PostgreSQL's guard: the statement fails (division by zero, SQLSTATE
-/// `22012`; nothing else in keiro's statements after the body divides) when
-/// the body ended the transaction itself. Sent before keiro's first write
-/// after the body; the commit batch carries it in its row instead (see
-/// [`guard_divisor`]). (A savepoint, as on SQLite, would keep the body from
-/// choosing its isolation level: `SET TRANSACTION` refuses to run in a
-/// subtransaction; a transaction-local setting cost a sixth of a step.)
+/// PostgreSQL's guard: the statement fails when the body ended the
+/// transaction itself (see [`guard_factor`]). Sent before keiro's first
+/// write after the body; the commit batch carries it in its row instead.
+/// (A savepoint, as on SQLite, would keep the body from choosing its
+/// isolation level: `SET TRANSACTION` refuses to run in a subtransaction; a
+/// transaction-local setting cost a sixth of a step.)
 #[cfg(feature = "postgres")]
-const GUARD_CHECK: &str = concat!("SELECT 1 / ", guard_divisor!());
+const GUARD_CHECK: &str = concat!("SELECT 1 * ", guard_factor!());
 
-/// 1 inside the step's transaction, 0 in one that began with the statement
-/// at hand: a body's `COMMIT` or `ROLLBACK` leaves the connection outside a
-/// transaction block, so keiro's next statement runs in a transaction of
-/// its own, whose start time is that statement's. The step's transaction
-/// began in an earlier message (its `BEGIN`, alone or at the end of the
-/// previous step's commit batch), so its start time differs. The commit
-/// batch divides its row's generation by it, so the check costs that batch
-/// no statement of its own. (A body that commits and then begins a
-/// transaction of its own is not caught this way.)
+/// 1 inside the step's transaction, and an error (`invalid input syntax for
+/// type integer: "keiro_step_guard"`, SQLSTATE `22P02`, the marker telling
+/// it from any error of the application's) in one that began with the
+/// statement at hand: a body's `COMMIT` or `ROLLBACK` leaves the connection
+/// outside a transaction block, so keiro's next statement runs in a
+/// transaction of its own, whose start time is that statement's. The step's
+/// transaction began in an earlier message (its `BEGIN`, alone or at the end
+/// of the previous step's commit batch), so its start time differs. The
+/// commit batch multiplies its row's generation by it, so the check costs
+/// that batch no statement of its own. (A body that commits and then begins
+/// a transaction of its own is not caught this way.)
 #[cfg(feature = "postgres")]
-macro_rules! guard_divisor {
+macro_rules! guard_factor {
     () => {
-        "(transaction_timestamp() <> statement_timestamp())::int"
+        "CAST(CASE WHEN transaction_timestamp() <> statement_timestamp() THEN '1' \
+         ELSE 'keiro_step_guard' END AS int)"
     };
 }
 #[cfg(feature = "postgres")]
-use guard_divisor;
+use guard_factor;
 #[cfg(feature = "postgres")]
 const INSERT_POSTGRES: &str = insert_timed_step!("keiro.steps");
 /// Whether a failed statement met the primary key of keiro's own steps
@@ -97,15 +99,15 @@ fn is_journal_key(db: &dyn sqlx::error::DatabaseError) -> bool {
 }
 
 /// Whether `error` is the guard failing because the body ended the
-/// transaction: SQLite has no such savepoint; PostgreSQL's
-/// [`GUARD_CHECK`] divided by zero.
+/// transaction: SQLite has no such savepoint; PostgreSQL's guard factor
+/// read its marker.
 fn is_guard_lost(error: &sqlx::Error) -> bool {
     let sqlx::Error::Database(db) = error else {
         return false;
     };
     #[cfg(feature = "postgres")]
     if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
-        return pg.code() == "22012";
+        return pg.code() == "22P02" && pg.message().contains("\"keiro_step_guard\"");
     }
     db.message().contains("no such savepoint: keiro_step")
 }
@@ -174,7 +176,12 @@ impl StepTx<'_> {
         #[cfg(feature = "postgres")]
         #[allow(irrefutable_let_patterns)]
         if let StepTx::Postgres(tx) = self {
-            let set = format!("SET LOCAL statement_timeout = {}", ms.max(1));
+            // PostgreSQL takes at most `i32::MAX` ms (24.8 days); a longer
+            // limit bounds nothing worth a statement.
+            let Ok(ms) = i32::try_from(ms.max(1)) else {
+                return Ok(());
+            };
+            let set = format!("SET LOCAL statement_timeout = {ms}");
             sqlx::Executor::execute(&mut **tx, set.as_str())
                 .await
                 .map_err(StoreError::query(OP))?;
@@ -368,7 +375,7 @@ impl StoreError {
 }
 
 /// The simple query that inserts step `row` (failing on the primary key if
-/// the step is journaled, and on the guard, see [`guard_divisor`]),
+/// the step is journaled, and on the guard, see [`guard_factor`]),
 /// commits, and opens an empty transaction (kept for the next step); `None`
 /// when a value cannot be a constant (text holding NUL).
 #[cfg(feature = "postgres")]
@@ -391,9 +398,9 @@ fn insert_and_commit_sql(row: &StepRow, timing: StepTiming, now: i64) -> Option<
             return None;
         }
         if i == 1 {
-            // The generation, divided by the guard: by zero when the body
-            // ended the transaction, failing the insert.
-            sql.push_str(concat!(" / ", guard_divisor!()));
+            // The generation, times the guard: failing the insert when the
+            // body ended the transaction.
+            sql.push_str(concat!(" * ", guard_factor!()));
         }
     }
     sql.push_str("); COMMIT; BEGIN");

@@ -550,13 +550,39 @@ async fn postgres_a_deferred_constraint_named_like_the_journals_key_journals_not
     .await;
 }
 
+/// The same with a deferred trigger of the application's dividing by zero
+/// at COMMIT: an error of the step's run, never taken for keiro's guard
+/// (which says the body ended the transaction itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_application_error_at_commit_is_not_the_guard() {
+    let (_db, keiro) = postgres_with("CREATE TABLE tx_deferred (k TEXT)").await;
+    sqlx::raw_sql(
+        "CREATE FUNCTION tx_boom() RETURNS trigger AS $$ BEGIN PERFORM 1 / 0; RETURN NULL; END \
+         $$ LANGUAGE plpgsql; \
+         CREATE CONSTRAINT TRIGGER tx_boom AFTER INSERT ON tx_deferred DEFERRABLE INITIALLY \
+         DEFERRED FOR EACH ROW EXECUTE FUNCTION tx_boom()",
+    )
+    .execute(postgres(&keiro).pool())
+    .await
+    .unwrap();
+    deferred_failure_in(&keiro, "division by zero").await;
+}
+
 async fn deferred_failure_journals_nothing(create: &str, constraint: &str) {
     let (_db, keiro) = postgres_with(create).await;
-    let pg = postgres(&keiro);
+    deferred_failure_in(&keiro, constraint).await;
+}
+
+async fn deferred_failure_in(keiro: &Keiro, constraint: &str) {
+    let pg = postgres(keiro);
     let key = uuid::Uuid::new_v4().to_string();
-    let out = deferred_duplicate(key.clone()).id(&key).on(&keiro).await;
+    let out = deferred_duplicate(key.clone()).id(&key).on(keiro).await;
     let error = out.expect_err("the COMMIT cannot succeed");
     assert!(error.to_string().contains(constraint), "{error}");
+    assert!(
+        !error.to_string().contains("ended keiro's transaction"),
+        "{error}"
+    );
     let steps = keiro.steps(&key).await.unwrap();
     assert!(steps.is_empty(), "a result was journaled: {steps:?}");
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM tx_deferred")

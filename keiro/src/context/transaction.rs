@@ -175,14 +175,11 @@ where
         if conflict.is_none() && !(self.is_err)(&value) {
             return Ok(Attempt::Done(value, tx));
         }
-        if conflict.is_none() {
-            // A body that committed and then failed must not run again. (A
-            // transaction a failed statement aborted is still open: its
-            // release fails too, and it rolls back below.)
-            if let Err(error @ StoreError::TransactionEnded { .. }) = tx.inner().check_open().await
-            {
-                return Err(error);
-            }
+        // A body that committed and then failed (or met a conflict) must not
+        // run again. (A transaction a failed statement aborted is still
+        // open: the check fails otherwise there, and it rolls back below.)
+        if let Err(error @ StoreError::TransactionEnded { .. }) = tx.inner().check_open().await {
+            return Err(error);
         }
         if let Err(error) = tx.into_inner().rollback().await {
             if error.is_transient() {
