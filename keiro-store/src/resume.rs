@@ -285,10 +285,13 @@ impl Store {
         })
     }
 
-    /// The queue of instance `id` when no resume worker whose executor sent
-    /// a heartbeat at or after `alive_since` (µs since the Unix epoch)
-    /// claims from it; `None` when one does, or the instance is on the
-    /// default queue (or gone).
+    /// The queue of instance `id` when no resume worker serving its
+    /// workflow whose executor sent a heartbeat at or after `alive_since`
+    /// (µs since the Unix epoch) claims from it; `None` when one does, or
+    /// the instance is on the default queue (or gone). A worker that
+    /// registered no queue at all (not even the default queue, `""`, which
+    /// every worker since queues were registered declares) counts as
+    /// claiming from every queue: it runs a version from before.
     pub async fn queue_unserved(&self, id: &str, alive_since: i64) -> Result<Option<String>> {
         dispatch!(Store, self, |s, sql| {
             let row = crate::prepared::query(&sql.queue_unserved)

@@ -542,10 +542,17 @@ impl Statements {
                  JOIN {e} e ON e.id = o.executor_id AND e.heartbeat_at >= $2 \
                  WHERE m.executor_id = $1 ORDER BY o.name, o.executor_id"
             ),
+            // Served by a live worker serving the workflow that declares the
+            // queue, or that registered no queue at all (a worker of a
+            // version from before queues were registered; every later one
+            // registers at least the default queue, '').
             queue_unserved: format!(
                 "SELECT w.queue FROM {w} w WHERE w.id = $1 AND w.queue IS NOT NULL \
-                 AND NOT EXISTS (SELECT 1 FROM {wq} q JOIN {e} e ON e.id = q.executor_id \
-                 WHERE q.name = w.queue AND e.heartbeat_at >= $2)"
+                 AND NOT EXISTS (SELECT 1 FROM {ww} s JOIN {e} e ON e.id = s.executor_id \
+                 WHERE s.name = w.name AND e.heartbeat_at >= $2 \
+                 AND (EXISTS (SELECT 1 FROM {wq} q WHERE q.executor_id = s.executor_id \
+                 AND q.name = w.queue) \
+                 OR NOT EXISTS (SELECT 1 FROM {wq} q WHERE q.executor_id = s.executor_id)))"
             ),
             is_served: format!(
                 "SELECT EXISTS (SELECT 1 FROM {ww} w JOIN {e} e ON e.id = w.executor_id \

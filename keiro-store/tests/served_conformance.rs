@@ -157,6 +157,24 @@ async fn an_instance_on_a_queue_no_live_worker_declares_is_unserved(db: &TestDb)
         .is_some());
     executor(db, "w-live", now_us()).await;
     assert_eq!(unserved("on-emails").await.as_deref(), Some("emails"));
+
+    // A worker declaring the queue but not serving the workflow runs none.
+    executor(db, "w-other", now).await;
+    let other = [("", "default queue"), ("emails", "no limits")];
+    store
+        .register_workflows("w-other", &["refund"], &other)
+        .await
+        .unwrap();
+    assert_eq!(unserved("on-emails").await.as_deref(), Some("emails"));
+
+    // A live worker serving the workflow that registered no queue at all
+    // runs a version from before queues were registered: it may serve it.
+    executor(db, "w-old", now).await;
+    store
+        .register_workflows("w-old", &["checkout"], &[])
+        .await
+        .unwrap();
+    assert_eq!(unserved("on-emails").await, None);
 }
 
 async fn a_live_worker_declaring_a_queue_with_other_limits_is_found(db: &TestDb) {

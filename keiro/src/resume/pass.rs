@@ -458,10 +458,15 @@ impl Keiro {
                 let names = self.registry().names();
                 let declared = self.registry().queues();
                 let limits: Vec<String> = declared.iter().map(|q| q.describe_limits()).collect();
-                let registered: Vec<(&str, &str)> = declared
-                    .iter()
-                    .zip(&limits)
-                    .map(|(queue, limits)| (queue.name(), limits.as_str()))
+                // The default queue first, as `""`: it says this worker
+                // registers its queues (see `Store::queue_unserved`).
+                let registered: Vec<(&str, &str)> = std::iter::once(("", "default queue"))
+                    .chain(
+                        declared
+                            .iter()
+                            .zip(&limits)
+                            .map(|(queue, limits)| (queue.name(), limits.as_str())),
+                    )
                     .collect();
                 let queues: Vec<&str> = declared.iter().map(|q| q.name()).collect();
                 let store = self.raw_store();
