@@ -649,6 +649,21 @@ async fn a_management_call_keeps_the_definition_workers_wrote(backend: Backend) 
         stored(&keiro, "nightly_report").await.unwrap().cron,
         "0 0 2 * * *"
     );
+
+    // A newer version dropped the attribute, and its worker deleted the
+    // row: listing from this (older) binary shows its declaration, but
+    // writes nothing back.
+    keiro::unstable::raw_store(&keiro)
+        .delete_schedule("nightly_report")
+        .await
+        .unwrap();
+    let listed = keiro.schedules().await.unwrap();
+    let nightly = listed.iter().find(|s| s.name == "nightly_report").unwrap();
+    assert_eq!(
+        (nightly.cron.as_str(), nightly.last_tick),
+        ("0 0 2 * * *", None)
+    );
+    assert_eq!(stored(&keiro, "nightly_report").await, None);
 }
 
 /// A dynamic schedule cannot take the name of a `#[workflow(cron)]`

@@ -62,18 +62,41 @@ pub(crate) async fn write_linked(keiro: &Keiro) -> Result<()> {
     Ok(())
 }
 
-/// Writes every `#[workflow(cron)]` schedule linked into this binary that
-/// the table lacks, so a management call finds it before any worker
-/// started; an existing row, whatever its definition, is left as the
-/// workers wrote it (this process may run an older or newer version).
-async fn add_linked(keiro: &Keiro) -> Result<()> {
-    for registration in linked() {
+/// Writes `#[workflow(cron)]` schedule `name`, if this binary declares it
+/// and the table lacks it, so a call operating on it (pause, trigger, …)
+/// finds it before any worker started; an existing row, whatever its
+/// definition, is left as the workers wrote it (this process may run an
+/// older or newer version).
+async fn add_declared(keiro: &Keiro, name: &str) -> Result<()> {
+    if let Some(registration) = linked().find(|registration| registration.workflow == name) {
         keiro
             .raw_store()
             .add_static_schedule(&static_def(registration))
             .await?;
     }
     Ok(())
+}
+
+/// What is known of a schedule: `row`'s definition, paused state and last
+/// tick, with its next tick after `now`.
+fn info(row: ScheduleRow, now: i64) -> ScheduleInfo {
+    let next_tick = match (
+        row.paused,
+        CronSpec::parse(&row.name, &row.cron, &row.timezone),
+    ) {
+        (false, Ok(spec)) => spec.next_after(now).map(from_us),
+        _ => None,
+    };
+    ScheduleInfo {
+        dynamic: row.input.is_some(),
+        last_tick: row.last_tick.map(from_us),
+        next_tick,
+        name: row.name,
+        workflow: row.workflow,
+        cron: row.cron,
+        timezone: row.timezone,
+        paused: row.paused,
+    }
 }
 
 /// The stored definition of a `#[workflow(cron)]` schedule.
@@ -94,37 +117,38 @@ pub(crate) fn declared(name: &str) -> bool {
 
 impl Keiro {
     /// Every schedule of this database, by name: the `#[workflow(cron)]`
-    /// ones linked into this binary or written by any worker, and the
-    /// dynamic ones, each with its next tick by the store's clock. A
+    /// ones written by any worker and the dynamic ones, each with its next
+    /// tick by the store's clock, and the `#[workflow(cron)]` ones this
+    /// binary declares that no worker has written yet, as declared. A
     /// `#[workflow(cron)]` schedule shows the definition of the most
-    /// recently started worker declaring it (this binary's only if none
-    /// wrote one).
+    /// recently started worker declaring it. Listing writes nothing, so a
+    /// dashboard of an older or newer version changes no schedule.
     pub async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
-        add_linked(self).await?;
         let now = self.now_us();
-        let rows = self.raw_store().schedules().await?;
-        Ok(rows
+        let mut listed: Vec<ScheduleInfo> = self
+            .raw_store()
+            .schedules()
+            .await?
             .into_iter()
-            .map(|row| {
-                let next_tick = match (
-                    row.paused,
-                    CronSpec::parse(&row.name, &row.cron, &row.timezone),
-                ) {
-                    (false, Ok(spec)) => spec.next_after(now).map(from_us),
-                    _ => None,
+            .map(|row| info(row, now))
+            .collect();
+        for registration in linked() {
+            if listed.iter().all(|s| s.name != registration.workflow) {
+                let def = static_def(registration);
+                let row = ScheduleRow {
+                    name: def.name.to_owned(),
+                    cron: def.cron.to_owned(),
+                    timezone: def.timezone.to_owned(),
+                    workflow: def.workflow.to_owned(),
+                    input: None,
+                    paused: false,
+                    last_tick: None,
                 };
-                ScheduleInfo {
-                    dynamic: row.input.is_some(),
-                    last_tick: row.last_tick.map(from_us),
-                    next_tick,
-                    name: row.name,
-                    workflow: row.workflow,
-                    cron: row.cron,
-                    timezone: row.timezone,
-                    paused: row.paused,
-                }
-            })
-            .collect())
+                listed.push(info(row, now));
+            }
+        }
+        listed.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(listed)
     }
 
     /// Pauses schedule `name` on every worker (within half a second): no
@@ -352,7 +376,7 @@ impl Keiro {
 
     /// The stored schedule `name`, or [`Error::UnknownSchedule`].
     async fn schedule_row(&self, name: &str) -> Result<ScheduleRow> {
-        add_linked(self).await?;
+        add_declared(self, name).await?;
         match self.raw_store().schedule_named(name).await? {
             Some(row) => Ok(row),
             None => Err(self.unknown_schedule(name).await),
