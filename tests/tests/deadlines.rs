@@ -382,6 +382,60 @@ async fn a_resume_pass_counts_a_timed_out_instance_apart(backend: Backend) {
     assert_eq!(row.status.as_str(), "timed_out");
 }
 
+/// PostgreSQL: a time-out picked as a deadlock's victim (a parent's
+/// time-out ending its tree while a child times out on its own lock the
+/// same rows in opposite orders) goes again: the caller gets
+/// `Error::TimedOut`, not the deadlock. A trigger raising `40P01` on the
+/// first time-out stands in for the race.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_time_out_that_meets_a_deadlock_goes_again() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let keiro = runtime(&db).await;
+    let keiro_store::Store::Postgres(pg) = keiro::unstable::raw_store(&keiro) else {
+        panic!("a PostgreSQL store");
+    };
+    // A sequence, so the first firing is counted though its transaction
+    // rolls back.
+    sqlx::raw_sql(
+        "CREATE SEQUENCE deadlock_once; \
+         CREATE FUNCTION deadlock_once() RETURNS trigger AS $$ BEGIN \
+         IF NEW.status = 'timed_out' AND nextval('deadlock_once') = 1 THEN \
+         RAISE EXCEPTION 'deadlock detected (a test trigger)' USING ERRCODE = '40P01'; \
+         END IF; RETURN NEW; END $$ LANGUAGE plpgsql; \
+         CREATE TRIGGER deadlock_once BEFORE UPDATE ON keiro.workflows FOR EACH ROW \
+         EXECUTE FUNCTION deadlock_once()",
+    )
+    .execute(pg.pool())
+    .await
+    .unwrap();
+    let key = uuid::Uuid::new_v4().to_string();
+    let handle = sleeper(key.clone())
+        .id(&key)
+        .timeout(Duration::from_millis(500))
+        .on(&keiro)
+        .start()
+        .await
+        .unwrap();
+    let deadline = keiro
+        .store()
+        .get_instance(&key)
+        .await
+        .unwrap()
+        .unwrap()
+        .deadline
+        .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(20), handle.result())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_timed_out(&err, &key, deadline);
+    let fired: i64 = sqlx::query_scalar("SELECT last_value FROM deadlock_once")
+        .fetch_one(pg.pool())
+        .await
+        .unwrap();
+    assert!(fired >= 2, "the trigger fired {fired} time(s)");
+}
+
 on_both_backends!(
     a_resume_pass_counts_a_timed_out_instance_apart,
     the_deadline_survives_a_sigkill,

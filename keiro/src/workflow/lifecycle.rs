@@ -56,8 +56,14 @@ impl Keiro {
     /// call. Returns whether this call ended it (`false`: the deadline has
     /// not passed, or the instance had ended already).
     pub(crate) async fn time_out(&self, id: &str) -> Result<bool> {
-        let Some(keiro_store::Cancellation::Cancelled(ids)) = self.raw_store().time_out(id).await?
-        else {
+        // A parent's time-out ends its tree while a child times out on its
+        // own (their deadlines are one): on PostgreSQL the two transactions
+        // may lock the same rows in opposite orders, and one is picked as a
+        // deadlock's victim. Going again is safe: the time-out reads the
+        // instance's status first, and an ended one is left as it is.
+        let store = self.raw_store();
+        let ended = crate::retry::retrying(("", id), "timing out", || store.time_out(id));
+        let Some(keiro_store::Cancellation::Cancelled(ids)) = ended.await.0? else {
             return Ok(false);
         };
         for ended in &ids {
