@@ -145,17 +145,10 @@ impl Store {
         args: &[Arg<'_>],
         registered: Option<&[Registered<'_>]>,
     ) -> Result<Vec<T>> {
-        dispatch!(Store, self, |s, sql| {
-            let mut query = bind_all!(crate::prepared::query(pick(sql)), args);
-            if let Some(workflows) = registered {
-                query = s.bind_registered(query, workflows);
-            }
-            let rows = query
-                .fetch_all(s.exec())
-                .await
-                .map_err(StoreError::query(op))?;
-            rows.iter().map(|row| T::from_row(row)).collect()
-        })
+        self.fetch_each(op, pick, args, registered)
+            .await?
+            .into_iter()
+            .collect()
     }
 
     /// [`Store::fetch_all`] reading each row on its own: a row that does
@@ -165,9 +158,14 @@ impl Store {
         op: Op,
         pick: Statement,
         args: &[Arg<'_>],
+        registered: Option<&[Registered<'_>]>,
     ) -> Result<Vec<Result<T>>> {
         dispatch!(Store, self, |s, sql| {
-            let rows = bind_all!(crate::prepared::query(pick(sql)), args)
+            let mut query = bind_all!(crate::prepared::query(pick(sql)), args);
+            if let Some(workflows) = registered {
+                query = s.bind_registered(query, workflows);
+            }
+            let rows = query
                 .fetch_all(s.exec())
                 .await
                 .map_err(StoreError::query(op))?;

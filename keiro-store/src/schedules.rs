@@ -191,7 +191,7 @@ impl Store {
     /// does not decode (a hand-edited column) is an `Err` naming it, and
     /// the others still read.
     pub async fn schedules_each(&self) -> Result<Vec<Result<ScheduleRow>>> {
-        self.fetch_each("schedules", |s| &s.schedules.list, &[])
+        self.fetch_each("schedules", |s| &s.schedules.list, &[], None)
             .await
     }
 

@@ -4,7 +4,7 @@
 #[macro_use]
 mod support;
 
-use keiro_store::{now_us, ExecutorRow, NewInstance, Queued};
+use keiro_store::{now_us, ExecutorRow, Queued};
 use support::TestDb;
 
 conformance!(
@@ -90,18 +90,7 @@ async fn giving_up_the_identity_drops_the_names(db: &TestDb) {
 }
 
 async fn enqueue(db: &TestDb, id: &str, queue: Option<&str>) {
-    let new = NewInstance {
-        id,
-        name: "checkout",
-        input: "[]",
-        signature: None,
-        parent: None,
-        lease: None,
-        deadline: None,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
-    };
+    let new = support::pending(id, "checkout");
     let queued = Queued {
         queue,
         priority: 0,

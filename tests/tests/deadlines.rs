@@ -75,6 +75,28 @@ fn assert_timed_out(error: &Error, id: &str, deadline: i64) {
     );
 }
 
+/// The deadline stored with instance `id`.
+async fn stored_deadline(keiro: &Keiro, id: &str) -> i64 {
+    let row = keiro.store().get_instance(id).await.unwrap();
+    row.and_then(|row| row.deadline)
+        .expect("the deadline is stored with the instance")
+}
+
+/// Waits (at most 20 s) for `handle`'s instance `id` to end timed out at
+/// its stored deadline, which it returns.
+async fn ends_timed_out<R>(keiro: &Keiro, handle: &keiro::WorkflowHandle<R>, id: &str) -> i64
+where
+    R: serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let deadline = stored_deadline(keiro, id).await;
+    let err = tokio::time::timeout(Duration::from_secs(20), handle.result())
+        .await
+        .expect("the instance ended in time")
+        .unwrap_err();
+    assert_timed_out(&err, id, deadline);
+    deadline
+}
+
 async fn a_sleep_past_the_deadline_ends_at_the_deadline(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = runtime(&db).await;
@@ -177,19 +199,7 @@ async fn a_parent_deadline_cascades_to_its_children(backend: Backend) {
         .await
         .unwrap();
     wait_for_runs(&format!("{key}-grandchild-2"), 2).await;
-    let deadline = keiro
-        .store()
-        .get_instance(&key)
-        .await
-        .unwrap()
-        .unwrap()
-        .deadline
-        .unwrap();
-    let err = tokio::time::timeout(Duration::from_secs(10), handle.result())
-        .await
-        .unwrap()
-        .unwrap_err();
-    assert_timed_out(&err, &key, deadline);
+    let deadline = ends_timed_out(&keiro, &handle, &key).await;
     let tree = [
         key.clone(),
         format!("{key}/0"),
@@ -271,14 +281,7 @@ async fn the_deadline_survives_a_restart(backend: Backend) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(handle.status().await.unwrap(), WorkflowStatus::Suspended);
-    let deadline = first
-        .store()
-        .get_instance(&key)
-        .await
-        .unwrap()
-        .unwrap()
-        .deadline
-        .unwrap();
+    let deadline = stored_deadline(&first, &key).await;
     first.shutdown().await.unwrap();
     drop(handle);
 
@@ -416,19 +419,7 @@ async fn postgres_a_time_out_that_meets_a_deadlock_goes_again() {
         .start()
         .await
         .unwrap();
-    let deadline = keiro
-        .store()
-        .get_instance(&key)
-        .await
-        .unwrap()
-        .unwrap()
-        .deadline
-        .unwrap();
-    let err = tokio::time::timeout(Duration::from_secs(20), handle.result())
-        .await
-        .unwrap()
-        .unwrap_err();
-    assert_timed_out(&err, &key, deadline);
+    ends_timed_out(&keiro, &handle, &key).await;
     let fired: i64 = sqlx::query_scalar("SELECT last_value FROM deadlock_once")
         .fetch_one(pg.pool())
         .await

@@ -468,7 +468,6 @@ impl Keiro {
                             .map(|(queue, limits)| (queue.name(), limits.as_str())),
                     )
                     .collect();
-                let queues: Vec<&str> = declared.iter().map(|q| q.name()).collect();
                 let store = self.raw_store();
                 store
                     .register_workflows(self.owner(), &names, &registered)
@@ -499,6 +498,9 @@ impl Keiro {
                          add `keiro::link!(that_crate);`)"
                     );
                 } else {
+                    // Its named queues: what it registered after the default.
+                    let named = &registered[1..];
+                    let queues: Vec<&str> = named.iter().map(|(name, _)| *name).collect();
                     tracing::info!(
                         executor = %self.owner(),
                         workflows = %names.join(", "),
@@ -506,7 +508,7 @@ impl Keiro {
                         "keiro resume worker serves {} workflow(s) and claims from {} named \
                          queue(s)",
                         names.len(),
-                        queues.len()
+                        named.len()
                     );
                 }
                 Ok::<_, Error>(())
