@@ -229,6 +229,60 @@ async fn continue_as_new_runs_generations_under_one_id(backend: Backend) {
     assert!(err.to_string().contains("inside a #[workflow]"), "{err}");
 }
 
+/// PostgreSQL: a cancel picked as a deadlock's victim (cancelling a tree
+/// while a child in it times out on its own locks the same rows in opposite
+/// orders) goes again: the caller gets the cancelled outcome, not the
+/// deadlock. A trigger raising `40P01` on the first cancel stands in for the
+/// race.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_cancel_that_meets_a_deadlock_goes_again() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let keiro = runtime(&db).await;
+    let keiro_store::Store::Postgres(pg) = keiro::unstable::raw_store(&keiro) else {
+        panic!("a PostgreSQL store");
+    };
+    // A sequence, so the first firing is counted though its transaction
+    // rolls back.
+    sqlx::raw_sql(
+        "CREATE SEQUENCE deadlock_once; \
+         CREATE FUNCTION deadlock_once() RETURNS trigger AS $$ BEGIN \
+         IF NEW.status = 'cancelled' AND nextval('deadlock_once') = 1 THEN \
+         RAISE EXCEPTION 'deadlock detected (a test trigger)' USING ERRCODE = '40P01'; \
+         END IF; RETURN NEW; END $$ LANGUAGE plpgsql; \
+         CREATE TRIGGER deadlock_once BEFORE UPDATE ON keiro.workflows FOR EACH ROW \
+         EXECUTE FUNCTION deadlock_once()",
+    )
+    .execute(pg.pool())
+    .await
+    .unwrap();
+    let key = uuid::Uuid::new_v4().to_string();
+    let handle = long_haul(key.clone())
+        .id(&key)
+        .on(&keiro)
+        .start()
+        .await
+        .unwrap();
+    wait_for_runs(&key, 3).await;
+    let outcome = keiro.cancel(&key).await.unwrap();
+    assert_eq!(
+        outcome,
+        CancelOutcome::Cancelled {
+            ids: vec![key.clone()]
+        }
+    );
+    let err = tokio::time::timeout(Duration::from_secs(20), handle.result())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, Error::Cancelled { .. }), "{err}");
+    assert_eq!(handle.status().await.unwrap(), WorkflowStatus::Cancelled);
+    let fired: i64 = sqlx::query_scalar("SELECT last_value FROM deadlock_once")
+        .fetch_one(pg.pool())
+        .await
+        .unwrap();
+    assert!(fired >= 2, "the trigger fired {fired} time(s)");
+}
+
 on_both_backends!(
     a_running_workflow_stops_at_its_next_step,
     a_cancel_from_another_runtime_stops_the_run,

@@ -26,7 +26,15 @@ impl Keiro {
     /// says so. Errors with [`Error::NotFound`] for an unknown id.
     pub async fn cancel(&self, id: &str) -> Result<CancelOutcome> {
         Error::check_id("workflow id", id)?;
-        match self.raw_store().cancel(id).await? {
+        // Cancelling a tree while a child in it times out on its own may
+        // lock the same rows in opposite orders on PostgreSQL, and this
+        // transaction may be picked as a deadlock's victim. Going again is
+        // safe: the cancel reads the instance's status under its row lock
+        // first, and an ended one is left as it is (a first try that
+        // committed unseen is then reported as already finished).
+        let store = self.raw_store();
+        let cancelled = crate::retry::retrying(("", id), "cancelling", || store.cancel(id));
+        match cancelled.await.0? {
             keiro_store::Cancellation::NotFound => Err(Error::NotFound { id: id.to_owned() }),
             keiro_store::Cancellation::AlreadyFinal(_) => {
                 let row = self
