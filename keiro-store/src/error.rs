@@ -131,6 +131,23 @@ pub enum StoreError {
         /// The database's error for the guard savepoint's release.
         reason: String,
     },
+    /// A transactional step's body returned `Ok` although PostgreSQL had
+    /// aborted its transaction at a statement that failed (SQLSTATE
+    /// `25P02` at keiro's first statement after the body): none of the
+    /// body's writes can commit, and nothing was journaled.
+    #[error(
+        "the body returned Ok after one of its statements failed: PostgreSQL aborted the \
+         transaction at that statement, so none of the body's writes can commit, and nothing \
+         was journaled ({reason}); return that statement's error from the body (an Err rolls \
+         the writes back and follows max_attempts), or run a statement that may fail inside a \
+         SAVEPOINT and roll back to it"
+    )]
+    TransactionAborted {
+        /// The failed statement's error when keiro saw it (a statement run
+        /// through `Transaction::postgres`), and the database's error at
+        /// keiro's statement.
+        reason: String,
+    },
 }
 
 impl StoreError {

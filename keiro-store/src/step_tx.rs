@@ -112,6 +112,16 @@ fn is_guard_lost(error: &sqlx::Error) -> bool {
     db.message().contains("no such savepoint: keiro_step")
 }
 
+/// Whether `error` is PostgreSQL's refusal of a statement in a transaction
+/// that an earlier failed statement aborted (SQLSTATE `25P02`): met by
+/// keiro's first statement after a body that swallowed that failure.
+fn is_aborted(error: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = error else {
+        return false;
+    };
+    db.code().as_deref() == Some("25P02")
+}
+
 /// A transaction a transactional step runs in, on the store's database.
 ///
 /// Dropping it without [`StepTx::commit`] rolls it back.
@@ -192,8 +202,15 @@ impl StepTx<'_> {
     /// The error for a failed statement that began with the guard:
     /// [`StoreError::TransactionEnded`] when the guard was gone
     /// (then, on SQLite, a transaction is opened again for the one sqlx
-    /// counts as open, so its rollback finds one), else the query error.
+    /// counts as open, so its rollback finds one),
+    /// [`StoreError::TransactionAborted`] when an earlier statement of the
+    /// body had aborted it (PostgreSQL), else the query error.
     async fn guard_error(&mut self, error: sqlx::Error) -> StoreError {
+        if is_aborted(&error) {
+            return StoreError::TransactionAborted {
+                reason: error.to_string(),
+            };
+        }
         if !is_guard_lost(&error) {
             return StoreError::query(OP)(error);
         }

@@ -486,6 +486,23 @@ pub enum Error {
         /// What keiro found and what to do.
         reason: String,
     },
+    /// A transactional step's body returned `Ok` although one of its
+    /// statements had failed and PostgreSQL had aborted the transaction
+    /// there: nothing it wrote can commit, and nothing was journaled. The
+    /// run stops like a crash (the instance is retried after a backoff, up
+    /// to the runtime's attempts, then failed): fix the body to return the
+    /// statement's error, or to run a statement that may fail inside a
+    /// savepoint.
+    #[error("{what}: {reason}")]
+    TransactionAborted {
+        /// The step, naming its workflow and id, e.g. ``transactional step
+        /// `debit` (#1) of workflow `pay` id `order-42` ``.
+        what: String,
+        /// What failed (the statement's error when the body ran it through
+        /// [`Transaction::postgres`](crate::Transaction::postgres)) and what
+        /// to do.
+        reason: String,
+    },
     /// A value is larger, encoded as JSON, than the runtime's payload limit
     /// ([`KeiroBuilder::max_payload_bytes`](crate::KeiroBuilder::max_payload_bytes),
     /// default 1 MiB). Refused before it is written: nothing was stored. For

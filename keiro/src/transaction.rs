@@ -42,6 +42,13 @@ use keiro_store::{StepTx, TimerTx};
 /// their conflicts are only the body's `Err` (classify them with
 /// [`Transaction::is_conflict`] and retry with `retry_if`).
 ///
+/// On PostgreSQL a statement that fails aborts the transaction: a body that
+/// swallows such an error and returns `Ok` cannot commit, and its run stops
+/// with [`crate::Error::TransactionAborted`], naming the statement that
+/// failed when it ran through [`Transaction::postgres`]. Return the error,
+/// or run a statement that may fail inside a `SAVEPOINT` and roll back to
+/// it.
+///
 /// Never commit, roll back or replace the sqlx transaction in the body (keiro
 /// commits it once the journal row is written): keiro checks, before it
 /// writes the row, that the body left the transaction open, and fails the
@@ -120,17 +127,32 @@ pub struct Transaction<'c> {
     /// met (the database's message), unless a statement succeeded since:
     /// the step then runs again, whatever its body returned.
     conflict: Option<String>,
+    /// The first error a statement run through a [`TxConnection`] returned
+    /// since the last that succeeded: on PostgreSQL the statement that
+    /// aborted the transaction, named when a body that swallowed it
+    /// returns `Ok`.
+    failed: Option<String>,
 }
 
 impl<'c> Transaction<'c> {
     pub(crate) fn new(tx: StepTx<'c>) -> Self {
-        Transaction { tx, conflict: None }
+        Transaction {
+            tx,
+            conflict: None,
+            failed: None,
+        }
     }
 
     /// The conflict a statement of the body met and no later statement got
     /// past (see [`Transaction::postgres`]), taken.
     pub(crate) fn take_conflict(&mut self) -> Option<String> {
         self.conflict.take()
+    }
+
+    /// The first failed statement since the last that succeeded (see
+    /// [`Transaction::postgres`]), taken.
+    pub(crate) fn take_failed(&mut self) -> Option<String> {
+        self.failed.take()
     }
 
     pub(crate) fn into_inner(self) -> StepTx<'c> {
@@ -164,7 +186,10 @@ impl<'c> Transaction<'c> {
         match &mut self.tx {
             StepTx::Postgres(tx) => Some(TxConnection {
                 conn: &mut **tx,
-                conflict: &mut self.conflict,
+                watched: Watched {
+                    conflict: &mut self.conflict,
+                    failed: &mut self.failed,
+                },
             }),
             #[cfg(feature = "sqlite")]
             StepTx::Sqlite(_) => None,
@@ -182,7 +207,10 @@ impl<'c> Transaction<'c> {
         match &mut self.tx {
             StepTx::Sqlite(tx) => Some(TxConnection {
                 conn: &mut **tx,
-                conflict: &mut self.conflict,
+                watched: Watched {
+                    conflict: &mut self.conflict,
+                    failed: &mut self.failed,
+                },
             }),
             #[cfg(feature = "postgres")]
             StepTx::Postgres(_) => None,
@@ -263,16 +291,36 @@ impl<'c> Transaction<'c> {
 #[derive(Debug)]
 pub struct TxConnection<'t, C> {
     conn: &'t mut C,
-    conflict: &'t mut Option<String>,
+    watched: Watched<'t>,
 }
 
-/// Notes what one of a [`TxConnection`]'s statements returned: a conflict is
-/// noted, a success clears it (the body got past it), another error leaves it.
-fn watch<T>(conflict: &mut Option<String>, outcome: &Result<T, sqlx::Error>) {
-    match outcome {
-        Ok(_) => *conflict = None,
-        Err(error) if keiro_store::is_conflict(error) => *conflict = Some(error.to_string()),
-        Err(_) => {}
+/// What keiro notes of a [`TxConnection`]'s statements, in its
+/// [`Transaction`].
+#[derive(Debug)]
+struct Watched<'t> {
+    /// See `Transaction::conflict`.
+    conflict: &'t mut Option<String>,
+    /// See `Transaction::failed`.
+    failed: &'t mut Option<String>,
+}
+
+impl Watched<'_> {
+    /// Notes what one statement returned: a conflict is noted, and the
+    /// first failure since the last success; a success clears both (the body
+    /// got past them, as `ROLLBACK TO SAVEPOINT` does).
+    fn watch<T>(&mut self, outcome: &Result<T, sqlx::Error>) {
+        match outcome {
+            Ok(_) => {
+                *self.conflict = None;
+                *self.failed = None;
+            }
+            Err(error) => {
+                if keiro_store::is_conflict(error) {
+                    *self.conflict = Some(error.to_string());
+                }
+                self.failed.get_or_insert_with(|| error.to_string());
+            }
+        }
     }
 }
 
@@ -301,10 +349,10 @@ macro_rules! watched_executor {
                 'e: 'x,
                 E: 'q + sqlx::Execute<'q, $db>,
             {
-                let conflict = &mut *self.conflict;
+                let watched = &mut self.watched;
                 sqlx::Executor::fetch_many(&mut *self.conn, query)
                     .map(move |item| {
-                        watch(conflict, &item);
+                        watched.watch(&item);
                         item
                     })
                     .boxed()
@@ -318,10 +366,10 @@ macro_rules! watched_executor {
                 'e: 'x,
                 E: 'q + sqlx::Execute<'q, $db>,
             {
-                let conflict = &mut *self.conflict;
+                let watched = &mut self.watched;
                 sqlx::Executor::fetch_optional(&mut *self.conn, query)
                     .map(move |row| {
-                        watch(conflict, &row);
+                        watched.watch(&row);
                         row
                     })
                     .boxed()

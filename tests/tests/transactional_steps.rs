@@ -1107,6 +1107,58 @@ async fn a_body_that_ends_the_transaction_itself_fails_the_instance(backend: Bac
     assert_eq!(bank(store).await, (97, 5));
 }
 
+/// Inserts ledger entry `entry` twice, swallows the second insert's error
+/// (the primary key), and returns `Ok`.
+#[step(transaction)]
+async fn swallow_an_error(
+    tx: &mut keiro::Transaction<'_>,
+    key: String,
+    entry: String,
+) -> Result<u32, String> {
+    ran(&key, "swallow_an_error");
+    let mut db = tx.postgres().expect("PostgreSQL");
+    let insert = "INSERT INTO tx_ledger (entry, account, cents) VALUES ($1, 1, 1)";
+    for _ in 0..2 {
+        let _ = sqlx::query(insert).bind(&entry).execute(&mut db).await;
+    }
+    Ok(2)
+}
+
+#[workflow]
+async fn swallow_and_succeed(key: String, entry: String) -> Result<u32, String> {
+    swallow_an_error(key, entry).await
+}
+
+/// PostgreSQL aborts a transaction at its first failed statement. A body
+/// that swallows that error and returns `Ok` cannot commit: the run stops
+/// with an error that names the step and says what happened and what to
+/// do, instead of the database's bare "current transaction is aborted";
+/// nothing is journaled and none of the body's writes stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_body_that_swallows_a_failed_statement_is_told_so() {
+    let (_db, keiro) = bank_on(Backend::Postgres, 100).await;
+    let store = keiro::unstable::raw_store(&keiro);
+    let key = uuid::Uuid::new_v4().to_string();
+    let error = swallow_and_succeed(key.clone(), "swallowed".into())
+        .id(&key)
+        .on(&keiro)
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!(
+            "transactional step `swallow_an_error` (#0) of workflow `swallow_and_succeed` id \
+             `{key}`"
+        )) && text.contains("returned Ok after one of its statements failed")
+            && text.contains("duplicate key"),
+        "{text}"
+    );
+    assert_eq!(count(&key, "swallow_an_error"), 1, "ran again at once");
+    let steps = keiro.steps(&key).await.unwrap();
+    assert!(steps.is_empty(), "journaled {steps:?}");
+    assert_eq!(bank(store).await, (100, 0), "the body's writes stayed");
+}
+
 on_both_backends!(
     a_body_that_ends_the_transaction_itself_fails_the_instance,
     writes_and_result_commit_together_and_replay_skips_the_body,

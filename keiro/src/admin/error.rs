@@ -149,6 +149,7 @@ fn classify(error: &Error) -> (StatusCode, &'static str) {
         Error::NotInWorkflow { .. } => (S::INTERNAL_SERVER_ERROR, "not_in_workflow"),
         Error::ContinueAsOther { .. } => (S::INTERNAL_SERVER_ERROR, "continue_as_other"),
         Error::TransactionEnded { .. } => (S::INTERNAL_SERVER_ERROR, "transaction_ended"),
+        Error::TransactionAborted { .. } => (S::INTERNAL_SERVER_ERROR, "transaction_aborted"),
         Error::AlreadyInitialized => (S::INTERNAL_SERVER_ERROR, "already_initialized"),
         Error::NoExecutorId { .. } => (S::INTERNAL_SERVER_ERROR, "no_executor_id"),
         Error::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal"),

@@ -249,14 +249,15 @@ where
                         return record_step(&cx, seq, StepKind::Step, name, value, timing, won)
                             .await;
                     }
-                    Ok(Attempt::Done(value, tx)) => {
+                    Ok(Attempt::Done(value, mut tx)) => {
                         // Claimed once: a retry after a conflict keeps the claim.
                         if won.is_none() {
                             won = claim_win(&cx);
                         }
+                        let failed = tx.take_failed();
                         match commit(&cx, seq, name, value, tx, timing, &mut won).await {
                             Ok(value) => return value,
-                            Err(error) => error,
+                            Err(error) => naming_failed(error, failed),
                         }
                     }
                     Err(error) => error,
@@ -406,15 +407,37 @@ where
     Ok(value)
 }
 
+/// `error`, naming the body's statement that `failed` first (as its
+/// [`crate::TxConnection`] saw it) when the transaction was aborted.
+fn naming_failed(error: StoreError, failed: Option<String>) -> StoreError {
+    match (error, failed) {
+        (StoreError::TransactionAborted { reason }, Some(failed)) => {
+            StoreError::TransactionAborted {
+                reason: format!("the statement that failed: {failed}; then: {reason}"),
+            }
+        }
+        (error, _) => error,
+    }
+}
+
 /// The error that stops step `seq`'s run: a body that ended keiro's
-/// transaction itself is [`Error::TransactionEnded`], naming the step.
+/// transaction itself is [`Error::TransactionEnded`], and one that
+/// returned `Ok` in a transaction a failed statement aborted is
+/// [`Error::TransactionAborted`], each naming the step.
 fn step_error(cx: &WorkflowContext, seq: i64, name: &str, error: StoreError) -> Error {
+    let what = || {
+        format!(
+            "transactional step `{name}` (#{seq}) of workflow `{}` id `{}`",
+            cx.name, cx.id
+        )
+    };
     match error {
         StoreError::TransactionEnded { .. } => Error::TransactionEnded {
-            what: format!(
-                "transactional step `{name}` (#{seq}) of workflow `{}` id `{}`",
-                cx.name, cx.id
-            ),
+            what: what(),
+            reason: error.to_string(),
+        },
+        StoreError::TransactionAborted { .. } => Error::TransactionAborted {
+            what: what(),
             reason: error.to_string(),
         },
         error => Error::Store(error),
