@@ -131,6 +131,23 @@ pub enum StoreError {
         /// The database's error for the guard savepoint's release.
         reason: String,
     },
+    /// A transactional step's transaction was rolled back under its body on
+    /// SQLite: by a `ROLLBACK` the body sent, or by SQLite itself after an
+    /// error such as a full disk, an I/O error or an interrupt. Nothing of
+    /// it committed and nothing was journaled. After a body's `Err` the
+    /// attempt failed like any other (retried per `max_attempts`); after an
+    /// `Ok` the run fails as for [`StoreError::TransactionEnded`].
+    #[error(
+        "the step's transaction was rolled back under its body (a ROLLBACK on the step's \
+         connection, or SQLite's own after an error such as a full disk, an I/O error or an \
+         interrupt), so nothing it wrote committed, and nothing was journaled ({reason}); an \
+         Ok cannot stand for writes that are gone: let keiro end the transaction, and return \
+         the error of a statement that failed"
+    )]
+    TransactionRolledBack {
+        /// The database's error for the guard savepoint's release.
+        reason: String,
+    },
     /// A transactional step's body returned `Ok` although PostgreSQL had
     /// aborted its transaction at a statement that failed (SQLSTATE
     /// `25P02` at keiro's first statement after the body): none of the

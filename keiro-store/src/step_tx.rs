@@ -33,25 +33,39 @@ macro_rules! insert_timed_step {
 
 #[cfg(feature = "sqlite")]
 const INSERT_SQLITE: &str = insert_timed_step!("keiro_steps");
-/// The guard savepoint released (failing if the body ended the
-/// transaction), a step's row inserted (failing on the primary key if the
-/// step is journaled), the commit, and an empty transaction for sqlx's count.
+/// The guard released (failing if the body's transaction ended), a step's
+/// row inserted (failing on the primary key if the step is journaled), the
+/// commit, and an empty transaction for sqlx's count.
 #[cfg(feature = "sqlite")]
-const COMMIT_SQLITE: &str = "RELEASE SAVEPOINT keiro_step; INSERT INTO keiro_steps (workflow_id, \
-     generation, seq, name, kind, result, created_at, attempts, started_at) VALUES ($1, $2, $3, \
-     $4, $5, $6, $7, $8, $9); COMMIT; BEGIN";
+const COMMIT_SQLITE: &str = "RELEASE SAVEPOINT keiro_step; DELETE FROM temp.keiro_step_open; \
+     INSERT INTO keiro_steps (workflow_id, generation, seq, name, kind, result, created_at, \
+     attempts, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9); COMMIT; BEGIN";
 /// How a transactional step's transaction begins on SQLite: with the write
-/// lock, and the guard savepoint (see [`GUARD_RELEASE`]).
+/// lock, the mark and the guard savepoint (see [`GUARD_RELEASE`]).
 #[cfg(feature = "sqlite")]
-pub(crate) const BEGIN_SQLITE: &str = "BEGIN IMMEDIATE; SAVEPOINT keiro_step";
-/// Releases the savepoint a transactional step's transaction opens with on
-/// SQLite, `keiro_step`. It fails when the body ended the transaction
-/// itself (a `COMMIT` or `ROLLBACK` on the step's connection), so keiro
-/// sends it before its first write after the body: the journal row is
-/// never written outside the body's transaction. The commit batch begins
-/// with it.
+pub(crate) const BEGIN_SQLITE: &str =
+    "BEGIN IMMEDIATE; INSERT OR REPLACE INTO temp.keiro_step_open (one) VALUES (1); \
+     SAVEPOINT keiro_step";
+/// The guard of a transactional step's transaction on SQLite, released:
+/// the savepoint `keiro_step` it opens with, and its mark, a row of the
+/// connection's own temporary table `keiro_step_open` (see
+/// [`MARK_TABLE`]).
+///
+/// The release fails when the transaction ended under the body: a
+/// `COMMIT` or `ROLLBACK` the body sent on the step's connection, or
+/// SQLite's own rollback after some errors (a full disk, an I/O error, an
+/// interrupt). keiro sends it before its first write after the body, so
+/// the journal row is never written outside the body's transaction; the
+/// commit batch begins with it. The mark then says which: it stays only
+/// if the transaction committed (see [`StepTx::guard_error`]).
 #[cfg(feature = "sqlite")]
-const GUARD_RELEASE: &str = "RELEASE SAVEPOINT keiro_step";
+const GUARD_RELEASE: &str = "RELEASE SAVEPOINT keiro_step; DELETE FROM temp.keiro_step_open";
+/// The temporary table holding a SQLite transactional step's mark, made on
+/// each connection as it opens: a temporary table belongs to its
+/// connection, and its rows commit and roll back with the transaction.
+#[cfg(feature = "sqlite")]
+pub(crate) const MARK_TABLE: &str =
+    "CREATE TEMP TABLE IF NOT EXISTS keiro_step_open (one INTEGER PRIMARY KEY)";
 /// PostgreSQL's guard: the statement fails when the body ended the
 /// transaction itself (see [`guard_factor`]). Sent before keiro's first
 /// write after the body; the commit batch carries it in its row instead.
@@ -200,9 +214,11 @@ impl StepTx<'_> {
     }
 
     /// The error for a failed statement that began with the guard:
-    /// [`StoreError::TransactionEnded`] when the guard was gone
-    /// (then, on SQLite, a transaction is opened again for the one sqlx
-    /// counts as open, so its rollback finds one),
+    /// [`StoreError::TransactionEnded`] when the guard was gone (then, on
+    /// SQLite, a transaction is opened again for the one sqlx counts as
+    /// open, so its rollback finds one), or
+    /// [`StoreError::TransactionRolledBack`] when SQLite's mark says the
+    /// transaction that ended rolled back,
     /// [`StoreError::TransactionAborted`] when an earlier statement of the
     /// body had aborted it (PostgreSQL), else the query error.
     async fn guard_error(&mut self, error: sqlx::Error) -> StoreError {
@@ -217,8 +233,24 @@ impl StepTx<'_> {
         #[cfg(feature = "sqlite")]
         #[allow(irrefutable_let_patterns)]
         if let StepTx::Sqlite(tx) = self {
+            // The transaction's mark stays only if it committed: the body's
+            // writes did too. A mark that cannot be read counts as one.
+            let marks: std::result::Result<i64, _> =
+                sqlx::query_scalar("SELECT count(*) FROM temp.keiro_step_open")
+                    .fetch_one(&mut **tx)
+                    .await;
+            let committed = marks.map_or(true, |n| n > 0);
+            if committed {
+                let _ =
+                    sqlx::Executor::execute(&mut **tx, "DELETE FROM temp.keiro_step_open").await;
+            }
             // Fails harmlessly if the body began a transaction of its own.
             let _ = sqlx::Executor::execute(&mut **tx, "BEGIN").await;
+            if !committed {
+                return StoreError::TransactionRolledBack {
+                    reason: error.to_string(),
+                };
+            }
         }
         StoreError::TransactionEnded {
             reason: error.to_string(),

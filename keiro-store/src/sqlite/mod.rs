@@ -194,6 +194,14 @@ impl SqliteStore {
             .test_before_acquire(false)
             .idle_timeout(None)
             .max_lifetime(None)
+            // The table of a transactional step's mark (see `step_tx`).
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    sqlx::Executor::execute(&mut *conn, crate::step_tx::MARK_TABLE)
+                        .await
+                        .map(drop)
+                })
+            })
             .after_release(|conn, _| Box::pin(release_outside_transaction(conn)));
         // Opening sets pragmas that can meet another process's write lock
         // before the busy timeout applies: retry that briefly.

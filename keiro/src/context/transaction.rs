@@ -432,10 +432,12 @@ fn step_error(cx: &WorkflowContext, seq: i64, name: &str, error: StoreError) -> 
         )
     };
     match error {
-        StoreError::TransactionEnded { .. } => Error::TransactionEnded {
-            what: what(),
-            reason: error.to_string(),
-        },
+        StoreError::TransactionEnded { .. } | StoreError::TransactionRolledBack { .. } => {
+            Error::TransactionEnded {
+                what: what(),
+                reason: error.to_string(),
+            }
+        }
         StoreError::TransactionAborted { .. } => Error::TransactionAborted {
             what: what(),
             reason: error.to_string(),
