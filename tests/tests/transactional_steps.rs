@@ -734,6 +734,31 @@ async fn postgres_a_connection_lost_under_the_body_runs_it_again() {
     assert_eq!(rows, 1);
 }
 
+/// The same outside a workflow (the body runs in a transaction of the
+/// process-wide runtime): the lost connection's `Err` is not the call's
+/// outcome, nothing had committed, so the body runs again, and the call
+/// returns its result instead of panicking. (The only test of this file
+/// that sets the process-wide runtime.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_outside_a_workflow_a_connection_lost_under_the_body_runs_it_again() {
+    let (_db, keiro) = postgres_with("CREATE TABLE tx_lost (k TEXT PRIMARY KEY)").await;
+    keiro::init(keiro.clone()).unwrap();
+    let key = uuid::Uuid::new_v4().to_string();
+    LOSE_ONCE.lock().unwrap().push(key.clone());
+    let out = lose_connection_once(key.clone()).await;
+    assert_eq!(out, Ok(2));
+    assert!(
+        LOSE_ONCE.lock().unwrap().is_empty(),
+        "the connection was never lost"
+    );
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM tx_lost WHERE k = $1")
+        .bind(&key)
+        .fetch_one(postgres(&keiro).pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, 1);
+}
+
 /// Barriers of two bodies' first runs, by test run: each waits there
 /// until the other has come as far (at most 10 s).
 static MEETINGS: Mutex<Option<HashMap<String, Arc<tokio::sync::Barrier>>>> = Mutex::new(None);

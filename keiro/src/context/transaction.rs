@@ -292,7 +292,11 @@ where
         let max = self.meta.max_attempts.max(1);
         let (mut attempt, mut conflicts) = (1, 0);
         loop {
-            let error = match self.attempt(&keiro, None).await {
+            // Whether the attempt may run again: nothing of it committed. A
+            // conflict says so wherever it came; a transient error (the
+            // connection lost) only before the COMMIT was sent, as nothing
+            // journals what a COMMIT whose answer was lost did.
+            let (error, again) = match self.attempt(&keiro, None).await {
                 Ok(Attempt::Failed(value)) if attempt < max && (self.retry)(&value) => {
                     self.meta.wait_before_retry(attempt).await;
                     attempt += 1;
@@ -304,14 +308,29 @@ where
                     match tx.check_open().await {
                         Ok(()) => match tx.commit().await {
                             Ok(()) => return value,
-                            Err(error) => error,
+                            Err(error) if error.is_transient() && !error.is_conflict() => {
+                                fail(&format!(
+                                    "{error}; the COMMIT was sent and its answer lost, so the \
+                                     body's writes may or may not have committed"
+                                ))
+                            }
+                            Err(error) => {
+                                let again = error.is_conflict();
+                                (error, again)
+                            }
                         },
-                        Err(error) => error,
+                        Err(error) => {
+                            let again = error.is_conflict() || error.is_transient();
+                            (error, again)
+                        }
                     }
                 }
-                Err(error) => error,
+                Err(error) => {
+                    let again = error.is_conflict() || error.is_transient();
+                    (error, again)
+                }
             };
-            if !error.is_conflict() || conflicts >= MAX_CONFLICTS {
+            if !again || conflicts >= MAX_CONFLICTS {
                 fail(&error);
             }
             conflicts += 1;
