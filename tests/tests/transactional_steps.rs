@@ -1154,6 +1154,60 @@ async fn swallow_and_succeed(key: String, entry: String) -> Result<u32, String> 
     swallow_an_error(key, entry).await
 }
 
+/// Inserts ledger entry `entry`, commits keiro's transaction itself, then
+/// runs a statement through the watched connection that fails with a
+/// serialization failure (SQLSTATE 40001, raised by hand), and returns
+/// `Ok`.
+#[step(transaction)]
+async fn commit_then_conflict(
+    tx: &mut keiro::Transaction<'_>,
+    key: String,
+    entry: String,
+) -> Result<u32, String> {
+    ran(&key, "commit_then_conflict");
+    let mut db = tx.postgres().expect("PostgreSQL");
+    sqlx::query("INSERT INTO tx_ledger (entry, account, cents) VALUES ($1, 1, 1)")
+        .bind(&entry)
+        .execute(&mut db)
+        .await
+        .map_err(|e| e.to_string())?;
+    sqlx::query("COMMIT")
+        .execute(&mut db)
+        .await
+        .map_err(|e| e.to_string())?;
+    let conflict =
+        sqlx::query("DO $$ BEGIN RAISE EXCEPTION 'made up' USING ERRCODE = '40001'; END $$")
+            .execute(&mut db)
+            .await;
+    assert!(conflict.is_err(), "the made-up conflict was raised");
+    Ok(1)
+}
+
+#[workflow]
+async fn commit_and_conflict(key: String, entry: String) -> Result<u32, String> {
+    commit_then_conflict(key, entry).await
+}
+
+/// A conflict normally runs the body again. Not after the body committed
+/// keiro's transaction itself: its writes would apply twice. The instance
+/// fails with `TransactionEnded`, and the body ran once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_conflict_after_the_body_committed_does_not_run_it_again() {
+    let (_db, keiro) = bank_on(Backend::Postgres, 100).await;
+    let store = keiro::unstable::raw_store(&keiro);
+    let key = uuid::Uuid::new_v4().to_string();
+    let error = commit_and_conflict(key.clone(), "committed".into())
+        .id(&key)
+        .on(&keiro)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, keiro::Error::Failed { .. }), "{error}");
+    assert!(error.to_string().contains("COMMIT or ROLLBACK"), "{error}");
+    assert_eq!(count(&key, "commit_then_conflict"), 1, "ran again");
+    assert!(keiro.steps(&key).await.unwrap().is_empty());
+    assert_eq!(bank(store).await, (100, 1), "the body's own commit");
+}
+
 /// PostgreSQL aborts a transaction at its first failed statement. A body
 /// that swallows that error and returns `Ok` cannot commit: the run stops
 /// with an error that names the step and says what happened and what to
