@@ -1,6 +1,7 @@
 //! A SQLite worker survives a full disk: while the filesystem holding the
 //! database has no space, writes fail; once space returns, the same process
-//! (no restart) journals the steps and finishes every workflow.
+//! (no restart) journals the steps and finishes every workflow. A
+//! transactional step's body meeting the full disk is retried likewise.
 //!
 //! The database lives on a small tmpfs the test mounts, so filling it is quick
 //! and touches nothing else. Mounting needs root (CI runs as root); elsewhere
@@ -203,4 +204,105 @@ async fn a_sqlite_worker_recovers_by_itself_once_a_full_disk_has_space_again() {
         assert_eq!(out, 3 * (RESULT_BYTES + 1), "{key}");
     }
     worker.shutdown().await;
+}
+
+/// Transactional-step bodies wait here until the disk is full.
+static TX_GATE_OPEN: AtomicBool = AtomicBool::new(false);
+
+/// Bytes in one application row: more than SQLite's page cache holds, so
+/// the insert itself must write to the full disk.
+const ROW_BYTES: usize = 12 * 1024 * 1024;
+
+/// Inserts one bulky application row in keiro's transaction.
+#[step(transaction, max_attempts = 1000, backoff_ms = 100)]
+async fn bulky_entry(tx: &mut keiro::Transaction<'_>, key: String) -> Result<u32, String> {
+    while !TX_GATE_OPEN.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    *RUNS
+        .lock()
+        .unwrap()
+        .get_or_insert_with(HashMap::new)
+        .entry((key.clone(), 0))
+        .or_default() += 1;
+    let mut db = tx.sqlite().expect("SQLite");
+    sqlx::query("INSERT INTO bulky_rows (k, body) VALUES ($1, $2)")
+        .bind(&key)
+        .bind(vec![0x5Au8; ROW_BYTES])
+        .execute(&mut db)
+        .await
+        .map(|_| 1)
+        .map_err(|e| e.to_string())
+}
+
+#[workflow]
+async fn one_bulky_entry(key: String) -> Result<u32, String> {
+    bulky_entry(key).await
+}
+
+/// A transactional step on a full disk: the body's insert fails with
+/// SQLITE_FULL, nothing commits, the step is retried per `max_attempts`,
+/// and once space returns it commits once. The instance never fails for
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transactional_step_on_a_full_disk_commits_once_space_returns() {
+    let tmpfs = match Tmpfs::mount(40) {
+        Ok(tmpfs) => tmpfs,
+        Err(reason) if std::env::var("CI").is_err() => {
+            eprintln!("skipped: the disk-full test needs to mount a tmpfs ({reason}); run as root");
+            return;
+        }
+        Err(reason) => panic!("CI must run the disk-full test: {reason}"),
+    };
+    let url = format!("sqlite:{}", tmpfs.path().join("keiro.db").display());
+    let keiro = Keiro::builder(&url).connect().await.expect("connect");
+    let keiro_store::Store::Sqlite(store) = keiro::unstable::raw_store(&keiro) else {
+        panic!("a SQLite store");
+    };
+    sqlx::query("CREATE TABLE bulky_rows (k TEXT PRIMARY KEY, body BLOB NOT NULL)")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let key = "tx-disk-full".to_string();
+    let handle = one_bulky_entry(key.clone())
+        .id(&key)
+        .on(&keiro)
+        .start()
+        .await
+        .expect("start before the disk fills");
+    let filler = tmpfs.path().join("filler");
+    assert!(fill(&filler) > 0, "the filler took no space");
+    TX_GATE_OPEN.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let status = status_of_tx(&handle).await;
+    assert!(
+        status.contains("Running") || status.contains("Pending"),
+        "on a full disk: {status}"
+    );
+    std::fs::remove_file(&filler).expect("free the disk");
+    let out = tokio::time::timeout(Duration::from_secs(60), handle.result())
+        .await
+        .expect("the step commits once space returns")
+        .expect("the workflow's result");
+    assert_eq!(out, Ok(1));
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM bulky_rows WHERE k = $1")
+        .bind(&key)
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, 1);
+    let runs = RUNS.lock().unwrap().as_ref().unwrap()[&(key.clone(), 0)];
+    assert!(
+        runs >= 2,
+        "the body ran {runs} time(s): the disk was never full for it"
+    );
+    let steps = keiro.steps(&key).await.unwrap();
+    assert_eq!(steps.len(), 1, "{steps:?}");
+}
+
+async fn status_of_tx(handle: &WorkflowHandle<Result<u32, String>>) -> String {
+    match handle.status().await {
+        Ok(status) => format!("{status:?}"),
+        Err(e) => format!("status unreadable: {e}"),
+    }
 }
