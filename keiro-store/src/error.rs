@@ -133,16 +133,21 @@ pub enum StoreError {
     },
     /// A transactional step's transaction was rolled back under its body on
     /// SQLite: by a `ROLLBACK` the body sent, or by SQLite itself after an
-    /// error such as a full disk, an I/O error or an interrupt. Nothing of
-    /// it committed and nothing was journaled. After a body's `Err` the
-    /// attempt failed like any other (retried per `max_attempts`); after an
-    /// `Ok` the run fails as for [`StoreError::TransactionEnded`].
+    /// error such as a full disk, an I/O error or an interrupt. Nothing
+    /// written in it committed and nothing was journaled; statements the
+    /// body ran after it committed each on its own. keiro's runtime takes it
+    /// for a failed attempt (retried per `max_attempts`) only when the body
+    /// returned `Err` and its last statement on the watched connection
+    /// failed with an error after which SQLite rolls back by itself (see
+    /// [`is_sqlite_rollback_error`]); otherwise the run fails as for
+    /// [`StoreError::TransactionEnded`].
     #[error(
         "the step's transaction was rolled back under its body (a ROLLBACK on the step's \
          connection, or SQLite's own after an error such as a full disk, an I/O error or an \
-         interrupt), so nothing it wrote committed, and nothing was journaled ({reason}); an \
-         Ok cannot stand for writes that are gone: let keiro end the transaction, and return \
-         the error of a statement that failed"
+         interrupt), so nothing written in it committed, and nothing was journaled \
+         ({reason}); statements the body ran after that committed each on its own, so it \
+         does not run again: let keiro end the transaction, and return the error of a \
+         statement that failed"
     )]
     TransactionRolledBack {
         /// The database's error for the guard savepoint's release.
@@ -262,6 +267,21 @@ pub fn is_conflict(error: &sqlx::Error) -> bool {
     if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
         return db.code().is_some_and(|code| is_sqlite_busy_code(&code));
     }
+    false
+}
+
+/// Whether `error` is one of the SQLite errors after which SQLite may roll
+/// the whole transaction back by itself: BUSY, NOMEM, INTERRUPT, IOERR or
+/// FULL (extended codes included).
+pub fn is_sqlite_rollback_error(error: &sqlx::Error) -> bool {
+    #[cfg(feature = "sqlite")]
+    if let sqlx::Error::Database(db) = error {
+        if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+            let code = db.code().and_then(|code| code.parse::<i32>().ok());
+            return code.is_some_and(|code| matches!(code & 0xff, 5 | 7 | 9 | 10 | 13));
+        }
+    }
+    let _ = error;
     false
 }
 

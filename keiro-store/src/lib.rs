@@ -78,7 +78,7 @@ mod writer;
 
 pub use clock::Clock;
 pub use debounce::{create_debounced_tx, Debounce};
-pub use error::{is_conflict, redact as redact_url, StoreError};
+pub use error::{is_conflict, is_sqlite_rollback_error, redact as redact_url, StoreError};
 
 /// Instance ids up to this many bytes travel as they are in wake
 /// notifications; longer ones as their [`wake_payload`] digest (PostgreSQL

@@ -41,11 +41,13 @@ const COMMIT_SQLITE: &str = "RELEASE SAVEPOINT keiro_step; DELETE FROM temp.keir
      INSERT INTO keiro_steps (workflow_id, generation, seq, name, kind, result, created_at, \
      attempts, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9); COMMIT; BEGIN";
 /// How a transactional step's transaction begins on SQLite: with the write
-/// lock, the mark and the guard savepoint (see [`GUARD_RELEASE`]).
+/// lock, the mark and the guard savepoint (see [`GUARD_RELEASE`]). A mark
+/// left by an earlier transaction (one a body committed and then opened
+/// again, whose cleanup its rollback undid) is cleared first, outside the
+/// transaction.
 #[cfg(feature = "sqlite")]
-pub(crate) const BEGIN_SQLITE: &str =
-    "BEGIN IMMEDIATE; INSERT OR REPLACE INTO temp.keiro_step_open (one) VALUES (1); \
-     SAVEPOINT keiro_step";
+pub(crate) const BEGIN_SQLITE: &str = "DELETE FROM temp.keiro_step_open; BEGIN IMMEDIATE; \
+     INSERT INTO temp.keiro_step_open (one) VALUES (1); SAVEPOINT keiro_step";
 /// The guard of a transactional step's transaction on SQLite, released:
 /// the savepoint `keiro_step` it opens with, and its mark, a row of the
 /// connection's own temporary table `keiro_step_open` (see

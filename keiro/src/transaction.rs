@@ -135,6 +135,10 @@ pub struct Transaction<'c> {
     /// aborted the transaction, named when a body that swallowed it
     /// returns `Ok`.
     failed: Option<String>,
+    /// Whether the last statement run through a [`TxConnection`] failed
+    /// with an error after which SQLite may roll the transaction back by
+    /// itself (see [`keiro_store::is_sqlite_rollback_error`]).
+    sqlite_rolled_back: bool,
 }
 
 impl<'c> Transaction<'c> {
@@ -143,7 +147,15 @@ impl<'c> Transaction<'c> {
             tx,
             conflict: None,
             failed: None,
+            sqlite_rolled_back: false,
         }
+    }
+
+    /// Whether the body's last statement on its watched connection failed
+    /// with an error after which SQLite rolls back by itself: a rollback
+    /// found then is SQLite's, and nothing the body ran since committed.
+    pub(crate) fn sqlite_rolled_back(&self) -> bool {
+        self.sqlite_rolled_back
     }
 
     /// The conflict a statement of the body met and no later statement got
@@ -192,6 +204,7 @@ impl<'c> Transaction<'c> {
                 watched: Watched {
                     conflict: &mut self.conflict,
                     failed: &mut self.failed,
+                    sqlite_rolled_back: &mut self.sqlite_rolled_back,
                 },
             }),
             #[cfg(feature = "sqlite")]
@@ -213,6 +226,7 @@ impl<'c> Transaction<'c> {
                 watched: Watched {
                     conflict: &mut self.conflict,
                     failed: &mut self.failed,
+                    sqlite_rolled_back: &mut self.sqlite_rolled_back,
                 },
             }),
             #[cfg(feature = "postgres")]
@@ -305,6 +319,8 @@ struct Watched<'t> {
     conflict: &'t mut Option<String>,
     /// See `Transaction::failed`.
     failed: &'t mut Option<String>,
+    /// See `Transaction::sqlite_rolled_back`.
+    sqlite_rolled_back: &'t mut bool,
 }
 
 impl Watched<'_> {
@@ -312,6 +328,10 @@ impl Watched<'_> {
     /// first failure since the last success; a success clears both (the body
     /// got past them, as `ROLLBACK TO SAVEPOINT` does).
     fn watch<T>(&mut self, outcome: &Result<T, sqlx::Error>) {
+        *self.sqlite_rolled_back = outcome
+            .as_ref()
+            .err()
+            .is_some_and(keiro_store::is_sqlite_rollback_error);
         match outcome {
             Ok(_) => {
                 *self.conflict = None;

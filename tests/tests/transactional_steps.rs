@@ -1080,6 +1080,15 @@ async fn end_the_transaction(
     end_it_myself(key, entry, end, fail).await
 }
 
+/// What the error says of a body's `end`: on SQLite keiro tells a rollback
+/// from a commit (its mark).
+fn expected_end(backend: Backend, end: &str) -> &'static str {
+    match (backend, end) {
+        (Backend::Sqlite, "ROLLBACK") => "rolled back under its body",
+        _ => "ended keiro's transaction itself",
+    }
+}
+
 /// A body that commits or rolls back keiro's transaction itself is caught
 /// before the journal row is written: the instance fails with an error
 /// naming the step, nothing is journaled, and the body does not run again
@@ -1090,6 +1099,7 @@ async fn a_body_that_ends_the_transaction_itself_fails_the_instance(backend: Bac
     let store = keiro::unstable::raw_store(&keiro);
     let cases = [
         ("ROLLBACK", false, 0),
+        ("ROLLBACK", true, 0),
         ("COMMIT", false, 1),
         ("COMMIT", true, 2),
     ];
@@ -1110,7 +1120,7 @@ async fn a_body_that_ends_the_transaction_itself_fails_the_instance(backend: Bac
             text.contains(&format!(
                 "transactional step `end_it_myself` (#0) of workflow `end_the_transaction` id \
                  `{key}`"
-            )) && text.contains(end),
+            )) && text.contains(expected_end(backend, end)),
             "{text}"
         );
         assert_eq!(count(&key, "end_it_myself"), 1, "{end} {fail}: ran again");
@@ -1238,10 +1248,10 @@ async fn postgres_a_body_that_swallows_a_failed_statement_is_told_so() {
     assert_eq!(bank(store).await, (100, 0), "the body's writes stayed");
 }
 
-/// Inserts ledger entry `entry`. On its first run the insert is
-/// interrupted (a progress handler refusing to go on), which makes SQLite
-/// roll the whole transaction back by itself, as it may on a full disk or
-/// an I/O error, and the body returns that error.
+/// Inserts ledger entry `entry` on the watched connection. On its first run
+/// the insert is interrupted (a progress handler refusing to go on), which
+/// makes SQLite roll the whole transaction back by itself, as it may on a
+/// full disk or an I/O error, and the body returns that error.
 #[step(transaction, max_attempts = 2, backoff_ms = 1)]
 async fn interrupted_once(
     tx: &mut keiro::Transaction<'_>,
@@ -1250,18 +1260,20 @@ async fn interrupted_once(
 ) -> Result<u32, String> {
     let first = count(&key, "interrupted_once") == 0;
     ran(&key, "interrupted_once");
-    let c: &mut sqlx::SqliteConnection = tx.as_sqlite().expect("SQLite");
     if first {
+        let c: &mut sqlx::SqliteConnection = tx.as_sqlite().expect("SQLite");
         c.lock_handle()
             .await
             .map_err(|e| e.to_string())?
             .set_progress_handler(1, || false);
     }
+    let mut db = tx.sqlite().expect("SQLite");
     let done = sqlx::query("INSERT INTO tx_ledger (entry, account, cents) VALUES ($1, 1, 1)")
         .bind(&entry)
-        .execute(&mut *c)
+        .execute(&mut db)
         .await;
     if first {
+        let c: &mut sqlx::SqliteConnection = tx.as_sqlite().expect("SQLite");
         c.lock_handle()
             .await
             .map_err(|e| e.to_string())?
@@ -1277,8 +1289,11 @@ async fn survive_an_interrupt(key: String, entry: String) -> Result<u32, String>
 
 /// SQLite rolls a transaction back by itself when some statements fail (an
 /// interrupt, a full disk, an I/O error). That is not the body ending the
-/// transaction: its `Err` is the attempt's outcome, nothing committed, and
-/// the step is retried per `max_attempts`, the retry committing once.
+/// transaction: when the body's last statement met such an error, its `Err`
+/// is the attempt's outcome, nothing committed, and the step is retried per
+/// `max_attempts`, the retry committing once. (A `ROLLBACK` of the body's
+/// own fails the instance instead: see
+/// `a_body_that_ends_the_transaction_itself_fails_the_instance`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_a_transaction_sqlite_rolled_back_itself_is_retried() {
     let (_db, keiro) = bank_on(Backend::Sqlite, 100).await;

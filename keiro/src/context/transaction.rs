@@ -178,8 +178,15 @@ where
         // A body that committed and then failed (or met a conflict) must not
         // run again. (A transaction a failed statement aborted is still
         // open: the check fails otherwise there, and it rolls back below.)
-        if let Err(error @ StoreError::TransactionEnded { .. }) = tx.inner().check_open().await {
-            return Err(error);
+        // Nor one whose transaction rolled back under it, unless SQLite
+        // rolled it back itself at the body's last statement: what the body
+        // ran after a rollback committed on its own.
+        match tx.inner().check_open().await {
+            Err(error @ StoreError::TransactionEnded { .. }) => return Err(error),
+            Err(error @ StoreError::TransactionRolledBack { .. }) if !tx.sqlite_rolled_back() => {
+                return Err(error)
+            }
+            _ => {}
         }
         if let Err(error) = tx.into_inner().rollback().await {
             if error.is_transient() {
