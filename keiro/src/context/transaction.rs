@@ -300,9 +300,8 @@ where
         let (mut attempt, mut conflicts) = (1, 0);
         loop {
             // Whether the attempt may run again: nothing of it committed. A
-            // conflict says so wherever it came; a transient error (the
-            // connection lost) only before the COMMIT was sent, as nothing
-            // journals what a COMMIT whose answer was lost did.
+            // conflict or a transient error says so, unless it is a COMMIT
+            // whose answer never came: nothing journals what it did.
             let (error, again) = match self.attempt(&keiro, None).await {
                 Ok(Attempt::Failed(value)) if attempt < max && (self.retry)(&value) => {
                     self.meta.wait_before_retry(attempt).await;
@@ -315,14 +314,15 @@ where
                     match tx.check_open().await {
                         Ok(()) => match tx.commit().await {
                             Ok(()) => return value,
-                            Err(error) if error.is_transient() && !error.is_conflict() => {
-                                fail(&format!(
-                                    "{error}; the COMMIT was sent and its answer lost, so the \
-                                     body's writes may or may not have committed"
-                                ))
-                            }
+                            Err(error) if answer_lost(&error) => panic!(
+                                "`#[step(transaction)]` `{name}`, called outside a workflow, \
+                                 sent its COMMIT and never got the answer ({error}): its writes \
+                                 may or may not have committed, and outside a workflow nothing \
+                                 journals them; call it from a workflow to have it take effect \
+                                 exactly once"
+                            ),
                             Err(error) => {
-                                let again = error.is_conflict();
+                                let again = error.is_conflict() || error.is_transient();
                                 (error, again)
                             }
                         },
@@ -469,6 +469,18 @@ fn step_error(cx: &WorkflowContext, seq: i64, name: &str, error: StoreError) -> 
             reason: error.to_string(),
         },
         error => Error::Store(error),
+    }
+}
+
+/// Whether a failed `COMMIT` may have committed all the same: its answer
+/// never came (the connection broke, or SQLite's connection thread died).
+/// An error the database answered with means it did not commit.
+fn answer_lost(error: &StoreError) -> bool {
+    match error {
+        StoreError::Query { source, .. } => {
+            matches!(**source, sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed)
+        }
+        _ => false,
     }
 }
 

@@ -23,18 +23,33 @@ impl Keiro {
     /// Cancels instance `id` and, in the same transaction, its unfinished
     /// children (recursively). A parent awaiting a cancelled child gets an
     /// error saying so. Cancelling a finished instance changes nothing and
-    /// says so. Errors with [`Error::NotFound`] for an unknown id.
+    /// says so. Errors with [`Error::NotFound`] for an unknown id. A
+    /// transient store error (a deadlock, a lost connection) is retried for
+    /// up to 30 s before it is returned; when a retry finds the instance
+    /// cancelled, the earlier try took effect unseen, and the outcome is
+    /// [`CancelOutcome::Cancelled`] naming `id` alone (its descendants were
+    /// cancelled with it, in the same transaction).
     pub async fn cancel(&self, id: &str) -> Result<CancelOutcome> {
         Error::check_id("workflow id", id)?;
         // Cancelling a tree while a child in it times out on its own may
         // lock the same rows in opposite orders on PostgreSQL, and this
         // transaction may be picked as a deadlock's victim. Going again is
         // safe: the cancel reads the instance's status under its row lock
-        // first, and an ended one is left as it is (a first try that
-        // committed unseen is then reported as already finished).
+        // first, and an ended one is left as it is.
         let store = self.raw_store();
-        let cancelled = crate::retry::retrying(("", id), "cancelling", || store.cancel(id));
-        match cancelled.await.0? {
+        let cancelling = crate::retry::retrying(("", id), "cancelling", || store.cancel(id));
+        let (cancelled, tried_before) = cancelling.await;
+        let cancelled = match cancelled? {
+            // An earlier try may have committed unseen (its answer lost):
+            // this call's own cancel, whose descendants it cannot name.
+            keiro_store::Cancellation::AlreadyFinal(keiro_store::InstanceStatus::Cancelled)
+                if tried_before =>
+            {
+                keiro_store::Cancellation::Cancelled(vec![id.to_owned()])
+            }
+            other => other,
+        };
+        match cancelled {
             keiro_store::Cancellation::NotFound => Err(Error::NotFound { id: id.to_owned() }),
             keiro_store::Cancellation::AlreadyFinal(_) => {
                 let row = self
