@@ -44,7 +44,11 @@ const COMMIT_SQLITE: &str = "RELEASE SAVEPOINT keiro_step; DELETE FROM temp.keir
 /// lock, the mark and the guard savepoint (see [`GUARD_RELEASE`]). A mark
 /// left by an earlier transaction (one a body committed and then opened
 /// again, whose cleanup its rollback undid) is cleared first, outside the
-/// transaction.
+/// transaction. sqlx counts the transaction open only once the whole batch
+/// has run, so a statement failing after `BEGIN IMMEDIATE` would leave the
+/// connection in a transaction sqlx does not know of, holding the write
+/// lock: the insert follows a delete from the same table that succeeded,
+/// so only running out of memory could fail it there.
 #[cfg(feature = "sqlite")]
 pub(crate) const BEGIN_SQLITE: &str = "DELETE FROM temp.keiro_step_open; BEGIN IMMEDIATE; \
      INSERT INTO temp.keiro_step_open (one) VALUES (1); SAVEPOINT keiro_step";
