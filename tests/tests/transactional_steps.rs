@@ -1080,6 +1080,37 @@ async fn end_the_transaction(
     end_it_myself(key, entry, end, fail).await
 }
 
+/// A mark a body's `COMMIT; BEGIN` leaves on its connection (keiro's
+/// cleanup ran in the body's own transaction, which then rolled back) does
+/// not make a later rollback on that connection look like a commit: with
+/// one connection in the pool, the next step's transaction that SQLite
+/// rolls back itself is still retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_mark_left_on_the_connection_misleads_no_later_step() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let keiro = db.builder().max_connections(1).connect().await.unwrap();
+    open_bank(keiro::unstable::raw_store(&keiro), 100).await;
+    let key = uuid::Uuid::new_v4().to_string();
+    let ended = end_the_transaction(
+        key.clone(),
+        "reopened".into(),
+        "COMMIT; BEGIN".into(),
+        false,
+    )
+    .id(&key)
+    .on(&keiro)
+    .await;
+    assert!(ended.is_err(), "{ended:?}");
+    let key = uuid::Uuid::new_v4().to_string();
+    let out = survive_an_interrupt(key.clone(), "after-a-reopen".into())
+        .id(&key)
+        .on(&keiro)
+        .await
+        .unwrap();
+    assert_eq!(out, Ok(1));
+    assert_eq!(count(&key, "interrupted_once"), 2);
+}
+
 /// What the error says of a body's `end`: on SQLite keiro tells a rollback
 /// from a commit (its mark).
 fn expected_end(backend: Backend, end: &str) -> &'static str {
