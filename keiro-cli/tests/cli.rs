@@ -265,6 +265,23 @@ async fn executor_rows(fixture: &Fixture) -> i64 {
         .unwrap()
 }
 
+/// Forgets the queues the fixture's resume worker registered, as if it had
+/// stopped cleanly.
+async fn forget_registered_queues(fixture: &Fixture) {
+    let view = fixture.keiro.store();
+    if let Some(pool) = view.sqlite_pool() {
+        sqlx::query("DELETE FROM keiro_worker_queues")
+            .execute(pool)
+            .await
+            .unwrap();
+    } else {
+        sqlx::query("DELETE FROM keiro.worker_queues")
+            .execute(view.postgres_pool().unwrap())
+            .await
+            .unwrap();
+    }
+}
+
 // -------------------------------------------------------------------- tests
 
 async fn list_pages_filters_and_refuses_bad_input(backend: Backend) {
@@ -905,6 +922,20 @@ async fn gc_dry_run_then_real(backend: Backend) {
         (json["instances"].as_u64(), json["dry_run"].as_bool()),
         (Some(0), Some(false))
     );
+
+    // The fixture's worker registered the test binary's queues, one with a
+    // rate limit of 20 per second counted on finished instances: a shorter
+    // retention is refused, naming it, though the command declares no queue.
+    let error = f
+        .keiro_cmd(&["gc", "--finished-older-than", "0s"])
+        .await
+        .fails(1);
+    assert!(
+        error.contains("queue `test-rate-20` (as a resume worker registered it)")
+            && error.contains("20 per 1s"),
+        "{error}"
+    );
+    forget_registered_queues(&f).await;
 
     // Completed ones at once, failed ones after an hour: a dry run counts
     // the completed three-step instance and deletes nothing.

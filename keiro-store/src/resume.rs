@@ -285,6 +285,26 @@ impl Store {
         })
     }
 
+    /// Every named queue some resume worker registered (live, or stopped
+    /// without removing its identity), with each set of limits (as text)
+    /// registered for it: what a process declaring no queue (the `keiro`
+    /// command) knows of the queues' limits.
+    pub async fn registered_queue_limits(&self) -> Result<Vec<(String, String)>> {
+        const OP: &str = "registered_queue_limits";
+        dispatch!(Store, self, |s, sql| {
+            let rows = crate::prepared::query(&sql.registered_queue_limits)
+                .fetch_all(s.exec())
+                .await
+                .map_err(StoreError::query(OP))?;
+            rows.iter()
+                .map(|row| {
+                    let what = || "a worker's queue".to_owned();
+                    Ok((row.text(what, "queue")?, row.text(what, "limits")?))
+                })
+                .collect()
+        })
+    }
+
     /// The queue of instance `id` when no resume worker serving its
     /// workflow whose executor sent a heartbeat at or after `alive_since`
     /// (µs since the Unix epoch) claims from it; `None` when one does, or

@@ -216,6 +216,7 @@ pub(crate) struct Statements {
     pub(crate) insert_worker_queues: String,
     pub(crate) queue_unserved: String,
     pub(crate) queue_limits_elsewhere: String,
+    pub(crate) registered_queue_limits: String,
     // Timers.
     pub(crate) timers_table: String,
     pub(crate) find_text: &'static str,
@@ -534,6 +535,10 @@ impl Statements {
                 "INSERT INTO {wq} (executor_id, name, limits) SELECT $1, r.name, r.signature \
                  FROM {}",
                 (d.registered_rows)(2)
+            ),
+            registered_queue_limits: format!(
+                "SELECT DISTINCT name AS queue, limits FROM {wq} WHERE name <> '' \
+                 ORDER BY name, limits"
             ),
             queue_limits_elsewhere: format!(
                 "SELECT o.name AS queue, o.executor_id, o.limits FROM {wq} m \

@@ -127,6 +127,29 @@ impl Queue {
         }
     }
 
+    /// The rate limit (starts, period) a worker registered in `limits`, the
+    /// text [`Queue::describe_limits`] wrote (its period as `Duration`
+    /// prints it, e.g. `60s`, `1.5s`, `250ms`); `None` without one, or for
+    /// text it cannot read.
+    pub(crate) fn registered_rate_limit(limits: &str) -> Option<(u32, Duration)> {
+        let rate = limits
+            .split(", ")
+            .find_map(|part| part.strip_prefix("rate_limit "))?;
+        let (starts, period) = rate.split_once(" per ")?;
+        let split = period.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let (number, unit) = period.split_at(split);
+        let seconds_per_unit = match unit {
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return None,
+        };
+        let seconds = number.parse::<f64>().ok()? * seconds_per_unit;
+        let period = Duration::try_from_secs_f64(seconds).ok()?;
+        Some((starts.parse().ok()?, period))
+    }
+
     /// The limits as the store's claim applies them.
     pub(crate) fn limits(&self) -> keiro_store::QueueLimits<'static> {
         keiro_store::QueueLimits {
@@ -259,6 +282,28 @@ mod tests {
         let text = from_iter([&A, &B]).unwrap_err().to_string();
         assert!(text.contains("`mail`") && text.contains("twice"), "{text}");
         assert_eq!(from_iter([&A, &A]).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_registered_rate_limit_reads_back() {
+        for period in [
+            Duration::from_secs(60),
+            Duration::from_millis(1500),
+            Duration::from_millis(250),
+            Duration::from_micros(70),
+            Duration::from_nanos(3),
+            Duration::from_secs(86_400 * 7),
+        ] {
+            let queue = Queue::__new("rated", Some(4), Some(2), Some((100, period)));
+            let limits = queue.describe_limits();
+            let (starts, read) = Queue::registered_rate_limit(&limits).unwrap();
+            assert_eq!(starts, 100, "{limits}");
+            let off = read.abs_diff(period);
+            assert!(off <= Duration::from_nanos(1), "{limits}: read {read:?}");
+        }
+        assert_eq!(Queue::registered_rate_limit("concurrency 3"), None);
+        assert_eq!(Queue::registered_rate_limit("no limits"), None);
+        assert_eq!(Queue::registered_rate_limit("rate_limit 5 per soon"), None);
     }
 
     #[test]

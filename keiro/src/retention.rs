@@ -103,28 +103,40 @@ impl Retention {
     /// recorded on its instances, so deleting finished ones the window still
     /// covers would let the queue start more than its limit.
     pub(crate) fn check_rate_windows(&self, queues: &[&'static crate::Queue]) -> Result<()> {
+        for queue in queues {
+            if let Some((starts, period)) = queue.rate_limit() {
+                self.check_rate_window(queue.name(), starts, period, "")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses this retention for queue `name`'s rate limit of `starts` per
+    /// `period` (see [`Retention::check_rate_windows`]); `whose` says where
+    /// the limit comes from, if not from this binary.
+    fn check_rate_window(
+        &self,
+        name: &str,
+        starts: u32,
+        period: Duration,
+        whose: &str,
+    ) -> Result<()> {
         let kept = self
             .failed_older_than
             .map_or(self.finished_older_than, |failed| {
                 failed.min(self.finished_older_than)
             });
-        for queue in queues {
-            if let Some((starts, period)) = queue.rate_limit() {
-                if kept < period {
-                    return Err(Error::invalid_option(
-                        "Retention",
-                        format!(
-                            "finished instances are kept {kept:?}, but queue `{}` limits its \
-                             starts to {starts} per {period:?}, counted on its instances: gc \
-                             would forget starts the window still counts; keep them at least \
-                             {period:?}",
-                            queue.name()
-                        ),
-                    ));
-                }
-            }
+        if kept >= period {
+            return Ok(());
         }
-        Ok(())
+        Err(Error::invalid_option(
+            "Retention",
+            format!(
+                "finished instances are kept {kept:?}, but queue `{name}`{whose} limits its \
+                 starts to {starts} per {period:?}, counted on its instances: gc would forget \
+                 starts the window still counts; keep them at least {period:?}"
+            ),
+        ))
     }
 
     /// The store's policy for a run starting at `now` (µs).
@@ -140,6 +152,25 @@ impl Retention {
 }
 
 impl Keiro {
+    /// Refuses `retention` when it is shorter than the rate-limit period of
+    /// a queue some resume worker registered in the store
+    /// ([`keiro_store::Store::registered_queue_limits`]): what a process
+    /// that declares no queue itself (the `keiro` command, a service that
+    /// only enqueues) knows of them.
+    pub(crate) async fn check_registered_rate_windows(&self, retention: &Retention) -> Result<()> {
+        for (queue, limits) in self.raw_store().registered_queue_limits().await? {
+            if let Some((starts, period)) = crate::Queue::registered_rate_limit(&limits) {
+                retention.check_rate_window(
+                    &queue,
+                    starts,
+                    period,
+                    " (as a resume worker registered it)",
+                )?;
+            }
+        }
+        Ok(())
+    }
+
     /// Deletes what `retention` selects, in batches, and says what went.
     ///
     /// Only root instances (no parent) are candidates: completed and
@@ -172,6 +203,7 @@ impl Keiro {
     pub async fn gc(&self, retention: &Retention) -> Result<GcSummary> {
         retention.validate()?;
         retention.check_rate_windows(self.registry().queues())?;
+        self.check_registered_rate_windows(retention).await?;
         let policy = retention.policy(self.now_us());
         let mut cursor = GcCursor::default();
         let mut summary = GcSummary::default();
