@@ -135,10 +135,28 @@ pub struct Transaction<'c> {
     /// aborted the transaction, named when a body that swallowed it
     /// returns `Ok`.
     failed: Option<String>,
-    /// Whether the last statement run through a [`TxConnection`] failed
-    /// with an error after which SQLite may roll the transaction back by
-    /// itself (see [`keiro_store::is_sqlite_rollback_error`]).
-    sqlite_rolled_back: bool,
+    /// Whether a rollback keiro finds may be SQLite's own at a failed
+    /// statement of the body, with nothing committed since (see
+    /// [`SqliteRollback`]).
+    sqlite_rollback: SqliteRollback,
+}
+
+/// What the body's statements say of a rollback SQLite may have made by
+/// itself under it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SqliteRollback {
+    /// No statement on the watched connection failed with an error after
+    /// which SQLite rolls back by itself.
+    NotMet,
+    /// One did, and no statement has succeeded since, nor did the body take
+    /// the unwatched transaction: a rollback found now is SQLite's, and
+    /// nothing the body ran after it committed.
+    Met,
+    /// One did, and then the body went on (a statement succeeded, in
+    /// autocommit if the transaction had rolled back, or it took the
+    /// unwatched transaction): a rollback found now may have writes after
+    /// it that committed on their own.
+    WentOn,
 }
 
 impl<'c> Transaction<'c> {
@@ -147,15 +165,14 @@ impl<'c> Transaction<'c> {
             tx,
             conflict: None,
             failed: None,
-            sqlite_rolled_back: false,
+            sqlite_rollback: SqliteRollback::NotMet,
         }
     }
 
-    /// Whether the body's last statement on its watched connection failed
-    /// with an error after which SQLite rolls back by itself: a rollback
-    /// found then is SQLite's, and nothing the body ran since committed.
+    /// Whether a rollback found under the body is SQLite's own at a failed
+    /// statement of the body, with nothing the body ran since committed.
     pub(crate) fn sqlite_rolled_back(&self) -> bool {
-        self.sqlite_rolled_back
+        self.sqlite_rollback == SqliteRollback::Met
     }
 
     /// The conflict a statement of the body met and no later statement got
@@ -204,7 +221,7 @@ impl<'c> Transaction<'c> {
                 watched: Watched {
                     conflict: &mut self.conflict,
                     failed: &mut self.failed,
-                    sqlite_rolled_back: &mut self.sqlite_rolled_back,
+                    sqlite_rollback: &mut self.sqlite_rollback,
                 },
             }),
             #[cfg(feature = "sqlite")]
@@ -226,7 +243,7 @@ impl<'c> Transaction<'c> {
                 watched: Watched {
                     conflict: &mut self.conflict,
                     failed: &mut self.failed,
-                    sqlite_rolled_back: &mut self.sqlite_rolled_back,
+                    sqlite_rollback: &mut self.sqlite_rollback,
                 },
             }),
             #[cfg(feature = "postgres")]
@@ -241,6 +258,10 @@ impl<'c> Transaction<'c> {
     /// [`Transaction::sqlite`].
     #[cfg(feature = "sqlite")]
     pub fn as_sqlite(&mut self) -> Option<&mut sqlx::Transaction<'c, sqlx::Sqlite>> {
+        // What the body runs on it keiro does not see.
+        if self.sqlite_rollback == SqliteRollback::Met {
+            self.sqlite_rollback = SqliteRollback::WentOn;
+        }
         match &mut self.tx {
             StepTx::Sqlite(tx) => Some(tx),
             #[cfg(feature = "postgres")]
@@ -319,8 +340,8 @@ struct Watched<'t> {
     conflict: &'t mut Option<String>,
     /// See `Transaction::failed`.
     failed: &'t mut Option<String>,
-    /// See `Transaction::sqlite_rolled_back`.
-    sqlite_rolled_back: &'t mut bool,
+    /// See `Transaction::sqlite_rollback`.
+    sqlite_rollback: &'t mut SqliteRollback,
 }
 
 impl Watched<'_> {
@@ -328,10 +349,12 @@ impl Watched<'_> {
     /// first failure since the last success; a success clears both (the body
     /// got past them, as `ROLLBACK TO SAVEPOINT` does).
     fn watch<T>(&mut self, outcome: &Result<T, sqlx::Error>) {
-        *self.sqlite_rolled_back = outcome
-            .as_ref()
-            .err()
-            .is_some_and(keiro_store::is_sqlite_rollback_error);
+        *self.sqlite_rollback = match (*self.sqlite_rollback, outcome) {
+            (SqliteRollback::WentOn, _) => SqliteRollback::WentOn,
+            (_, Err(error)) if keiro_store::is_sqlite_rollback_error(error) => SqliteRollback::Met,
+            (SqliteRollback::Met, Ok(_)) => SqliteRollback::WentOn,
+            (state, _) => state,
+        };
         match outcome {
             Ok(_) => {
                 *self.conflict = None;

@@ -9,6 +9,7 @@
 //! SIGKILL between the writes and the commit is in `transactional_crash.rs`.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -1102,7 +1103,7 @@ async fn sqlite_a_mark_left_on_the_connection_misleads_no_later_step() {
     .await;
     assert!(ended.is_err(), "{ended:?}");
     let key = uuid::Uuid::new_v4().to_string();
-    let out = survive_an_interrupt(key.clone(), "after-a-reopen".into())
+    let out = survive_an_interrupt(key.clone(), "after-a-reopen".into(), false)
         .id(&key)
         .on(&keiro)
         .await
@@ -1280,42 +1281,53 @@ async fn postgres_a_body_that_swallows_a_failed_statement_is_told_so() {
 }
 
 /// Inserts ledger entry `entry` on the watched connection. On its first run
-/// the insert is interrupted (a progress handler refusing to go on), which
-/// makes SQLite roll the whole transaction back by itself, as it may on a
-/// full disk or an I/O error, and the body returns that error.
+/// the insert is interrupted (a progress handler refusing to go on, once),
+/// which makes SQLite roll the whole transaction back by itself, as it may
+/// on a full disk or an I/O error. Then, if `go_on`, it inserts
+/// `{entry}-after` (in autocommit: the transaction is gone) and runs one
+/// more statement that is interrupted too, before it returns the first
+/// interrupt's error.
 #[step(transaction, max_attempts = 2, backoff_ms = 1)]
 async fn interrupted_once(
     tx: &mut keiro::Transaction<'_>,
     key: String,
     entry: String,
+    go_on: bool,
 ) -> Result<u32, String> {
     let first = count(&key, "interrupted_once") == 0;
     ran(&key, "interrupted_once");
+    // Armed: the handler refuses its next call (and disarms).
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(first));
     if first {
         let c: &mut sqlx::SqliteConnection = tx.as_sqlite().expect("SQLite");
+        let refuse = armed.clone();
         c.lock_handle()
             .await
             .map_err(|e| e.to_string())?
-            .set_progress_handler(1, || false);
+            .set_progress_handler(1, move || !refuse.swap(false, Ordering::SeqCst));
     }
+    let insert = "INSERT INTO tx_ledger (entry, account, cents) VALUES ($1, 1, 1)";
     let mut db = tx.sqlite().expect("SQLite");
-    let done = sqlx::query("INSERT INTO tx_ledger (entry, account, cents) VALUES ($1, 1, 1)")
-        .bind(&entry)
-        .execute(&mut db)
-        .await;
-    if first {
-        let c: &mut sqlx::SqliteConnection = tx.as_sqlite().expect("SQLite");
-        c.lock_handle()
+    let done = sqlx::query(insert).bind(&entry).execute(&mut db).await;
+    if done.is_err() && go_on {
+        sqlx::query(insert)
+            .bind(format!("{entry}-after"))
+            .execute(&mut db)
             .await
-            .map_err(|e| e.to_string())?
-            .remove_progress_handler();
+            .map_err(|e| e.to_string())?;
+        armed.store(true, Ordering::SeqCst);
+        let again = sqlx::query(insert)
+            .bind(format!("{entry}-again"))
+            .execute(&mut db)
+            .await;
+        assert!(again.is_err(), "the second interrupt");
     }
     done.map(|_| 1).map_err(|e| e.to_string())
 }
 
 #[workflow]
-async fn survive_an_interrupt(key: String, entry: String) -> Result<u32, String> {
-    interrupted_once(key, entry).await
+async fn survive_an_interrupt(key: String, entry: String, go_on: bool) -> Result<u32, String> {
+    interrupted_once(key, entry, go_on).await
 }
 
 /// SQLite rolls a transaction back by itself when some statements fail (an
@@ -1330,7 +1342,7 @@ async fn sqlite_a_transaction_sqlite_rolled_back_itself_is_retried() {
     let (_db, keiro) = bank_on(Backend::Sqlite, 100).await;
     let store = keiro::unstable::raw_store(&keiro);
     let key = uuid::Uuid::new_v4().to_string();
-    let out = survive_an_interrupt(key.clone(), "interrupted".into())
+    let out = survive_an_interrupt(key.clone(), "interrupted".into(), false)
         .id(&key)
         .on(&keiro)
         .await
@@ -1342,6 +1354,34 @@ async fn sqlite_a_transaction_sqlite_rolled_back_itself_is_retried() {
     assert_eq!(steps.len(), 1, "{steps:?}");
     assert_eq!(steps[0].outcome, StepOutcome::Ok, "{steps:?}");
     assert_eq!(steps[0].attempts, Some(2), "{steps:?}");
+}
+
+/// The same rollback, but the body then writes again before it returns the
+/// error: that write committed on its own (the transaction was gone), so
+/// running the body again would apply it twice. The instance fails instead,
+/// saying the transaction was rolled back under the body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_body_that_goes_on_after_sqlites_rollback_is_not_run_again() {
+    let (_db, keiro) = bank_on(Backend::Sqlite, 100).await;
+    let store = keiro::unstable::raw_store(&keiro);
+    let key = uuid::Uuid::new_v4().to_string();
+    let error = survive_an_interrupt(key.clone(), "went-on".into(), true)
+        .id(&key)
+        .on(&keiro)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, keiro::Error::Failed { .. })
+            && error.to_string().contains("rolled back under its body"),
+        "{error}"
+    );
+    assert_eq!(count(&key, "interrupted_once"), 1, "ran again");
+    assert_eq!(
+        bank(store).await,
+        (100, 1),
+        "the write after the rollback, once"
+    );
+    assert!(keiro.steps(&key).await.unwrap().is_empty());
 }
 
 on_both_backends!(
