@@ -200,6 +200,20 @@ impl StoreError {
     }
 }
 
+impl StoreError {
+    /// Whether the database answered the operation: `false` when the
+    /// connection broke (or SQLite's connection thread died) before an
+    /// answer came, so a write may have committed all the same.
+    pub fn is_answered(&self) -> bool {
+        match self {
+            StoreError::Query { source, .. } => {
+                !matches!(**source, sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed)
+            }
+            _ => true,
+        }
+    }
+}
+
 /// Whether a driver error is worth retrying (see [`StoreError::is_transient`]).
 fn is_transient_driver_error(error: &sqlx::Error) -> bool {
     match error {

@@ -300,8 +300,10 @@ where
         let (mut attempt, mut conflicts) = (1, 0);
         loop {
             // Whether the attempt may run again: nothing of it committed. A
-            // conflict or a transient error says so, unless it is a COMMIT
-            // whose answer never came: nothing journals what it did.
+            // conflict or a transient error before the COMMIT says so; after
+            // it only a conflict does (a transient one, a lost connection or
+            // a server shutting down, may come after the COMMIT took
+            // effect, and outside a workflow nothing journals what it did).
             let (error, again) = match self.attempt(&keiro, None).await {
                 Ok(Attempt::Failed(value)) if attempt < max && (self.retry)(&value) => {
                     self.meta.wait_before_retry(attempt).await;
@@ -314,15 +316,15 @@ where
                     match tx.check_open().await {
                         Ok(()) => match tx.commit().await {
                             Ok(()) => return value,
-                            Err(error) if answer_lost(&error) => panic!(
+                            Err(error) if error.is_transient() && !error.is_conflict() => panic!(
                                 "`#[step(transaction)]` `{name}`, called outside a workflow, \
-                                 sent its COMMIT and never got the answer ({error}): its writes \
+                                 sent its COMMIT and got no clear answer ({error}): its writes \
                                  may or may not have committed, and outside a workflow nothing \
                                  journals them; call it from a workflow to have it take effect \
                                  exactly once"
                             ),
                             Err(error) => {
-                                let again = error.is_conflict() || error.is_transient();
+                                let again = error.is_conflict();
                                 (error, again)
                             }
                         },
@@ -469,18 +471,6 @@ fn step_error(cx: &WorkflowContext, seq: i64, name: &str, error: StoreError) -> 
             reason: error.to_string(),
         },
         error => Error::Store(error),
-    }
-}
-
-/// Whether a failed `COMMIT` may have committed all the same: its answer
-/// never came (the connection broke, or SQLite's connection thread died).
-/// An error the database answered with means it did not commit.
-fn answer_lost(error: &StoreError) -> bool {
-    match error {
-        StoreError::Query { source, .. } => {
-            matches!(**source, sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed)
-        }
-        _ => false,
     }
 }
 

@@ -37,13 +37,20 @@ impl Keiro {
         // safe: the cancel reads the instance's status under its row lock
         // first, and an ended one is left as it is.
         let store = self.raw_store();
-        let cancelling = crate::retry::retrying(("", id), "cancelling", || store.cancel(id));
-        let (cancelled, tried_before) = cancelling.await;
-        let cancelled = match cancelled? {
-            // An earlier try may have committed unseen (its answer lost):
-            // this call's own cancel, whose descendants it cannot name.
+        // Whether a try failed without an answer: it may have committed.
+        let unanswered = std::sync::atomic::AtomicBool::new(false);
+        let cancelled = crate::retry::retrying(("", id), "cancelling", || async {
+            let tried = store.cancel(id).await;
+            if tried.as_ref().is_err_and(|error| !error.is_answered()) {
+                unanswered.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            tried
+        });
+        let cancelled = match cancelled.await.0? {
+            // A try whose answer was lost committed unseen: this call's own
+            // cancel, whose descendants it cannot name.
             keiro_store::Cancellation::AlreadyFinal(keiro_store::InstanceStatus::Cancelled)
-                if tried_before =>
+                if unanswered.load(std::sync::atomic::Ordering::Relaxed) =>
             {
                 keiro_store::Cancellation::Cancelled(vec![id.to_owned()])
             }
