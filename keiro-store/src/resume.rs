@@ -285,14 +285,22 @@ impl Store {
         })
     }
 
-    /// Every named queue some resume worker registered (live, or stopped
-    /// without removing its identity), with each set of limits (as text)
+    /// Every named queue a live resume worker other than executor
+    /// `executor_id` registered (its heartbeat at or after `alive_since`,
+    /// µs since the Unix epoch), with each set of limits (as text)
     /// registered for it: what a process declaring no queue (the `keiro`
-    /// command) knows of the queues' limits.
-    pub async fn registered_queue_limits(&self) -> Result<Vec<(String, String)>> {
+    /// command) knows of the queues' limits. A crashed worker's rows stay
+    /// behind, but count no more once its heartbeat is old.
+    pub async fn registered_queue_limits(
+        &self,
+        executor_id: &str,
+        alive_since: i64,
+    ) -> Result<Vec<(String, String)>> {
         const OP: &str = "registered_queue_limits";
         dispatch!(Store, self, |s, sql| {
             let rows = crate::prepared::query(&sql.registered_queue_limits)
+                .bind(executor_id)
+                .bind(alive_since)
                 .fetch_all(s.exec())
                 .await
                 .map_err(StoreError::query(OP))?;

@@ -537,8 +537,9 @@ impl Statements {
                 (d.registered_rows)(2)
             ),
             registered_queue_limits: format!(
-                "SELECT DISTINCT name AS queue, limits FROM {wq} WHERE name <> '' \
-                 ORDER BY name, limits"
+                "SELECT DISTINCT q.name AS queue, q.limits FROM {wq} q \
+                 JOIN {e} e ON e.id = q.executor_id AND e.heartbeat_at >= $2 \
+                 WHERE q.name <> '' AND q.executor_id <> $1 ORDER BY q.name, q.limits"
             ),
             queue_limits_elsewhere: format!(
                 "SELECT o.name AS queue, o.executor_id, o.limits FROM {wq} m \

@@ -138,15 +138,27 @@ impl Queue {
         let (starts, period) = rate.split_once(" per ")?;
         let split = period.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
         let (number, unit) = period.split_at(split);
-        let seconds_per_unit = match unit {
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "µs" => 1e-6,
-            "ns" => 1e-9,
+        let unit_ns: u128 = match unit {
+            "s" => 1_000_000_000,
+            "ms" => 1_000_000,
+            "µs" => 1_000,
+            "ns" => 1,
             _ => return None,
         };
-        let seconds = number.parse::<f64>().ok()? * seconds_per_unit;
-        let period = Duration::try_from_secs_f64(seconds).ok()?;
+        // Exact: whole units, then the fraction's digits (at most nine).
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        if whole.is_empty() || fraction.len() > 9 {
+            return None;
+        }
+        let whole: u128 = whole.parse().ok()?;
+        let mut nanos = whole.checked_mul(unit_ns)?;
+        if !fraction.is_empty() {
+            let digits: u128 = fraction.parse().ok()?;
+            let scale = 10u128.pow(fraction.len() as u32);
+            nanos = nanos.checked_add(digits * unit_ns / scale)?;
+        }
+        let secs = u64::try_from(nanos / 1_000_000_000).unwrap_or(u64::MAX);
+        let period = Duration::new(secs, (nanos % 1_000_000_000) as u32);
         Some((starts.parse().ok()?, period))
     }
 
@@ -293,13 +305,15 @@ mod tests {
             Duration::from_micros(70),
             Duration::from_nanos(3),
             Duration::from_secs(86_400 * 7),
+            Duration::new(1, 1),
+            Duration::new(200 * 86_400, 123_456_789),
+            Duration::MAX,
         ] {
             let queue = Queue::__new("rated", Some(4), Some(2), Some((100, period)));
             let limits = queue.describe_limits();
             let (starts, read) = Queue::registered_rate_limit(&limits).unwrap();
             assert_eq!(starts, 100, "{limits}");
-            let off = read.abs_diff(period);
-            assert!(off <= Duration::from_nanos(1), "{limits}: read {read:?}");
+            assert_eq!(read, period, "{limits}");
         }
         assert_eq!(Queue::registered_rate_limit("concurrency 3"), None);
         assert_eq!(Queue::registered_rate_limit("no limits"), None);

@@ -153,12 +153,19 @@ impl Retention {
 
 impl Keiro {
     /// Refuses `retention` when it is shorter than the rate-limit period of
-    /// a queue some resume worker registered in the store
+    /// a queue another live resume worker registered in the store
     /// ([`keiro_store::Store::registered_queue_limits`]): what a process
     /// that declares no queue itself (the `keiro` command, a service that
     /// only enqueues) knows of them.
     pub(crate) async fn check_registered_rate_windows(&self, retention: &Retention) -> Result<()> {
-        for (queue, limits) in self.raw_store().registered_queue_limits().await? {
+        // Liveness is real time whatever the runtime's clock.
+        let alive_since =
+            keiro_store::now_us() - duration_us(crate::runtime::identity::EXECUTOR_TTL);
+        let store = self.raw_store();
+        for (queue, limits) in store
+            .registered_queue_limits(self.owner(), alive_since)
+            .await?
+        {
             if let Some((starts, period)) = crate::Queue::registered_rate_limit(&limits) {
                 retention.check_rate_window(
                     &queue,
@@ -198,8 +205,9 @@ impl Keiro {
     ///
     /// A dry run runs the same batches and rolls each back. Invalid settings
     /// are [`Error::InvalidOption`], and so is a retention shorter than the
-    /// period of a rate limit of a queue this binary declares (the window
-    /// counts the starts recorded on finished instances too).
+    /// period of a rate limit of a queue this binary declares, or one
+    /// another live resume worker registered (the window counts the starts
+    /// recorded on finished instances too).
     pub async fn gc(&self, retention: &Retention) -> Result<GcSummary> {
         retention.validate()?;
         retention.check_rate_windows(self.registry().queues())?;

@@ -64,7 +64,6 @@ impl Keiro {
         options.validate()?;
         if let Some(retention) = &options.retention {
             retention.check_rate_windows(self.registry().queues())?;
-            self.check_registered_rate_windows(retention).await?;
         }
         self.ensure_executor().await?;
         let (phase, watched) = watch::channel(Phase::Running);

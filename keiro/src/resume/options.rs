@@ -49,7 +49,11 @@ pub struct ResumeOptions {
     /// What the worker deletes every [`ResumeOptions::gc_interval`] with
     /// [`crate::Keiro::gc`] (default `None`: nothing). It runs beside the
     /// passes, reports [`ResumeEvent::Gc`] or [`ResumeEvent::GcFailed`] and
-    /// tries again next interval after a failure.
+    /// tries again next interval after a failure. A retention shorter than
+    /// the rate-limit period of a queue this binary declares refuses to
+    /// start the worker; one shorter than a period another live worker
+    /// registered (mid-deploy, say) fails each gc run, as `GcFailed`, until
+    /// that worker is gone.
     pub retention: Option<Retention>,
     /// How often the worker runs [`ResumeOptions::retention`]: first when it
     /// starts, then every interval (default 1 h).
