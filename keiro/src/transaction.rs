@@ -30,9 +30,10 @@ use keiro_store::{StepTx, TimerTx};
 /// result is returned and no transaction is opened. Called outside a
 /// workflow, the body runs in a transaction of the process-wide runtime
 /// ([`crate::global`]), committed on success, and nothing is journaled;
-/// a conflict or a connection lost before the `COMMIT` runs the body again,
-/// and an error keiro cannot get past panics, naming the step (a `COMMIT`
-/// whose answer was lost among them: nothing says whether it committed).
+/// a conflict, or a connection lost before the `COMMIT`, runs the body
+/// again, and an error keiro cannot get past panics, naming the step (a
+/// `COMMIT` that met a lost connection or a server shutting down among
+/// them: nothing says whether it committed).
 ///
 /// A serialization failure or deadlock that a statement of the body meets
 /// (PostgreSQL's SQLSTATE `40001` or `40P01`) runs the step again by default:
