@@ -302,3 +302,43 @@ impl FaultWorker {
         self.child.wait().await.expect("reap the fault worker");
     }
 }
+
+/// Makes PostgreSQL refuse, once, the first update that sets a workflow's
+/// status to `status`, with a deadlock (SQLSTATE `40P01`): a stand-in for
+/// two transactions that locked the same rows in opposite orders. Returns
+/// a reader of how many times the trigger fired (counted by a sequence, so
+/// the refused firing counts though its transaction rolled back).
+pub async fn deadlock_once_on_status(pool: &sqlx::PgPool, status: &str) -> DeadlockOnce {
+    assert!(
+        status.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+        "a status name, not {status:?}"
+    );
+    sqlx::raw_sql(&format!(
+        "CREATE SEQUENCE deadlock_once; \
+         CREATE FUNCTION deadlock_once() RETURNS trigger AS $$ BEGIN \
+         IF NEW.status = '{status}' AND nextval('deadlock_once') = 1 THEN \
+         RAISE EXCEPTION 'deadlock detected (a test trigger)' USING ERRCODE = '40P01'; \
+         END IF; RETURN NEW; END $$ LANGUAGE plpgsql; \
+         CREATE TRIGGER deadlock_once BEFORE UPDATE ON keiro.workflows FOR EACH ROW \
+         EXECUTE FUNCTION deadlock_once()"
+    ))
+    .execute(pool)
+    .await
+    .expect("install the deadlock trigger");
+    DeadlockOnce { pool: pool.clone() }
+}
+
+/// The trigger [`deadlock_once_on_status`] installed.
+pub struct DeadlockOnce {
+    pool: sqlx::PgPool,
+}
+
+impl DeadlockOnce {
+    /// How many times the trigger fired (the refused time included).
+    pub async fn fired(&self) -> i64 {
+        sqlx::query_scalar("SELECT last_value FROM deadlock_once")
+            .fetch_one(&self.pool)
+            .await
+            .expect("read the deadlock trigger's count")
+    }
+}

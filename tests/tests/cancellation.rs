@@ -241,20 +241,7 @@ async fn postgres_a_cancel_that_meets_a_deadlock_goes_again() {
     let keiro_store::Store::Postgres(pg) = keiro::unstable::raw_store(&keiro) else {
         panic!("a PostgreSQL store");
     };
-    // A sequence, so the first firing is counted though its transaction
-    // rolls back.
-    sqlx::raw_sql(
-        "CREATE SEQUENCE deadlock_once; \
-         CREATE FUNCTION deadlock_once() RETURNS trigger AS $$ BEGIN \
-         IF NEW.status = 'cancelled' AND nextval('deadlock_once') = 1 THEN \
-         RAISE EXCEPTION 'deadlock detected (a test trigger)' USING ERRCODE = '40P01'; \
-         END IF; RETURN NEW; END $$ LANGUAGE plpgsql; \
-         CREATE TRIGGER deadlock_once BEFORE UPDATE ON keiro.workflows FOR EACH ROW \
-         EXECUTE FUNCTION deadlock_once()",
-    )
-    .execute(pg.pool())
-    .await
-    .unwrap();
+    let trigger = keiro_tests::faults::deadlock_once_on_status(pg.pool(), "cancelled").await;
     let key = uuid::Uuid::new_v4().to_string();
     let handle = long_haul(key.clone())
         .id(&key)
@@ -276,10 +263,7 @@ async fn postgres_a_cancel_that_meets_a_deadlock_goes_again() {
         .unwrap_err();
     assert!(matches!(err, Error::Cancelled { .. }), "{err}");
     assert_eq!(handle.status().await.unwrap(), WorkflowStatus::Cancelled);
-    let fired: i64 = sqlx::query_scalar("SELECT last_value FROM deadlock_once")
-        .fetch_one(pg.pool())
-        .await
-        .unwrap();
+    let fired = trigger.fired().await;
     assert!(fired >= 2, "the trigger fired {fired} time(s)");
 }
 
