@@ -735,15 +735,62 @@ async fn postgres_a_connection_lost_under_the_body_runs_it_again() {
     assert_eq!(rows, 1);
 }
 
+/// Inserts `key` into `tx_shutdown`, whose deferred trigger refuses the
+/// COMMIT with SQLSTATE 57P01 (a server shutting down): a transient error
+/// that might, for all keiro can tell, come after the COMMIT took effect.
+#[step(transaction)]
+async fn commit_meets_a_shutdown(
+    tx: &mut keiro::Transaction<'_>,
+    key: String,
+) -> Result<u32, String> {
+    ran(&key, "commit_meets_a_shutdown");
+    let mut db = tx.postgres().expect("PostgreSQL");
+    sqlx::query("INSERT INTO tx_shutdown (k) VALUES ($1)")
+        .bind(&key)
+        .execute(&mut db)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(1)
+}
+
 /// The same outside a workflow (the body runs in a transaction of the
 /// process-wide runtime): the lost connection's `Err` is not the call's
 /// outcome, nothing had committed, so the body runs again, and the call
-/// returns its result instead of panicking. (The only test of this file
-/// that sets the process-wide runtime.)
+/// returns its result instead of panicking. A transient error at the
+/// COMMIT itself is another matter: nothing outside a workflow journals
+/// whether it took effect, so the body does not run again, and the call
+/// panics saying so. (The only test of this file that sets the
+/// process-wide runtime.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_outside_a_workflow_a_connection_lost_under_the_body_runs_it_again() {
     let (_db, keiro) = postgres_with("CREATE TABLE tx_lost (k TEXT PRIMARY KEY)").await;
     keiro::init(keiro.clone()).unwrap();
+    sqlx::raw_sql(
+        "CREATE TABLE tx_shutdown (k TEXT); \
+         CREATE FUNCTION tx_shutdown() RETURNS trigger AS $$ BEGIN \
+         RAISE EXCEPTION 'shutting down (a test trigger)' USING ERRCODE = '57P01'; \
+         END $$ LANGUAGE plpgsql; \
+         CREATE CONSTRAINT TRIGGER tx_shutdown AFTER INSERT ON tx_shutdown DEFERRABLE \
+         INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION tx_shutdown()",
+    )
+    .execute(postgres(&keiro).pool())
+    .await
+    .unwrap();
+    let key = uuid::Uuid::new_v4().to_string();
+    let call = tokio::spawn(commit_meets_a_shutdown(key.clone()));
+    let panicked = call.await.expect_err("the call panics");
+    let payload = panicked.into_panic();
+    let message = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        message.contains("`commit_meets_a_shutdown`")
+            && message.contains("may or may not have committed"),
+        "{message}"
+    );
+    assert_eq!(count(&key, "commit_meets_a_shutdown"), 1, "ran again");
+
     let key = uuid::Uuid::new_v4().to_string();
     LOSE_ONCE.lock().unwrap().push(key.clone());
     let out = lose_connection_once(key.clone()).await;
