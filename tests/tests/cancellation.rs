@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use keiro::{step, workflow, CancelOutcome, Error, Keiro, WorkflowStatus};
+use keiro::{step, workflow, CancelOutcome, Error, Keiro, WorkflowHandle, WorkflowStatus};
 use keiro_tests::{count, on_both_backends, ran, Backend, TestDb};
 
 async fn runtime(db: &TestDb) -> Keiro {
@@ -40,13 +40,13 @@ async fn wait_for_runs(key: &str, at_least: usize) {
     panic!("the workflow never ran {at_least} steps");
 }
 
-async fn a_running_workflow_stops_at_its_next_step(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let keiro = runtime(&db).await;
+/// Starts a `long_haul`, waits for its third step, and cancels it: the
+/// outcome names it alone. Returns its key and handle.
+async fn cancel_a_running_long_haul(keiro: &Keiro) -> (String, WorkflowHandle<u32>) {
     let key = uuid::Uuid::new_v4().to_string();
     let handle = long_haul(key.clone())
         .id(&key)
-        .on(&keiro)
+        .on(keiro)
         .start()
         .await
         .unwrap();
@@ -58,6 +58,13 @@ async fn a_running_workflow_stops_at_its_next_step(backend: Backend) {
             ids: vec![key.clone()]
         }
     );
+    (key, handle)
+}
+
+async fn a_running_workflow_stops_at_its_next_step(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = runtime(&db).await;
+    let (key, handle) = cancel_a_running_long_haul(&keiro).await;
     let ran_then = keiro_tests::runs(&key).len();
     let err = handle.result().await.unwrap_err();
     assert!(matches!(err, Error::Cancelled { .. }), "{err}");
@@ -242,21 +249,7 @@ async fn postgres_a_cancel_that_meets_a_deadlock_goes_again() {
         panic!("a PostgreSQL store");
     };
     let trigger = keiro_tests::faults::deadlock_once_on_status(pg.pool(), "cancelled").await;
-    let key = uuid::Uuid::new_v4().to_string();
-    let handle = long_haul(key.clone())
-        .id(&key)
-        .on(&keiro)
-        .start()
-        .await
-        .unwrap();
-    wait_for_runs(&key, 3).await;
-    let outcome = keiro.cancel(&key).await.unwrap();
-    assert_eq!(
-        outcome,
-        CancelOutcome::Cancelled {
-            ids: vec![key.clone()]
-        }
-    );
+    let (_, handle) = cancel_a_running_long_haul(&keiro).await;
     let err = tokio::time::timeout(Duration::from_secs(20), handle.result())
         .await
         .unwrap()
