@@ -14,6 +14,14 @@ use crate::error::is_conflict;
 use crate::journal::{step_args, StepTiming};
 use crate::{Result, StepRow, Store, StoreError};
 
+/// [`GUARD_RELEASE`]'s text, which [`COMMIT_SQLITE`] begins with.
+#[cfg(feature = "sqlite")]
+macro_rules! guard_release {
+    () => {
+        "RELEASE SAVEPOINT keiro_step; DELETE FROM temp.keiro_step_open"
+    };
+}
+
 /// The operation named in this module's errors.
 const OP: &str = "transactional_step";
 
@@ -37,9 +45,11 @@ const INSERT_SQLITE: &str = insert_timed_step!("keiro_steps");
 /// row inserted (failing on the primary key if the step is journaled), the
 /// commit, and an empty transaction for sqlx's count.
 #[cfg(feature = "sqlite")]
-const COMMIT_SQLITE: &str = "RELEASE SAVEPOINT keiro_step; DELETE FROM temp.keiro_step_open; \
-     INSERT INTO keiro_steps (workflow_id, generation, seq, name, kind, result, created_at, \
-     attempts, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9); COMMIT; BEGIN";
+const COMMIT_SQLITE: &str = concat!(
+    guard_release!(),
+    "; INSERT INTO keiro_steps (workflow_id, generation, seq, name, kind, result, created_at, \
+     attempts, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9); COMMIT; BEGIN"
+);
 /// How a transactional step's transaction begins on SQLite: with the write
 /// lock, the mark and the guard savepoint (see [`GUARD_RELEASE`]). A mark
 /// left by an earlier transaction (one a body committed and then opened
@@ -65,7 +75,7 @@ pub(crate) const BEGIN_SQLITE: &str = "DELETE FROM temp.keiro_step_open; BEGIN I
 /// commit batch begins with it. The mark then says which: it stays only
 /// if the transaction committed (see [`StepTx::guard_error`]).
 #[cfg(feature = "sqlite")]
-const GUARD_RELEASE: &str = "RELEASE SAVEPOINT keiro_step; DELETE FROM temp.keiro_step_open";
+const GUARD_RELEASE: &str = guard_release!();
 /// The temporary table holding a SQLite transactional step's mark, made on
 /// each connection as it opens: a temporary table belongs to its
 /// connection, and its rows commit and roll back with the transaction.
@@ -240,16 +250,13 @@ impl StepTx<'_> {
         #[allow(irrefutable_let_patterns)]
         if let StepTx::Sqlite(tx) = self {
             // The transaction's mark stays only if it committed: the body's
-            // writes did too. A mark that cannot be read counts as one.
+            // writes did too. A mark that cannot be read counts as one. (The
+            // next step's BEGIN batch clears it.)
             let marks: std::result::Result<i64, _> =
                 sqlx::query_scalar("SELECT count(*) FROM temp.keiro_step_open")
                     .fetch_one(&mut **tx)
                     .await;
             let committed = marks.map_or(true, |n| n > 0);
-            if committed {
-                let _ =
-                    sqlx::Executor::execute(&mut **tx, "DELETE FROM temp.keiro_step_open").await;
-            }
             // Fails harmlessly if the body began a transaction of its own.
             let _ = sqlx::Executor::execute(&mut **tx, "BEGIN").await;
             if !committed {
