@@ -201,6 +201,93 @@ impl Store {
         })
     }
 
+    /// Like [`Store::finish_handing_over`], with the step rows each run
+    /// journaled last (`steps`, same position as its finish) inserted in the
+    /// same transaction: a run's last steps and its end commit together, or
+    /// not at all.
+    ///
+    /// A finish applies only if each of its rows was inserted, or was found
+    /// journaled already with the same kind, name and result (a try before
+    /// this one committed it). A row found with another result was journaled
+    /// by another executor, so the run that computed this end lost its
+    /// lease: the finish reports `(false, None)` and applies nothing, and
+    /// that run's rows that were inserted commit as a prefix of its journal.
+    /// Rows must belong to the instance and generation of their finish.
+    pub async fn finish_after_steps(
+        &self,
+        finishes: &[Finish<'_>],
+        hand_overs: &[Option<&HandOver>],
+        steps: &[&[(StepRow, StepTiming)]],
+    ) -> Result<Vec<(bool, Option<InstanceRow>)>> {
+        const OP: &str = "finish";
+        if steps.iter().all(|rows| rows.is_empty()) {
+            return self.finish_handing_over(finishes, hand_overs).await;
+        }
+        if finishes.len() != hand_overs.len() || finishes.len() != steps.len() {
+            return Err(StoreError::Corrupt {
+                what: format!(
+                    "{} finishes came with {} hand-overs and {} step lists",
+                    finishes.len(),
+                    hand_overs.len(),
+                    steps.len()
+                ),
+            });
+        }
+        for (finish, rows) in finishes.iter().zip(steps) {
+            if let Some((row, _)) = rows.iter().find(|(row, _)| {
+                row.workflow_id != finish.id || row.generation != finish.generation
+            }) {
+                return Err(StoreError::Corrupt {
+                    what: format!(
+                        "step {} of instance `{}` (generation {}) came with the end of instance \
+                         `{}` (generation {})",
+                        row.seq, row.workflow_id, row.generation, finish.id, finish.generation
+                    ),
+                });
+            }
+        }
+        let now = self.now_us();
+        dispatch!(Store, self, |s| {
+            let mut tx = s.begin_batch(OP).await?;
+            let mut going = Vec::with_capacity(finishes.len());
+            for rows in steps {
+                let mut stands = true;
+                for (row, timing) in rows.iter() {
+                    if let Some(first) =
+                        journal_timed_once((&mut *tx).into(), OP, row, *timing, now).await?
+                    {
+                        stands &= first.kind == row.kind
+                            && first.name == row.name
+                            && first.result == row.result;
+                    }
+                }
+                going.push(stands);
+            }
+            let (apply, apply_hand_overs): (Vec<Finish<'_>>, Vec<Option<&HandOver>>) = finishes
+                .iter()
+                .zip(hand_overs)
+                .zip(&going)
+                .filter(|(_, stands)| **stands)
+                .map(|((finish, hand_over), _)| (*finish, *hand_over))
+                .unzip();
+            let mut applied =
+                finish_handing_over_on((&mut *tx).into(), &apply, &apply_hand_overs, now)
+                    .await?
+                    .into_iter();
+            tx.commit().await.map_err(StoreError::query(OP))?;
+            let mut finished = Vec::with_capacity(finishes.len());
+            for stands in going {
+                finished.push(match stands {
+                    true => applied.next().ok_or_else(|| StoreError::Corrupt {
+                        what: "a batch of finishes returned too few outcomes".into(),
+                    })?,
+                    false => (false, None),
+                });
+            }
+            Ok(finished)
+        })
+    }
+
     /// Records instances whose first run ended before they were recorded
     /// (short workflows awaited in the runtime that ran them): each is
     /// inserted and then finished as its `Finish` says, all in one
@@ -631,6 +718,35 @@ pub(crate) async fn journal_once(
 ) -> Result<Option<StepRow>> {
     dispatch!(Conn, conn, |c| {
         if insert_step_on((&mut *c).into(), op, step, now).await? {
+            return Ok(None);
+        }
+        let first = get_step_on(c.into(), op, &step.workflow_id, step.generation, step.seq)
+            .await?
+            .ok_or_else(|| unreadable_step(step))?;
+        Ok(Some(first))
+    })
+}
+
+/// [`journal_once`] with the step's attempts and first start.
+pub(crate) async fn journal_timed_once(
+    conn: Conn<'_>,
+    op: &'static str,
+    step: &StepRow,
+    timing: StepTiming,
+    now: i64,
+) -> Result<Option<StepRow>> {
+    dispatch!(Conn, conn, |c, sql| {
+        let inserted = bind_all!(
+            crate::prepared::query(&sql.insert_timed_step),
+            &step_args(step, now)
+        )
+        .bind(timing.attempts_column())
+        .bind(timing.started_at)
+        .execute(&mut *c)
+        .await
+        .map_err(StoreError::query(op))?
+        .rows_affected();
+        if inserted == 1 {
             return Ok(None);
         }
         let first = get_step_on(c.into(), op, &step.workflow_id, step.generation, step.seq)

@@ -1,6 +1,6 @@
 //! Group commit: one writer task per store batches the runtime's concurrent
-//! writes (new instances, step results, finished instances) into shared
-//! transactions.
+//! writes (new instances, step results, finished instances with the step
+//! rows their runs journaled last) into shared transactions.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -217,14 +217,34 @@ impl JournalWriter {
         self.finish_request(request, Some(hand_over)).await
     }
 
+    /// [`JournalWriter::finish_handing_over`] (or, without a hand-over,
+    /// [`JournalWriter::finish`]) with the run's last step rows, committed
+    /// in the same transaction (see [`Store::finish_after_steps`]): `false`
+    /// when a row was journaled first with another result, and then nothing
+    /// of the end applies.
+    pub async fn finish_after_steps(
+        &self,
+        request: FinishRequest,
+        hand_over: Option<HandOver>,
+        steps: Vec<(StepRow, StepTiming)>,
+    ) -> Result<(bool, Option<InstanceRow>)> {
+        let (reply, answer) = oneshot::channel();
+        let finishing = Finishing {
+            request,
+            hand_over,
+            steps,
+        };
+        self.send(Op::Finish(finishing, reply))?;
+        answer.await.map_err(|_| StoreError::WriterStopped)?
+    }
+
     async fn finish_request(
         &self,
         request: FinishRequest,
         hand_over: Option<HandOver>,
     ) -> Result<(bool, Option<InstanceRow>)> {
-        let (reply, answer) = oneshot::channel();
-        self.send(Op::Finish(Finishing { request, hand_over }, reply))?;
-        answer.await.map_err(|_| StoreError::WriterStopped)?
+        self.finish_after_steps(request, hand_over, Vec::new())
+            .await
     }
 
     /// [`Store::gc_batch`] through the writer: the batch runs after the
@@ -481,11 +501,13 @@ impl BatchWrite for TimedStep {
     }
 }
 
-/// A finish queued with the hand-over it makes, if any.
+/// A finish queued with the hand-over it makes, if any, and the step rows
+/// that commit with it.
 #[derive(Debug)]
 struct Finishing {
     request: FinishRequest,
     hand_over: Option<HandOver>,
+    steps: Vec<(StepRow, StepTiming)>,
 }
 
 impl BatchWrite for Finishing {
@@ -495,7 +517,11 @@ impl BatchWrite for Finishing {
         let finishes: Vec<Finish<'_>> = members.iter().map(|f| f.request.finish()).collect();
         let hand_overs: Vec<Option<&HandOver>> =
             members.iter().map(|f| f.hand_over.as_ref()).collect();
-        store.finish_handing_over(&finishes, &hand_overs).await
+        let steps: Vec<&[(StepRow, StepTiming)]> =
+            members.iter().map(|f| f.steps.as_slice()).collect();
+        store
+            .finish_after_steps(&finishes, &hand_overs, &steps)
+            .await
     }
 }
 

@@ -1,0 +1,495 @@
+//! A run's last step rows and its end commit together
+//! (`Store::finish_after_steps`, and `JournalWriter::finish_after_steps`
+//! through the group-commit writer), on both backends: the rows land with
+//! the end; a row another executor journaled first with another result keeps
+//! that result and stops the end (the rows that were new still commit); a
+//! row found with the same result (a retry of an unanswered commit) does
+//! not; each finish of a batch stands or falls alone; a hand-over claims its
+//! successor in the same commit; and rows that are not the finishing
+//! instance's are refused before anything is written.
+
+#[macro_use]
+mod support;
+
+use keiro_store::{
+    now_us, Finish, FinishRequest, HandOver, InstanceRow, InstanceStatus, JournalWriter,
+    NewInstance, QueueLimits, Queued, Registered, StepRow, StepTiming, Store, StoreError,
+};
+use support::{completed, create_flow, lease, TestDb, OWNER};
+
+conformance!(
+    a_finish_commits_its_step_rows_with_its_end,
+    a_row_journaled_with_another_result_stops_the_finish,
+    a_row_journaled_with_the_same_result_lets_the_finish_apply,
+    each_finish_of_a_batch_stands_or_falls_alone,
+    a_hand_over_claims_the_successor_with_the_rows,
+    a_row_of_another_instance_is_refused_before_anything_is_written,
+    the_writer_commits_rows_and_finish_together,
+);
+
+/// Step `seq` of generation 0 of `id`, named `step-<seq>`, with `result`.
+fn step(id: &str, seq: i64, result: &str) -> StepRow {
+    StepRow {
+        workflow_id: id.to_owned(),
+        generation: 0,
+        seq,
+        name: format!("step-{seq}"),
+        kind: "step".to_owned(),
+        result: result.to_owned(),
+    }
+}
+
+/// A body that ran `attempts` times, the first beginning at `started_at`.
+fn timing(attempts: u32, started_at: i64) -> StepTiming {
+    StepTiming {
+        attempts: Some(attempts),
+        started_at: Some(started_at),
+    }
+}
+
+async fn instance(store: &Store, id: &str) -> InstanceRow {
+    store.get_instance(id).await.unwrap().unwrap()
+}
+
+/// Asserts `id` is unfinished: running under [`OWNER`]'s live lease, with no
+/// output.
+async fn still_running(store: &Store, id: &str) {
+    let row = instance(store, id).await;
+    assert_eq!(row.status, InstanceStatus::Running, "{id} is not finished");
+    assert_eq!(
+        row.lease_owner.as_deref(),
+        Some(OWNER),
+        "{id} keeps its lease"
+    );
+    assert!(
+        row.lease_expires_at.unwrap() > now_us(),
+        "{id}'s lease is live"
+    );
+    assert_eq!(row.output, None, "{id} has no output");
+}
+
+/// Asserts `id` is completed with output `1` ([`completed`]), its lease
+/// released.
+async fn finished(store: &Store, id: &str) {
+    let row = instance(store, id).await;
+    assert_eq!(row.status, InstanceStatus::Completed, "{id} is finished");
+    assert_eq!(row.output.as_deref(), Some("1"), "{id}'s output");
+    assert_eq!(row.lease_owner, None, "{id}'s lease is released");
+}
+
+/// The `(seq, result)` of each journaled row of generation 0 of `id`.
+async fn journal(store: &Store, id: &str) -> Vec<(i64, String)> {
+    store
+        .load_journal(id, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| (row.seq, row.result))
+        .collect()
+}
+
+fn pairs(rows: &[(i64, &str)]) -> Vec<(i64, String)> {
+    rows.iter()
+        .map(|(seq, result)| (*seq, result.to_string()))
+        .collect()
+}
+
+async fn a_finish_commits_its_step_rows_with_its_end(db: &TestDb) {
+    let store = &db.store;
+    create_flow(db, "wf", None, None).await;
+    let started = now_us() - 5_000_000;
+    let rows = [
+        (step("wf", 0, "\"charged\""), timing(3, started)),
+        (step("wf", 1, "\"shipped\""), timing(1, started + 1_000)),
+    ];
+    let outcome = store
+        .finish_after_steps(&[completed("wf")], &[None], &[&rows])
+        .await
+        .unwrap();
+    assert!(matches!(outcome.as_slice(), [(true, None)]), "{outcome:?}");
+    finished(store, "wf").await;
+    let entries = store.load_journal_entries("wf", 0).await.unwrap();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    for (entry, (row, timing)) in entries.iter().zip(&rows) {
+        assert_eq!(&entry.row, row);
+        assert_eq!(entry.attempts, timing.attempts, "step {}", row.seq);
+        assert_eq!(entry.started_at, timing.started_at, "step {}", row.seq);
+    }
+}
+
+async fn a_row_journaled_with_another_result_stops_the_finish(db: &TestDb) {
+    let store = &db.store;
+    create_flow(db, "wf", None, None).await;
+    // Another executor (which took the instance over while this run went
+    // on) journaled step 0 first, with another result.
+    let theirs = step("wf", 0, "\"theirs\"");
+    store.append_steps(&[theirs]).await.unwrap();
+    let before = instance(store, "wf").await;
+    let rows = [
+        (step("wf", 0, "\"ours\""), timing(1, now_us())),
+        (step("wf", 1, "\"new\""), timing(2, now_us())),
+    ];
+    let outcome = store
+        .finish_after_steps(&[completed("wf")], &[None], &[&rows])
+        .await
+        .unwrap();
+    assert!(matches!(outcome.as_slice(), [(false, None)]), "{outcome:?}");
+    // The end computed from "ours" is not recorded.
+    still_running(store, "wf").await;
+    let after = instance(store, "wf").await;
+    assert_eq!(
+        (after.status, after.lease_owner, after.lease_expires_at),
+        (before.status, before.lease_owner, before.lease_expires_at)
+    );
+    // The first result stays; the row that was new commits (a prefix of
+    // this run's journal).
+    assert_eq!(
+        journal(store, "wf").await,
+        pairs(&[(0, "\"theirs\""), (1, "\"new\"")])
+    );
+    let entries = store.load_journal_entries("wf", 0).await.unwrap();
+    assert_eq!(entries[1].attempts, Some(2));
+    // A conflicting row that is not the first stops the finish as well.
+    let rows = [
+        (step("wf", 2, "\"fresh\""), StepTiming::default()),
+        (step("wf", 1, "\"other\""), StepTiming::default()),
+    ];
+    let outcome = store
+        .finish_after_steps(&[completed("wf")], &[None], &[&rows])
+        .await
+        .unwrap();
+    assert!(matches!(outcome.as_slice(), [(false, None)]), "{outcome:?}");
+    still_running(store, "wf").await;
+    assert_eq!(
+        journal(store, "wf").await,
+        pairs(&[(0, "\"theirs\""), (1, "\"new\""), (2, "\"fresh\"")])
+    );
+    // So does one with the same result from another step (name or kind).
+    for other in [
+        StepRow {
+            name: "another-step".into(),
+            ..step("wf", 2, "\"fresh\"")
+        },
+        StepRow {
+            kind: "now".into(),
+            ..step("wf", 2, "\"fresh\"")
+        },
+    ] {
+        let rows = [(other, StepTiming::default())];
+        let outcome = store
+            .finish_after_steps(&[completed("wf")], &[None], &[&rows])
+            .await
+            .unwrap();
+        assert!(matches!(outcome.as_slice(), [(false, None)]), "{outcome:?}");
+        still_running(store, "wf").await;
+    }
+    let entries = store.load_journal_entries("wf", 0).await.unwrap();
+    assert_eq!(
+        (entries[2].row.name.as_str(), entries[2].row.kind.as_str()),
+        ("step-2", "step")
+    );
+}
+
+async fn a_row_journaled_with_the_same_result_lets_the_finish_apply(db: &TestDb) {
+    let store = &db.store;
+    create_flow(db, "wf", None, None).await;
+    // A try before this one committed step 0 but its answer was lost.
+    let first = [(step("wf", 0, "\"charged\""), timing(1, now_us()))];
+    store
+        .append_timed_steps(&[first[0].0.clone()], &[first[0].1])
+        .await
+        .unwrap();
+    let rows = [
+        (step("wf", 0, "\"charged\""), timing(4, now_us())),
+        (step("wf", 1, "\"shipped\""), StepTiming::default()),
+    ];
+    let outcome = store
+        .finish_after_steps(&[completed("wf")], &[None], &[&rows])
+        .await
+        .unwrap();
+    assert!(matches!(outcome.as_slice(), [(true, None)]), "{outcome:?}");
+    finished(store, "wf").await;
+    assert_eq!(
+        journal(store, "wf").await,
+        pairs(&[(0, "\"charged\""), (1, "\"shipped\"")])
+    );
+    // The row keeps what was journaled first.
+    let entries = store.load_journal_entries("wf", 0).await.unwrap();
+    assert_eq!(entries[0].attempts, Some(1));
+}
+
+async fn each_finish_of_a_batch_stands_or_falls_alone(db: &TestDb) {
+    let store = &db.store;
+    for id in ["x", "y", "z"] {
+        create_flow(db, id, None, None).await;
+    }
+    store
+        .append_steps(&[step("y", 0, "\"theirs\"")])
+        .await
+        .unwrap();
+    let x = [(step("x", 0, "\"x0\""), StepTiming::default())];
+    let y = [
+        (step("y", 0, "\"ours\""), StepTiming::default()),
+        (step("y", 1, "\"y1\""), StepTiming::default()),
+    ];
+    let z: [(StepRow, StepTiming); 0] = [];
+    let outcome = store
+        .finish_after_steps(
+            &[completed("x"), completed("y"), completed("z")],
+            &[None, None, None],
+            &[&x, &y, &z],
+        )
+        .await
+        .unwrap();
+    let applied: Vec<bool> = outcome.iter().map(|(applied, _)| *applied).collect();
+    assert_eq!(applied, [true, false, true], "{outcome:?}");
+    assert!(outcome.iter().all(|(_, successor)| successor.is_none()));
+    finished(store, "x").await;
+    still_running(store, "y").await;
+    finished(store, "z").await;
+    assert_eq!(journal(store, "x").await, pairs(&[(0, "\"x0\"")]));
+    assert_eq!(
+        journal(store, "y").await,
+        pairs(&[(0, "\"theirs\""), (1, "\"y1\"")])
+    );
+    assert_eq!(journal(store, "z").await, pairs(&[]));
+}
+
+const QUEUE: &str = "q";
+const FLOW: Registered<'static> = Registered {
+    name: "flow",
+    signature: "sig",
+};
+const VERSIONS: &[&str] = &["v1"];
+
+/// Puts instance `id` of [`FLOW`] on [`QUEUE`], in partition `p`.
+async fn enqueue(store: &Store, id: &str) {
+    let new = NewInstance {
+        id,
+        name: FLOW.name,
+        input: "[]",
+        signature: Some(FLOW.signature),
+        parent: None,
+        lease: None,
+        deadline: None,
+        traceparent: None,
+        app_version: Some("v1"),
+        skeleton_hash: None,
+    };
+    let queued = Queued {
+        queue: Some(QUEUE),
+        priority: 0,
+        partition: "p",
+        dedup: None,
+        not_before: None,
+    };
+    let (_, created) = store.create_queued(&new, &queued).await.unwrap();
+    assert!(created, "{id} is new");
+}
+
+/// Claims one of the queue's instances for [`OWNER`], under a concurrency
+/// of one.
+async fn claim_one(store: &Store) -> Vec<String> {
+    let limits = QueueLimits {
+        name: QUEUE,
+        concurrency: Some(1),
+        worker_concurrency: None,
+        rate_limit: None,
+    };
+    let rows = store
+        .claim_queue(lease(), &[FLOW], VERSIONS, &limits, 1)
+        .await
+        .unwrap();
+    rows.into_iter().map(|row| row.id).collect()
+}
+
+async fn a_hand_over_claims_the_successor_with_the_rows(db: &TestDb) {
+    let store = &db.store;
+    enqueue(store, "a").await;
+    assert_eq!(claim_one(store).await, ["a"]);
+    enqueue(store, "b").await;
+    enqueue(store, "c").await;
+    let hand_over = HandOver::new(QUEUE, FLOW, 60_000_000, VERSIONS);
+    let rows = [
+        (step("a", 0, "\"a0\""), timing(1, now_us())),
+        (step("a", 1, "\"a1\""), StepTiming::default()),
+    ];
+    let mut outcome = store
+        .finish_after_steps(&[completed("a")], &[Some(&hand_over)], &[&rows])
+        .await
+        .unwrap();
+    assert_eq!(outcome.len(), 1);
+    let (applied, successor) = outcome.remove(0);
+    assert!(applied);
+    let successor = successor.expect("b waits for a's slot");
+    assert_eq!(successor.id, "b");
+    assert_eq!(successor.status, InstanceStatus::Running);
+    assert_eq!(successor.lease_owner.as_deref(), Some(OWNER));
+    assert!(successor.lease_expires_at.unwrap() > now_us());
+    finished(store, "a").await;
+    assert_eq!(
+        journal(store, "a").await,
+        pairs(&[(0, "\"a0\""), (1, "\"a1\"")])
+    );
+    assert_eq!(instance(store, "b").await.status, InstanceStatus::Running);
+    // A finish its rows stop hands nothing over: the slot stays b's.
+    store
+        .append_steps(&[step("b", 0, "\"theirs\"")])
+        .await
+        .unwrap();
+    let rows = [(step("b", 0, "\"ours\""), StepTiming::default())];
+    let outcome = store
+        .finish_after_steps(&[completed("b")], &[Some(&hand_over)], &[&rows])
+        .await
+        .unwrap();
+    assert!(matches!(outcome.as_slice(), [(false, None)]), "{outcome:?}");
+    still_running(store, "b").await;
+    assert_eq!(instance(store, "c").await.status, InstanceStatus::Pending);
+}
+
+async fn a_row_of_another_instance_is_refused_before_anything_is_written(db: &TestDb) {
+    let store = &db.store;
+    for id in ["wf", "other"] {
+        create_flow(db, id, None, None).await;
+    }
+    let wrong_id = step("other", 4, "\"x\"");
+    let wrong_generation = StepRow {
+        generation: 1,
+        ..step("wf", 5, "\"x\"")
+    };
+    for (wrong, names) in [
+        (
+            wrong_id,
+            ["step 4", "`other` (generation 0)", "`wf` (generation 0)"],
+        ),
+        (
+            wrong_generation,
+            ["step 5", "`wf` (generation 1)", "`wf` (generation 0)"],
+        ),
+    ] {
+        // The good finish comes first in the batch: its rows are not
+        // written either.
+        let good = [(step("other", 0, "\"fine\""), StepTiming::default())];
+        let bad = [
+            (step("wf", 0, "\"fine\""), StepTiming::default()),
+            (wrong.clone(), StepTiming::default()),
+        ];
+        let error = store
+            .finish_after_steps(
+                &[completed("other"), completed("wf")],
+                &[None, None],
+                &[&good, &bad],
+            )
+            .await
+            .expect_err("a row of another instance is refused");
+        let StoreError::Corrupt { what } = &error else {
+            panic!("expected Corrupt, got {error:?}");
+        };
+        for name in names {
+            assert!(what.contains(name), "`{what}` names {name}");
+        }
+        for id in ["wf", "other"] {
+            still_running(store, id).await;
+            assert_eq!(journal(store, id).await, pairs(&[]), "{id}");
+        }
+        assert_eq!(store.load_journal("wf", 1).await.unwrap(), []);
+    }
+    // Alone, too.
+    let bad = [(step("other", 0, "\"x\""), StepTiming::default())];
+    let error = store
+        .finish_after_steps(&[completed("wf")], &[None], &[&bad])
+        .await
+        .expect_err("a row of another instance is refused");
+    assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");
+    still_running(store, "wf").await;
+    assert_eq!(journal(store, "other").await, pairs(&[]));
+}
+
+fn finish_request(id: &str) -> FinishRequest {
+    let Finish {
+        generation,
+        owner,
+        status,
+        output,
+        error,
+        ..
+    } = completed(id);
+    FinishRequest {
+        id: id.to_owned(),
+        generation,
+        owner: owner.to_owned(),
+        status,
+        output: output.map(str::to_owned),
+        error: error.map(str::to_owned),
+    }
+}
+
+async fn the_writer_commits_rows_and_finish_together(db: &TestDb) {
+    let store = &db.store;
+    for id in ["alone", "left", "right", "lost"] {
+        create_flow(db, id, None, None).await;
+    }
+    let writer = JournalWriter::spawn(store.clone());
+    let started = now_us();
+    let outcome = writer
+        .finish_after_steps(
+            finish_request("alone"),
+            None,
+            vec![
+                (step("alone", 0, "\"a0\""), timing(2, started)),
+                (step("alone", 1, "\"a1\""), StepTiming::default()),
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(matches!(outcome, (true, None)), "{outcome:?}");
+    finished(store, "alone").await;
+    let entries = store.load_journal_entries("alone", 0).await.unwrap();
+    let seen: Vec<(i64, Option<u32>, Option<i64>)> = entries
+        .iter()
+        .map(|e| (e.row.seq, e.attempts, e.started_at))
+        .collect();
+    assert_eq!(seen, [(0, Some(2), Some(started)), (1, None, None)]);
+
+    // Two at once, for different instances: both apply, each with its rows.
+    let run = |id: &'static str| {
+        let writer = writer.clone();
+        tokio::spawn(async move {
+            let rows = (0..3)
+                .map(|seq| (step(id, seq, &format!("{seq}")), StepTiming::default()))
+                .collect();
+            writer
+                .finish_after_steps(finish_request(id), None, rows)
+                .await
+        })
+    };
+    let (left, right) = tokio::join!(run("left"), run("right"));
+    for (id, outcome) in [("left", left), ("right", right)] {
+        let outcome = outcome.expect("the finish task panicked").unwrap();
+        assert!(matches!(outcome, (true, None)), "{id}: {outcome:?}");
+        finished(store, id).await;
+        assert_eq!(
+            journal(store, id).await,
+            pairs(&[(0, "0"), (1, "1"), (2, "2")]),
+            "{id}"
+        );
+    }
+
+    // Through the writer too, a row journaled first with another result
+    // stops the finish.
+    store
+        .append_steps(&[step("lost", 0, "\"theirs\"")])
+        .await
+        .unwrap();
+    let outcome = writer
+        .finish_after_steps(
+            finish_request("lost"),
+            None,
+            vec![(step("lost", 0, "\"ours\""), StepTiming::default())],
+        )
+        .await
+        .unwrap();
+    assert!(matches!(outcome, (false, None)), "{outcome:?}");
+    still_running(store, "lost").await;
+    assert_eq!(journal(store, "lost").await, pairs(&[(0, "\"theirs\"")]));
+}
