@@ -16,14 +16,16 @@
 ///   (its result or its end, an awakeable id, a child started, a message
 ///   sent, an event or a stream value written, a wait that suspends it) and
 ///   before any other journaled operation, the run waits until every queued
-///   row is durable. After a crash every step whose row was not yet durable
-///   runs again: the at-least-once rule every step lives under, over the
-///   window since the last durable row instead of the one running step.
+///   row is durable; the rows still queued when it returns commit with its
+///   result, in one transaction. After a crash every step whose row was not
+///   yet durable runs again: the at-least-once rule every step lives under,
+///   over the window since the last durable row instead of the one running
+///   step.
 ///
-/// A row that another executor recorded first (the run lost its lease) stops
-/// a pipelined run before its next barrier instead of handing the step the
-/// recorded result: the steps after it may have used the value this run
-/// computed. Nothing it wrote afterwards is journaled.
+/// A row that another executor recorded first with another result (the run
+/// lost its lease) stops a pipelined run before its next barrier instead of
+/// handing the step the recorded result: the steps after it may have used
+/// the value this run computed. Nothing it wrote afterwards is journaled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Journal {
     /// Each step's row is durable before the step returns.

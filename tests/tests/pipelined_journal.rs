@@ -1,8 +1,8 @@
 //! The pipelined journal (`#[workflow(journal = "pipelined")]`,
 //! `KeiroBuilder::journal`) in one process, on both backends: steps run
-//! ahead of their rows' commits, every row is journaled in order, and an
-//! event set after some steps becomes visible only once their rows are
-//! durable. The crash half (a SIGKILL mid-run) is `pipelined_crash.rs`.
+//! ahead of their rows' commits, every row is journaled in order, an event
+//! set after some steps becomes visible only once their rows are durable,
+//! and the rows left when the run returns commit with its end. The crash half (a SIGKILL mid-run) is `pipelined_crash.rs`.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -233,7 +233,133 @@ async fn an_event_is_visible_only_after_the_rows_before_it(backend: Backend) {
     keiro.shutdown().await.unwrap();
 }
 
+/// `n` quick steps; returns their sum.
+#[workflow(journal = "pipelined")]
+async fn quick_sum(n: u32) -> u32 {
+    let mut total = 0;
+    for i in 1..=n {
+        total += quick(i).await;
+    }
+    total
+}
+
+/// When instance `id` was last written (its end, once it ended), by the
+/// store clock.
+async fn updated_at(keiro: &Keiro, id: &str) -> i64 {
+    let sql = |workflows: &str| format!("SELECT updated_at FROM {workflows} WHERE id = $1");
+    match keiro::unstable::raw_store(keiro) {
+        Store::Sqlite(s) => sqlx::query_scalar(&sql("keiro_workflows"))
+            .bind(id)
+            .fetch_one(s.pool())
+            .await
+            .unwrap(),
+        Store::Postgres(s) => sqlx::query_scalar(&sql("keiro.workflows"))
+            .bind(id)
+            .fetch_one(s.pool())
+            .await
+            .unwrap(),
+    }
+}
+
+/// The rows a pipelined run still had queued when it returned commit with
+/// its end, in one transaction (they carry its time), and none after it.
+/// Whether any are left depends on where the flush in flight was, so five
+/// runs must show it at least once; before, every row committed ahead of
+/// the end, in a transaction of its own.
+async fn the_last_rows_of_a_pipelined_run_commit_with_its_end(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = connect(&db, Journal::Strict).await;
+    let steps = 30u32;
+    let mut together = 0;
+    for attempt in 0..5 {
+        let id = format!("sum-{attempt}");
+        let total = quick_sum(steps).on(&keiro).id(&id).await.unwrap();
+        assert_eq!(total, steps * (steps + 1) / 2);
+        let written = written_at(&keiro, &id).await;
+        let seqs: Vec<i64> = written.iter().map(|&(seq, _)| seq).collect();
+        assert_eq!(seqs, (0..i64::from(steps)).collect::<Vec<_>>());
+        let ended = updated_at(&keiro, &id).await;
+        for &(seq, at) in &written {
+            assert!(
+                at <= ended,
+                "attempt {attempt}: step #{seq} was written {} µs after the end",
+                at - ended
+            );
+        }
+        if written.last().map(|&(_, at)| at) == Some(ended) {
+            together += 1;
+        }
+    }
+    assert!(
+        together >= 1,
+        "in no run of five did the last rows commit with the end"
+    );
+    keiro.shutdown().await.unwrap();
+}
+
+/// How many times [`counted`] ran.
+static COUNTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+#[step]
+async fn counted(i: u32) -> u32 {
+    COUNTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    i
+}
+
+/// `n` counted steps, then an event (a barrier: the rows must be durable).
+#[workflow(journal = "pipelined")]
+async fn counted_then_announce(n: u32) -> Result<u32, String> {
+    let mut total = 0;
+    for i in 1..=n {
+        total += counted(i).await;
+    }
+    keiro::set_event("done", &n)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(total)
+}
+
+/// A pipelined run's batch of rows refused once with a transient error (a
+/// deadlock) is written again, as a strict step's row is: the run goes on,
+/// and no step runs twice. Before, the run stopped with the error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_pipelined_batch_refused_once_is_written_again() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let keiro = connect(&db, Journal::Strict).await;
+    let Store::Postgres(pg) = keiro::unstable::raw_store(&keiro) else {
+        panic!("a PostgreSQL store");
+    };
+    let trigger = keiro_tests::faults::deadlock_once_on_step_insert(pg.pool()).await;
+    let steps = 10u32;
+    let total = tokio::time::timeout(
+        Duration::from_secs(30),
+        counted_then_announce(steps).on(&keiro).id("refused-once"),
+    )
+    .await
+    .expect("the run ended within 30 s")
+    .unwrap()
+    .unwrap();
+    assert_eq!(total, steps * (steps + 1) / 2);
+    assert_eq!(
+        COUNTED.load(std::sync::atomic::Ordering::SeqCst),
+        steps,
+        "a step ran again"
+    );
+    let fired = trigger.fired().await;
+    assert!(
+        fired > i64::from(steps),
+        "the trigger fired {fired} time(s)"
+    );
+    let rows = keiro::unstable::raw_store(&keiro)
+        .load_journal("refused-once", 0)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), steps as usize + 1, "the steps and the event");
+    keiro.shutdown().await.unwrap();
+}
+
 on_both_backends!(
     steps_run_ahead_only_when_pipelined,
     an_event_is_visible_only_after_the_rows_before_it,
+    the_last_rows_of_a_pipelined_run_commit_with_its_end,
 );

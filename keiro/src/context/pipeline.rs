@@ -1,6 +1,8 @@
 //! The pipelined journal ([`crate::Journal::Pipelined`]): a run's step rows
 //! queue here and commit behind its next steps, one batch at a time, and a
-//! barrier ([`settle`]) waits until all are durable.
+//! barrier ([`settle`]) waits until all are durable. The rows still queued
+//! when the run returns commit with its end instead ([`take_rest`]), in one
+//! transaction.
 //!
 //! Order: one flush of a run is in flight at a time, and it hands the
 //! writer every row queued so far as one operation, which commits them in
@@ -33,6 +35,9 @@ struct State {
     queued: Vec<(StepRow, StepTiming)>,
     /// Whether a flush task is running.
     flushing: bool,
+    /// Whether the run returned: the flush in flight takes no further batch,
+    /// the rows left commit with the run's end.
+    ending: bool,
     /// The first write that failed: the run stops, and nothing more of it
     /// is written.
     failed: Option<Error>,
@@ -118,14 +123,40 @@ pub(crate) async fn barrier(cx: &WorkflowContext) {
     }
 }
 
-/// Commits `cx`'s queued rows batch after batch until none is left, then
-/// marks the pipeline idle.
+/// For a pipelined run that returned (none queued for a strict one): waits
+/// for the flush in flight to end its batch (it takes no further one), then
+/// takes the rows still queued, which the run's end commits with it in one
+/// transaction, after the flushed ones, so the journal stays a prefix of
+/// the run. The error is the one that stopped a flush.
+pub(crate) async fn take_rest(cx: &WorkflowContext) -> Result<Vec<(StepRow, StepTiming)>, Error> {
+    let Some(pipeline) = &cx.pipeline else {
+        return Ok(Vec::new());
+    };
+    loop {
+        let ended = pipeline.settled.notified();
+        {
+            let mut state = lock(&pipeline.state);
+            if let Some(error) = &state.failed {
+                return Err(error.clone());
+            }
+            state.ending = true;
+            if !state.flushing {
+                return Ok(std::mem::take(&mut state.queued));
+            }
+        }
+        ended.await;
+    }
+}
+
+/// Commits `cx`'s queued rows batch after batch until none is left (or the
+/// run returned: see [`take_rest`]), then marks the pipeline idle. A write failing transiently is tried again
+/// through an outage, as a strict step's own write is.
 async fn flush(cx: Arc<WorkflowContext>) {
     let Some(pipeline) = &cx.pipeline else { return };
     loop {
         let batch = {
             let mut state = lock(&pipeline.state);
-            if state.queued.is_empty() {
+            if state.queued.is_empty() || state.ending {
                 state.flushing = false;
                 drop(state);
                 pipeline.settled.notify_waiters();
@@ -133,8 +164,12 @@ async fn flush(cx: Arc<WorkflowContext>) {
             }
             std::mem::take(&mut state.queued)
         };
-        let written = cx.keiro.writer().append_together(batch).await;
-        if let Some(Failure { error, lease_lost }) = failure(&cx, written) {
+        let (written, _) =
+            crate::retry::retrying((&cx.name, &cx.id), "a step's journal write", || {
+                cx.keiro.writer().append_together(batch.clone())
+            })
+            .await;
+        if let Some(Failure { error, lease_lost }) = failure(&cx, &batch, written) {
             {
                 let mut state = lock(&pipeline.state);
                 state.failed = Some(error.clone());
@@ -152,12 +187,15 @@ async fn flush(cx: Arc<WorkflowContext>) {
     }
 }
 
-/// Why a batch's write stops the run, if it does: a store error (the run
+/// Why `batch`'s write stops the run, if it does: a store error (the run
 /// ends without counting a crash and resumes from the journal), or a row
-/// another executor recorded first (this run lost its lease, and the steps
-/// after that row may have used the value it computed instead).
+/// another executor recorded first with another value (this run lost its
+/// lease, and the steps after that row may have used the value it computed
+/// instead). A row found as this run wrote it is its own, from a try whose
+/// answer was lost.
 fn failure(
     cx: &WorkflowContext,
+    batch: &[(StepRow, StepTiming)],
     written: keiro_store::Result<Vec<AppendOutcome>>,
 ) -> Option<Failure> {
     let outcomes = match written {
@@ -169,10 +207,14 @@ fn failure(
             });
         }
     };
-    let seq = outcomes.iter().find_map(|outcome| match outcome {
-        AppendOutcome::Inserted => None,
-        AppendOutcome::Existing(first) => Some(first.seq),
-    })?;
+    let seq = outcomes
+        .iter()
+        .zip(batch)
+        .find_map(|(outcome, (row, _))| match outcome {
+            AppendOutcome::Inserted => None,
+            AppendOutcome::Existing(first) if same_record(first, row) => None,
+            AppendOutcome::Existing(first) => Some(first.seq),
+        })?;
     tracing::warn!(
         name = %cx.name,
         id = %cx.id,
@@ -187,4 +229,10 @@ fn failure(
             cx.name, cx.id
         )),
     })
+}
+
+/// Whether `first`, found journaled, records what `row` would: the same
+/// kind, name and result.
+fn same_record(first: &StepRow, row: &StepRow) -> bool {
+    first.kind == row.kind && first.name == row.name && first.result == row.result
 }

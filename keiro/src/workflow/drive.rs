@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use keiro_store::{InstanceRow, Lease};
+use keiro_store::{InstanceRow, Lease, StepRow, StepTiming};
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
@@ -119,34 +119,40 @@ pub(crate) async fn execute(
     if let Ended::TimedOut = ended {
         return Ok(keiro.raw_store().get_instance(&row.id).await?);
     }
-    let ended = durable_first(&cx, ended).await;
+    let (ended, steps) = durable_first(&cx, ended).await;
     // Still pending only for a run that returned: its end records it.
     let create = cx.deferred.take();
-    end::record(keiro, row, ended, handing, create).await
+    end::record(keiro, row, ended, handing, create, steps).await
 }
 
 /// How a run that `ended` so may end once its instance is recorded (a run
 /// that started before recording it: see `crate::context::deferred`) and
-/// every step row its pipelined journal queued is durable (at once for a
-/// strict one): its end is observable, so it is recorded only after them.
-/// A run whose queued rows could not be written ends as a store error would
-/// end it (released, nothing counted), or as having lost its lease.
-async fn durable_first(cx: &WorkflowContext, ended: Ended) -> Ended {
+/// every step row it queued is durable: its end is observable, so it is
+/// recorded only after them. A run that returned takes the rows still
+/// queued instead, to commit with its end in one transaction (returned
+/// beside it). A run whose queued rows could not be written ends as a store
+/// error would end it (released, nothing counted), or as having lost its
+/// lease.
+async fn durable_first(cx: &WorkflowContext, ended: Ended) -> (Ended, Vec<(StepRow, StepTiming)>) {
     match ended {
-        Ended::LeaseLost => return ended,
+        Ended::LeaseLost => return (ended, Vec::new()),
         // A run that returned records its instance with its end; one stopped
         // before its instance was recorded leaves nothing to record.
         Ended::Returned(_) | Ended::Stopped => {}
         _ => match context::deferred::ensure(cx).await {
             Ok(()) => {}
-            Err(Halt::Error(error)) => return Ended::Aborted(error),
-            Err(_) => return Ended::LeaseLost,
+            Err(Halt::Error(error)) => return (Ended::Aborted(error), Vec::new()),
+            Err(_) => return (Ended::LeaseLost, Vec::new()),
         },
     }
-    match context::pipeline::settle(cx).await {
-        Ok(()) => ended,
-        Err(_) if context::pipeline::lost_lease(cx) => Ended::LeaseLost,
-        Err(error) => Ended::Aborted(error),
+    let durable = match ended {
+        Ended::Returned(_) => context::pipeline::take_rest(cx).await,
+        _ => context::pipeline::settle(cx).await.map(|()| Vec::new()),
+    };
+    match durable {
+        Ok(steps) => (ended, steps),
+        Err(_) if context::pipeline::lost_lease(cx) => (Ended::LeaseLost, Vec::new()),
+        Err(error) => (Ended::Aborted(error), Vec::new()),
     }
 }
 

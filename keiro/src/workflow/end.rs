@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use keiro_store::{
     ContinueAsNew, Crash, CreateRequest, Finish, FinishRequest, HandOver, InstanceRow,
-    InstanceStatus, Suspend,
+    InstanceStatus, StepRow, StepTiming, Suspend,
 };
 
 use crate::registry::WorkflowOutput;
@@ -78,13 +78,20 @@ pub(crate) async fn record(
     ended: Ended,
     handing: Option<&mut HandingOver>,
     create: Option<CreateRequest>,
+    steps: Vec<(StepRow, StepTiming)>,
 ) -> Result<Option<InstanceRow>> {
     let owner = keiro.owner();
     let store = keiro.raw_store();
     match ended {
+        // Rows are queued only once the instance is recorded, so an
+        // unrecorded one has none.
         Ended::Returned(output) => match create {
-            Some(create) => finish_unrecorded(keiro, row, output, create).await,
-            None => finish(keiro, row, output, handing).await,
+            Some(create) if steps.is_empty() => finish_unrecorded(keiro, row, output, create).await,
+            Some(_) => Err(Error::Internal(format!(
+                "workflow `{}` id `{}` queued step rows before its instance was recorded",
+                row.name, row.id
+            ))),
+            None => finish(keiro, row, output, handing, steps).await,
         },
         Ended::Aborted(error @ Error::NonDeterministic { .. }) => {
             set_aside(keiro, &row, error).await
@@ -226,40 +233,35 @@ fn returned(keiro: &Keiro, row: &InstanceRow, output: &WorkflowOutput) -> Finish
 }
 
 /// Records the body's output as the instance's end (an `Err` output fails
-/// it), handing its queue slot over as `handing` says, and wakes its parent.
-/// `Ok(None)` when someone else finished it or took the lease: their record
+/// it) with the step rows its run journaled last (`steps`, in the same
+/// transaction), handing its queue slot over as `handing` says, and wakes
+/// its parent. `Ok(None)` when someone else finished it, took the lease or
+/// journaled one of those steps first with another result: their record
 /// wins.
 async fn finish(
     keiro: &Keiro,
     row: InstanceRow,
     output: WorkflowOutput,
     handing: Option<&mut HandingOver>,
+    steps: Vec<(StepRow, StepTiming)>,
 ) -> Result<Option<InstanceRow>> {
     let request = returned(keiro, &row, &output);
     let status = request.status;
     crate::telemetry::run_ended(&row.name, status.as_str());
     // Retried through an outage: a repeat after a first try that committed
-    // applies to nothing, and the caller then reads the recorded end.
+    // finds its own rows and applies to nothing, and the caller then reads
+    // the recorded end.
     let who = (row.name.as_str(), row.id.as_str());
-    let finished = match handing {
-        Some(handing) => {
-            let writer = keiro.writer();
-            let (finished, successor) = retrying(who, "recording a workflow's end", || {
-                writer.finish_handing_over(request.clone(), handing.hand_over.clone())
-            })
-            .await
-            .0?;
-            handing.successor = successor;
-            finished
-        }
-        None => {
-            retrying(who, "recording a workflow's end", || {
-                keiro.writer().finish(request.clone())
-            })
-            .await
-            .0?
-        }
-    };
+    let hand_over = handing.as_ref().map(|handing| handing.hand_over.clone());
+    let writer = keiro.writer();
+    let (finished, successor) = retrying(who, "recording a workflow's end", || {
+        writer.finish_after_steps(request.clone(), hand_over.clone(), steps.clone())
+    })
+    .await
+    .0?;
+    if let Some(handing) = handing {
+        handing.successor = successor;
+    }
     if !finished {
         return Ok(None);
     }
