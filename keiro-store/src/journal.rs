@@ -249,17 +249,31 @@ impl Store {
         let now = self.now_us();
         dispatch!(Store, self, |s| {
             let mut tx = s.begin_batch(OP).await?;
+            let batch: Vec<(&StepRow, StepTiming)> = steps
+                .iter()
+                .flat_map(|rows| rows.iter().map(|(row, timing)| (row, *timing)))
+                .collect();
+            let inserted = insert_steps_in((&mut *tx).into(), OP, &batch, now).await?;
             let mut going = Vec::with_capacity(finishes.len());
             for rows in steps {
                 let mut stands = true;
-                for (row, timing) in rows.iter() {
-                    if let Some(first) =
-                        journal_timed_once((&mut *tx).into(), OP, row, *timing, now).await?
-                    {
-                        stands &= first.kind == row.kind
-                            && first.name == row.name
-                            && first.result == row.result;
+                for (row, _) in rows.iter() {
+                    let key = (row.workflow_id.clone(), row.generation, row.seq);
+                    if inserted.contains(&key) {
+                        continue;
                     }
+                    let first = get_step_on(
+                        (&mut *tx).into(),
+                        OP,
+                        &row.workflow_id,
+                        row.generation,
+                        row.seq,
+                    )
+                    .await?
+                    .ok_or_else(|| unreadable_step(row))?;
+                    // The same key, so equal rows mean the same kind, name
+                    // and result.
+                    stands &= first == *row;
                 }
                 going.push(stands);
             }
@@ -727,33 +741,24 @@ pub(crate) async fn journal_once(
     })
 }
 
-/// [`journal_once`] with the step's attempts and first start.
-pub(crate) async fn journal_timed_once(
+/// Inserts `batch` on `conn`, a transaction, with the backend's multi-row
+/// statement, keeping any step id already journaled; returns the step ids
+/// it inserted.
+async fn insert_steps_in(
     conn: Conn<'_>,
     op: &'static str,
-    step: &StepRow,
-    timing: StepTiming,
+    batch: &[(&StepRow, StepTiming)],
     now: i64,
-) -> Result<Option<StepRow>> {
-    dispatch!(Conn, conn, |c, sql| {
-        let inserted = bind_all!(
-            crate::prepared::query(&sql.insert_timed_step),
-            &step_args(step, now)
-        )
-        .bind(timing.attempts_column())
-        .bind(timing.started_at)
-        .execute(&mut *c)
-        .await
-        .map_err(StoreError::query(op))?
-        .rows_affected();
-        if inserted == 1 {
-            return Ok(None);
-        }
-        let first = get_step_on(c.into(), op, &step.workflow_id, step.generation, step.seq)
+) -> Result<std::collections::HashSet<(String, i64, i64)>> {
+    match conn {
+        #[cfg(feature = "sqlite")]
+        Conn::Sqlite(c) => crate::sqlite::journal::insert_steps_on(c, op, batch, now).await,
+        #[cfg(feature = "postgres")]
+        Conn::Postgres(c) => Ok(crate::postgres::journal::insert_steps_on(c, op, batch, now)
             .await?
-            .ok_or_else(|| unreadable_step(step))?;
-        Ok(Some(first))
-    })
+            .into_iter()
+            .collect()),
+    }
 }
 
 /// Records one step on `conn` unless its step id is recorded; returns whether

@@ -174,8 +174,6 @@ pub(crate) struct Statements {
     pub(crate) load_journal: String,
     pub(crate) get_step: String,
     pub(crate) insert_step: String,
-    /// `insert_step` with the step's attempts and first start.
-    pub(crate) insert_timed_step: String,
     pub(crate) step_of_kind_exists: String,
     pub(crate) wake_suspended: String,
     pub(crate) finish: String,
@@ -360,11 +358,6 @@ impl Statements {
             ),
             insert_step: format!(
                 "INSERT INTO {s} ({STEP_COLUMNS}, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
-                 ON CONFLICT (workflow_id, generation, seq) DO NOTHING"
-            ),
-            insert_timed_step: format!(
-                "INSERT INTO {s} ({STEP_COLUMNS}, created_at, attempts, started_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
                  ON CONFLICT (workflow_id, generation, seq) DO NOTHING"
             ),
             step_of_kind_exists: format!(

@@ -261,32 +261,13 @@ impl PostgresStore {
             // overlap wait on each other in one direction and never deadlock.
             pending.sort_unstable_by_key(|&i| key(&rows[i]));
             let batch: Vec<&StepRow> = pending.iter().map(|&i| &rows[i]).collect();
-            let (ids, generations, seqs) = step_ids(&batch);
-            let inserted = crate::prepared::query(INSERT_STEPS)
-                .bind(ids)
-                .bind(generations)
-                .bind(seqs)
-                .bind(batch.iter().map(|r| r.name.as_str()).collect::<Vec<_>>())
-                .bind(batch.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>())
-                .bind(batch.iter().map(|r| r.result.as_str()).collect::<Vec<_>>())
-                .bind(now)
-                .bind(
-                    pending
-                        .iter()
-                        .map(|&i| StepTiming::of(timings, i).attempts_column())
-                        .collect::<Vec<_>>(),
-                )
-                .bind(
-                    pending
-                        .iter()
-                        .map(|&i| StepTiming::of(timings, i).started_at)
-                        .collect::<Vec<_>>(),
-                )
-                .fetch_all(self.exec())
-                .await
-                .map_err(StoreError::query("append_steps"))?;
-            for row in &inserted {
-                let (workflow_id, generation, seq) = rows::step_key(row)?;
+            let timed: Vec<(&StepRow, StepTiming)> = pending
+                .iter()
+                .map(|&i| (&rows[i], StepTiming::of(timings, i)))
+                .collect();
+            for (workflow_id, generation, seq) in
+                insert_steps_on(self.exec(), "append_steps", &timed, now).await?
+            {
                 let i = batch_index(&first_of, (workflow_id.as_str(), generation, seq))?;
                 resolved.insert(key(&rows[i]), AppendOutcome::Inserted);
             }
@@ -340,6 +321,43 @@ impl PostgresStore {
             })
             .collect())
     }
+}
+
+/// Inserts `batch` (each row with how its body ran) on `exec` with one
+/// multi-row statement, in batch order, keeping any step id already
+/// journaled; returns the step ids it inserted.
+pub(crate) async fn insert_steps_on<'e>(
+    exec: impl sqlx::PgExecutor<'e>,
+    op: &'static str,
+    batch: &[(&StepRow, StepTiming)],
+    now: i64,
+) -> Result<Vec<(String, i64, i64)>> {
+    let rows: Vec<&StepRow> = batch.iter().map(|(row, _)| *row).collect();
+    let (ids, generations, seqs) = step_ids(&rows);
+    let inserted = crate::prepared::query(INSERT_STEPS)
+        .bind(ids)
+        .bind(generations)
+        .bind(seqs)
+        .bind(rows.iter().map(|r| r.name.as_str()).collect::<Vec<_>>())
+        .bind(rows.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>())
+        .bind(rows.iter().map(|r| r.result.as_str()).collect::<Vec<_>>())
+        .bind(now)
+        .bind(
+            batch
+                .iter()
+                .map(|(_, timing)| timing.attempts_column())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            batch
+                .iter()
+                .map(|(_, timing)| timing.started_at)
+                .collect::<Vec<_>>(),
+        )
+        .fetch_all(exec)
+        .await
+        .map_err(StoreError::query(op))?;
+    inserted.iter().map(rows::step_key).collect()
 }
 
 /// The step ids of `rows` as three parallel arrays, for `UNNEST`.

@@ -37,6 +37,36 @@ fn insert_steps(rows: usize) -> &'static str {
     })
 }
 
+/// Inserts `batch` (each row with how its body ran) on `conn`, a
+/// transaction, with multi-row statements (a statement costs a round trip
+/// to SQLite's thread, so a batch pays one per chunk instead of one per
+/// row), keeping any step id already journaled; returns the step ids it
+/// inserted.
+pub(crate) async fn insert_steps_on(
+    conn: &mut SqliteConnection,
+    op: &'static str,
+    batch: &[(&StepRow, StepTiming)],
+    now: i64,
+) -> Result<HashSet<(String, i64, i64)>> {
+    let mut inserted = HashSet::with_capacity(batch.len());
+    for chunk in batch.chunks(APPEND_CHUNK) {
+        let mut query = crate::prepared::query(insert_steps(chunk.len()));
+        for (step, timing) in chunk {
+            query = bind_all!(query, &step_args(step, now))
+                .bind(timing.attempts_column())
+                .bind(timing.started_at);
+        }
+        for row in query
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(StoreError::query(op))?
+        {
+            inserted.insert(rows::step_key(&row)?);
+        }
+    }
+    Ok(inserted)
+}
+
 impl SqliteStore {
     pub(crate) async fn append_steps(
         &self,
@@ -50,25 +80,12 @@ impl SqliteStore {
             return Ok(vec![outcome.await?]);
         }
         let mut tx = self.begin(OP).await?;
-        // Multi-row inserts: a statement costs a round trip to SQLite's
-        // thread, so a batch pays one per chunk instead of one per row.
-        let mut inserted: HashSet<(String, i64, i64)> = HashSet::with_capacity(rows.len());
-        for (c, chunk) in rows.chunks(APPEND_CHUNK).enumerate() {
-            let mut query = crate::prepared::query(insert_steps(chunk.len()));
-            for (i, step) in chunk.iter().enumerate() {
-                let timing = StepTiming::of(timings, c * APPEND_CHUNK + i);
-                query = bind_all!(query, &step_args(step, now))
-                    .bind(timing.attempts_column())
-                    .bind(timing.started_at);
-            }
-            for row in query
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(StoreError::query(OP))?
-            {
-                inserted.insert(rows::step_key(&row)?);
-            }
-        }
+        let timed: Vec<(&StepRow, StepTiming)> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, row)| (row, StepTiming::of(timings, i)))
+            .collect();
+        let inserted = insert_steps_on(&mut tx, OP, &timed, now).await?;
         // The first row of a step id in the batch speaks for it; a step id
         // recorded before the batch keeps its first result.
         let mut first: HashMap<(&str, i64, i64), AppendOutcome> = HashMap::new();

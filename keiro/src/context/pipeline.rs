@@ -212,7 +212,8 @@ fn failure(
         .zip(batch)
         .find_map(|(outcome, (row, _))| match outcome {
             AppendOutcome::Inserted => None,
-            AppendOutcome::Existing(first) if same_record(first, row) => None,
+            // The same key: equal rows record the same kind, name and result.
+            AppendOutcome::Existing(first) if first == row => None,
             AppendOutcome::Existing(first) => Some(first.seq),
         })?;
     tracing::warn!(
@@ -229,10 +230,4 @@ fn failure(
             cx.name, cx.id
         )),
     })
-}
-
-/// Whether `first`, found journaled, records what `row` would: the same
-/// kind, name and result.
-fn same_record(first: &StepRow, row: &StepRow) -> bool {
-    first.kind == row.kind && first.name == row.name && first.result == row.result
 }
