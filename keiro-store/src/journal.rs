@@ -247,12 +247,21 @@ impl Store {
             }
         }
         let now = self.now_us();
+        let batch: Vec<(&StepRow, StepTiming)> = steps
+            .iter()
+            .flat_map(|rows| rows.iter().map(|(row, timing)| (row, *timing)))
+            .collect();
+        // On PostgreSQL a lone end without a parent or a hand-over is one
+        // statement with its rows; when it does not apply, the transaction
+        // below finds out why (its rows are then journaled as written).
+        #[cfg(feature = "postgres")]
+        if let (Store::Postgres(pg), [finish], [None]) = (self, finishes, hand_overs) {
+            if pg.finish_alone_after_steps(finish, &batch, now).await? {
+                return Ok(vec![(true, None)]);
+            }
+        }
         dispatch!(Store, self, |s| {
             let mut tx = s.begin_batch(OP).await?;
-            let batch: Vec<(&StepRow, StepTiming)> = steps
-                .iter()
-                .flat_map(|rows| rows.iter().map(|(row, timing)| (row, *timing)))
-                .collect();
             let inserted = insert_steps_in((&mut *tx).into(), OP, &batch, now).await?;
             let mut going = Vec::with_capacity(finishes.len());
             for rows in steps {

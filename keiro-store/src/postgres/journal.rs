@@ -12,25 +12,50 @@ use crate::journal::{new_instance_args, unreadable_step};
 use crate::rows::{FromRow, StoreRow};
 use crate::sql::{INSTANCE_COLUMNS, STEP_COLUMNS};
 use crate::{
-    rows, AppendOutcome, InstanceRow, NewInstance, Result, StepRow, StepTiming, StoreError,
+    rows, AppendOutcome, Finish, InstanceRow, NewInstance, Result, StepRow, StepTiming, StoreError,
 };
 
 /// How often `append_steps` retries rows that conflicted but could not be read
 /// back (removed by a concurrent writer in between) before giving up.
 const APPEND_ATTEMPTS: usize = 3;
 
-/// Inserts a batch of steps from parallel arrays, in batch order, returning
-/// the step ids it inserted.
-const INSERT_STEPS: &str = "INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, \
-     result, created_at, attempts, started_at) \
-     SELECT workflow_id, generation, seq, name, kind, result, $7, attempts, started_at \
-     FROM UNNEST($1::text[], $2::int8[], $3::int8[], $4::text[], $5::text[], $6::text[], \
-     $8::int8[], $9::int8[]) \
-     WITH ORDINALITY AS t(workflow_id, generation, seq, name, kind, result, attempts, \
-     started_at, ord) \
-     ORDER BY ord \
-     ON CONFLICT (workflow_id, generation, seq) DO NOTHING \
-     RETURNING workflow_id, generation, seq";
+/// The insert of a batch of steps from eight parallel arrays (ids,
+/// generations, seqs, names, kinds, results, attempts, first starts) at
+/// `$first` to `$first + 7`, written at `$now`, in batch order, keeping any
+/// step id already journaled and returning the step ids it inserted.
+fn insert_steps_sql(first: usize, now: usize) -> String {
+    let [ids, generations, seqs, names, kinds, results, attempts, started] =
+        std::array::from_fn::<usize, 8, _>(|i| first + i);
+    format!(
+        "INSERT INTO keiro.steps (workflow_id, generation, seq, name, kind, \
+         result, created_at, attempts, started_at) \
+         SELECT workflow_id, generation, seq, name, kind, result, ${now}, attempts, started_at \
+         FROM UNNEST(${ids}::text[], ${generations}::int8[], ${seqs}::int8[], \
+         ${names}::text[], ${kinds}::text[], ${results}::text[], ${attempts}::int8[], \
+         ${started}::int8[]) \
+         WITH ORDINALITY AS t(workflow_id, generation, seq, name, kind, result, attempts, \
+         started_at, ord) \
+         ORDER BY ord \
+         ON CONFLICT (workflow_id, generation, seq) DO NOTHING \
+         RETURNING workflow_id, generation, seq"
+    )
+}
+
+/// Inserts a batch of steps ([`insert_steps_sql`], the arrays at `$1` to
+/// `$8`, written at `$9`).
+static INSERT_STEPS: LazyLock<String> = LazyLock::new(|| insert_steps_sql(1, 9));
+
+/// The lone finish of an instance without a parent (`finish_alone`, `$1` to
+/// `$7`) with its run's last steps (the arrays at `$8` to `$15`, written at
+/// its time) in one statement: the end applies only if every row was
+/// inserted, and the rows inserted commit either way.
+static FINISH_ALONE_AFTER_STEPS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH inserted AS ({}) {} AND (SELECT count(*) FROM inserted) = cardinality($8::text[])",
+        insert_steps_sql(8, 7),
+        SQL.finish_alone
+    )
+});
 
 /// Inserts a batch of new instances given as parallel arrays, each as the
 /// one-instance insert does (`$15` now; a child inherits its parent's
@@ -332,16 +357,29 @@ pub(crate) async fn insert_steps_on<'e>(
     batch: &[(&StepRow, StepTiming)],
     now: i64,
 ) -> Result<Vec<(String, i64, i64)>> {
-    let rows: Vec<&StepRow> = batch.iter().map(|(row, _)| *row).collect();
+    let inserted = bind_steps(crate::prepared::query(&INSERT_STEPS), batch)
+        .bind(now)
+        .fetch_all(exec)
+        .await
+        .map_err(StoreError::query(op))?;
+    inserted.iter().map(rows::step_key).collect()
+}
+
+/// `query` with `batch` bound as the eight arrays [`insert_steps_sql`]
+/// reads, in its order.
+fn bind_steps<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    batch: &[(&'q StepRow, StepTiming)],
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let rows: Vec<&'q StepRow> = batch.iter().map(|(row, _)| *row).collect();
     let (ids, generations, seqs) = step_ids(&rows);
-    let inserted = crate::prepared::query(INSERT_STEPS)
+    query
         .bind(ids)
         .bind(generations)
         .bind(seqs)
         .bind(rows.iter().map(|r| r.name.as_str()).collect::<Vec<_>>())
         .bind(rows.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>())
         .bind(rows.iter().map(|r| r.result.as_str()).collect::<Vec<_>>())
-        .bind(now)
         .bind(
             batch
                 .iter()
@@ -354,10 +392,31 @@ pub(crate) async fn insert_steps_on<'e>(
                 .map(|(_, timing)| timing.started_at)
                 .collect::<Vec<_>>(),
         )
-        .fetch_all(exec)
-        .await
-        .map_err(StoreError::query(op))?;
-    inserted.iter().map(rows::step_key).collect()
+}
+
+impl PostgresStore {
+    /// The lone finish of an instance without a parent with its run's last
+    /// steps, in one statement that commits on its own
+    /// ([`FINISH_ALONE_AFTER_STEPS`]): whether the end applied. When it did
+    /// not (a row was journaled already, the lease is another's, the
+    /// instance has a parent) the rows inserted stay, and the caller finds
+    /// them journaled as written when it tries again in a transaction.
+    pub(crate) async fn finish_alone_after_steps(
+        &self,
+        finish: &Finish<'_>,
+        batch: &[(&StepRow, StepTiming)],
+        now: i64,
+    ) -> Result<bool> {
+        let query = bind_all!(
+            crate::prepared::query(&FINISH_ALONE_AFTER_STEPS),
+            &crate::journal::finish_args(finish, now)
+        );
+        let done = bind_steps(query, batch)
+            .execute(self.exec())
+            .await
+            .map_err(StoreError::query("finish"))?;
+        Ok(done.rows_affected() == 1)
+    }
 }
 
 /// The step ids of `rows` as three parallel arrays, for `UNNEST`.
