@@ -271,15 +271,7 @@ impl Store {
                     if inserted.contains(&key) {
                         continue;
                     }
-                    let first = get_step_on(
-                        (&mut *tx).into(),
-                        OP,
-                        &row.workflow_id,
-                        row.generation,
-                        row.seq,
-                    )
-                    .await?
-                    .ok_or_else(|| unreadable_step(row))?;
+                    let first = journaled_on((&mut *tx).into(), OP, row).await?;
                     // The same key, so equal rows mean the same kind, name
                     // and result.
                     stands &= first == *row;
@@ -689,15 +681,7 @@ pub(crate) async fn resolve_on(
             });
         }
         if !insert_step_on((&mut *c).into(), OP, row, now).await? {
-            let first = get_step_on(
-                (&mut *c).into(),
-                OP,
-                &row.workflow_id,
-                row.generation,
-                row.seq,
-            )
-            .await?
-            .ok_or_else(|| unreadable_step(row))?;
+            let first = journaled_on((&mut *c).into(), OP, row).await?;
             return Ok(Resolution::AlreadyResolved(first));
         }
         crate::prepared::query(&sql.wake_suspended)
@@ -731,6 +715,18 @@ pub(crate) async fn get_step_on(
     })
 }
 
+/// The row journaled under `row`'s step id, which an insert of `row` just
+/// found taken: an error if it cannot be read.
+pub(crate) async fn journaled_on(
+    conn: Conn<'_>,
+    op: &'static str,
+    row: &StepRow,
+) -> Result<StepRow> {
+    get_step_on(conn, op, &row.workflow_id, row.generation, row.seq)
+        .await?
+        .ok_or_else(|| unreadable_step(row))
+}
+
 /// Journals `step` on `conn` unless its step id is journaled; returns the
 /// row recorded first when it was (then nothing is to be written with it).
 pub(crate) async fn journal_once(
@@ -743,9 +739,7 @@ pub(crate) async fn journal_once(
         if insert_step_on((&mut *c).into(), op, step, now).await? {
             return Ok(None);
         }
-        let first = get_step_on(c.into(), op, &step.workflow_id, step.generation, step.seq)
-            .await?
-            .ok_or_else(|| unreadable_step(step))?;
+        let first = journaled_on(c.into(), op, step).await?;
         Ok(Some(first))
     })
 }

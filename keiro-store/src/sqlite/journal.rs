@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use sqlx::SqliteConnection;
 
 use super::{SqliteStore, SQL};
-use crate::journal::{get_step_on, new_instance_args, step_args, unreadable_step};
+use crate::journal::{journaled_on, new_instance_args, step_args};
 use crate::rows::FromRow;
 use crate::rows::StoreRow;
 use crate::sql::{INSTANCE_COLUMNS, STEP_COLUMNS};
@@ -110,11 +110,7 @@ impl SqliteStore {
             let outcome = if inserted.contains(&owned) {
                 AppendOutcome::Inserted
             } else {
-                let (id, generation, seq) = owned;
-                let existing = get_step_on((&mut *tx).into(), OP, &id, generation, seq)
-                    .await?
-                    .ok_or_else(|| unreadable_step(step))?;
-                AppendOutcome::Existing(existing)
+                AppendOutcome::Existing(journaled_on((&mut *tx).into(), OP, step).await?)
             };
             first.insert(key, outcome.clone());
             outcomes.push(outcome);
@@ -148,17 +144,8 @@ impl SqliteStore {
             return Ok(AppendOutcome::Inserted);
         }
         let mut conn = self.acquire(OP).await?;
-        let existing = get_step_on(
-            (&mut *conn).into(),
-            OP,
-            &step.workflow_id,
-            step.generation,
-            step.seq,
-        )
-        .await?;
-        existing
-            .map(AppendOutcome::Existing)
-            .ok_or_else(|| unreadable_step(step))
+        let existing = journaled_on((&mut *conn).into(), OP, step).await?;
+        Ok(AppendOutcome::Existing(existing))
     }
 }
 
