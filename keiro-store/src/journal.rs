@@ -210,9 +210,11 @@ impl Store {
     /// journaled already with the same kind, name and result (a try before
     /// this one committed it). A row found with another result was journaled
     /// by another executor, so the run that computed this end lost its
-    /// lease: the finish reports `(false, None)` and applies nothing, and
-    /// that run's rows that were inserted commit as a prefix of its journal.
-    /// Rows must belong to the instance and generation of their finish.
+    /// lease: the finish reports `(false, None)`. A finish that does not
+    /// apply, for that reason or any other (the lease is another's, the
+    /// instance ended), writes none of its rows either: rows after one that
+    /// another run journaled would mix two runs in one journal. Rows must
+    /// belong to the instance and generation of their finish.
     pub async fn finish_after_steps(
         &self,
         finishes: &[Finish<'_>],
@@ -252,8 +254,8 @@ impl Store {
             .flat_map(|rows| rows.iter().map(|(row, timing)| (row, *timing)))
             .collect();
         // On PostgreSQL a lone end without a parent or a hand-over is one
-        // statement with its rows; when it does not apply, the transaction
-        // below finds out why (its rows are then journaled as written).
+        // statement with its rows; when it does not apply (it then wrote
+        // nothing), the transaction below finds out why.
         #[cfg(feature = "postgres")]
         if let (Store::Postgres(pg), [finish], [None]) = (self, finishes, hand_overs) {
             if pg.finish_alone_after_steps(finish, &batch, now).await? {
@@ -289,16 +291,26 @@ impl Store {
                 finish_handing_over_on((&mut *tx).into(), &apply, &apply_hand_overs, now)
                     .await?
                     .into_iter();
-            tx.commit().await.map_err(StoreError::query(OP))?;
             let mut finished = Vec::with_capacity(finishes.len());
-            for stands in going {
-                finished.push(match stands {
+            for (stands, rows) in going.into_iter().zip(steps) {
+                let outcome = match stands {
                     true => applied.next().ok_or_else(|| StoreError::Corrupt {
                         what: "a batch of finishes returned too few outcomes".into(),
                     })?,
                     false => (false, None),
-                });
+                };
+                // Only rows this transaction inserted: nobody saw them yet.
+                if !outcome.0 {
+                    for (row, _) in rows.iter() {
+                        let key = (row.workflow_id.clone(), row.generation, row.seq);
+                        if inserted.contains(&key) {
+                            delete_step_on((&mut *tx).into(), OP, row).await?;
+                        }
+                    }
+                }
+                finished.push(outcome);
             }
+            tx.commit().await.map_err(StoreError::query(OP))?;
             Ok(finished)
         })
     }
@@ -712,6 +724,21 @@ pub(crate) async fn get_step_on(
             .await
             .map_err(StoreError::query(op))?;
         row.as_ref().map(StepRow::from_row).transpose()
+    })
+}
+
+/// Removes step `row`'s id from the journal on `conn`: only for a row the
+/// same transaction inserted, which nobody has seen.
+async fn delete_step_on(conn: Conn<'_>, op: &'static str, row: &StepRow) -> Result<()> {
+    dispatch!(Conn, conn, |c, sql| {
+        crate::prepared::query(&sql.delete_step)
+            .bind(&row.workflow_id)
+            .bind(row.generation)
+            .bind(row.seq)
+            .execute(c)
+            .await
+            .map_err(StoreError::query(op))?;
+        Ok(())
     })
 }
 

@@ -174,6 +174,8 @@ pub(crate) struct Statements {
     pub(crate) load_journal: String,
     pub(crate) get_step: String,
     pub(crate) insert_step: String,
+    /// Removes one step row (one its own transaction inserted).
+    pub(crate) delete_step: String,
     pub(crate) step_of_kind_exists: String,
     pub(crate) wake_suspended: String,
     pub(crate) finish: String,
@@ -359,6 +361,9 @@ impl Statements {
             insert_step: format!(
                 "INSERT INTO {s} ({STEP_COLUMNS}, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
                  ON CONFLICT (workflow_id, generation, seq) DO NOTHING"
+            ),
+            delete_step: format!(
+                "DELETE FROM {s} WHERE workflow_id = $1 AND generation = $2 AND seq = $3"
             ),
             step_of_kind_exists: format!(
                 "SELECT 1 FROM {s} WHERE workflow_id = $1 AND generation = $2 AND seq = $3 \

@@ -2,10 +2,11 @@
 //! (`Store::finish_after_steps`, and `JournalWriter::finish_after_steps`
 //! through the group-commit writer), on both backends: the rows land with
 //! the end; a row another executor journaled first with another result keeps
-//! that result and stops the end (the rows that were new still commit); a
-//! row found with the same result (a retry of an unanswered commit) does
-//! not; each finish of a batch stands or falls alone; a hand-over claims its
-//! successor in the same commit; and rows that are not the finishing
+//! that result and stops the end; an end that does not apply writes none of
+//! its rows; a row found with the same result (a retry of an unanswered
+//! commit) does not stop it; each finish of a batch stands or falls alone; a
+//! child's end reports to its parent in the same commit; a hand-over claims
+//! its successor in the same commit; and rows that are not the finishing
 //! instance's are refused before anything is written.
 
 #[macro_use]
@@ -20,6 +21,8 @@ use support::{completed, create_flow, lease, TestDb, OWNER};
 conformance!(
     a_finish_commits_its_step_rows_with_its_end,
     a_row_journaled_with_another_result_stops_the_finish,
+    an_end_that_does_not_apply_writes_none_of_its_rows,
+    a_childs_end_with_its_rows_reports_to_its_parent,
     a_row_journaled_with_the_same_result_lets_the_finish_apply,
     each_finish_of_a_batch_stands_or_falls_alone,
     a_hand_over_claims_the_successor_with_the_rows,
@@ -141,18 +144,14 @@ async fn a_row_journaled_with_another_result_stops_the_finish(db: &TestDb) {
         (after.status, after.lease_owner, after.lease_expires_at),
         (before.status, before.lease_owner, before.lease_expires_at)
     );
-    // The first result stays; the row that was new commits (a prefix of
-    // this run's journal).
-    assert_eq!(
-        journal(store, "wf").await,
-        pairs(&[(0, "\"theirs\""), (1, "\"new\"")])
-    );
-    let entries = store.load_journal_entries("wf", 0).await.unwrap();
-    assert_eq!(entries[1].attempts, Some(2));
-    // A conflicting row that is not the first stops the finish as well.
+    // The first result stays, and no row of this run lands after it: the
+    // journal would mix two runs.
+    assert_eq!(journal(store, "wf").await, pairs(&[(0, "\"theirs\"")]));
+    // A conflicting row that is not the first stops the finish as well, and
+    // the new row before it is not written either.
     let rows = [
-        (step("wf", 2, "\"fresh\""), StepTiming::default()),
-        (step("wf", 1, "\"other\""), StepTiming::default()),
+        (step("wf", 1, "\"fresh\""), StepTiming::default()),
+        (step("wf", 0, "\"other\""), StepTiming::default()),
     ];
     let outcome = store
         .finish_after_steps(&[completed("wf")], &[None], &[&rows])
@@ -160,19 +159,16 @@ async fn a_row_journaled_with_another_result_stops_the_finish(db: &TestDb) {
         .unwrap();
     assert!(matches!(outcome.as_slice(), [(false, None)]), "{outcome:?}");
     still_running(store, "wf").await;
-    assert_eq!(
-        journal(store, "wf").await,
-        pairs(&[(0, "\"theirs\""), (1, "\"new\""), (2, "\"fresh\"")])
-    );
+    assert_eq!(journal(store, "wf").await, pairs(&[(0, "\"theirs\"")]));
     // So does one with the same result from another step (name or kind).
     for other in [
         StepRow {
             name: "another-step".into(),
-            ..step("wf", 2, "\"fresh\"")
+            ..step("wf", 0, "\"theirs\"")
         },
         StepRow {
             kind: "now".into(),
-            ..step("wf", 2, "\"fresh\"")
+            ..step("wf", 0, "\"theirs\"")
         },
     ] {
         let rows = [(other, StepTiming::default())];
@@ -184,10 +180,73 @@ async fn a_row_journaled_with_another_result_stops_the_finish(db: &TestDb) {
         still_running(store, "wf").await;
     }
     let entries = store.load_journal_entries("wf", 0).await.unwrap();
+    assert_eq!(entries.len(), 1);
     assert_eq!(
-        (entries[2].row.name.as_str(), entries[2].row.kind.as_str()),
-        ("step-2", "step")
+        (entries[0].row.name.as_str(), entries[0].row.kind.as_str()),
+        ("step-0", "step")
     );
+}
+
+/// An end that does not apply for a reason of its own (another executor
+/// holds the lease; the instance ended already) writes none of its rows.
+async fn an_end_that_does_not_apply_writes_none_of_its_rows(db: &TestDb) {
+    let store = &db.store;
+    create_flow(db, "wf", None, None).await;
+    let rows = [
+        (step("wf", 0, "\"a\""), StepTiming::default()),
+        (step("wf", 1, "\"b\""), StepTiming::default()),
+    ];
+    let stranger = Finish {
+        owner: "another-executor",
+        ..completed("wf")
+    };
+    let outcome = store
+        .finish_after_steps(&[stranger], &[None], &[&rows])
+        .await
+        .unwrap();
+    assert!(matches!(outcome.as_slice(), [(false, None)]), "{outcome:?}");
+    still_running(store, "wf").await;
+    assert_eq!(journal(store, "wf").await, pairs(&[]));
+    // Once ended, a late end with rows (from a run that lost its lease)
+    // writes nothing either.
+    let outcome = store
+        .finish_after_steps(&[completed("wf")], &[None], &[&rows[..1]])
+        .await
+        .unwrap();
+    assert!(matches!(outcome.as_slice(), [(true, None)]), "{outcome:?}");
+    let late = [(step("wf", 5, "\"late\""), StepTiming::default())];
+    let outcome = store
+        .finish_after_steps(&[completed("wf")], &[None], &[&late])
+        .await
+        .unwrap();
+    assert!(matches!(outcome.as_slice(), [(false, None)]), "{outcome:?}");
+    assert_eq!(journal(store, "wf").await, pairs(&[(0, "\"a\"")]));
+}
+
+/// A child's end (which must report to its parent in the same transaction,
+/// so PostgreSQL's one-statement end does not take it) commits its rows, its
+/// end and its outcome in the parent's journal together.
+async fn a_childs_end_with_its_rows_reports_to_its_parent(db: &TestDb) {
+    let store = &db.store;
+    create_flow(db, "parent", None, None).await;
+    create_flow(db, "child", Some("parent"), None).await;
+    let rows = [
+        (step("child", 0, "\"c0\""), timing(1, now_us())),
+        (step("child", 1, "\"c1\""), StepTiming::default()),
+    ];
+    let outcome = store
+        .finish_after_steps(&[completed("child")], &[None], &[&rows])
+        .await
+        .unwrap();
+    assert!(matches!(outcome.as_slice(), [(true, None)]), "{outcome:?}");
+    finished(store, "child").await;
+    assert_eq!(
+        journal(store, "child").await,
+        pairs(&[(0, "\"c0\""), (1, "\"c1\"")])
+    );
+    let reported = store.load_journal("parent", 0).await.unwrap();
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert_eq!((reported[0].seq, reported[0].kind.as_str()), (0, "child"));
 }
 
 async fn a_row_journaled_with_the_same_result_lets_the_finish_apply(db: &TestDb) {
@@ -248,10 +307,7 @@ async fn each_finish_of_a_batch_stands_or_falls_alone(db: &TestDb) {
     still_running(store, "y").await;
     finished(store, "z").await;
     assert_eq!(journal(store, "x").await, pairs(&[(0, "\"x0\"")]));
-    assert_eq!(
-        journal(store, "y").await,
-        pairs(&[(0, "\"theirs\""), (1, "\"y1\"")])
-    );
+    assert_eq!(journal(store, "y").await, pairs(&[(0, "\"theirs\"")]));
     assert_eq!(journal(store, "z").await, pairs(&[]));
 }
 

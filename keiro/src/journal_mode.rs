@@ -13,19 +13,21 @@
 ///   commits; the rows queued meanwhile commit together, in order, in one
 ///   transaction, so the journal is always a prefix of the run. Before
 ///   anything leaves the workflow that the outside can observe through keiro
-///   (its result or its end, an awakeable id, a child started, a message
-///   sent, an event or a stream value written, a wait that suspends it) and
-///   before any other journaled operation, the run waits until every queued
-///   row is durable; the rows still queued when it returns commit with its
-///   result, in one transaction. After a crash every step whose row was not
-///   yet durable runs again: the at-least-once rule every step lives under,
-///   over the window since the last durable row instead of the one running
-///   step.
+///   (an end other than its result, an awakeable id, a child started, a
+///   message sent, an event or a stream value written, a wait that suspends
+///   it) and before any other journaled operation, the run waits until every
+///   queued row is durable. Its result instead commits together with the
+///   rows still queued when it returns, in one transaction (neither without
+///   the other). After a crash every step whose row was not yet durable runs
+///   again: the at-least-once rule every step lives under, over the window
+///   since the last durable row instead of the one running step.
 ///
 /// A row that another executor recorded first with another result (the run
 /// lost its lease) stops a pipelined run before its next barrier instead of
 /// handing the step the recorded result: the steps after it may have used
-/// the value this run computed. Nothing it wrote afterwards is journaled.
+/// the value this run computed. Nothing it queues after that batch is
+/// journaled; rows behind the conflicting one in the same batch still are
+/// (a known gap: the batch is one insert shared with other runs' rows).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Journal {
     /// Each step's row is durable before the step returns.

@@ -21,9 +21,9 @@ const APPEND_ATTEMPTS: usize = 3;
 
 /// The insert of a batch of steps from eight parallel arrays (ids,
 /// generations, seqs, names, kinds, results, attempts, first starts) at
-/// `$first` to `$first + 7`, written at `$now`, in batch order, keeping any
-/// step id already journaled and returning the step ids it inserted.
-fn insert_steps_sql(first: usize, now: usize) -> String {
+/// `$first` to `$first + 7`, written at `$now`, in batch order, for the rows
+/// `filter` (a `WHERE` clause, or nothing) lets through.
+fn insert_steps_sql(first: usize, now: usize, filter: &str) -> String {
     let [ids, generations, seqs, names, kinds, results, attempts, started] =
         std::array::from_fn::<usize, 8, _>(|i| first + i);
     format!(
@@ -35,25 +35,31 @@ fn insert_steps_sql(first: usize, now: usize) -> String {
          ${started}::int8[]) \
          WITH ORDINALITY AS t(workflow_id, generation, seq, name, kind, result, attempts, \
          started_at, ord) \
-         ORDER BY ord \
-         ON CONFLICT (workflow_id, generation, seq) DO NOTHING \
-         RETURNING workflow_id, generation, seq"
+         {filter} ORDER BY ord"
     )
 }
 
 /// Inserts a batch of steps ([`insert_steps_sql`], the arrays at `$1` to
-/// `$8`, written at `$9`).
-static INSERT_STEPS: LazyLock<String> = LazyLock::new(|| insert_steps_sql(1, 9));
+/// `$8`, written at `$9`), keeping any step id already journaled; returns
+/// the step ids it inserted.
+static INSERT_STEPS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{} ON CONFLICT (workflow_id, generation, seq) DO NOTHING \
+         RETURNING workflow_id, generation, seq",
+        insert_steps_sql(1, 9, "")
+    )
+});
 
 /// The lone finish of an instance without a parent (`finish_alone`, `$1` to
 /// `$7`) with its run's last steps (the arrays at `$8` to `$15`, written at
-/// its time) in one statement: the end applies only if every row was
-/// inserted, and the rows inserted commit either way.
+/// its time) in one statement: the rows are inserted only if the end
+/// applied, and a step id journaled already fails the whole statement
+/// (`23505`), so it writes all or nothing.
 static FINISH_ALONE_AFTER_STEPS: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH inserted AS ({}) {} AND (SELECT count(*) FROM inserted) = cardinality($8::text[])",
-        insert_steps_sql(8, 7),
-        SQL.finish_alone
+        "WITH finished AS ({} RETURNING 1) {}",
+        SQL.finish_alone,
+        insert_steps_sql(8, 7, "WHERE EXISTS (SELECT 1 FROM finished)")
     )
 });
 
@@ -398,9 +404,9 @@ impl PostgresStore {
     /// The lone finish of an instance without a parent with its run's last
     /// steps, in one statement that commits on its own
     /// ([`FINISH_ALONE_AFTER_STEPS`]): whether the end applied. When it did
-    /// not (a row was journaled already, the lease is another's, the
-    /// instance has a parent) the rows inserted stay, and the caller finds
-    /// them journaled as written when it tries again in a transaction.
+    /// not (a step id was journaled already, the lease is another's, the
+    /// instance has a parent) it wrote nothing, and the caller finds out
+    /// why in a transaction.
     pub(crate) async fn finish_alone_after_steps(
         &self,
         finish: &Finish<'_>,
@@ -411,11 +417,12 @@ impl PostgresStore {
             crate::prepared::query(&FINISH_ALONE_AFTER_STEPS),
             &crate::journal::finish_args(finish, now)
         );
-        let done = bind_steps(query, batch)
-            .execute(self.exec())
-            .await
-            .map_err(StoreError::query("finish"))?;
-        Ok(done.rows_affected() == 1)
+        match bind_steps(query, batch).execute(self.exec()).await {
+            // Rows inserted: the end applied (none else are).
+            Ok(done) => Ok(done.rows_affected() > 0),
+            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => Ok(false),
+            Err(error) => Err(StoreError::query("finish")(error)),
+        }
     }
 }
 
