@@ -69,6 +69,11 @@ pub(crate) fn enqueue(
     if let Some(error) = &state.failed {
         return Err(error.clone());
     }
+    if state.ending {
+        return Err(Error::Internal(
+            "a step row was queued after its run returned".into(),
+        ));
+    }
     state.queued.push((row, timing));
     if !state.flushing {
         state.flushing = true;
@@ -149,8 +154,12 @@ pub(crate) async fn take_rest(cx: &WorkflowContext) -> Result<Vec<(StepRow, Step
 }
 
 /// Commits `cx`'s queued rows batch after batch until none is left (or the
-/// run returned: see [`take_rest`]), then marks the pipeline idle. A write failing transiently is tried again
-/// through an outage, as a strict step's own write is.
+/// run returned: see [`take_rest`]), then marks the pipeline idle. A write
+/// failing transiently is tried again for up to a third of the lease: the
+/// run renews its lease every third of it while its body runs, and this
+/// batch was taken before the body returned, so the last try still goes
+/// out under the lease, as a strict step's write does before its driver
+/// stops it at two thirds.
 async fn flush(cx: Arc<WorkflowContext>) {
     let Some(pipeline) = &cx.pipeline else { return };
     loop {
@@ -164,11 +173,13 @@ async fn flush(cx: Arc<WorkflowContext>) {
             }
             std::mem::take(&mut state.queued)
         };
-        let (written, _) =
-            crate::retry::retrying((&cx.name, &cx.id), "a step's journal write", || {
-                cx.keiro.writer().append_together(batch.clone())
-            })
-            .await;
+        let (written, _) = crate::retry::retrying_within(
+            cx.keiro.lease_ttl() / 3,
+            (&cx.name, &cx.id),
+            "a step's journal write",
+            || cx.keiro.writer().append_together(batch.clone()),
+        )
+        .await;
         if let Some(Failure { error, lease_lost }) = failure(&cx, &batch, written) {
             {
                 let mut state = lock(&pipeline.state);
