@@ -73,22 +73,6 @@ impl Outage {
 /// driver, which drops this future: the retries never outlive the lease.
 /// `name` and `id` are the workflow's, for the log.
 pub(crate) async fn retrying<T, F, Fut>(
-    who: (&str, &str),
-    what: &str,
-    write: F,
-) -> (Result<T, StoreError>, bool)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, StoreError>>,
-{
-    retrying_within(WRITE_THROUGH, who, what, write).await
-}
-
-/// [`retrying`] with transient failures allowed to last `limit` in a row:
-/// for a write no driver drops when the lease may lapse (a pipelined run's
-/// flush, a task of its own), which must stop trying in time by itself.
-pub(crate) async fn retrying_within<T, F, Fut>(
-    limit: Duration,
     (name, id): (&str, &str),
     what: &str,
     mut write: F,
@@ -97,7 +81,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, StoreError>>,
 {
-    let mut outage = Outage::new(limit);
+    let mut outage = Outage::new(WRITE_THROUGH);
     loop {
         let error = match write().await {
             Err(error) => error,

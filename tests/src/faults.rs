@@ -313,30 +313,13 @@ pub async fn deadlock_once_on_status(pool: &sqlx::PgPool, status: &str) -> Deadl
         status.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
         "a status name, not {status:?}"
     );
-    deadlock_once(
-        pool,
-        "UPDATE ON keiro.workflows",
-        &format!("NEW.status = '{status}'"),
-    )
-    .await
-}
-
-/// Like [`deadlock_once_on_status`], for the first insert of a journal row
-/// (a step's, by any writer).
-pub async fn deadlock_once_on_step_insert(pool: &sqlx::PgPool) -> DeadlockOnce {
-    deadlock_once(pool, "INSERT ON keiro.steps", "true").await
-}
-
-/// Installs a trigger refusing, once, the first row of `event` for which
-/// `condition` holds, with SQLSTATE `40P01`.
-async fn deadlock_once(pool: &sqlx::PgPool, event: &str, condition: &str) -> DeadlockOnce {
     sqlx::raw_sql(&format!(
         "CREATE SEQUENCE deadlock_once; \
          CREATE FUNCTION deadlock_once() RETURNS trigger AS $$ BEGIN \
-         IF {condition} AND nextval('deadlock_once') = 1 THEN \
+         IF NEW.status = '{status}' AND nextval('deadlock_once') = 1 THEN \
          RAISE EXCEPTION 'deadlock detected (a test trigger)' USING ERRCODE = '40P01'; \
          END IF; RETURN NEW; END $$ LANGUAGE plpgsql; \
-         CREATE TRIGGER deadlock_once BEFORE {event} FOR EACH ROW \
+         CREATE TRIGGER deadlock_once BEFORE UPDATE ON keiro.workflows FOR EACH ROW \
          EXECUTE FUNCTION deadlock_once()"
     ))
     .execute(pool)

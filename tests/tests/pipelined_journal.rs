@@ -297,67 +297,6 @@ async fn the_last_rows_of_a_pipelined_run_commit_with_its_end(backend: Backend) 
     keiro.shutdown().await.unwrap();
 }
 
-/// How many times [`counted`] ran.
-static COUNTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-
-#[step]
-async fn counted(i: u32) -> u32 {
-    COUNTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    i
-}
-
-/// `n` counted steps, then an event (a barrier: the rows must be durable).
-#[workflow(journal = "pipelined")]
-async fn counted_then_announce(n: u32) -> Result<u32, String> {
-    let mut total = 0;
-    for i in 1..=n {
-        total += counted(i).await;
-    }
-    keiro::set_event("done", &n)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(total)
-}
-
-/// A pipelined run's batch of rows refused once with a transient error (a
-/// deadlock) is written again, as a strict step's row is: the run goes on,
-/// and no step runs twice. Before, the run stopped with the error.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_a_pipelined_batch_refused_once_is_written_again() {
-    let db = TestDb::new(Backend::Postgres).await;
-    let keiro = connect(&db, Journal::Strict).await;
-    let Store::Postgres(pg) = keiro::unstable::raw_store(&keiro) else {
-        panic!("a PostgreSQL store");
-    };
-    let trigger = keiro_tests::faults::deadlock_once_on_step_insert(pg.pool()).await;
-    let steps = 10u32;
-    let total = tokio::time::timeout(
-        Duration::from_secs(30),
-        counted_then_announce(steps).on(&keiro).id("refused-once"),
-    )
-    .await
-    .expect("the run ended within 30 s")
-    .unwrap()
-    .unwrap();
-    assert_eq!(total, steps * (steps + 1) / 2);
-    assert_eq!(
-        COUNTED.load(std::sync::atomic::Ordering::SeqCst),
-        steps,
-        "a step ran again"
-    );
-    let fired = trigger.fired().await;
-    assert!(
-        fired > i64::from(steps),
-        "the trigger fired {fired} time(s)"
-    );
-    let rows = keiro::unstable::raw_store(&keiro)
-        .load_journal("refused-once", 0)
-        .await
-        .unwrap();
-    assert_eq!(rows.len(), steps as usize + 1, "the steps and the event");
-    keiro.shutdown().await.unwrap();
-}
-
 on_both_backends!(
     steps_run_ahead_only_when_pipelined,
     an_event_is_visible_only_after_the_rows_before_it,

@@ -128,6 +128,14 @@ pub(crate) async fn barrier(cx: &WorkflowContext) {
     }
 }
 
+/// For a run that lost its lease: the flush in flight takes no further
+/// batch (nothing more of the run is journaled after it).
+pub(crate) fn abandon(cx: &WorkflowContext) {
+    if let Some(pipeline) = &cx.pipeline {
+        lock(&pipeline.state).ending = true;
+    }
+}
+
 /// For a pipelined run that returned (none queued for a strict one): waits
 /// for the flush in flight to end its batch (it takes no further one), then
 /// takes the rows still queued, which the run's end commits with it in one
@@ -154,12 +162,10 @@ pub(crate) async fn take_rest(cx: &WorkflowContext) -> Result<Vec<(StepRow, Step
 }
 
 /// Commits `cx`'s queued rows batch after batch until none is left (or the
-/// run returned: see [`take_rest`]), then marks the pipeline idle. A write
-/// failing transiently is tried again for up to a third of the lease: the
-/// run renews its lease every third of it while its body runs, and this
-/// batch was taken before the body returned, so the last try still goes
-/// out under the lease, as a strict step's write does before its driver
-/// stops it at two thirds.
+/// run returned: see [`take_rest`]), then marks the pipeline idle. A batch
+/// is written once: no driver stops this task when the lease may lapse, so
+/// a failed write stops the run (which resumes from its journal) rather
+/// than trying again past the lease.
 async fn flush(cx: Arc<WorkflowContext>) {
     let Some(pipeline) = &cx.pipeline else { return };
     loop {
@@ -173,14 +179,8 @@ async fn flush(cx: Arc<WorkflowContext>) {
             }
             std::mem::take(&mut state.queued)
         };
-        let (written, _) = crate::retry::retrying_within(
-            cx.keiro.lease_ttl() / 3,
-            (&cx.name, &cx.id),
-            "a step's journal write",
-            || cx.keiro.writer().append_together(batch.clone()),
-        )
-        .await;
-        if let Some(Failure { error, lease_lost }) = failure(&cx, &batch, written) {
+        let written = cx.keiro.writer().append_together(batch).await;
+        if let Some(Failure { error, lease_lost }) = failure(&cx, written) {
             {
                 let mut state = lock(&pipeline.state);
                 state.failed = Some(error.clone());
@@ -198,15 +198,12 @@ async fn flush(cx: Arc<WorkflowContext>) {
     }
 }
 
-/// Why `batch`'s write stops the run, if it does: a store error (the run
+/// Why a batch's write stops the run, if it does: a store error (the run
 /// ends without counting a crash and resumes from the journal), or a row
-/// another executor recorded first with another value (this run lost its
-/// lease, and the steps after that row may have used the value it computed
-/// instead). A row found as this run wrote it is its own, from a try whose
-/// answer was lost.
+/// another executor recorded first (this run lost its lease, and the steps
+/// after that row may have used the value it computed instead).
 fn failure(
     cx: &WorkflowContext,
-    batch: &[(StepRow, StepTiming)],
     written: keiro_store::Result<Vec<AppendOutcome>>,
 ) -> Option<Failure> {
     let outcomes = match written {
@@ -218,15 +215,10 @@ fn failure(
             });
         }
     };
-    let seq = outcomes
-        .iter()
-        .zip(batch)
-        .find_map(|(outcome, (row, _))| match outcome {
-            AppendOutcome::Inserted => None,
-            // The same key: equal rows record the same kind, name and result.
-            AppendOutcome::Existing(first) if first == row => None,
-            AppendOutcome::Existing(first) => Some(first.seq),
-        })?;
+    let seq = outcomes.iter().find_map(|outcome| match outcome {
+        AppendOutcome::Inserted => None,
+        AppendOutcome::Existing(first) => Some(first.seq),
+    })?;
     tracing::warn!(
         name = %cx.name,
         id = %cx.id,

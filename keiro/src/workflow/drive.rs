@@ -135,14 +135,20 @@ pub(crate) async fn execute(
 /// lease.
 async fn durable_first(cx: &WorkflowContext, ended: Ended) -> (Ended, Vec<(StepRow, StepTiming)>) {
     match ended {
-        Ended::LeaseLost => return (ended, Vec::new()),
+        Ended::LeaseLost => {
+            context::pipeline::abandon(cx);
+            return (ended, Vec::new());
+        }
         // A run that returned records its instance with its end; one stopped
         // before its instance was recorded leaves nothing to record.
         Ended::Returned(_) | Ended::Stopped => {}
         _ => match context::deferred::ensure(cx).await {
             Ok(()) => {}
             Err(Halt::Error(error)) => return (Ended::Aborted(error), Vec::new()),
-            Err(_) => return (Ended::LeaseLost, Vec::new()),
+            Err(_) => {
+                context::pipeline::abandon(cx);
+                return (Ended::LeaseLost, Vec::new());
+            }
         },
     }
     let durable = match ended {
