@@ -248,6 +248,17 @@ impl Store {
                 });
             }
         }
+        // Two ends of one instance (a run twice under one owner) each in a
+        // transaction of its own: the rows one of them inserted are never
+        // taken for the other's.
+        if finishes.len() > 1 && !distinct_ids(finishes) {
+            let mut finished = Vec::with_capacity(finishes.len());
+            for i in 0..finishes.len() {
+                let one = (&finishes[i..=i], &hand_overs[i..=i], &steps[i..=i]);
+                finished.extend(Box::pin(self.finish_after_steps(one.0, one.1, one.2)).await?);
+            }
+            return Ok(finished);
+        }
         let now = self.now_us();
         let batch: Vec<(&StepRow, StepTiming)> = steps
             .iter()

@@ -23,6 +23,7 @@ conformance!(
     a_row_journaled_with_another_result_stops_the_finish,
     an_end_that_does_not_apply_writes_none_of_its_rows,
     a_childs_end_with_its_rows_reports_to_its_parent,
+    two_ends_of_one_instance_in_one_call_do_not_mix,
     a_row_journaled_with_the_same_result_lets_the_finish_apply,
     each_finish_of_a_batch_stands_or_falls_alone,
     a_hand_over_claims_the_successor_with_the_rows,
@@ -247,6 +248,47 @@ async fn a_childs_end_with_its_rows_reports_to_its_parent(db: &TestDb) {
     let reported = store.load_journal("parent", 0).await.unwrap();
     assert_eq!(reported.len(), 1, "{reported:?}");
     assert_eq!((reported[0].seq, reported[0].kind.as_str()), (0, "child"));
+    // A child's end that does not apply writes no row and reports nothing.
+    create_flow(db, "parent-2", None, None).await;
+    create_flow(db, "child-2", Some("parent-2"), None).await;
+    let rows = [(step("child-2", 0, "\"c0\""), StepTiming::default())];
+    let stranger = Finish {
+        owner: "another-executor",
+        ..completed("child-2")
+    };
+    let outcome = store
+        .finish_after_steps(&[stranger], &[None], &[&rows])
+        .await
+        .unwrap();
+    assert!(matches!(outcome.as_slice(), [(false, None)]), "{outcome:?}");
+    still_running(store, "child-2").await;
+    assert_eq!(journal(store, "child-2").await, pairs(&[]));
+    assert_eq!(journal(store, "parent-2").await, pairs(&[]));
+}
+
+/// Two ends of one instance in one call (one owner ran it twice), each
+/// with its own value of a step: the first applies with its row, the second
+/// does not, and it takes nothing of the first's for its own.
+async fn two_ends_of_one_instance_in_one_call_do_not_mix(db: &TestDb) {
+    let store = &db.store;
+    create_flow(db, "wf", None, None).await;
+    let first = [(step("wf", 0, "\"first\""), StepTiming::default())];
+    let second = [
+        (step("wf", 0, "\"second\""), StepTiming::default()),
+        (step("wf", 1, "\"second-1\""), StepTiming::default()),
+    ];
+    let outcome = store
+        .finish_after_steps(
+            &[completed("wf"), completed("wf")],
+            &[None, None],
+            &[&first, &second],
+        )
+        .await
+        .unwrap();
+    let applied: Vec<bool> = outcome.iter().map(|(applied, _)| *applied).collect();
+    assert_eq!(applied, [true, false], "{outcome:?}");
+    finished(store, "wf").await;
+    assert_eq!(journal(store, "wf").await, pairs(&[(0, "\"first\"")]));
 }
 
 async fn a_row_journaled_with_the_same_result_lets_the_finish_apply(db: &TestDb) {
