@@ -591,3 +591,52 @@ async fn the_writer_commits_rows_and_finish_together(db: &TestDb) {
     still_running(store, "lost").await;
     assert_eq!(journal(store, "lost").await, pairs(&[(0, "\"theirs\"")]));
 }
+
+/// On PostgreSQL a lone end without a parent and its rows are one statement,
+/// not a transaction of several: triggers record each write's
+/// `statement_timestamp()`, and the rows and the end share one. A second
+/// end, of a child, goes through the transaction instead (its statements
+/// differ), which shows the check can tell the two apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_a_lone_end_and_its_rows_are_one_statement() {
+    let db = TestDb::postgres().await;
+    let pool = db.pg_pool();
+    sqlx::raw_sql(
+        "CREATE TABLE written (what text, workflow text, at timestamptz); \
+         CREATE FUNCTION note_step() RETURNS trigger AS $$ BEGIN \
+         INSERT INTO written VALUES ('step', NEW.workflow_id, statement_timestamp()); \
+         RETURN NEW; END $$ LANGUAGE plpgsql; \
+         CREATE FUNCTION note_end() RETURNS trigger AS $$ BEGIN \
+         INSERT INTO written VALUES ('end', NEW.id, statement_timestamp()); \
+         RETURN NEW; END $$ LANGUAGE plpgsql; \
+         CREATE TRIGGER note_step AFTER INSERT ON keiro.steps FOR EACH ROW \
+         EXECUTE FUNCTION note_step(); \
+         CREATE TRIGGER note_end AFTER UPDATE OF status ON keiro.workflows FOR EACH ROW \
+         WHEN (NEW.status = 'completed') EXECUTE FUNCTION note_end()",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    let store = &db.store;
+    create_flow(&db, "lone", None, None).await;
+    create_flow(&db, "parent", None, None).await;
+    create_flow(&db, "child", Some("parent"), None).await;
+    for id in ["lone", "child"] {
+        let rows = [
+            (step(id, 0, "\"a\""), StepTiming::default()),
+            (step(id, 1, "\"b\""), StepTiming::default()),
+        ];
+        let outcome = store
+            .finish_after_steps(&[completed(id)], &[None], &[&rows])
+            .await
+            .unwrap();
+        assert!(matches!(outcome.as_slice(), [(true, None)]), "{outcome:?}");
+    }
+    let statements = |id: &'static str| {
+        sqlx::query_scalar::<_, i64>("SELECT count(DISTINCT at) FROM written WHERE workflow = $1")
+            .bind(id)
+            .fetch_one(pool)
+    };
+    assert_eq!(statements("lone").await.unwrap(), 1, "the lone end");
+    assert_eq!(statements("child").await.unwrap(), 2, "the child's end");
+}
