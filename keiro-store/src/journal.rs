@@ -276,12 +276,16 @@ impl Store {
         dispatch!(Store, self, |s| {
             let mut tx = s.begin_batch(OP).await?;
             let inserted = insert_steps_in((&mut *tx).into(), OP, &batch, now).await?;
+            // Per finish: whether its rows stand, and those this transaction
+            // inserted (nobody saw them yet: they go if it does not apply).
             let mut going = Vec::with_capacity(finishes.len());
+            let mut mine = Vec::with_capacity(finishes.len());
             for rows in steps {
                 let mut stands = true;
+                let mut ours = Vec::new();
                 for (row, _) in rows.iter() {
-                    let key = (row.workflow_id.clone(), row.generation, row.seq);
-                    if inserted.contains(&key) {
+                    if inserted.contains(&(row.workflow_id.clone(), row.generation, row.seq)) {
+                        ours.push(row);
                         continue;
                     }
                     let first = journaled_on((&mut *tx).into(), OP, row).await?;
@@ -290,6 +294,7 @@ impl Store {
                     stands &= first == *row;
                 }
                 going.push(stands);
+                mine.push(ours);
             }
             let (apply, apply_hand_overs): (Vec<Finish<'_>>, Vec<Option<&HandOver>>) = finishes
                 .iter()
@@ -303,20 +308,16 @@ impl Store {
                     .await?
                     .into_iter();
             let mut finished = Vec::with_capacity(finishes.len());
-            for (stands, rows) in going.into_iter().zip(steps) {
+            for (stands, ours) in going.into_iter().zip(mine) {
                 let outcome = match stands {
                     true => applied.next().ok_or_else(|| StoreError::Corrupt {
                         what: "a batch of finishes returned too few outcomes".into(),
                     })?,
                     false => (false, None),
                 };
-                // Only rows this transaction inserted: nobody saw them yet.
                 if !outcome.0 {
-                    for (row, _) in rows.iter() {
-                        let key = (row.workflow_id.clone(), row.generation, row.seq);
-                        if inserted.contains(&key) {
-                            delete_step_on((&mut *tx).into(), OP, row).await?;
-                        }
+                    for row in ours {
+                        delete_step_on((&mut *tx).into(), OP, row).await?;
                     }
                 }
                 finished.push(outcome);
