@@ -50,6 +50,12 @@ const COMMIT_SQLITE: &str = concat!(
     "; INSERT INTO keiro_steps (workflow_id, generation, seq, name, kind, result, created_at, \
      attempts, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9); COMMIT; BEGIN"
 );
+/// Bounds a PostgreSQL transaction's statements and idle time to `$1`
+/// milliseconds, until it ends (see [`StepTx::limit_statements`]).
+#[cfg(feature = "postgres")]
+const LIMIT_STATEMENTS: &str = "SELECT set_config('statement_timeout', $1, true), \
+     set_config('idle_in_transaction_session_timeout', $1, true)";
+
 /// How a transactional step's transaction begins on SQLite: with the write
 /// lock, the mark and the guard savepoint (see [`GUARD_RELEASE`]). A mark
 /// left by an earlier transaction (one a body committed and then opened
@@ -208,7 +214,12 @@ impl StepTx<'_> {
     /// transaction), for a step whose attempts have a time limit: an attempt
     /// out of time is dropped by the runtime, and the rollback after it then
     /// waits for the statement it left running, blocked on another
-    /// session's lock for all anyone knows, at most this long. Nothing on
+    /// session's lock for all anyone knows, at most this long. The
+    /// transaction may sit idle (waiting for the body's next statement) no
+    /// longer either (`idle_in_transaction_session_timeout`): an attempt
+    /// cannot outlast its limit, so an idle transaction that does belongs to
+    /// a process that lost the server, and the server ends it, releasing
+    /// the rows it holds locked, instead of keeping it for hours. Nothing on
     /// SQLite, where the transaction holds the write lock from its start, so
     /// the body's statements wait on no lock.
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
@@ -221,8 +232,9 @@ impl StepTx<'_> {
             let Ok(ms) = i32::try_from(ms.max(1)) else {
                 return Ok(());
             };
-            let set = format!("SET LOCAL statement_timeout = {ms}");
-            sqlx::Executor::execute(&mut **tx, set.as_str())
+            sqlx::query(LIMIT_STATEMENTS)
+                .bind(ms.to_string())
+                .execute(&mut **tx)
                 .await
                 .map_err(StoreError::query(OP))?;
         }

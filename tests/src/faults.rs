@@ -182,11 +182,34 @@ pub async fn wait_all_completed(keiro: &Keiro, expected: usize, limit: Duration)
             }
             Err(error) => format!("error: {error}"),
         };
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not every one of {expected} workflows completed within {limit:?}; last: {last}"
-        );
+        if tokio::time::Instant::now() >= deadline {
+            panic!(
+                "not every one of {expected} workflows completed within {limit:?}; last: {last}; \
+                 the database's sessions: {}",
+                sessions(keiro).await
+            );
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// What each of the database's other sessions (PostgreSQL) is doing, for a
+/// failing test's message: a session idle in a transaction, or one waiting
+/// on a lock, is the usual reason workers stop making progress.
+async fn sessions(keiro: &Keiro) -> String {
+    let Some(pool) = keiro.store().postgres_pool() else {
+        return "(SQLite: one writer at a time)".to_owned();
+    };
+    type Session = (Option<String>, Option<String>, Option<String>);
+    let sessions: Result<Vec<Session>, _> = sqlx::query_as(
+        "SELECT state, wait_event, left(query, 120) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(pool)
+    .await;
+    match sessions {
+        Ok(sessions) => format!("{sessions:?}"),
+        Err(error) => format!("(unreadable: {error})"),
     }
 }
 

@@ -291,3 +291,158 @@ async fn a_worker_cut_off_past_its_lease_stops_instead_of_journaling_late() {
     a.kill().await;
     b.kill().await;
 }
+
+/// Worker A's claim of queue `q` took the queue's lock (a transaction lock
+/// every claim of the queue takes first) just as a blackhole cut it off: its
+/// transaction stays open on the server, lock held, with nobody left to end
+/// it. Worker B's claim of the queue must still get through once A's
+/// transaction has sat idle past keiro's bound, not wait on it for as long
+/// as the server keeps the dead connection (hours).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_claim_blackholed_inside_its_transaction_holds_no_other_claim_back() {
+    use keiro_store::{Lease, NewInstance, Queued, Registered, Store, StoreOptions};
+    use sqlx::Connection;
+
+    const QUEUE: &str = "q";
+    const FLOW: Registered<'static> = Registered {
+        name: "flow",
+        signature: "sig",
+    };
+    /// The lock every claim of queue `q` takes first (keiro's key for it).
+    const QUEUE_LOCK: &str = "pg_advisory_lock(1801808241, hashtext('q'))";
+    /// How long B may wait (keiro bounds A's idle transaction to 5 s)
+    /// before the test calls it stuck.
+    const PATIENCE: Duration = Duration::from_secs(30);
+
+    let Some(cluster) = cluster_or_skip(
+        "a_queue_claim_blackholed_inside_its_transaction_holds_no_other_claim_back",
+    ) else {
+        return;
+    };
+    let url = cluster.keiro_url();
+    let proxy = TcpProxy::start(([127, 0, 0, 1], cluster.port()).into()).await;
+    let proxied = format!("postgres://postgres@{}/keiro_fault", proxy.addr());
+    let b = Store::connect(&url, &StoreOptions::default())
+        .await
+        .unwrap();
+    let a = Store::connect(&proxied, &StoreOptions::default())
+        .await
+        .unwrap();
+    let new = NewInstance {
+        id: "job",
+        name: FLOW.name,
+        input: "[]",
+        signature: Some(FLOW.signature),
+        parent: None,
+        lease: None,
+        deadline: None,
+        traceparent: None,
+        app_version: None,
+        skeleton_hash: None,
+    };
+    let queued = Queued {
+        queue: Some(QUEUE),
+        priority: 0,
+        partition: "",
+        dedup: None,
+        not_before: None,
+    };
+    assert!(b.create_queued(&new, &queued).await.unwrap().1);
+    let lease = |owner| Lease {
+        owner,
+        ttl_us: 60_000_000,
+    };
+
+    // The test holds the queue's lock, so A's claim stops on it, its
+    // transaction begun; the blackhole falls; then the test lets go, and A's
+    // claim takes the lock on the server, its answer held by the proxy.
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query(&format!("SELECT {QUEUE_LOCK}"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let a_claim = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.claim_queue(lease("a"), &[FLOW], &[], &limits_of(QUEUE), 1)
+                .await
+        }
+    });
+    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                   AND wait_event = 'advisory' AND pid <> pg_backend_pid()";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while sqlx::query_scalar::<_, i64>(waiting)
+        .fetch_one(&mut admin)
+        .await
+        .unwrap()
+        == 0
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "A's claim never waited on the queue's lock"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    proxy.blackhole();
+    sqlx::query(&format!(
+        "SELECT {}",
+        QUEUE_LOCK.replace("lock(", "unlock(")
+    ))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let holding = "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while sqlx::query_scalar::<_, i64>(holding)
+        .fetch_one(&mut admin)
+        .await
+        .unwrap()
+        == 0
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "A's claim never held the queue's lock idle"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let began = tokio::time::Instant::now();
+    let claimed = tokio::time::timeout(
+        PATIENCE,
+        b.claim_queue(lease("b"), &[FLOW], &[], &limits_of(QUEUE), 1),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "B's claim of queue `{QUEUE}` still waited after {PATIENCE:?} on the lock of A's \
+             abandoned claim"
+        )
+    })
+    .unwrap();
+    eprintln!("B's claim went through after {:?}", began.elapsed());
+    let ids: Vec<&str> = claimed.iter().map(|row| row.id.as_str()).collect();
+    assert_eq!(ids, ["job"], "B claims the queued instance");
+
+    // Healed, A learns its transaction is gone and claims nothing.
+    proxy.resume();
+    let a_result = tokio::time::timeout(PATIENCE, a_claim)
+        .await
+        .expect("A's claim returns once the partition healed")
+        .unwrap();
+    assert!(
+        a_result.as_ref().map_or(true, Vec::is_empty),
+        "A claimed {a_result:?} after its transaction was ended"
+    );
+    let row = b.get_instance("job").await.unwrap().unwrap();
+    assert_eq!(row.lease_owner.as_deref(), Some("b"), "the instance is B's");
+}
+
+/// Queue `name` with a concurrency of one.
+fn limits_of(name: &str) -> keiro_store::QueueLimits<'_> {
+    keiro_store::QueueLimits {
+        name,
+        concurrency: Some(1),
+        worker_concurrency: None,
+        rate_limit: None,
+    }
+}

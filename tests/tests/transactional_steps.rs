@@ -209,6 +209,55 @@ async fn postgres_an_attempt_blocked_on_a_lock_times_out_in_time() {
     assert_eq!(bank(store).await, (100, 0));
 }
 
+/// The statement and idle limits of the transaction the body runs in.
+async fn session_limits(tx: &mut keiro::Transaction<'_>) -> Result<(String, String), String> {
+    let tx = tx.as_postgres().expect("PostgreSQL");
+    sqlx::query_as(
+        "SELECT current_setting('statement_timeout'), \
+         current_setting('idle_in_transaction_session_timeout')",
+    )
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(|e| e.to_string())
+}
+
+/// [`session_limits`] of a step whose attempts have 2 s.
+#[step(transaction, timeout_ms = 2000)]
+async fn timed_limits(tx: &mut keiro::Transaction<'_>) -> Result<(String, String), String> {
+    session_limits(tx).await
+}
+
+/// [`session_limits`] of a step without a time limit.
+#[step(transaction)]
+async fn untimed_limits(tx: &mut keiro::Transaction<'_>) -> Result<(String, String), String> {
+    session_limits(tx).await
+}
+
+#[workflow]
+async fn both_limits() -> Result<Vec<(String, String)>, String> {
+    Ok(vec![timed_limits().await?, untimed_limits().await?])
+}
+
+/// PostgreSQL: a timed step's transaction may neither run a statement nor
+/// sit idle much past the attempt's limit (the server ends a transaction a
+/// vanished process left open, and its row locks with it); an untimed one
+/// keeps the server's defaults, however long the application's code takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_timed_steps_transaction_cannot_outlast_its_limit_idle() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let keiro = db.keiro().await;
+    let key = uuid::Uuid::new_v4().to_string();
+    let limits = both_limits().id(&key).on(&keiro).await.unwrap().unwrap();
+    assert_eq!(
+        limits,
+        [
+            ("2100ms".to_owned(), "2100ms".to_owned()),
+            ("0".to_owned(), "0".to_owned())
+        ],
+        "(statement, idle-in-transaction) limits of a timed and an untimed step"
+    );
+}
+
 async fn a_step_journaled_elsewhere_first_keeps_that_result(backend: Backend) {
     let (_db, keiro) = bank_on(backend, 100).await;
     let store = keiro::unstable::raw_store(&keiro);

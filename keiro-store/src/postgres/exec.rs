@@ -47,7 +47,7 @@ impl<'p> Executor<'p> for PgExec<'p> {
         }
         let pool = self.pool.clone();
         futures::stream::once(async move {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_with(super::BEGIN).await?;
             let items: Vec<_> = (&mut *tx).fetch_many(query).try_collect().await?;
             tx.commit().await?;
             Ok::<_, sqlx::Error>(futures::stream::iter(items.into_iter().map(Ok)))
@@ -69,7 +69,7 @@ impl<'p> Executor<'p> for PgExec<'p> {
         }
         let pool = self.pool.clone();
         Box::pin(async move {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_with(super::BEGIN).await?;
             let row = (&mut *tx).fetch_optional(query).await?;
             tx.commit().await?;
             Ok(row)

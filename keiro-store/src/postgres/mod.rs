@@ -283,7 +283,9 @@ impl PostgresStore {
                 .begin_with("BEGIN; DEALLOCATE ALL")
                 .await
                 .map_err(StoreError::query(op)),
-            None => self.begin(op).await,
+            // Not [`PostgresStore::begin`]: the application's code runs
+            // between the statements of this one, as long as it needs.
+            None => self.pool.begin().await.map_err(StoreError::query(op)),
         }
     }
 
@@ -301,9 +303,13 @@ impl PostgresStore {
         self.pool.close().await;
     }
 
-    /// Begins a transaction for operation `op`.
+    /// Begins a transaction for operation `op`, one the server ends if it
+    /// sits idle too long (see [`BEGIN`]).
     pub(crate) async fn begin(&self, op: &'static str) -> Result<Transaction<'static, Postgres>> {
-        self.pool.begin().await.map_err(StoreError::query(op))
+        self.pool
+            .begin_with(BEGIN)
+            .await
+            .map_err(StoreError::query(op))
     }
 
     /// [`PostgresStore::begin`] for a transaction of the writer's batch
@@ -343,8 +349,30 @@ impl PostgresStore {
     }
 }
 
-/// What [`PostgresStore::begin_batch`] begins a transaction with.
-const BEGIN_BATCH: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan";
+/// What keiro begins its own transactions with: `BEGIN`, and a bound on how
+/// long the transaction may sit idle waiting for keiro's next statement
+/// before the server ends the session, rolling it back and releasing its
+/// locks.
+///
+/// keiro sends a transaction's statements back to back, so an idle one is a
+/// client that can no longer reach the server: its process stalled, or the
+/// network between them drops everything without closing the connection.
+/// The server would otherwise keep such a transaction open, and its locks
+/// held, until the operating system's TCP keepalive gives up on the
+/// connection (hours, by default): a queue's claim lock would stop every
+/// worker's claims of that queue, and row locks would hide instances from
+/// other workers' claims (`SKIP LOCKED`) long after their leases lapsed.
+/// `SET LOCAL` ends with the transaction (also behind a transaction-pooling
+/// proxy), and travels in the `BEGIN`'s round trip. A transactional step's
+/// transaction does not begin with it: the application's code runs inside
+/// it, as long as it needs (a step's time limit bounds it instead, see
+/// `StepTx::limit_statements`).
+pub(super) const BEGIN: &str = "BEGIN; SET LOCAL idle_in_transaction_session_timeout = '5s'";
+
+/// What [`PostgresStore::begin_batch`] begins a transaction with: [`BEGIN`]
+/// and a generic plan for each statement.
+const BEGIN_BATCH: &str = "BEGIN; SET LOCAL idle_in_transaction_session_timeout = '5s'; \
+                           SET LOCAL plan_cache_mode = force_generic_plan";
 
 /// One connection to `connect`, or an error within [`CONNECT_TIMEOUT`].
 pub(super) async fn connect_once(
