@@ -245,12 +245,17 @@ fn is_transient_database_error(db: &dyn sqlx::error::DatabaseError) -> bool {
 /// resources, 57 operator intervention (admin shutdown, cannot connect now);
 /// and 25006, a write on a server that takes none (a primary demoted in a
 /// switchover answers so until its sessions end; nothing, not even a
-/// failure, can be recorded there, and a retry reaches the new primary).
-/// Everything else (23 constraint violations, 42 syntax errors, undefined
+/// failure, can be recorded there, and a retry reaches the new primary);
+/// 25P03 and 25P04, a session the server ended because its transaction sat
+/// idle or ran past `idle_in_transaction_session_timeout` /
+/// `transaction_timeout` (keiro bounds its own transactions so: the client
+/// stalled, and the transaction rolled back before anything of it
+/// committed). Everything else (23 constraint violations, 42 syntax errors, undefined
 /// objects and permissions, XX internal errors and corruption, …) is not.
 #[cfg(feature = "postgres")]
 fn is_transient_sqlstate(code: &str) -> bool {
-    matches!(code.get(..2), Some("08" | "40" | "53" | "57")) || code == "25006"
+    matches!(code.get(..2), Some("08" | "40" | "53" | "57"))
+        || matches!(code, "25006" | "25P03" | "25P04")
 }
 
 /// SQLITE_BUSY (5) and SQLITE_LOCKED (6), with their extended codes (whose
@@ -419,7 +424,8 @@ mod tests {
     fn sqlstate_classes_decide() {
         use super::is_transient_sqlstate as transient;
         for code in [
-            "08006", "08P01", "40001", "40P01", "53300", "57P01", "57P03", "25006",
+            "08006", "08P01", "40001", "40P01", "53300", "57P01", "57P03", "25006", "25P03",
+            "25P04",
         ] {
             assert!(transient(code), "{code}");
         }

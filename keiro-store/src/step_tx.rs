@@ -50,11 +50,13 @@ const COMMIT_SQLITE: &str = concat!(
     "; INSERT INTO keiro_steps (workflow_id, generation, seq, name, kind, result, created_at, \
      attempts, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9); COMMIT; BEGIN"
 );
-/// Bounds a PostgreSQL transaction's statements and idle time to `$1`
-/// milliseconds, until it ends (see [`StepTx::limit_statements`]).
+/// How much longer than a timed step's statements its PostgreSQL
+/// transaction may sit idle (see [`StepTx::limit_statements`]): the server
+/// counts idle time from its last answer, the step's timer from when the
+/// client read it, so a tight bound would end a transaction whose attempt
+/// is still within its limit.
 #[cfg(feature = "postgres")]
-const LIMIT_STATEMENTS: &str = "SELECT set_config('statement_timeout', $1, true), \
-     set_config('idle_in_transaction_session_timeout', $1, true)";
+const IDLE_GRACE_MS: i32 = 1_000;
 
 /// How a transactional step's transaction begins on SQLite: with the write
 /// lock, the mark and the guard savepoint (see [`GUARD_RELEASE`]). A mark
@@ -215,8 +217,9 @@ impl StepTx<'_> {
     /// out of time is dropped by the runtime, and the rollback after it then
     /// waits for the statement it left running, blocked on another
     /// session's lock for all anyone knows, at most this long. The
-    /// transaction may sit idle (waiting for the body's next statement) no
-    /// longer either (`idle_in_transaction_session_timeout`): an attempt
+    /// transaction may sit idle (waiting for the body's next statement) not
+    /// much longer either (`idle_in_transaction_session_timeout`, a second
+    /// more): an attempt
     /// cannot outlast its limit, so an idle transaction that does belongs to
     /// a process that lost the server, and the server ends it, releasing
     /// the rows it holds locked, instead of keeping it for hours. Nothing on
@@ -232,9 +235,14 @@ impl StepTx<'_> {
             let Ok(ms) = i32::try_from(ms.max(1)) else {
                 return Ok(());
             };
-            sqlx::query(LIMIT_STATEMENTS)
-                .bind(ms.to_string())
-                .execute(&mut **tx)
+            let idle = ms.saturating_add(IDLE_GRACE_MS);
+            let set = format!(
+                "SET LOCAL statement_timeout = {ms}; \
+                 SET LOCAL idle_in_transaction_session_timeout = {idle}"
+            );
+            // Without arguments, one simple query: nothing prepared (behind
+            // a transaction-pooling proxy too), one round trip.
+            sqlx::Executor::execute(&mut **tx, set.as_str())
                 .await
                 .map_err(StoreError::query(OP))?;
         }

@@ -251,7 +251,7 @@ async fn postgres_a_timed_steps_transaction_cannot_outlast_its_limit_idle() {
     assert_eq!(
         limits,
         [
-            ("2100ms".to_owned(), "2100ms".to_owned()),
+            ("2100ms".to_owned(), "3100ms".to_owned()),
             ("0".to_owned(), "0".to_owned())
         ],
         "(statement, idle-in-transaction) limits of a timed and an untimed step"

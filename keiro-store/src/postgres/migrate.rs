@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use sqlx::migrate::MigrateError;
 use sqlx::postgres::PgConnection;
-use sqlx::{Acquire, Executor};
+use sqlx::{Connection, Executor};
 
 use super::POSTGRES_MIGRATOR;
 
@@ -41,7 +41,7 @@ pub(super) async fn on_session(conn: &mut PgConnection) -> Result<(), MigrateErr
 /// The bookkeeping is sqlx's own table, checked as sqlx checks it, so a
 /// database migrated either way is up to date for the other.
 pub(super) async fn in_transaction(conn: &mut PgConnection) -> Result<(), MigrateError> {
-    let mut tx = conn.begin().await?;
+    let mut tx = conn.begin_with(super::BEGIN).await?;
     for statement in [
         format!("SELECT pg_advisory_xact_lock({SCHEMA_LOCK})"),
         "CREATE SCHEMA IF NOT EXISTS keiro".to_owned(),
