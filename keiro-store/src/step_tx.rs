@@ -93,11 +93,20 @@ pub(crate) const MARK_TABLE: &str =
 /// PostgreSQL's guard: the statement fails when the body ended the
 /// transaction itself (see [`guard_factor`]). Sent before keiro's first
 /// write after the body; the commit batch carries it in its row instead.
+/// From here on keiro sends the transaction's statements back to back, so it
+/// bounds the transaction's idle time too, as keiro's own transactions do
+/// (`postgres::BEGIN`): a process that vanishes now leaves no step row
+/// locked for hours.
 /// (A savepoint, as on SQLite, would keep the body from choosing its
 /// isolation level: `SET TRANSACTION` refuses to run in a subtransaction; a
 /// transaction-local setting cost a sixth of a step.)
 #[cfg(feature = "postgres")]
-const GUARD_CHECK: &str = concat!("SELECT 1 * ", guard_factor!());
+const GUARD_CHECK: &str = concat!(
+    "SELECT 1 * ",
+    guard_factor!(),
+    "; ",
+    crate::postgres::bound_idle!()
+);
 
 /// 1 inside the step's transaction, and an error (`invalid input syntax for
 /// type integer: "keiro_step_guard"`, SQLSTATE `22P02`, the marker telling

@@ -258,6 +258,31 @@ async fn postgres_a_timed_steps_transaction_cannot_outlast_its_limit_idle() {
     );
 }
 
+/// PostgreSQL: once a step's body returned, keiro's check that the body left
+/// the transaction open also bounds the transaction's idle time (keiro's
+/// statements follow back to back), so a process that vanishes between its
+/// journal row and its commit leaves no step locked for hours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_step_transaction_is_bounded_idle_once_its_body_returned() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let keiro = db.keiro().await;
+    let store = keiro::unstable::raw_store(&keiro);
+    let mut tx = store.begin_step_tx().await.unwrap();
+    async fn idle_limit(tx: &mut keiro_store::StepTx<'_>) -> String {
+        let keiro_store::StepTx::Postgres(tx) = tx else {
+            panic!("a PostgreSQL transaction")
+        };
+        sqlx::query_scalar("SELECT current_setting('idle_in_transaction_session_timeout')")
+            .fetch_one(&mut **tx)
+            .await
+            .unwrap()
+    }
+    assert_eq!(idle_limit(&mut tx).await, "0", "the body's time is its own");
+    tx.check_open().await.unwrap();
+    assert_eq!(idle_limit(&mut tx).await, "5s", "keiro's statements follow");
+    tx.rollback().await.unwrap();
+}
+
 async fn a_step_journaled_elsewhere_first_keeps_that_result(backend: Backend) {
     let (_db, keiro) = bank_on(backend, 100).await;
     let store = keiro::unstable::raw_store(&keiro);

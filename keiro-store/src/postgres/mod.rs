@@ -367,12 +367,24 @@ impl PostgresStore {
 /// transaction does not begin with it: the application's code runs inside
 /// it, as long as it needs (a step's time limit bounds it instead, see
 /// `StepTx::limit_statements`).
-pub(super) const BEGIN: &str = "BEGIN; SET LOCAL idle_in_transaction_session_timeout = '5s'";
+pub(super) const BEGIN: &str = concat!("BEGIN; ", bound_idle!());
+
+/// The statement bounding the idle time of the transaction it runs in to
+/// five seconds (see [`BEGIN`]).
+macro_rules! bound_idle {
+    () => {
+        "SET LOCAL idle_in_transaction_session_timeout = '5s'"
+    };
+}
+pub(crate) use bound_idle;
 
 /// What [`PostgresStore::begin_batch`] begins a transaction with: [`BEGIN`]
 /// and a generic plan for each statement.
-const BEGIN_BATCH: &str = "BEGIN; SET LOCAL idle_in_transaction_session_timeout = '5s'; \
-                           SET LOCAL plan_cache_mode = force_generic_plan";
+const BEGIN_BATCH: &str = concat!(
+    "BEGIN; ",
+    bound_idle!(),
+    "; SET LOCAL plan_cache_mode = force_generic_plan"
+);
 
 /// One connection to `connect`, or an error within [`CONNECT_TIMEOUT`].
 pub(super) async fn connect_once(
