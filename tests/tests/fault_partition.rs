@@ -15,6 +15,11 @@
 //! a B result, each workflow completed once with its journal's results, and no
 //! step body (A's after the partition included) started after its result was
 //! journaled.
+//!
+//! Two more partitions at precise points: one blackholes a queue claim
+//! inside its transaction (other workers' claims must not wait on it), one
+//! breaks a cancel's connection while its COMMIT runs (the retry must know
+//! the cancel as its own).
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -445,4 +450,101 @@ fn limits_of(name: &str) -> keiro_store::QueueLimits<'_> {
         worker_concurrency: None,
         rate_limit: None,
     }
+}
+
+/// A cancel whose COMMIT took effect but whose answer was lost (the
+/// connection broke while the COMMIT ran): keiro tries again, finds the
+/// instance cancelled, and reports the cancel as its own (`Cancelled`
+/// naming the instance), not as one somebody else made earlier
+/// (`AlreadyFinished`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_whose_commit_answer_is_lost_reports_its_own_cancel() {
+    use sqlx::Connection;
+
+    let Some(scene) = Scene::new(
+        "a_cancel_whose_commit_answer_is_lost_reports_its_own_cancel",
+        1,
+        1,
+        0,
+    )
+    .await
+    else {
+        return;
+    };
+    let id = scene.ids[0].clone();
+    let mut admin = sqlx::PgConnection::connect(&scene.url).await.unwrap();
+    // The cancel's COMMIT waits on a lock the test holds: a deferred
+    // trigger takes it as the instance's cancelled row commits.
+    sqlx::raw_sql(
+        "CREATE FUNCTION keiro.hold_commit() RETURNS trigger AS $$ BEGIN \
+         IF NEW.status = 'cancelled' THEN PERFORM pg_advisory_xact_lock(4242); END IF; \
+         RETURN NULL; END $$ LANGUAGE plpgsql; \
+         CREATE CONSTRAINT TRIGGER hold_commit AFTER UPDATE ON keiro.workflows \
+         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION keiro.hold_commit(); \
+         SELECT pg_advisory_lock(4242)",
+    )
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let proxied = format!("postgres://postgres@{}/keiro_fault", scene.proxy.addr());
+    let a = Keiro::builder(&proxied)
+        .executor_id(format!("cancel-a-{}", scene.run))
+        .connect()
+        .await
+        .unwrap();
+    let cancel = tokio::spawn({
+        let (a, id) = (a.clone(), id.clone());
+        async move { a.cancel(&id).await }
+    });
+    let committing = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory' \
+                      AND query = 'COMMIT'";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while sqlx::query_scalar::<_, i64>(committing)
+        .fetch_one(&mut admin)
+        .await
+        .unwrap()
+        == 0
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the cancel's COMMIT never waited on the test's lock"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The connection breaks before the answer; then the COMMIT completes.
+    scene.proxy.cut();
+    sqlx::query("SELECT pg_advisory_unlock(4242)")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let status: String = sqlx::query_scalar("SELECT status FROM keiro.workflows WHERE id = $1")
+            .bind(&id)
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+        if status == "cancelled" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the cancel never committed (status {status})"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!cancel.is_finished(), "the cancel returned before a retry");
+    scene.proxy.resume();
+    let outcome = tokio::time::timeout(Duration::from_secs(60), cancel)
+        .await
+        .expect("the cancel returns once the database answers again")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        outcome,
+        keiro::CancelOutcome::Cancelled {
+            ids: vec![id.clone()]
+        },
+        "the cancel that committed unseen is this call's own"
+    );
 }
