@@ -103,6 +103,27 @@ pub struct NewInstance<'a> {
     pub skeleton_hash: Option<&'a str>,
 }
 
+impl<'a> NewInstance<'a> {
+    /// Instance `id` of workflow `name` with arguments `input` (JSON), and
+    /// nothing else: no signature, parent, lease, deadline, trace, version
+    /// or skeleton hash, so it is recorded `pending` for any worker. Set
+    /// the rest with struct update syntax (`NewInstance { lease, ..new }`).
+    pub fn new(id: &'a str, name: &'a str, input: &'a str) -> NewInstance<'a> {
+        NewInstance {
+            id,
+            name,
+            input,
+            signature: None,
+            parent: None,
+            lease: None,
+            deadline: None,
+            traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
+        }
+    }
+}
+
 /// Where a child workflow reports its end: the parent step it fills.
 #[derive(Debug, Clone, Copy)]
 pub struct ParentLink<'a> {

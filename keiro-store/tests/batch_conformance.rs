@@ -20,16 +20,10 @@ conformance!(
 /// end of the instance is refused before anything is written.
 async fn an_instance_created_ended_is_inserted_finished(db: &TestDb) {
     let new = |id: &'static str| NewInstance {
-        id,
-        name: "flow",
-        input: "[7]",
         signature: Some("(u32,)->u32"),
-        parent: None,
         lease: Some(lease()),
-        deadline: None,
-        traceparent: None,
         app_version: Some("v1"),
-        skeleton_hash: None,
+        ..NewInstance::new(id, "flow", "[7]")
     };
     let end = |id: &'static str, status: InstanceStatus, output: Option<&'static str>| Finish {
         id,

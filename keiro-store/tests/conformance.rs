@@ -57,16 +57,9 @@ fn lease(owner: &str) -> Lease<'_> {
 
 fn new_instance<'a>(id: &'a str, input: &'a str, lease: Option<Lease<'a>>) -> NewInstance<'a> {
     NewInstance {
-        id,
-        name: "checkout",
-        input,
         signature: Some(CHECKOUT),
-        parent: None,
         lease,
-        deadline: None,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
+        ..NewInstance::new(id, "checkout", input)
     }
 }
 

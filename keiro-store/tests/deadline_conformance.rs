@@ -30,16 +30,8 @@ async fn a_child_deadline_is_the_earlier_of_its_own_and_its_parents(db: &TestDb)
     assert_eq!(create(db, "free/own", Some("free"), Some(at)).await, at);
     // A second create of the id keeps the stored deadline.
     let again = NewInstance {
-        id: "p",
-        name: "flow",
-        input: "[]",
-        signature: None,
-        parent: None,
-        lease: None,
         deadline: Some(at + 1_000),
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
+        ..NewInstance::new("p", "flow", "[]")
     };
     let (row, created) = db.store.create_instance(&again).await.unwrap();
     assert!(!created);

@@ -363,16 +363,9 @@ const VERSIONS: &[&str] = &["v1"];
 /// Puts instance `id` of [`FLOW`] on [`QUEUE`], in partition `p`.
 async fn enqueue(store: &Store, id: &str) {
     let new = NewInstance {
-        id,
-        name: FLOW.name,
-        input: "[]",
         signature: Some(FLOW.signature),
-        parent: None,
-        lease: None,
-        deadline: None,
-        traceparent: None,
         app_version: Some("v1"),
-        skeleton_hash: None,
+        ..NewInstance::new(id, FLOW.name, "[]")
     };
     let queued = Queued {
         queue: Some(QUEUE),

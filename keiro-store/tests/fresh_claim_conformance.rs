@@ -25,16 +25,8 @@ const QUEUE: &str = "q";
 
 fn instance(id: &str) -> NewInstance<'_> {
     NewInstance {
-        id,
-        name: FLOW.name,
-        input: "[]",
         signature: Some(FLOW.signature),
-        parent: None,
-        lease: None,
-        deadline: None,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
+        ..NewInstance::new(id, FLOW.name, "[]")
     }
 }
 

@@ -49,16 +49,10 @@ impl<'a> Job<'a> {
     /// The instance as recorded (without its place on the queue).
     fn new_instance(&self) -> NewInstance<'a> {
         NewInstance {
-            id: self.id,
-            name: self.name,
-            input: "[]",
             signature: self.signature,
             parent: self.parent,
-            lease: None,
-            deadline: None,
-            traceparent: None,
             app_version: self.app_version,
-            skeleton_hash: None,
+            ..NewInstance::new(self.id, self.name, "[]")
         }
     }
 

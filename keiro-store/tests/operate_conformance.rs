@@ -29,16 +29,9 @@ fn lease() -> Lease<'static> {
 
 async fn create(db: &TestDb, id: &str) {
     let new = NewInstance {
-        id,
-        name: "flow",
-        input: "[7]",
         signature: Some("sig-1"),
-        parent: None,
         lease: Some(lease()),
-        deadline: None,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
+        ..NewInstance::new(id, "flow", "[7]")
     };
     assert!(db.store.create_instance(&new).await.unwrap().1);
 }

@@ -48,16 +48,8 @@ macro_rules! in_tx {
 
 fn instance<'a>(id: &'a str, lease: Option<Lease<'a>>) -> NewInstance<'a> {
     NewInstance {
-        id,
-        name: "flow",
-        input: "[]",
-        signature: None,
-        parent: None,
         lease,
-        deadline: None,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
+        ..NewInstance::new(id, "flow", "[]")
     }
 }
 

@@ -28,16 +28,8 @@ fn lease(owner: &str) -> Lease<'_> {
 
 fn greeting<'a>(id: &'a str, signature: Option<&'a str>) -> NewInstance<'a> {
     NewInstance {
-        id,
-        name: "greeting",
-        input: "[7]",
         signature,
-        parent: None,
-        lease: None,
-        deadline: None,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
+        ..NewInstance::new(id, "greeting", "[7]")
     }
 }
 

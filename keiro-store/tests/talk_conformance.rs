@@ -43,16 +43,8 @@ fn lease() -> Lease<'static> {
 
 async fn running(db: &TestDb, id: &str) {
     let new = NewInstance {
-        id,
-        name: "flow",
-        input: "[]",
-        signature: None,
-        parent: None,
         lease: Some(lease()),
-        deadline: None,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
+        ..NewInstance::new(id, "flow", "[]")
     };
     assert!(db.store.create_instance(&new).await.unwrap().1);
 }

@@ -40,16 +40,9 @@ fn lease() -> Lease<'static> {
 
 async fn running(db: &TestDb, id: &str, parent: Option<ParentLink<'_>>) {
     let new = NewInstance {
-        id,
-        name: "flow",
-        input: "[]",
-        signature: None,
         parent,
         lease: Some(lease()),
-        deadline: None,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
+        ..NewInstance::new(id, "flow", "[]")
     };
     assert!(db.store.create_instance(&new).await.unwrap().1);
 }

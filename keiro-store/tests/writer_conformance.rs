@@ -168,18 +168,7 @@ async fn a_refused_write_fails_alone(db: &TestDb) {
         assert_eq!(row.is_some(), i != BAD, "{id}");
     }
     db.store
-        .create_instance(&keiro_store::NewInstance {
-            id: &ids[BAD],
-            name: "checkout",
-            input: "0",
-            signature: None,
-            parent: None,
-            lease: None,
-            deadline: None,
-            traceparent: None,
-            app_version: None,
-            skeleton_hash: None,
-        })
+        .create_instance(&keiro_store::NewInstance::new(&ids[BAD], "checkout", "0"))
         .await
         .unwrap();
 

@@ -125,18 +125,7 @@ impl TestDb {
 /// binary would have left it.
 pub async fn create_pending(keiro: &Keiro, id: &str, name: &str, input: &str) {
     keiro::unstable::raw_store(keiro)
-        .create_instance(&keiro_store::NewInstance {
-            id,
-            name,
-            input,
-            signature: None,
-            parent: None,
-            lease: None,
-            deadline: None,
-            traceparent: None,
-            app_version: None,
-            skeleton_hash: None,
-        })
+        .create_instance(&keiro_store::NewInstance::new(id, name, input))
         .await
         .unwrap_or_else(|e| panic!("create pending instance `{id}`: {e}"));
 }

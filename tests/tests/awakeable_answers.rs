@@ -324,18 +324,7 @@ async fn an_awakeable_created_before_secrets_keeps_its_id(backend: Backend) {
     let store = keiro::unstable::raw_store(&keiro);
     let input = serde_json::to_string(&(key.clone(),)).unwrap();
     store
-        .create_instance(&NewInstance {
-            id: &key,
-            name: "yes_or_no",
-            input: &input,
-            signature: None,
-            parent: None,
-            lease: None,
-            deadline: None,
-            traceparent: None,
-            app_version: None,
-            skeleton_hash: None,
-        })
+        .create_instance(&NewInstance::new(&key, "yes_or_no", &input))
         .await
         .unwrap();
     store

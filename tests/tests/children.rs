@@ -200,16 +200,8 @@ async fn a_child_with_no_steps_is_driven_by_the_worker(backend: Backend) {
     let store = keiro::unstable::raw_store(&keiro);
     store
         .create_instance(&NewInstance {
-            id: &key,
-            name: "patient_parent",
-            input: &parent_input,
-            signature: None,
-            parent: None,
             lease: Some(dead),
-            deadline: None,
-            traceparent: None,
-            app_version: None,
-            skeleton_hash: None,
+            ..NewInstance::new(&key, "patient_parent", &parent_input)
         })
         .await
         .unwrap();
@@ -222,16 +214,9 @@ async fn a_child_with_no_steps_is_driven_by_the_worker(backend: Backend) {
     };
     store
         .create_instance(&NewInstance {
-            id: &child_id,
-            name: "slow_child",
-            input: &child_input,
-            signature: None,
             parent: Some(link),
             lease: Some(dead),
-            deadline: None,
-            traceparent: None,
-            app_version: None,
-            skeleton_hash: None,
+            ..NewInstance::new(&child_id, "slow_child", &child_input)
         })
         .await
         .unwrap();

@@ -359,16 +359,8 @@ async fn a_resume_pass_counts_a_timed_out_instance_apart(backend: Backend) {
     let input = serde_json::json!([key]).to_string();
     keiro::unstable::raw_store(&keiro)
         .create_instances(&[keiro_store::NewInstance {
-            id: &key,
-            name: "sleeper",
-            input: &input,
-            signature: None,
-            parent: None,
-            lease: None,
             deadline: Some(keiro_store::now_us() - 1_000),
-            traceparent: None,
-            app_version: None,
-            skeleton_hash: None,
+            ..keiro_store::NewInstance::new(&key, "sleeper", &input)
         }])
         .await
         .unwrap();

@@ -102,18 +102,7 @@ async fn an_unregistered_name_is_an_unknown_workflow_naming_the_fix(backend: Bac
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
     keiro::unstable::raw_store(&keiro)
-        .create_instance(&NewInstance {
-            id: "orphan-1",
-            name: "linked_nowhere",
-            input: "[]",
-            signature: None,
-            parent: None,
-            lease: None,
-            deadline: None,
-            traceparent: None,
-            app_version: None,
-            skeleton_hash: None,
-        })
+        .create_instance(&NewInstance::new("orphan-1", "linked_nowhere", "[]"))
         .await
         .unwrap();
     let errors = Arc::new(Mutex::new(Vec::new()));

@@ -334,16 +334,8 @@ async fn a_queue_claim_blackholed_inside_its_transaction_holds_no_other_claim_ba
         .await
         .unwrap();
     let new = NewInstance {
-        id: "job",
-        name: FLOW.name,
-        input: "[]",
         signature: Some(FLOW.signature),
-        parent: None,
-        lease: None,
-        deadline: None,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
+        ..NewInstance::new("job", FLOW.name, "[]")
     };
     let queued = Queued {
         queue: Some(QUEUE),
@@ -375,19 +367,13 @@ async fn a_queue_claim_blackholed_inside_its_transaction_holds_no_other_claim_ba
     });
     let waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
                    AND wait_event = 'advisory' AND pid <> pg_backend_pid()";
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while sqlx::query_scalar::<_, i64>(waiting)
-        .fetch_one(&mut admin)
-        .await
-        .unwrap()
-        == 0
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "A's claim never waited on the queue's lock"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_rows(
+        &mut admin,
+        waiting,
+        Duration::from_secs(30),
+        "A's claim never waited on the queue's lock",
+    )
+    .await;
     proxy.blackhole();
     sqlx::query(&format!(
         "SELECT {}",
@@ -397,19 +383,13 @@ async fn a_queue_claim_blackholed_inside_its_transaction_holds_no_other_claim_ba
     .await
     .unwrap();
     let holding = "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'";
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while sqlx::query_scalar::<_, i64>(holding)
-        .fetch_one(&mut admin)
-        .await
-        .unwrap()
-        == 0
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "A's claim never held the queue's lock idle"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_rows(
+        &mut admin,
+        holding,
+        Duration::from_secs(5),
+        "A's claim never held the queue's lock idle",
+    )
+    .await;
 
     let began = tokio::time::Instant::now();
     let claimed = tokio::time::timeout(
@@ -498,41 +478,28 @@ async fn a_cancel_whose_commit_answer_is_lost_reports_its_own_cancel() {
     });
     let committing = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory' \
                       AND query = 'COMMIT'";
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while sqlx::query_scalar::<_, i64>(committing)
-        .fetch_one(&mut admin)
-        .await
-        .unwrap()
-        == 0
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the cancel's COMMIT never waited on the test's lock"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_rows(
+        &mut admin,
+        committing,
+        Duration::from_secs(30),
+        "the cancel's COMMIT never waited on the test's lock",
+    )
+    .await;
     // The connection breaks before the answer; then the COMMIT completes.
     scene.proxy.cut();
     sqlx::query("SELECT pg_advisory_unlock(4242)")
         .execute(&mut admin)
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let status: String = sqlx::query_scalar("SELECT status FROM keiro.workflows WHERE id = $1")
-            .bind(&id)
-            .fetch_one(&mut admin)
-            .await
-            .unwrap();
-        if status == "cancelled" {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the cancel never committed (status {status})"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let cancelled =
+        format!("SELECT count(*) FROM keiro.workflows WHERE id = '{id}' AND status = 'cancelled'");
+    wait_for_rows(
+        &mut admin,
+        &cancelled,
+        Duration::from_secs(30),
+        "the cancel never committed",
+    )
+    .await;
     assert!(!cancel.is_finished(), "the cancel returned before a retry");
     scene.proxy.resume();
     let outcome = tokio::time::timeout(Duration::from_secs(60), cancel)
@@ -547,4 +514,19 @@ async fn a_cancel_whose_commit_answer_is_lost_reports_its_own_cancel() {
         },
         "the cancel that committed unseen is this call's own"
     );
+}
+
+/// Polls `count` (a `SELECT count(*)`) on `admin` until it counts a row,
+/// panicking with `never` after `limit`.
+async fn wait_for_rows(admin: &mut sqlx::PgConnection, count: &str, limit: Duration, never: &str) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while sqlx::query_scalar::<_, i64>(count)
+        .fetch_one(&mut *admin)
+        .await
+        .unwrap()
+        == 0
+    {
+        assert!(tokio::time::Instant::now() < deadline, "{never}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

@@ -122,18 +122,7 @@ async fn equal_arguments_encoded_in_another_order_attach(backend: Backend) {
         stored
     );
     keiro::unstable::raw_store(&keiro)
-        .create_instance(&NewInstance {
-            id: &key,
-            name: "tally",
-            input: &stored,
-            signature: None,
-            parent: None,
-            lease: None,
-            deadline: None,
-            traceparent: None,
-            app_version: None,
-            skeleton_hash: None,
-        })
+        .create_instance(&NewInstance::new(&key, "tally", &stored))
         .await
         .unwrap();
     let out = tally(key.clone(), counts).id(&key).on(&keiro).await;
@@ -213,16 +202,8 @@ async fn an_id_of_another_binarys_same_named_workflow_is_refused(backend: Backen
     let theirs = "(Key,Name)->Greeting";
     keiro::unstable::raw_store(&keiro)
         .create_instance(&NewInstance {
-            id: &key,
-            name: "greet",
-            input: &input,
             signature: Some(theirs),
-            parent: None,
-            lease: None,
-            deadline: None,
-            traceparent: None,
-            app_version: None,
-            skeleton_hash: None,
+            ..NewInstance::new(&key, "greet", &input)
         })
         .await
         .unwrap();

@@ -14,18 +14,7 @@ async fn insert(store: &keiro_store::Store, name: &str, prefix: &str, range: std
     for chunk in ids.chunks(1000) {
         let news: Vec<NewInstance<'_>> = chunk
             .iter()
-            .map(|id| NewInstance {
-                id,
-                name,
-                input: "[]",
-                signature: None,
-                parent: None,
-                lease: None,
-                deadline: None,
-                traceparent: None,
-                app_version: None,
-                skeleton_hash: None,
-            })
+            .map(|id| NewInstance::new(id, name, "[]"))
             .collect();
         store.create_instances(&news).await.unwrap();
     }

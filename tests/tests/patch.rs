@@ -338,18 +338,7 @@ async fn a_journal_with_entries_past_the_call_answers_false(backend: Backend) {
     let input = serde_json::to_string(&(key.clone(),)).unwrap();
     let store = keiro::unstable::raw_store(&keiro);
     store
-        .create_instance(&NewInstance {
-            id: &key,
-            name: "gapped",
-            input: &input,
-            signature: None,
-            parent: None,
-            lease: None,
-            deadline: None,
-            traceparent: None,
-            app_version: None,
-            skeleton_hash: None,
-        })
+        .create_instance(&NewInstance::new(&key, "gapped", &input))
         .await
         .unwrap();
     let row = |seq: i64, name: &str, result: &str| StepRow {

@@ -126,18 +126,7 @@ async fn panics_are_retried_then_marked_failed(backend: Backend) {
 async fn unknown_names_are_counted_every_pass_and_kept(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
-    let new = NewInstance {
-        id: "ghost-1",
-        name: "retired_workflow",
-        input: "[]",
-        signature: None,
-        parent: None,
-        lease: None,
-        deadline: None,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
-    };
+    let new = NewInstance::new("ghost-1", "retired_workflow", "[]");
     keiro::unstable::raw_store(&keiro)
         .create_instance(&new)
         .await
@@ -169,16 +158,8 @@ async fn live_foreign_leases_are_skipped_and_dead_ones_taken(backend: Backend) {
         ttl_us: 400_000,
     };
     let new = NewInstance {
-        id: &key,
-        name: "two_records",
-        input: &input,
-        signature: None,
-        parent: None,
         lease: Some(lease),
-        deadline: None,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
+        ..NewInstance::new(&key, "two_records", &input)
     };
     keiro::unstable::raw_store(&keiro)
         .create_instance(&new)
@@ -224,16 +205,8 @@ async fn racing_executors_converge_on_the_first_result(backend: Backend) {
         ttl_us: -1,
     };
     let new = NewInstance {
-        id: &key,
-        name: "two_records",
-        input: &input,
-        signature: None,
-        parent: None,
         lease: Some(lease),
-        deadline: None,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
+        ..NewInstance::new(&key, "two_records", &input)
     };
     keiro::unstable::raw_store(&keiro)
         .create_instance(&new)

@@ -208,18 +208,7 @@ async fn journal_entries_the_code_never_reaches_are_non_determinism(backend: Bac
     let key = uuid::Uuid::new_v4().to_string();
     let input = serde_json::to_string(&(key.clone(),)).unwrap();
     keiro::unstable::raw_store(&keiro)
-        .create_instance(&NewInstance {
-            id: &key,
-            name: "shorter",
-            input: &input,
-            signature: None,
-            parent: None,
-            lease: None,
-            deadline: None,
-            traceparent: None,
-            app_version: None,
-            skeleton_hash: None,
-        })
+        .create_instance(&NewInstance::new(&key, "shorter", &input))
         .await
         .unwrap();
     let rows = [("alpha", "1"), ("beta", "2")].map(|(name, result)| StepRow {
@@ -295,18 +284,7 @@ async fn undecodable_rows_are_refused_by_name_and_kept(backend: Backend) {
     let key = uuid::Uuid::new_v4().to_string();
     let input = serde_json::to_string(&(key.clone(), "x")).unwrap();
     keiro::unstable::raw_store(&keiro)
-        .create_instance(&NewInstance {
-            id: &key,
-            name: "greet",
-            input: &input,
-            signature: None,
-            parent: None,
-            lease: None,
-            deadline: None,
-            traceparent: None,
-            app_version: None,
-            skeleton_hash: None,
-        })
+        .create_instance(&NewInstance::new(&key, "greet", &input))
         .await
         .unwrap();
     let bad = StepRow {

@@ -116,16 +116,8 @@ async fn two_versions_run_only_their_own_instances_until_retargeted(backend: Bac
 async fn enqueue_routed(keiro: &Keiro, id: &str) {
     keiro::unstable::raw_store(keiro)
         .create_instance(&keiro_store::NewInstance {
-            id,
-            name: "routed",
-            input: &serde_json::to_string(&(id,)).unwrap(),
-            signature: None,
-            parent: None,
-            lease: None,
-            deadline: None,
-            traceparent: None,
             app_version: Some(keiro.app_version()),
-            skeleton_hash: None,
+            ..keiro_store::NewInstance::new(id, "routed", &serde_json::to_string(&(id,)).unwrap())
         })
         .await
         .unwrap();

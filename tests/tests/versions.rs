@@ -105,18 +105,11 @@ async fn a_worker_skips_other_versions_counts_them_and_logs_each_once(backend: B
     // An unversioned instance (created before versions were recorded).
     let old = format!("{key}-old");
     keiro::unstable::raw_store(&v1)
-        .create_instance(&NewInstance {
-            id: &old,
-            name: "versioned",
-            input: &serde_json::to_string(&(old.clone(),)).unwrap(),
-            signature: None,
-            parent: None,
-            lease: None,
-            deadline: None,
-            traceparent: None,
-            app_version: None,
-            skeleton_hash: None,
-        })
+        .create_instance(&NewInstance::new(
+            &old,
+            "versioned",
+            &serde_json::to_string(&(old.clone(),)).unwrap(),
+        ))
         .await
         .unwrap();
     let events = Arc::new(Mutex::new(Vec::new()));

@@ -271,18 +271,7 @@ pub(crate) fn completed(id: &str) -> keiro_store::Finish<'_> {
 /// A new pending instance `id` of workflow `name`, with no arguments and
 /// nothing else recorded.
 pub(crate) fn pending<'a>(id: &'a str, name: &'a str) -> keiro_store::NewInstance<'a> {
-    keiro_store::NewInstance {
-        id,
-        name,
-        input: "[]",
-        signature: None,
-        parent: None,
-        lease: None,
-        deadline: None,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
-    }
+    keiro_store::NewInstance::new(id, name, "[]")
 }
 
 /// Creates instance `id` of workflow `flow` leased to [`OWNER`] (a child of

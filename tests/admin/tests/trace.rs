@@ -233,16 +233,8 @@ async fn malformed_stored_traceparents_are_ignored(backend: Backend) {
     let ids: Vec<String> = malformed.iter().map(|_| unique("malformed")).collect();
     for (id, traceparent) in ids.iter().zip(malformed) {
         let new = NewInstance {
-            id,
-            name: "traced",
-            input: "[\"c\"]",
-            signature: None,
-            parent: None,
-            lease: None,
-            deadline: None,
             traceparent: Some(traceparent),
-            app_version: None,
-            skeleton_hash: None,
+            ..NewInstance::new(id, "traced", "[\"c\"]")
         };
         keiro::unstable::raw_store(&keiro)
             .create_instance(&new)
