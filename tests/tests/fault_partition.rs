@@ -16,10 +16,11 @@
 //! step body (A's after the partition included) started after its result was
 //! journaled.
 //!
-//! Two more partitions at precise points: one blackholes a queue claim
+//! Three more partitions at precise points: one blackholes a queue claim
 //! inside its transaction (other workers' claims must not wait on it), one
-//! breaks a cancel's connection while its COMMIT runs (the retry must know
-//! the cancel as its own).
+//! a start holding the migration's schema lock (other starts must not wait
+//! on it), one breaks a cancel's connection while its COMMIT runs (the
+//! retry must know the cancel as its own).
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -529,4 +530,77 @@ async fn wait_for_rows(admin: &mut sqlx::PgConnection, count: &str, limit: Durat
         assert!(tokio::time::Instant::now() < deadline, "{never}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Worker A's start took the schema lock (a session lock every starting
+/// process takes to migrate) just as a blackhole cut it off: its session
+/// stays on the server, lock held, with nobody left to end it. Worker B's
+/// start must still get through once A's session has sat idle past keiro's
+/// bound, not wait for as long as the server keeps the dead connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_blackholed_holding_the_schema_lock_holds_no_other_start_back() {
+    use keiro_store::{Store, StoreOptions};
+    use sqlx::Connection;
+
+    /// keiro's schema lock (`"keiro"` in ASCII).
+    const SCHEMA_LOCK: i64 = 0x6b_6569_726f;
+    const PATIENCE: Duration = Duration::from_secs(30);
+
+    let Some(cluster) =
+        cluster_or_skip("a_start_blackholed_holding_the_schema_lock_holds_no_other_start_back")
+    else {
+        return;
+    };
+    let url = cluster.keiro_url();
+    let proxy = TcpProxy::start(([127, 0, 0, 1], cluster.port()).into()).await;
+    let proxied = format!("postgres://postgres@{}/keiro_fault", proxy.addr());
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(SCHEMA_LOCK)
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let a_start =
+        tokio::spawn(async move { Store::connect(&proxied, &StoreOptions::default()).await });
+    wait_for_rows(
+        &mut admin,
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory'",
+        PATIENCE,
+        "A's start never waited on the schema lock",
+    )
+    .await;
+    proxy.blackhole();
+    sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(SCHEMA_LOCK)
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    wait_for_rows(
+        &mut admin,
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+         AND pid <> pg_backend_pid()",
+        Duration::from_secs(5),
+        "A's start never took the schema lock",
+    )
+    .await;
+
+    let began = tokio::time::Instant::now();
+    let b = tokio::time::timeout(PATIENCE, Store::connect(&url, &StoreOptions::default()))
+        .await
+        .unwrap_or_else(|_| {
+            panic!("B's start still waited after {PATIENCE:?} on the lock of A's vanished start")
+        })
+        .unwrap();
+    eprintln!("B started after {:?}", began.elapsed());
+    assert!(
+        b.get_instance("none").await.unwrap().is_none(),
+        "B's store works"
+    );
+    proxy.resume();
+    // A's start ends either way (its session is gone: an error, or a
+    // retry on a new one).
+    let _ = tokio::time::timeout(PATIENCE, a_start)
+        .await
+        .expect("A's start returns once the partition healed")
+        .unwrap();
 }

@@ -15,6 +15,13 @@ use super::POSTGRES_MIGRATOR;
 /// `keiro` schema across processes starting at the same time.
 const SCHEMA_LOCK: i64 = 0x6b_6569_726f;
 
+/// Bounds how long the migration's session may sit idle, in a transaction
+/// or not (`idle_session_timeout` from PostgreSQL 14), before the server
+/// ends it and releases its locks.
+const IDLE_LIMITS: &str = "SELECT set_config('idle_in_transaction_session_timeout', '5s', false), \
+     CASE WHEN current_setting('server_version_num')::int >= 140000 \
+     THEN set_config('idle_session_timeout', '5s', false) END";
+
 /// Creates the `keiro` schema and runs [`POSTGRES_MIGRATOR`] with sqlx's
 /// bookkeeping table inside it, on a session of its own (a direct
 /// connection, which is closed afterwards).
@@ -23,8 +30,14 @@ pub(super) async fn on_session(conn: &mut PgConnection) -> Result<(), MigrateErr
     // (it can fail on the catalog's unique index), hence the lock. Each
     // statement commits on its own, so the schema exists before the lock is
     // released. The changed search path is seen only by this short-lived
-    // session.
+    // session, and so are its idle limits: the schema lock and sqlx's
+    // migration lock are session locks, which a process that vanished
+    // mid-migration (its connection blackholed, not closed) would otherwise
+    // hold for as long as the server keeps the dead connection (hours),
+    // stopping every other process's start. keiro sends this session's
+    // statements back to back, so an idle one has lost its client.
     for statement in [
+        IDLE_LIMITS.to_owned(),
         format!("SELECT pg_advisory_lock({SCHEMA_LOCK})"),
         "CREATE SCHEMA IF NOT EXISTS keiro".to_owned(),
         format!("SELECT pg_advisory_unlock({SCHEMA_LOCK})"),
