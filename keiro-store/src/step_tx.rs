@@ -96,7 +96,9 @@ pub(crate) const MARK_TABLE: &str =
 /// From here on keiro sends the transaction's statements back to back, so it
 /// bounds the transaction's idle time too, as keiro's own transactions do
 /// (`postgres::BEGIN`): a process that vanishes now leaves no step row
-/// locked for hours.
+/// locked for hours. (For a timed step whose own bound is shorter, the
+/// rest of its transaction gets these 5 s instead: keiro's statements, not
+/// the body, come next.)
 /// (A savepoint, as on SQLite, would keep the body from choosing its
 /// isolation level: `SET TRANSACTION` refuses to run in a subtransaction; a
 /// transaction-local setting cost a sixth of a step.)
