@@ -52,6 +52,7 @@ mod events;
 mod journal;
 mod listing;
 mod messages;
+mod migrations;
 mod model;
 mod operate;
 mod options;

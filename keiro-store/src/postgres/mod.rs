@@ -28,12 +28,14 @@ use crate::error::redact;
 use crate::sql::{Dialect, Statements};
 use crate::{Result, StoreError, StoreOptions};
 
-/// The PostgreSQL migrations, embedded at build time.
+/// The PostgreSQL migrations, embedded at build time (made into a
+/// migrator on first use).
 ///
 /// [`PostgresStore::connect`] runs them with `search_path` set to `keiro`, so
 /// sqlx's bookkeeping table is `keiro._sqlx_migrations` and never collides
 /// with an application's own sqlx migrations in the same database.
-pub static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+pub static POSTGRES_MIGRATOR: LazyLock<sqlx::migrate::Migrator> =
+    LazyLock::new(|| crate::migrations::migrator(crate::migrations::POSTGRES));
 
 /// How PostgreSQL spells the shared statements.
 const DIALECT: Dialect = Dialect {

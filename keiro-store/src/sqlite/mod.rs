@@ -25,8 +25,10 @@ use crate::error::{is_sqlite_busy, redact};
 use crate::sql::{Dialect, Statements};
 use crate::{Result, SqliteSynchronous, StoreError, StoreOptions};
 
-/// The SQLite migrations, embedded at build time.
-pub static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
+/// The SQLite migrations, embedded at build time (made into a migrator on
+/// first use).
+pub static SQLITE_MIGRATOR: std::sync::LazyLock<sqlx::migrate::Migrator> =
+    std::sync::LazyLock::new(|| crate::migrations::migrator(crate::migrations::SQLITE));
 
 /// How SQLite spells the shared statements.
 const DIALECT: Dialect = Dialect::plain(
