@@ -76,18 +76,7 @@ fn step(id: &str, seq: i64, result: &str) -> StepRow {
 }
 
 fn new_instance(id: &str) -> NewInstance<'_> {
-    NewInstance {
-        id,
-        name: "checkout",
-        input: "{}",
-        signature: None,
-        parent: None,
-        lease: None,
-        deadline: None,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
-    }
+    NewInstance::new(id, "checkout", "{}")
 }
 
 /// Asserts `error` is a non-transient [`StoreError::Query`] of operation `op`.

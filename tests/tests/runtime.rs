@@ -238,18 +238,7 @@ async fn undecodable_rows_are_refused_by_name_and_kept(backend: Backend) {
     // A stored input whose type changed.
     let id = format!("bad-input-{}", uuid::Uuid::new_v4());
     keiro::unstable::raw_store(&keiro)
-        .create_instance(&NewInstance {
-            id: &id,
-            name: "greet",
-            input: r#"{"old":1}"#,
-            signature: None,
-            parent: None,
-            lease: None,
-            deadline: None,
-            traceparent: None,
-            app_version: None,
-            skeleton_hash: None,
-        })
+        .create_instance(&NewInstance::new(&id, "greet", r#"{"old":1}"#))
         .await
         .unwrap();
     // A call with today's arguments is another call: refused, not attached.
