@@ -230,10 +230,10 @@ impl StepTx<'_> {
     /// session's lock for all anyone knows, at most this long. The
     /// transaction may sit idle (waiting for the body's next statement) not
     /// much longer either (`idle_in_transaction_session_timeout`, a second
-    /// more): an attempt
-    /// cannot outlast its limit, so an idle transaction that does belongs to
-    /// a process that lost the server, and the server ends it, releasing
-    /// the rows it holds locked, instead of keeping it for hours. Nothing on
+    /// more): an attempt cannot outlast its limit, so an idle transaction
+    /// that does belongs to a process that lost the server, and the server
+    /// ends it, releasing the rows it holds locked, instead of keeping it
+    /// for hours. Nothing on
     /// SQLite, where the transaction holds the write lock from its start, so
     /// the body's statements wait on no lock.
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
