@@ -146,6 +146,121 @@ impl Store {
         dispatch!(Store, self, |s| s.append_steps(rows, timings).await)
     }
 
+    /// Records chains of step rows in one transaction. A chain is rows of
+    /// one instance and generation, in the order its run computed them;
+    /// each is recorded only if every row before it in its chain was. The
+    /// outcomes of a chain (one list per chain, same position) end at its
+    /// first row whose step id was recorded already
+    /// ([`AppendOutcome::Existing`], with the row recorded first): the rows
+    /// after it are not recorded, so the journal never holds a run's later
+    /// step next to an earlier one that another run recorded (that run lost
+    /// its lease, and its later steps may have used the value it computed
+    /// instead).
+    pub async fn append_chains(
+        &self,
+        chains: &[&[(StepRow, StepTiming)]],
+    ) -> Result<Vec<Vec<AppendOutcome>>> {
+        const OP: &str = "append_chains";
+        for rows in chains {
+            if let Some(((first, _), (row, _))) = rows.first().and_then(|first| {
+                rows.iter()
+                    .find(|(row, _)| {
+                        row.workflow_id != first.0.workflow_id
+                            || row.generation != first.0.generation
+                    })
+                    .map(|other| (first, other))
+            }) {
+                return Err(StoreError::Corrupt {
+                    what: format!(
+                        "step {} of instance `{}` (generation {}) came in one chain with step {} \
+                         of instance `{}` (generation {})",
+                        row.seq,
+                        row.workflow_id,
+                        row.generation,
+                        first.seq,
+                        first.workflow_id,
+                        first.generation
+                    ),
+                });
+            }
+        }
+        // A lone row follows nothing: one statement, as a lone append.
+        if let [[(row, timing)]] = chains {
+            let outcomes = self
+                .append_timed_steps(std::slice::from_ref(row), &[*timing])
+                .await?;
+            return Ok(vec![outcomes]);
+        }
+        // Two chains of one run each in a transaction of its own: the rows
+        // one of them inserted are never taken for the other's.
+        let runs: Vec<(&str, i64)> = chains
+            .iter()
+            .filter_map(|rows| rows.first())
+            .map(|(row, _)| (row.workflow_id.as_str(), row.generation))
+            .collect();
+        if !distinct(runs) {
+            let mut outcomes = Vec::with_capacity(chains.len());
+            for i in 0..chains.len() {
+                outcomes.extend(Box::pin(self.append_chains(&chains[i..=i])).await?);
+            }
+            return Ok(outcomes);
+        }
+        let mut batch: Vec<(&StepRow, StepTiming)> = chains
+            .iter()
+            .flat_map(|rows| rows.iter().map(|(row, timing)| (row, *timing)))
+            .collect();
+        if batch.is_empty() {
+            return Ok(vec![Vec::new(); chains.len()]);
+        }
+        // Every writer inserts in step-id order, so two batches that overlap
+        // wait on each other in one direction and never deadlock.
+        batch.sort_unstable_by(|(a, _), (b, _)| {
+            (&a.workflow_id, a.generation, a.seq).cmp(&(&b.workflow_id, b.generation, b.seq))
+        });
+        let now = self.now_us();
+        // On PostgreSQL, chains that meet no journaled row are one statement;
+        // when one does, that statement wrote nothing, and the transaction
+        // below finds which.
+        #[cfg(feature = "postgres")]
+        #[allow(irrefutable_let_patterns)] // PostgreSQL the only backend
+        if let Store::Postgres(pg) = self {
+            if pg.append_all_steps(&batch, now).await? {
+                return Ok(chains
+                    .iter()
+                    .map(|rows| vec![AppendOutcome::Inserted; rows.len()])
+                    .collect());
+            }
+        }
+        dispatch!(Store, self, |s| {
+            let mut tx = s.begin_batch(OP).await?;
+            let inserted = insert_steps_in((&mut *tx).into(), OP, &batch, now).await?;
+            let mut outcomes = Vec::with_capacity(chains.len());
+            for rows in chains {
+                let mut chain = Vec::with_capacity(rows.len());
+                let mut stopped = false;
+                for (row, _) in rows.iter() {
+                    let ours =
+                        inserted.contains(&(row.workflow_id.clone(), row.generation, row.seq));
+                    match (stopped, ours) {
+                        // Behind a row another run recorded: nobody saw
+                        // this transaction's row yet, so it goes.
+                        (true, true) => delete_step_on((&mut *tx).into(), OP, row).await?,
+                        (true, false) => {}
+                        (false, true) => chain.push(AppendOutcome::Inserted),
+                        (false, false) => {
+                            let first = journaled_on((&mut *tx).into(), OP, row).await?;
+                            chain.push(AppendOutcome::Existing(first));
+                            stopped = true;
+                        }
+                    }
+                }
+                outcomes.push(chain);
+            }
+            tx.commit().await.map_err(StoreError::query(OP))?;
+            Ok(outcomes)
+        })
+    }
+
     /// Moves an unfinished instance to a final status, releasing the lease.
     /// Applies only while `finish.owner` holds the lease or nobody does;
     /// returns whether it applied.
@@ -947,9 +1062,13 @@ pub(crate) fn in_batch_order(
 /// finish them all: a row matched twice by an `UPDATE .. FROM` is updated
 /// once, by whichever match comes first).
 fn distinct_ids(finishes: &[Finish<'_>]) -> bool {
-    let mut ids: Vec<&str> = finishes.iter().map(|f| f.id).collect();
-    ids.sort_unstable();
-    ids.windows(2).all(|pair| pair[0] != pair[1])
+    distinct(finishes.iter().map(|f| f.id).collect())
+}
+
+/// Whether no two of `keys` are equal.
+fn distinct<T: Ord>(mut keys: Vec<T>) -> bool {
+    keys.sort_unstable();
+    keys.windows(2).all(|pair| pair[0] != pair[1])
 }
 
 /// Records a child's end in its parent's journal (the step the parent awaits,

@@ -83,6 +83,8 @@ enum Op {
     Step(TimedStep, oneshot::Sender<Result<AppendOutcome>>),
     /// Step rows that must share a round.
     Steps(Pending<TimedStep, AppendOutcome>),
+    /// A run's step rows, each recorded only if the ones before it were.
+    Chain(Chain, oneshot::Sender<Result<Vec<AppendOutcome>>>),
     Finish(
         Finishing,
         oneshot::Sender<Result<(bool, Option<InstanceRow>)>>,
@@ -161,6 +163,20 @@ impl JournalWriter {
             outcomes.push(answer.await.map_err(|_| StoreError::WriterStopped)??);
         }
         Ok(outcomes)
+    }
+
+    /// [`Store::append_chains`] through the writer for one chain: `rows` of
+    /// one run, in the order it computed them, each recorded only if every
+    /// row before it was; waits until they are committed. The outcomes end
+    /// at the first row another writer recorded first (the rows after it
+    /// are not recorded).
+    pub async fn append_chain(
+        &self,
+        rows: Vec<(StepRow, StepTiming)>,
+    ) -> Result<Vec<AppendOutcome>> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Op::Chain(Chain { rows }, reply))?;
+        answer.await.map_err(|_| StoreError::WriterStopped)?
     }
 
     /// [`Store::create_instance`] through the writer.
@@ -269,6 +285,7 @@ struct Round {
     sends: Pending<MessageRequest, SendOutcome>,
     takes: Pending<Take, Taken>,
     steps: Pending<TimedStep, AppendOutcome>,
+    chains: Pending<Chain, Vec<AppendOutcome>>,
     finishes: Pending<Finishing, (bool, Option<InstanceRow>)>,
     gcs: Pending<GcRequest, GcProgress>,
 }
@@ -283,6 +300,7 @@ impl Round {
             Op::Take(take, reply) => self.takes.push((take, reply)),
             Op::Step(row, reply) => self.steps.push((row, reply)),
             Op::Steps(rows) => self.steps.extend(rows),
+            Op::Chain(chain, reply) => self.chains.push((chain, reply)),
             Op::Finish(request, reply) => self.finishes.push((request, reply)),
             Op::Gc(request, reply) => self.gcs.push((request, reply)),
         }
@@ -295,6 +313,7 @@ impl Round {
             && self.sends.is_empty()
             && self.takes.is_empty()
             && self.steps.is_empty()
+            && self.chains.is_empty()
             && self.finishes.is_empty())
     }
 
@@ -313,6 +332,9 @@ impl Round {
         }
         if !self.steps.is_empty() {
             commit(&store, &mut self.steps).await;
+        }
+        if !self.chains.is_empty() {
+            commit(&store, &mut self.chains).await;
         }
         if !self.finishes.is_empty() {
             commit(&store, &mut self.finishes).await;
@@ -498,6 +520,23 @@ impl BatchWrite for TimedStep {
         let rows: Vec<StepRow> = members.iter().map(|step| step.row.clone()).collect();
         let timings: Vec<StepTiming> = members.iter().map(|step| step.timing).collect();
         store.append_timed_steps(&rows, &timings).await
+    }
+}
+
+/// One run's step rows, in the order it computed them (see
+/// [`JournalWriter::append_chain`]).
+#[derive(Debug)]
+struct Chain {
+    rows: Vec<(StepRow, StepTiming)>,
+}
+
+impl BatchWrite for Chain {
+    type Outcome = Vec<AppendOutcome>;
+
+    async fn write(store: &Store, members: &[&Self]) -> Result<Vec<Self::Outcome>> {
+        let chains: Vec<&[(StepRow, StepTiming)]> =
+            members.iter().map(|chain| chain.rows.as_slice()).collect();
+        store.append_chains(&chains).await
     }
 }
 

@@ -8,13 +8,19 @@
 //! child's end reports to its parent in the same commit; a hand-over claims
 //! its successor in the same commit; and rows that are not the finishing
 //! instance's are refused before anything is written.
+//!
+//! A pipelined run's rows written ahead of its end go as a chain
+//! (`Store::append_chains`, `JournalWriter::append_chain`): recorded whole,
+//! or up to the first row another executor journaled first and none after
+//! it, each chain of a batch alone.
 
 #[macro_use]
 mod support;
 
 use keiro_store::{
-    now_us, Finish, FinishRequest, HandOver, InstanceRow, InstanceStatus, JournalWriter,
-    NewInstance, QueueLimits, Queued, Registered, StepRow, StepTiming, Store, StoreError,
+    now_us, AppendOutcome, Finish, FinishRequest, HandOver, InstanceRow, InstanceStatus,
+    JournalWriter, NewInstance, QueueLimits, Queued, Registered, StepRow, StepTiming, Store,
+    StoreError,
 };
 use support::{completed, create_flow, lease, TestDb, OWNER};
 
@@ -29,6 +35,12 @@ conformance!(
     a_hand_over_claims_the_successor_with_the_rows,
     a_row_of_another_instance_is_refused_before_anything_is_written,
     the_writer_commits_rows_and_finish_together,
+    a_chain_is_recorded_whole,
+    a_chain_stops_at_a_row_journaled_first,
+    each_chain_of_a_batch_stands_or_falls_alone,
+    two_chains_of_one_run_in_one_call_do_not_mix,
+    a_chain_of_two_instances_is_refused_before_anything_is_written,
+    the_writer_records_chains,
 );
 
 /// Step `seq` of generation 0 of `id`, named `step-<seq>`, with `result`.
@@ -632,4 +644,208 @@ async fn postgres_a_lone_end_and_its_rows_are_one_statement() {
     };
     assert_eq!(statements("lone").await.unwrap(), 1, "the lone end");
     assert_eq!(statements("child").await.unwrap(), 2, "the child's end");
+}
+
+/// Step rows `seqs` of `id`, each with result `"<tag><seq>"`, as a chain.
+fn chain(id: &str, seqs: std::ops::Range<i64>, tag: &str) -> Vec<(StepRow, StepTiming)> {
+    seqs.map(|seq| {
+        (
+            step(id, seq, &format!("\"{tag}{seq}\"")),
+            StepTiming::default(),
+        )
+    })
+    .collect()
+}
+
+async fn a_chain_is_recorded_whole(db: &TestDb) {
+    let store = &db.store;
+    create_flow(db, "wf", None, None).await;
+    let started = now_us() - 1_000_000;
+    let rows = [
+        (step("wf", 0, "\"a\""), timing(2, started)),
+        (step("wf", 1, "\"b\""), StepTiming::default()),
+        (step("wf", 2, "\"c\""), timing(1, started + 500)),
+    ];
+    let outcomes = store.append_chains(&[&rows]).await.unwrap();
+    assert_eq!(outcomes, [vec![AppendOutcome::Inserted; 3]]);
+    let entries = store.load_journal_entries("wf", 0).await.unwrap();
+    assert_eq!(entries.len(), 3, "{entries:?}");
+    for (entry, (row, timing)) in entries.iter().zip(&rows) {
+        assert_eq!(&entry.row, row);
+        assert_eq!(entry.attempts, timing.attempts, "step {}", row.seq);
+        assert_eq!(entry.started_at, timing.started_at, "step {}", row.seq);
+    }
+    // A lone row is a chain too, and an empty chain records nothing.
+    let lone = chain("wf", 3..4, "d");
+    let outcomes = store.append_chains(&[&lone, &[]]).await.unwrap();
+    assert_eq!(outcomes, [vec![AppendOutcome::Inserted], vec![]]);
+    let outcomes = store.append_chains(&[&lone]).await.unwrap();
+    assert_eq!(outcomes, [vec![AppendOutcome::Existing(lone[0].0.clone())]]);
+    assert_eq!(
+        journal(store, "wf").await,
+        pairs(&[(0, "\"a\""), (1, "\"b\""), (2, "\"c\""), (3, "\"d3\"")])
+    );
+}
+
+async fn a_chain_stops_at_a_row_journaled_first(db: &TestDb) {
+    let store = &db.store;
+    create_flow(db, "wf", None, None).await;
+    // Another executor, which took the instance over, journaled step 2
+    // first; this run's steps 3 and 4 may have used its own step 2.
+    let theirs = step("wf", 2, "\"theirs\"");
+    store
+        .append_steps(std::slice::from_ref(&theirs))
+        .await
+        .unwrap();
+    let ours = chain("wf", 0..5, "ours");
+    let outcomes = store.append_chains(&[&ours]).await.unwrap();
+    assert_eq!(
+        outcomes,
+        [vec![
+            AppendOutcome::Inserted,
+            AppendOutcome::Inserted,
+            AppendOutcome::Existing(theirs.clone()),
+        ]]
+    );
+    assert_eq!(
+        journal(store, "wf").await,
+        pairs(&[(0, "\"ours0\""), (1, "\"ours1\""), (2, "\"theirs\"")])
+    );
+    // Stopped at its first row, a chain records nothing, even a row after a
+    // gap; the same holds with the same result (a batch is written once, so
+    // a row found journaled is never this run's own).
+    let again = [
+        (theirs.clone(), StepTiming::default()),
+        (step("wf", 7, "\"late\""), StepTiming::default()),
+    ];
+    let outcomes = store.append_chains(&[&again]).await.unwrap();
+    assert_eq!(outcomes, [vec![AppendOutcome::Existing(theirs)]]);
+    assert_eq!(journal(store, "wf").await.len(), 3);
+}
+
+async fn each_chain_of_a_batch_stands_or_falls_alone(db: &TestDb) {
+    let store = &db.store;
+    for id in ["left", "lost", "right"] {
+        create_flow(db, id, None, None).await;
+    }
+    store
+        .append_steps(&[step("lost", 1, "\"theirs\"")])
+        .await
+        .unwrap();
+    let (left, lost, right) = (
+        chain("left", 0..3, "l"),
+        chain("lost", 0..3, "x"),
+        chain("right", 0..2, "r"),
+    );
+    let outcomes = store.append_chains(&[&left, &lost, &right]).await.unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            vec![AppendOutcome::Inserted; 3],
+            vec![
+                AppendOutcome::Inserted,
+                AppendOutcome::Existing(step("lost", 1, "\"theirs\"")),
+            ],
+            vec![AppendOutcome::Inserted; 2],
+        ]
+    );
+    assert_eq!(
+        journal(store, "left").await,
+        pairs(&[(0, "\"l0\""), (1, "\"l1\""), (2, "\"l2\"")])
+    );
+    assert_eq!(
+        journal(store, "lost").await,
+        pairs(&[(0, "\"x0\""), (1, "\"theirs\"")])
+    );
+    assert_eq!(
+        journal(store, "right").await,
+        pairs(&[(0, "\"r0\""), (1, "\"r1\"")])
+    );
+}
+
+async fn two_chains_of_one_run_in_one_call_do_not_mix(db: &TestDb) {
+    let store = &db.store;
+    create_flow(db, "wf", None, None).await;
+    // Two runs of one instance (a run that lost its lease and the one that
+    // took over) whose chains meet in one call: the first written wins, and
+    // the second stops at the row they share.
+    let first = chain("wf", 0..2, "a");
+    let second = chain("wf", 1..3, "b");
+    let outcomes = store.append_chains(&[&first, &second]).await.unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            vec![AppendOutcome::Inserted; 2],
+            vec![AppendOutcome::Existing(first[1].0.clone())],
+        ]
+    );
+    assert_eq!(
+        journal(store, "wf").await,
+        pairs(&[(0, "\"a0\""), (1, "\"a1\"")])
+    );
+}
+
+async fn a_chain_of_two_instances_is_refused_before_anything_is_written(db: &TestDb) {
+    let store = &db.store;
+    for id in ["one", "two"] {
+        create_flow(db, id, None, None).await;
+    }
+    let fine = chain("one", 0..2, "f");
+    let mixed = [
+        (step("two", 0, "\"t\""), StepTiming::default()),
+        (step("one", 2, "\"o\""), StepTiming::default()),
+    ];
+    let error = store.append_chains(&[&fine, &mixed]).await.unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");
+    let message = error.to_string();
+    for named in ["`one`", "`two`", "one chain"] {
+        assert!(message.contains(named), "{message}");
+    }
+    // Nor another generation of the same instance.
+    let generations = [
+        (step("one", 0, "\"g0\""), StepTiming::default()),
+        (
+            StepRow {
+                generation: 1,
+                ..step("one", 1, "\"g1\"")
+            },
+            StepTiming::default(),
+        ),
+    ];
+    let error = store.append_chains(&[&generations]).await.unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");
+    for id in ["one", "two"] {
+        assert_eq!(journal(store, id).await, pairs(&[]), "{id}");
+    }
+}
+
+async fn the_writer_records_chains(db: &TestDb) {
+    let store = &db.store;
+    for id in ["left", "right", "lost"] {
+        create_flow(db, id, None, None).await;
+    }
+    let writer = JournalWriter::spawn(store.clone());
+    // Two at once, of different instances: each recorded whole.
+    let run = |id: &'static str| {
+        let writer = writer.clone();
+        tokio::spawn(async move { writer.append_chain(chain(id, 0..3, id)).await })
+    };
+    let (left, right) = tokio::join!(run("left"), run("right"));
+    for (id, outcome) in [("left", left), ("right", right)] {
+        let outcomes = outcome.expect("the chain's task panicked").unwrap();
+        assert_eq!(outcomes, vec![AppendOutcome::Inserted; 3], "{id}");
+        assert_eq!(journal(store, id).await.len(), 3, "{id}");
+    }
+    // One that meets a row journaled first stops there.
+    let theirs = step("lost", 0, "\"theirs\"");
+    store
+        .append_steps(std::slice::from_ref(&theirs))
+        .await
+        .unwrap();
+    let outcomes = writer
+        .append_chain(chain("lost", 0..3, "ours"))
+        .await
+        .unwrap();
+    assert_eq!(outcomes, [AppendOutcome::Existing(theirs)]);
+    assert_eq!(journal(store, "lost").await, pairs(&[(0, "\"theirs\"")]));
 }

@@ -22,12 +22,12 @@
 ///   again: the at-least-once rule every step lives under, over the window
 ///   since the last durable row instead of the one running step.
 ///
-/// A row that another executor recorded first with another result (the run
-/// lost its lease) stops a pipelined run before its next barrier instead of
-/// handing the step the recorded result: the steps after it may have used
-/// the value this run computed. Nothing it queues after that batch is
-/// journaled; rows behind the conflicting one in the same batch still are
-/// (a known gap: the batch is one insert shared with other runs' rows).
+/// A row that another executor recorded first (the run lost its lease)
+/// stops a pipelined run before its next barrier instead of handing the
+/// step the recorded result: the steps after it may have used the value
+/// this run computed. No row behind it is journaled: neither those of the
+/// same batch (the transaction that found it withdraws them) nor later
+/// ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Journal {
     /// Each step's row is durable before the step returns.

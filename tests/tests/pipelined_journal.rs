@@ -2,14 +2,16 @@
 //! `KeiroBuilder::journal`) in one process, on both backends: steps run
 //! ahead of their rows' commits, every row is journaled in order, an event
 //! set after some steps becomes visible only once their rows are durable,
-//! and the rows left when the run returns commit with its end. The crash half (a SIGKILL mid-run) is `pipelined_crash.rs`.
+//! and the rows left when the run returns commit with its end; a run that
+//! meets a row another executor journaled first journals nothing after it.
+//! The crash half (a SIGKILL mid-run) is `pipelined_crash.rs`.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use keiro::{step, workflow, Journal, Keiro};
-use keiro_store::Store;
+use keiro_store::{StepRow, Store};
 use keiro_tests::{on_both_backends, Backend, TestDb};
 
 /// How many steps each observing workflow runs.
@@ -297,7 +299,90 @@ async fn the_last_rows_of_a_pipelined_run_commit_with_its_end(backend: Backend) 
     keiro.shutdown().await.unwrap();
 }
 
+/// How many steps [`links`] runs.
+const LINKS: u32 = 30;
+/// The step of [`links`] whose row "another executor" journals first.
+const TAKEN: i64 = 2;
+
+/// `prev` with `k` appended, so each value records the values before it.
+/// Step 0 first journals step [`TAKEN`] of the run itself, with another
+/// value, as an executor that took the instance over would have.
+#[step]
+async fn link(url: String, id: String, prev: String, k: u32) -> String {
+    if k == 0 {
+        let store = stores()
+            .lock()
+            .unwrap()
+            .get(&url)
+            .cloned()
+            .expect("registered store");
+        let theirs = StepRow {
+            workflow_id: id,
+            generation: 0,
+            seq: TAKEN,
+            name: "link".into(),
+            kind: "step".into(),
+            result: "\"theirs\"".into(),
+        };
+        store
+            .append_steps(&[theirs])
+            .await
+            .expect("journal their row");
+    }
+    format!("{prev}>{k}")
+}
+
+/// [`LINKS`] steps, each building on the one before, then a wait for a
+/// message (a barrier: the rows queued so far are flushed, rather than
+/// committed with the run's end).
+#[workflow(journal = "pipelined")]
+async fn links(url: String, id: String) -> Result<String, String> {
+    let mut value = String::from("start");
+    for k in 0..LINKS {
+        value = link(url.clone(), id.clone(), value, k).await;
+    }
+    keiro::recv::<()>("go").await.map_err(|e| e.to_string())?;
+    Ok(value)
+}
+
+async fn no_row_lands_behind_one_journaled_first(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = connect(&db, Journal::Strict).await;
+    let store = keiro::unstable::raw_store(&keiro).clone();
+    let url = db.url.clone();
+    let handle = links(url, "links".into())
+        .on(&keiro)
+        .id("links")
+        .start()
+        .await
+        .unwrap();
+    // The run stops when its flush meets step TAKEN's row: it lost its
+    // lease, so it records no end (nobody resumes it in this test).
+    let ended = tokio::time::timeout(Duration::from_secs(3), handle.result()).await;
+    assert!(ended.is_err(), "the run ended: {ended:?}");
+    // Its steps after TAKEN ran on its own value of TAKEN ("start>0>1>2"),
+    // so none of their rows may stand next to "theirs", not even those
+    // written in the batch that found it.
+    let rows: Vec<(i64, String)> = store
+        .load_journal("links", 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| (row.seq, row.result))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (0, "\"start>0\"".to_owned()),
+            (1, "\"start>0>1\"".to_owned()),
+            (TAKEN, "\"theirs\"".to_owned()),
+        ]
+    );
+    keiro.shutdown().await.unwrap();
+}
+
 on_both_backends!(
+    no_row_lands_behind_one_journaled_first,
     steps_run_ahead_only_when_pipelined,
     an_event_is_visible_only_after_the_rows_before_it,
     the_last_rows_of_a_pipelined_run_commit_with_its_end,

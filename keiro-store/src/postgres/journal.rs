@@ -50,6 +50,11 @@ static INSERT_STEPS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// Inserts a batch of steps ([`insert_steps_sql`], the arrays at `$1` to
+/// `$8`, written at `$9`) all or nothing: a step id journaled already fails
+/// the whole statement (`23505`).
+static INSERT_ALL_STEPS: LazyLock<String> = LazyLock::new(|| insert_steps_sql(1, 9, ""));
+
 /// The lone finish of an instance without a parent (`finish_alone`, `$1` to
 /// `$7`) with its run's last steps (the arrays at `$8` to `$15`, written at
 /// its time) in one statement: the rows are inserted only if the end
@@ -401,6 +406,24 @@ fn bind_steps<'q>(
 }
 
 impl PostgresStore {
+    /// Chains of step rows (`batch`, in step-id order) in one statement that
+    /// commits on its own ([`INSERT_ALL_STEPS`]): whether they were all
+    /// recorded. When a step id was journaled already it wrote nothing, and
+    /// the caller writes the chains in a transaction instead, which stops
+    /// each at its first such row.
+    pub(crate) async fn append_all_steps(
+        &self,
+        batch: &[(&StepRow, StepTiming)],
+        now: i64,
+    ) -> Result<bool> {
+        let query = bind_steps(crate::prepared::query(&INSERT_ALL_STEPS), batch).bind(now);
+        match query.execute(self.exec()).await {
+            Ok(_) => Ok(true),
+            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => Ok(false),
+            Err(error) => Err(StoreError::query("append_chains")(error)),
+        }
+    }
+
     /// The lone finish of an instance without a parent with its run's last
     /// steps, in one statement that commits on its own
     /// ([`FINISH_ALONE_AFTER_STEPS`]): whether the end applied. When it did

@@ -5,10 +5,12 @@
 //! transaction.
 //!
 //! Order: one flush of a run is in flight at a time, and it hands the
-//! writer every row queued so far as one operation, which commits them in
-//! one transaction. So the rows of a run commit in the order they were
-//! queued, and the journal is always a prefix of what the run computed:
-//! never a later row without an earlier one. Every other journaled
+//! writer every row queued so far as one chain
+//! (`JournalWriter::append_chain`), which commits them in one transaction.
+//! So the rows of a run commit in the order they were queued, and the
+//! journal is always a prefix of what the run computed: never a later row
+//! without an earlier one, and none behind a row another executor
+//! journaled first (the chain stops there). Every other journaled
 //! operation of the run waits for [`settle`] first, so it commits after
 //! them too.
 
@@ -179,7 +181,7 @@ async fn flush(cx: Arc<WorkflowContext>) {
             }
             std::mem::take(&mut state.queued)
         };
-        let written = cx.keiro.writer().append_together(batch).await;
+        let written = cx.keiro.writer().append_chain(batch).await;
         if let Some(Failure { error, lease_lost }) = failure(&cx, written) {
             {
                 let mut state = lock(&pipeline.state);
