@@ -409,6 +409,29 @@ trait BatchWrite: Sized {
 }
 
 impl CreateRequest {
+    /// Instance `id` of workflow `name` with arguments `input` (JSON), and
+    /// nothing else (see [`NewInstance::new`]): recorded `pending` for any
+    /// worker. Set the rest with struct update syntax
+    /// (`CreateRequest { lease, ..CreateRequest::new(..) }`).
+    pub fn new(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        input: impl Into<String>,
+    ) -> CreateRequest {
+        CreateRequest {
+            id: id.into(),
+            name: name.into(),
+            input: input.into(),
+            signature: None,
+            parent: None,
+            lease: None,
+            deadline: None,
+            traceparent: None,
+            app_version: None,
+            skeleton_hash: None,
+        }
+    }
+
     /// The instance to insert, borrowed.
     fn new_instance(&self) -> NewInstance<'_> {
         NewInstance {

@@ -497,16 +497,8 @@ async fn a_refused_write_fails_only_its_caller_in_a_mixed_round(db: &TestDb) {
 /// The writer's create of instance `id` of `flow`, leased to [`OWNER`].
 fn leased_create(id: &str) -> CreateRequest {
     CreateRequest {
-        id: id.into(),
-        name: "flow".into(),
-        input: "[]".into(),
-        signature: None,
-        parent: None,
         lease: Some((OWNER.into(), 60_000_000)),
-        deadline: None,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
+        ..CreateRequest::new(id, "flow", "[]")
     }
 }
 

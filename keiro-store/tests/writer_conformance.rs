@@ -86,18 +86,7 @@ async fn refuse_poison(db: &TestDb) {
 }
 
 fn create(id: &str, input: &str) -> CreateRequest {
-    CreateRequest {
-        id: id.to_owned(),
-        name: "checkout".to_owned(),
-        input: input.to_owned(),
-        signature: None,
-        parent: None,
-        lease: None,
-        deadline: None,
-        traceparent: None,
-        app_version: None,
-        skeleton_hash: None,
-    }
+    CreateRequest::new(id, "checkout", input)
 }
 
 fn step(id: &str, result: &str) -> StepRow {

@@ -292,16 +292,12 @@ impl Replayer {
         let writer = self.keiro.writer();
         writer
             .create(CreateRequest {
-                id: history.id.clone(),
-                name: history.workflow.clone(),
-                input: history.input.get().to_owned(),
                 signature: history.signature.clone(),
-                parent: None,
-                lease: None,
-                deadline: None,
-                traceparent: None,
-                app_version: None,
-                skeleton_hash: None,
+                ..CreateRequest::new(
+                    history.id.clone(),
+                    history.workflow.clone(),
+                    history.input.get(),
+                )
             })
             .await?;
         let rows: Vec<_> = history.step_rows().collect();

@@ -60,16 +60,11 @@ pub(crate) async fn fire_as(
     let (existing, created) = keiro
         .writer()
         .create(CreateRequest {
-            id: id.clone(),
-            name: row.workflow.clone(),
-            input,
             signature,
-            parent: None,
             lease,
-            deadline: None,
-            traceparent: None,
             app_version,
             skeleton_hash,
+            ..CreateRequest::new(id.clone(), row.workflow.clone(), input)
         })
         .await?;
     if existing.name != row.workflow {
