@@ -183,6 +183,16 @@ impl Store {
                     ),
                 });
             }
+            let seqs: Vec<i64> = rows.iter().map(|(row, _)| row.seq).collect();
+            if !distinct(seqs) {
+                let (row, _) = &rows[0];
+                return Err(StoreError::Corrupt {
+                    what: format!(
+                        "a chain of instance `{}` (generation {}) holds one step twice",
+                        row.workflow_id, row.generation
+                    ),
+                });
+            }
         }
         // A lone row follows nothing: one statement, as a lone append.
         if let [[(row, timing)]] = chains {

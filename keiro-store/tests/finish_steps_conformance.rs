@@ -39,7 +39,7 @@ conformance!(
     a_chain_stops_at_a_row_journaled_first,
     each_chain_of_a_batch_stands_or_falls_alone,
     two_chains_of_one_run_in_one_call_do_not_mix,
-    a_chain_of_two_instances_is_refused_before_anything_is_written,
+    a_malformed_chain_is_refused_before_anything_is_written,
     the_writer_records_chains,
 );
 
@@ -785,7 +785,7 @@ async fn two_chains_of_one_run_in_one_call_do_not_mix(db: &TestDb) {
     );
 }
 
-async fn a_chain_of_two_instances_is_refused_before_anything_is_written(db: &TestDb) {
+async fn a_malformed_chain_is_refused_before_anything_is_written(db: &TestDb) {
     let store = &db.store;
     for id in ["one", "two"] {
         create_flow(db, id, None, None).await;
@@ -814,6 +814,11 @@ async fn a_chain_of_two_instances_is_refused_before_anything_is_written(db: &Tes
     ];
     let error = store.append_chains(&[&generations]).await.unwrap_err();
     assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");
+    // Nor one step twice.
+    let twice = [chain("one", 0..2, "a"), chain("one", 1..2, "b")].concat();
+    let error = store.append_chains(&[&twice]).await.unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt { .. }), "{error:?}");
+    assert!(error.to_string().contains("one step twice"), "{error}");
     for id in ["one", "two"] {
         assert_eq!(journal(store, id).await, pairs(&[]), "{id}");
     }
