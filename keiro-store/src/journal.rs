@@ -202,7 +202,9 @@ impl Store {
             return Ok(vec![outcomes]);
         }
         // Two chains of one run each in a transaction of its own: the rows
-        // one of them inserted are never taken for the other's.
+        // one of them inserted are never taken for the other's. (An error
+        // may then come after earlier chains committed; the writer puts two
+        // chains of one run in separate calls, so it never meets one.)
         let runs: Vec<(&str, i64)> = chains
             .iter()
             .filter_map(|rows| rows.first())
@@ -222,11 +224,7 @@ impl Store {
         if batch.is_empty() {
             return Ok(vec![Vec::new(); chains.len()]);
         }
-        // Every writer inserts in step-id order, so two batches that overlap
-        // wait on each other in one direction and never deadlock.
-        batch.sort_unstable_by(|(a, _), (b, _)| {
-            (&a.workflow_id, a.generation, a.seq).cmp(&(&b.workflow_id, b.generation, b.seq))
-        });
+        in_step_id_order(&mut batch);
         let now = self.now_us();
         // On PostgreSQL, chains that meet no journaled row are one statement;
         // when one does, that statement wrote nothing, and the transaction
@@ -385,10 +383,11 @@ impl Store {
             return Ok(finished);
         }
         let now = self.now_us();
-        let batch: Vec<(&StepRow, StepTiming)> = steps
+        let mut batch: Vec<(&StepRow, StepTiming)> = steps
             .iter()
             .flat_map(|rows| rows.iter().map(|(row, timing)| (row, *timing)))
             .collect();
+        in_step_id_order(&mut batch);
         // On PostgreSQL a lone end without a parent or a hand-over is one
         // statement with its rows; when it does not apply (it then wrote
         // nothing), the transaction below finds out why.
@@ -1073,6 +1072,15 @@ pub(crate) fn in_batch_order(
 /// once, by whichever match comes first).
 fn distinct_ids(finishes: &[Finish<'_>]) -> bool {
     distinct(finishes.iter().map(|f| f.id).collect())
+}
+
+/// Sorts `batch` by step id: every writer inserts in that order, so two
+/// batches that overlap (on PostgreSQL, from two processes) wait on each
+/// other in one direction and never deadlock.
+fn in_step_id_order(batch: &mut [(&StepRow, StepTiming)]) {
+    batch.sort_unstable_by(|(a, _), (b, _)| {
+        (&a.workflow_id, a.generation, a.seq).cmp(&(&b.workflow_id, b.generation, b.seq))
+    });
 }
 
 /// Whether no two of `keys` are equal.

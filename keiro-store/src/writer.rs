@@ -2,6 +2,7 @@
 //! writes (new instances, step results, finished instances with the step
 //! rows their runs journaled last) into shared transactions.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -285,7 +286,13 @@ struct Round {
     sends: Pending<MessageRequest, SendOutcome>,
     takes: Pending<Take, Taken>,
     steps: Pending<TimedStep, AppendOutcome>,
-    chains: Pending<Chain, Vec<AppendOutcome>>,
+    /// Chains in layers, no two of one layer of the same run (a run that
+    /// lost its lease and its successor, in one process): each layer is one
+    /// store call, which then never splits into commits of its own (a call
+    /// that failed after some of them committed would be written again
+    /// member by member, and the committed chains would meet their own
+    /// rows).
+    chains: Vec<ChainLayer>,
     finishes: Pending<Finishing, (bool, Option<InstanceRow>)>,
     gcs: Pending<GcRequest, GcProgress>,
 }
@@ -300,7 +307,26 @@ impl Round {
             Op::Take(take, reply) => self.takes.push((take, reply)),
             Op::Step(row, reply) => self.steps.push((row, reply)),
             Op::Steps(rows) => self.steps.extend(rows),
-            Op::Chain(chain, reply) => self.chains.push((chain, reply)),
+            Op::Chain(chain, reply) => {
+                let run = chain
+                    .rows
+                    .first()
+                    .map(|(row, _)| (row.workflow_id.clone(), row.generation));
+                let layer = self
+                    .chains
+                    .iter()
+                    .position(|(runs, _)| run.as_ref().is_none_or(|run| !runs.contains(run)));
+                let layer = match layer {
+                    Some(layer) => layer,
+                    None => {
+                        self.chains.push(Default::default());
+                        self.chains.len() - 1
+                    }
+                };
+                let (runs, pending) = &mut self.chains[layer];
+                runs.extend(run);
+                pending.push((chain, reply));
+            }
             Op::Finish(request, reply) => self.finishes.push((request, reply)),
             Op::Gc(request, reply) => self.gcs.push((request, reply)),
         }
@@ -333,8 +359,8 @@ impl Round {
         if !self.steps.is_empty() {
             commit(&store, &mut self.steps).await;
         }
-        if !self.chains.is_empty() {
-            commit(&store, &mut self.chains).await;
+        for (_, layer) in &mut self.chains {
+            commit(&store, layer).await;
         }
         if !self.finishes.is_empty() {
             commit(&store, &mut self.finishes).await;
@@ -397,6 +423,10 @@ async fn run(store: Store, mut receiver: mpsc::UnboundedReceiver<Op>, rounds: Ar
 }
 
 type Pending<T, R> = Vec<(T, oneshot::Sender<Result<R>>)>;
+
+/// Chains of a round no two of which are of one run (instance and
+/// generation), and those runs.
+type ChainLayer = (HashSet<(String, i64)>, Pending<Chain, Vec<AppendOutcome>>);
 
 /// A kind of write the writer batches: how a round of them is committed in
 /// one transaction.
