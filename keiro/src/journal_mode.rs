@@ -27,7 +27,9 @@
 /// step the recorded result: the steps after it may have used the value
 /// this run computed. No row behind it is journaled: neither those of the
 /// same batch (the transaction that found it withdraws them) nor later
-/// ones.
+/// ones. If this process still holds the lease (the other run was a stale
+/// one of the same instance), the run releases it, so the instance runs on
+/// from its journal without waiting for the lease to lapse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Journal {
     /// Each step's row is durable before the step returns.

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use keiro::{step, workflow, Journal, Keiro};
+use keiro::{step, workflow, Journal, Keiro, ResumeOptions};
 use keiro_store::{StepRow, Store};
 use keiro_tests::{on_both_backends, Backend, TestDb};
 
@@ -306,7 +306,8 @@ const TAKEN: i64 = 2;
 
 /// `prev` with `k` appended, so each value records the values before it.
 /// Step 0 first journals step [`TAKEN`] of the run itself, with another
-/// value, as an executor that took the instance over would have.
+/// value, as an executor that took the instance over would have, then
+/// holds the journal (see [`hold_journal`]).
 #[step]
 async fn link(url: String, id: String, prev: String, k: u32) -> String {
     if k == 0 {
@@ -328,20 +329,53 @@ async fn link(url: String, id: String, prev: String, k: u32) -> String {
             .append_steps(&[theirs])
             .await
             .expect("journal their row");
+        hold_journal(store).await;
     }
     format!("{prev}>{k}")
 }
 
-/// [`LINKS`] steps, each building on the one before, then a wait for a
-/// message (a barrier: the rows queued so far are flushed, rather than
-/// committed with the run's end).
+/// Holds the journal's write lock for 300 ms, on a task of its own, from
+/// before this returns: the flush of step 0's row waits for it, and the
+/// steps after queue meanwhile, so rows 1 to the last reach the writer as
+/// one batch, with step [`TAKEN`]'s row inside it.
+async fn hold_journal(store: Store) {
+    let hold = Duration::from_millis(300);
+    let (held, taken) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        match store {
+            Store::Sqlite(s) => {
+                let tx = s.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+                let _ = held.send(());
+                tokio::time::sleep(hold).await;
+                tx.rollback().await.unwrap();
+            }
+            Store::Postgres(s) => {
+                let mut tx = s.pool().begin().await.unwrap();
+                sqlx::query("LOCK TABLE keiro.steps IN SHARE MODE")
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
+                let _ = held.send(());
+                tokio::time::sleep(hold).await;
+                tx.rollback().await.unwrap();
+            }
+        }
+    });
+    taken.await.expect("the journal is held");
+}
+
+/// [`LINKS`] steps, each building on the one before; then, if `wait`, a
+/// wait for a message (a barrier: the rows queued so far are flushed as a
+/// batch, rather than committed with the run's end).
 #[workflow(journal = "pipelined")]
-async fn links(url: String, id: String) -> Result<String, String> {
+async fn links(url: String, id: String, wait: bool) -> Result<String, String> {
     let mut value = String::from("start");
     for k in 0..LINKS {
         value = link(url.clone(), id.clone(), value, k).await;
     }
-    keiro::recv::<()>("go").await.map_err(|e| e.to_string())?;
+    if wait {
+        keiro::recv::<()>("go").await.map_err(|e| e.to_string())?;
+    }
     Ok(value)
 }
 
@@ -349,35 +383,70 @@ async fn no_row_lands_behind_one_journaled_first(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = connect(&db, Journal::Strict).await;
     let store = keiro::unstable::raw_store(&keiro).clone();
-    let url = db.url.clone();
-    let handle = links(url, "links".into())
-        .on(&keiro)
-        .id("links")
-        .start()
+    let worker = keiro
+        .resume_worker(ResumeOptions::default().poll_interval(Duration::from_millis(50)))
         .await
         .unwrap();
-    // The run stops when its flush meets step TAKEN's row: it lost its
-    // lease, so it records no end (nobody resumes it in this test).
-    let ended = tokio::time::timeout(Duration::from_secs(3), handle.result()).await;
-    assert!(ended.is_err(), "the run ended: {ended:?}");
-    // Its steps after TAKEN ran on its own value of TAKEN ("start>0>1>2"),
-    // so none of their rows may stand next to "theirs", not even those
-    // written in the batch that found it.
-    let rows: Vec<(i64, String)> = store
-        .load_journal("links", 0)
-        .await
-        .unwrap()
+    // Step TAKEN's value in the journal is "theirs", and every step after it
+    // must build on that: a run that resumes from the journal does, while
+    // the first run's rows after TAKEN ("start>0>1>2>3" …) must never land,
+    // neither in the batch that met "theirs" (with a barrier, rows 1 to the
+    // last are flushed as one batch) nor with the run's end (without one).
+    let journal: Vec<String> = ["\"start>0\"".to_owned(), "\"start>0>1\"".to_owned()]
         .into_iter()
-        .map(|row| (row.seq, row.result))
+        .chain(
+            (TAKEN..i64::from(LINKS)).scan("theirs".to_owned(), |value, k| {
+                if k > TAKEN {
+                    *value = format!("{value}>{k}");
+                }
+                Some(format!("\"{value}\""))
+            }),
+        )
         .collect();
-    assert_eq!(
-        rows,
-        [
-            (0, "\"start>0\"".to_owned()),
-            (1, "\"start>0>1\"".to_owned()),
-            (TAKEN, "\"theirs\"".to_owned()),
-        ]
-    );
+    for (id, wait) in [("flushed", true), ("ending", false)] {
+        let started = std::time::Instant::now();
+        let handle = links(db.url.clone(), id.into(), wait)
+            .on(&keiro)
+            .id(id)
+            .start()
+            .await
+            .unwrap();
+        if wait {
+            // Resumed, the run waits for its message.
+            let deadline = started + Duration::from_secs(8);
+            while store.get_instance(id).await.unwrap().unwrap().status
+                != keiro_store::InstanceStatus::Suspended
+            {
+                assert!(std::time::Instant::now() < deadline, "{id} never waited");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            keiro.send(id, "go", &()).await.unwrap();
+        }
+        let value = tokio::time::timeout(Duration::from_secs(8), handle.result())
+            .await
+            .unwrap_or_else(|_| panic!("{id} did not end"))
+            .unwrap();
+        let last = journal.last().cloned();
+        assert_eq!(value.ok().map(|v| format!("\"{v}\"")), last, "{id}");
+        let rows: Vec<String> = store
+            .load_journal(id, 0)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|row| row.kind == "step")
+            .map(|row| row.result)
+            .collect();
+        assert_eq!(rows, journal, "{id}");
+        // The first run stopped holding the lease (the row came from no
+        // other worker): it released it, so the instance ran on at once
+        // rather than once the lease (10 s by default) lapsed.
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "{id} took {:?}: the stopped run kept its lease",
+            started.elapsed()
+        );
+    }
+    worker.shutdown().await;
     keiro.shutdown().await.unwrap();
 }
 

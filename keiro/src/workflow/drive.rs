@@ -120,6 +120,13 @@ pub(crate) async fn execute(
         return Ok(keiro.raw_store().get_instance(&row.id).await?);
     }
     let (ended, steps) = durable_first(&cx, ended).await;
+    // Lost to a row another run journaled first (not to a renewal): see
+    // `end::release_overtaken`.
+    if let Ended::LeaseLost = ended {
+        if context::pipeline::lost_lease(&cx) {
+            end::release_overtaken(keiro, &cx.name, &cx.id).await;
+        }
+    }
     // Still pending only for a run that returned: its end records it.
     let create = cx.deferred.take();
     end::record(keiro, row, ended, handing, create, steps).await

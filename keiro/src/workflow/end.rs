@@ -263,6 +263,11 @@ async fn finish(
         handing.successor = successor;
     }
     if !finished {
+        // A row of it another run journaled first stops the end, and this
+        // run may still hold the lease (that run was a stale one): see
+        // `release_overtaken`. Ended or leased to another, it matches
+        // nothing.
+        release_overtaken(keiro, &row.name, &row.id).await;
         return Ok(None);
     }
     let mut done = released(row);
@@ -270,6 +275,23 @@ async fn finish(
     done.output = Some(output.json);
     wake_parent(keiro, &done).await;
     Ok(Some(done))
+}
+
+/// Releases the lease of run `name` `id` that a journal write found
+/// overtaken (another run recorded one of its steps first), only while
+/// this process holds it: that other run may have been a stale one of the
+/// same instance, leaving this run the holder, and the instance then runs
+/// on from its journal at once instead of after the lease lapses. A failed
+/// release is logged: the lease then lapses as it would have.
+pub(super) async fn release_overtaken(keiro: &Keiro, name: &str, id: &str) {
+    if let Err(error) = keiro.raw_store().release(id, keiro.owner()).await {
+        tracing::warn!(
+            name,
+            id,
+            %error,
+            "keiro could not release the lease of a run another executor overtook"
+        );
+    }
 }
 
 /// Records an instance whose run returned before it was recorded (see
