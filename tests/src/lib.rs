@@ -179,6 +179,43 @@ macro_rules! on_both_backends {
     };
 }
 
+/// Like [`on_both_backends!`], but one test per listed async fn,
+/// `mod both { fn name() }`, that runs it on SQLite and on PostgreSQL at
+/// once (see [`on_both_at_once`]): for cases that mostly wait on real time
+/// (cron ticks, sleeps), whose waits then overlap instead of adding up.
+#[macro_export]
+macro_rules! on_both_backends_at_once {
+    ($($name:ident),* $(,)?) => {
+        mod both {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    $crate::on_both_at_once(super::$name).await
+                }
+            )*
+        }
+    };
+}
+
+/// Runs `case` on SQLite and on PostgreSQL at once, each on a task of its
+/// own, and fails naming each backend whose run panicked (its panic is
+/// printed above, as any test's).
+pub async fn on_both_at_once<F, Fut>(case: F)
+where
+    F: Fn(Backend) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let sqlite = tokio::spawn(case(Backend::Sqlite));
+    let postgres = tokio::spawn(case(Backend::Postgres));
+    let (sqlite, postgres) = tokio::join!(sqlite, postgres);
+    let failed: Vec<&str> = [("SQLite", sqlite), ("PostgreSQL", postgres)]
+        .into_iter()
+        .filter(|(_, ran)| ran.is_err())
+        .map(|(backend, _)| backend)
+        .collect();
+    assert!(failed.is_empty(), "failed on {}", failed.join(" and "));
+}
+
 /// [`on_both_backends!`] plus `mod pgbouncer { fn name() }`: PostgreSQL
 /// through a pgbouncer in transaction pooling mode.
 #[macro_export]

@@ -753,7 +753,8 @@ async fn an_unreadable_schedule_leaves_the_others_running(backend: Backend) {
     worker.stop().await;
 }
 
-keiro_tests::on_both_backends!(
+// Each case mostly waits for ticks: both backends run at once.
+keiro_tests::on_both_backends_at_once!(
     an_unreadable_schedule_leaves_the_others_running,
     a_schedule_whose_attribute_was_removed_stops_and_goes,
     a_management_call_keeps_the_definition_workers_wrote,
