@@ -104,6 +104,18 @@ async fn journal(store: &Store, id: &str) -> Vec<(i64, String)> {
         .collect()
 }
 
+/// Asserts generation 0 of `id` journals exactly `rows`, each with how its
+/// body ran.
+async fn journaled_as(store: &Store, id: &str, rows: &[(StepRow, StepTiming)]) {
+    let entries = store.load_journal_entries(id, 0).await.unwrap();
+    assert_eq!(entries.len(), rows.len(), "{entries:?}");
+    for (entry, (row, timing)) in entries.iter().zip(rows) {
+        assert_eq!(&entry.row, row);
+        assert_eq!(entry.attempts, timing.attempts, "step {}", row.seq);
+        assert_eq!(entry.started_at, timing.started_at, "step {}", row.seq);
+    }
+}
+
 fn pairs(rows: &[(i64, &str)]) -> Vec<(i64, String)> {
     rows.iter()
         .map(|(seq, result)| (*seq, result.to_string()))
@@ -124,13 +136,7 @@ async fn a_finish_commits_its_step_rows_with_its_end(db: &TestDb) {
         .unwrap();
     assert!(matches!(outcome.as_slice(), [(true, None)]), "{outcome:?}");
     finished(store, "wf").await;
-    let entries = store.load_journal_entries("wf", 0).await.unwrap();
-    assert_eq!(entries.len(), 2, "{entries:?}");
-    for (entry, (row, timing)) in entries.iter().zip(&rows) {
-        assert_eq!(&entry.row, row);
-        assert_eq!(entry.attempts, timing.attempts, "step {}", row.seq);
-        assert_eq!(entry.started_at, timing.started_at, "step {}", row.seq);
-    }
+    journaled_as(store, "wf", &rows).await;
 }
 
 async fn a_row_journaled_with_another_result_stops_the_finish(db: &TestDb) {
@@ -668,13 +674,7 @@ async fn a_chain_is_recorded_whole(db: &TestDb) {
     ];
     let outcomes = store.append_chains(&[&rows]).await.unwrap();
     assert_eq!(outcomes, [vec![AppendOutcome::Inserted; 3]]);
-    let entries = store.load_journal_entries("wf", 0).await.unwrap();
-    assert_eq!(entries.len(), 3, "{entries:?}");
-    for (entry, (row, timing)) in entries.iter().zip(&rows) {
-        assert_eq!(&entry.row, row);
-        assert_eq!(entry.attempts, timing.attempts, "step {}", row.seq);
-        assert_eq!(entry.started_at, timing.started_at, "step {}", row.seq);
-    }
+    journaled_as(store, "wf", &rows).await;
     // A lone row is a chain too, and an empty chain records nothing.
     let lone = chain("wf", 3..4, "d");
     let outcomes = store.append_chains(&[&lone, &[]]).await.unwrap();
