@@ -188,7 +188,8 @@ macro_rules! on_both_backends_at_once {
     ($($name:ident),* $(,)?) => {
         mod both {
             $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                // Two cases share the runtime: as many threads as two have.
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $name() {
                     $crate::on_both_at_once(super::$name).await
                 }

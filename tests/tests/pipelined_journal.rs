@@ -381,12 +381,20 @@ async fn links(url: String, id: String, wait: bool) -> Result<String, String> {
 
 async fn no_row_lands_behind_one_journaled_first(backend: Backend) {
     let db = TestDb::new(backend).await;
-    let keiro = connect(&db, Journal::Strict).await;
-    let store = keiro::unstable::raw_store(&keiro).clone();
-    let worker = keiro
-        .resume_worker(ResumeOptions::default().poll_interval(Duration::from_millis(50)))
+    // A lease far longer than the test: an instance runs on within it only
+    // if the stopped run released it.
+    let keiro = db
+        .builder()
+        .journal(Journal::Strict)
+        .lease_ttl(Duration::from_secs(60))
+        .connect()
         .await
         .unwrap();
+    let store = keiro::unstable::raw_store(&keiro).clone();
+    stores()
+        .lock()
+        .unwrap()
+        .insert(db.url.clone(), store.clone());
     // Step TAKEN's value in the journal is "theirs", and every step after it
     // must build on that: a run that resumes from the journal does, while
     // the first run's rows after TAKEN ("start>0>1>2>3" …) must never land,
@@ -403,17 +411,61 @@ async fn no_row_lands_behind_one_journaled_first(backend: Backend) {
             }),
         )
         .collect();
+    let steps = |id: &'static str| {
+        let store = store.clone();
+        async move {
+            let rows = store.load_journal(id, 0).await.unwrap();
+            rows.into_iter()
+                .filter(|row| row.kind == "step")
+                .map(|row| row.result)
+                .collect::<Vec<_>>()
+        }
+    };
+    // With a barrier the first run's rows 0 and 1 were flushed before the
+    // batch that met "theirs"; without, the rows still queued went with its
+    // end, which wrote none of them.
     for (id, wait) in [("flushed", true), ("ending", false)] {
-        let started = std::time::Instant::now();
         let handle = links(db.url.clone(), id.into(), wait)
             .on(&keiro)
             .id(id)
             .start()
             .await
             .unwrap();
+        // The run stops when its write meets step TAKEN's row: it lost its
+        // lease, so it records no end; it still held the lease (the row came
+        // from no other worker), and releases it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let row = store.get_instance(id).await.unwrap().unwrap();
+            if row.lease_owner.is_none() {
+                assert_eq!(row.status, keiro_store::InstanceStatus::Running, "{id}");
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{id}: the stopped run kept its lease"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let first = steps(id).await;
+        let kept = first.len() - 1;
+        assert!(
+            first[..kept] == journal[..kept] && first[kept] == journal[TAKEN as usize],
+            "{id}: the first run's rows, then theirs: {first:?}"
+        );
         if wait {
-            // Resumed, the run waits for its message.
-            let deadline = started + Duration::from_secs(8);
+            assert_eq!(kept, TAKEN as usize, "{id}: {first:?}");
+        }
+        // A worker runs it on from that journal at once. (Started once the
+        // run let go of the instance in this process too: a worker's claim
+        // of an instance this process still drives leaves it alone.)
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let worker = keiro
+            .resume_worker(ResumeOptions::default().poll_interval(Duration::from_millis(50)))
+            .await
+            .unwrap();
+        if wait {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
             while store.get_instance(id).await.unwrap().unwrap().status
                 != keiro_store::InstanceStatus::Suspended
             {
@@ -422,31 +474,15 @@ async fn no_row_lands_behind_one_journaled_first(backend: Backend) {
             }
             keiro.send(id, "go", &()).await.unwrap();
         }
-        let value = tokio::time::timeout(Duration::from_secs(8), handle.result())
+        let value = tokio::time::timeout(Duration::from_secs(10), handle.result())
             .await
             .unwrap_or_else(|_| panic!("{id} did not end"))
             .unwrap();
         let last = journal.last().cloned();
         assert_eq!(value.ok().map(|v| format!("\"{v}\"")), last, "{id}");
-        let rows: Vec<String> = store
-            .load_journal(id, 0)
-            .await
-            .unwrap()
-            .into_iter()
-            .filter(|row| row.kind == "step")
-            .map(|row| row.result)
-            .collect();
-        assert_eq!(rows, journal, "{id}");
-        // The first run stopped holding the lease (the row came from no
-        // other worker): it released it, so the instance ran on at once
-        // rather than once the lease (10 s by default) lapsed.
-        assert!(
-            started.elapsed() < Duration::from_secs(8),
-            "{id} took {:?}: the stopped run kept its lease",
-            started.elapsed()
-        );
+        assert_eq!(steps(id).await, journal, "{id}");
+        worker.stop().await;
     }
-    worker.shutdown().await;
     keiro.shutdown().await.unwrap();
 }
 
