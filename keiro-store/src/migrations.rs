@@ -44,3 +44,52 @@ pub(crate) fn migrator(files: &[(&'static str, &'static str)]) -> Migrator {
         ..Migrator::DEFAULT
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use sqlx::migrate::Migrator;
+
+    /// The embedded migrators must be what sqlx makes of the same
+    /// directories (which `migrate!` embedded before): a database an
+    /// earlier build migrated then holds the same versions and checksums,
+    /// and a start neither refuses it nor runs a migration twice.
+    async fn same_as_sqlx_reads(embedded: &Migrator, dir: &str) {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+        let read = Migrator::new(dir.as_path()).await.unwrap();
+        let shape = |m: &Migrator| -> Vec<_> {
+            m.iter()
+                .map(|m| {
+                    let m = m.clone();
+                    (
+                        m.version,
+                        m.description,
+                        m.migration_type,
+                        m.sql,
+                        m.checksum,
+                        m.no_tx,
+                    )
+                })
+                .collect()
+        };
+        assert!(
+            !read.migrations.is_empty(),
+            "{} holds migrations",
+            dir.display()
+        );
+        assert_eq!(shape(embedded), shape(&read), "{}", dir.display());
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn the_sqlite_migrator_is_sqlxs_own() {
+        same_as_sqlx_reads(&crate::SQLITE_MIGRATOR, "migrations/sqlite").await;
+    }
+
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn the_postgres_migrator_is_sqlxs_own() {
+        same_as_sqlx_reads(&crate::POSTGRES_MIGRATOR, "migrations/postgres").await;
+    }
+}
