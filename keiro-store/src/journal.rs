@@ -162,14 +162,13 @@ impl Store {
     ) -> Result<Vec<Vec<AppendOutcome>>> {
         const OP: &str = "append_chains";
         for rows in chains {
-            if let Some(((first, _), (row, _))) = rows.first().and_then(|first| {
-                rows.iter()
-                    .find(|(row, _)| {
-                        row.workflow_id != first.0.workflow_id
-                            || row.generation != first.0.generation
-                    })
-                    .map(|other| (first, other))
-            }) {
+            let Some((first, _)) = rows.first() else {
+                continue;
+            };
+            let other_run = |(row, _): &&(StepRow, StepTiming)| {
+                row.workflow_id != first.workflow_id || row.generation != first.generation
+            };
+            if let Some((row, _)) = rows.iter().find(other_run) {
                 return Err(StoreError::Corrupt {
                     what: format!(
                         "step {} of instance `{}` (generation {}) came in one chain with step {} \
@@ -183,13 +182,11 @@ impl Store {
                     ),
                 });
             }
-            let seqs: Vec<i64> = rows.iter().map(|(row, _)| row.seq).collect();
-            if !distinct(seqs) {
-                let (row, _) = &rows[0];
+            if !distinct(rows.iter().map(|(row, _)| row.seq).collect()) {
                 return Err(StoreError::Corrupt {
                     what: format!(
                         "a chain of instance `{}` (generation {}) holds one step twice",
-                        row.workflow_id, row.generation
+                        first.workflow_id, first.generation
                     ),
                 });
             }
