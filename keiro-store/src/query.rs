@@ -128,6 +128,10 @@ impl Store {
         args: &[Arg<'_>],
     ) -> Result<Option<T>> {
         dispatch!(Store, self, |s, sql| {
+            let _turn = match writes(pick(sql)) {
+                true => Some(s.write_turn().await),
+                false => None,
+            };
             let row = bind_all!(crate::prepared::query(pick(sql)), args)
                 .fetch_optional(s.exec())
                 .await
@@ -161,6 +165,10 @@ impl Store {
         registered: Option<&[Registered<'_>]>,
     ) -> Result<Vec<Result<T>>> {
         dispatch!(Store, self, |s, sql| {
+            let _turn = match writes(pick(sql)) {
+                true => Some(s.write_turn().await),
+                false => None,
+            };
             let mut query = bind_all!(crate::prepared::query(pick(sql)), args);
             if let Some(workflows) = registered {
                 query = s.bind_registered(query, workflows);
@@ -175,13 +183,13 @@ impl Store {
 
     /// Runs a statement; returns how many rows it changed.
     pub(crate) async fn execute(&self, op: Op, pick: Statement, args: &[Arg<'_>]) -> Result<u64> {
-        dispatch!(Store, self, |s, sql| bind_all!(
-            crate::prepared::query(pick(sql)),
-            args
-        )
-        .execute(s.exec())
-        .await
-        .map(|done| done.rows_affected()))
+        dispatch!(Store, self, |s, sql| {
+            let _turn = s.write_turn().await;
+            bind_all!(crate::prepared::query(pick(sql)), args)
+                .execute(s.exec())
+                .await
+                .map(|done| done.rows_affected())
+        })
         .map_err(StoreError::query(op))
     }
 
@@ -196,6 +204,16 @@ impl Store {
         .map_err(StoreError::query(op))?;
         Ok(n.max(0) as u64)
     }
+}
+
+/// Whether `statement` writes (an `INSERT`, `UPDATE` or `DELETE`, alone or
+/// under a `WITH`): a lone write takes the SQLite store's write turn (see
+/// `sqlite/gate.rs`). Reads take none; a read taken for a write only waits
+/// its turn needlessly.
+fn writes(statement: &str) -> bool {
+    statement
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .any(|word| matches!(word, "INSERT" | "UPDATE" | "DELETE"))
 }
 
 /// A connection a store's `acquire` handed out for statements that each
@@ -218,13 +236,25 @@ impl Session for sqlx::pool::PoolConnection<sqlx::Sqlite> {
 /// taking row locks releases them before it returns, instead of whenever the
 /// pool gets round to the rollback a dropped transaction queues (until then
 /// a worker's `SKIP LOCKED` claim would pass the row over).
-pub(crate) async fn rolled_back<DB: sqlx::Database, T>(
-    tx: sqlx::Transaction<'_, DB>,
+pub(crate) async fn rolled_back<Tx: RollBack, T>(
+    tx: Tx,
     op: &'static str,
     value: T,
 ) -> crate::Result<T> {
-    tx.rollback().await.map_err(crate::StoreError::query(op))?;
+    tx.roll_back().await.map_err(crate::StoreError::query(op))?;
     Ok(value)
+}
+
+/// A transaction [`rolled_back`] can end: sqlx's, or SQLite's gated one.
+pub(crate) trait RollBack {
+    /// Rolls the transaction back.
+    fn roll_back(self) -> impl std::future::Future<Output = Result<(), sqlx::Error>> + Send;
+}
+
+impl<DB: sqlx::Database> RollBack for sqlx::Transaction<'_, DB> {
+    fn roll_back(self) -> impl std::future::Future<Output = Result<(), sqlx::Error>> + Send {
+        self.rollback()
+    }
 }
 
 #[cfg(all(test, feature = "postgres"))]
@@ -252,5 +282,30 @@ mod tests {
         let mut sql = String::from("x");
         assert!(!Arg::MaybeText(Some("\0")).push_pg_literal(&mut sql));
         assert_eq!(sql, "x");
+    }
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod write_tests {
+    use super::writes;
+
+    #[test]
+    fn statements_that_write_are_told_from_reads() {
+        let sql = &*crate::sqlite::SQL;
+        for statement in [
+            &sql.claim_due,
+            &sql.renew_lease,
+            &sql.release,
+            &sql.finish_alone,
+        ] {
+            assert!(writes(statement), "{statement}");
+        }
+        for statement in [&sql.get_instance, &sql.load_journal] {
+            assert!(!writes(statement), "{statement}");
+        }
+        assert!(writes(
+            "WITH f(id) AS (VALUES (?)) UPDATE t SET a = 1 FROM f"
+        ));
+        assert!(!writes("SELECT updated_at, inserted FROM t"));
     }
 }

@@ -191,7 +191,7 @@ impl Store {
     pub async fn begin_step_tx(&self) -> Result<StepTx<'static>> {
         Ok(match self {
             #[cfg(feature = "sqlite")]
-            Store::Sqlite(s) => StepTx::Sqlite(s.begin_with(BEGIN_SQLITE, OP).await?),
+            Store::Sqlite(s) => StepTx::Sqlite(s.begin_ungated(BEGIN_SQLITE, OP).await?),
             #[cfg(feature = "postgres")]
             Store::Postgres(s) => StepTx::Postgres(s.begin_step(OP).await?),
         })

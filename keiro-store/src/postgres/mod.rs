@@ -259,6 +259,12 @@ impl PostgresStore {
         }
     }
 
+    /// A lone write statement's turn: none here (PostgreSQL writers do not
+    /// share one lock; see the SQLite store's).
+    pub(crate) async fn write_turn(&self) -> Option<()> {
+        None
+    }
+
     /// Whether a transaction-pooling proxy stands in front of the server.
     pub fn is_pooled(&self) -> bool {
         self.pooled

@@ -131,6 +131,7 @@ impl SqliteStore {
         now: i64,
     ) -> Result<AppendOutcome> {
         const OP: &str = "append_steps";
+        let turn = self.write_turn().await;
         let inserted = bind_all!(
             crate::prepared::query(insert_steps(1)),
             &step_args(step, now)
@@ -140,6 +141,7 @@ impl SqliteStore {
         .fetch_optional(&self.pool)
         .await
         .map_err(StoreError::query(OP))?;
+        drop(turn);
         if inserted.is_some() {
             return Ok(AppendOutcome::Inserted);
         }

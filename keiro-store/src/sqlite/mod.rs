@@ -4,6 +4,7 @@
 //! lock up front, so their reads and writes are never interleaved with
 //! another writer's.
 
+mod gate;
 pub(crate) mod journal;
 #[cfg(test)]
 mod plans;
@@ -160,6 +161,8 @@ async fn release_outside_transaction(
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// Queues this process's writers of the file (see [`gate`]).
+    gate: gate::WriteGate,
     /// Where this store's "now" comes from.
     pub(crate) clock: crate::Clock,
 }
@@ -229,6 +232,7 @@ impl SqliteStore {
         refuse_read_only(&pool, url).await?;
         Ok(SqliteStore {
             pool,
+            gate: gate::WriteGate::of((!in_memory).then(|| connect.get_filename().to_path_buf())),
             clock: options.clock.clone(),
         })
     }
@@ -245,13 +249,35 @@ impl SqliteStore {
     }
 
     /// Begins a write transaction for operation `op`, taking the write lock.
-    pub(crate) async fn begin(&self, op: &'static str) -> Result<Transaction<'static, Sqlite>> {
+    pub(crate) async fn begin(&self, op: &'static str) -> Result<gate::GatedTx> {
         self.begin_with("BEGIN IMMEDIATE", op).await
     }
 
     /// Begins a transaction for operation `op` with `statement` (which
     /// begins it, and may run more in the same call).
     pub(crate) async fn begin_with(
+        &self,
+        statement: &'static str,
+        op: &'static str,
+    ) -> Result<gate::GatedTx> {
+        let turn = self.gate.enter().await;
+        let tx = self
+            .pool
+            .begin_with(statement)
+            .await
+            .map_err(StoreError::query(op))?;
+        Ok(gate::GatedTx::new(tx, turn))
+    }
+
+    /// This process's turn to write the file, for a lone write statement
+    /// (see [`gate`]): held until dropped.
+    pub(crate) async fn write_turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        self.gate.enter().await
+    }
+
+    /// Begins a transaction with `statement` without the gate (a
+    /// transactional step's, whose body is the application's code).
+    pub(crate) async fn begin_ungated(
         &self,
         statement: &'static str,
         op: &'static str,
@@ -265,10 +291,7 @@ impl SqliteStore {
     /// [`SqliteStore::begin`] for a transaction of the writer's batch
     /// statements: the same (SQLite has no plan cache to steer), so both
     /// backends spell a batch transaction alike.
-    pub(crate) async fn begin_batch(
-        &self,
-        op: &'static str,
-    ) -> Result<Transaction<'static, Sqlite>> {
+    pub(crate) async fn begin_batch(&self, op: &'static str) -> Result<gate::GatedTx> {
         self.begin(op).await
     }
 
