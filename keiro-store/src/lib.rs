@@ -130,7 +130,7 @@ pub use step_tx::StepTx;
 pub use timers::{cancel_timer_tx, schedule_timer_once_tx, schedule_timer_tx, TimerTx};
 pub use validate::{preview as preview_id, validate_id, validate_id_within, MAX_ID_BYTES};
 pub use versions::VersionCount;
-pub use writer::{CreateRequest, FinishRequest, JournalWriter, MessageRequest};
+pub use writer::{CreateRequest, FinishRequest, JournalWriter, MessageRequest, QueuedRequest};
 
 /// A `Result` whose error is [`StoreError`].
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -394,6 +394,55 @@ impl Store {
         }
     }
 
+    /// Like [`Store::create_queued`] for several instances, in one
+    /// transaction: one commit for all of them. A member refused (a live
+    /// duplicate of its dedup key, before the batch or earlier in it) fails
+    /// the whole call, with nothing written; the caller then records the
+    /// members one by one to find which (as the writer does), each refused
+    /// duplicate with [`StoreError::Duplicate`].
+    pub async fn create_queued_many(
+        &self,
+        batch: &[(crate::NewInstance<'_>, Queued<'_>)],
+    ) -> Result<Vec<(InstanceRow, bool)>> {
+        const OP: &str = "create_queued";
+        if let [(new, queued)] = batch {
+            return Ok(vec![self.create_queued(new, queued).await?]);
+        }
+        for (new, _) in batch {
+            crate::validate::validate_id("workflow id", new.id)?;
+            crate::validate::validate_id("workflow name", new.name)?;
+        }
+        let now = self.now_us();
+        dispatch!(Store, self, |s| {
+            let mut tx = s.begin_batch(OP).await?;
+            for (new, queued) in batch {
+                if let Some(key) = queued.dedup {
+                    let found = find_duplicate((&mut *tx).into(), new, queued, key).await?;
+                    if let Some(duplicate) = found {
+                        return Err(duplicate);
+                    }
+                }
+            }
+            let news: Vec<crate::NewInstance<'_>> =
+                batch.iter().map(|(new, _)| new.clone()).collect();
+            let mut created = crate::journal::create_many_in((&mut *tx).into(), &news, now).await?;
+            let marked: Vec<(&str, &Queued<'_>)> = batch
+                .iter()
+                .zip(&created)
+                .filter(|(_, (_, created))| *created)
+                .map(|((new, queued), _)| (new.id, queued))
+                .collect();
+            mark_queued_many((&mut *tx).into(), &marked).await?;
+            tx.commit().await.map_err(StoreError::query(OP))?;
+            for ((_, queued), (row, created)) in batch.iter().zip(&mut created) {
+                if let (true, Some(at)) = (*created, queued.not_before) {
+                    row.wake_at = Some(at);
+                }
+            }
+            Ok(created)
+        })
+    }
+
     /// [`dedup_taken`] on a pooled connection.
     pub(crate) async fn dedup_taken(&self, id: &str) -> Result<Option<StoreError>> {
         dispatch!(Store, self, |s| {
@@ -614,6 +663,76 @@ async fn create_queued_on(
     }
     Ok((row, created))
 }
+
+/// Puts the instances `marked` names (just created on `conn`, a
+/// transaction) on their queues, each as [`create_queued_on`] marks one, in
+/// one statement per 64.
+async fn mark_queued_many(mut conn: Conn<'_>, marked: &[(&str, &Queued<'_>)]) -> Result<()> {
+    const OP: &str = "create_queued";
+    for chunk in marked.chunks(MARK_CHUNK) {
+        match conn.reborrow() {
+            #[cfg(feature = "sqlite")]
+            Conn::Sqlite(c) => {
+                let mut query = crate::prepared::query(sqlite_mark_many(chunk.len()));
+                for (id, queued) in chunk {
+                    query = query
+                        .bind(*id)
+                        .bind(queued.queue)
+                        .bind(queued.priority)
+                        .bind(queued.partition)
+                        .bind(queued.dedup)
+                        .bind(queued.not_before);
+                }
+                query.execute(&mut *c).await.map(drop)
+            }
+            #[cfg(feature = "postgres")]
+            Conn::Postgres(c) => crate::prepared::query(POSTGRES_MARK_MANY)
+                .bind(chunk.iter().map(|(id, _)| *id).collect::<Vec<_>>())
+                .bind(chunk.iter().map(|(_, q)| q.queue).collect::<Vec<_>>())
+                .bind(chunk.iter().map(|(_, q)| q.priority).collect::<Vec<_>>())
+                .bind(chunk.iter().map(|(_, q)| q.partition).collect::<Vec<_>>())
+                .bind(chunk.iter().map(|(_, q)| q.dedup).collect::<Vec<_>>())
+                .bind(chunk.iter().map(|(_, q)| q.not_before).collect::<Vec<_>>())
+                .execute(&mut *c)
+                .await
+                .map(drop),
+        }
+        .map_err(StoreError::query(OP))?;
+    }
+    Ok(())
+}
+
+/// Instances per statement of [`mark_queued_many`] (six parameters each on
+/// SQLite).
+const MARK_CHUNK: usize = 64;
+
+/// SQLite's statement marking `rows` instances queued (1 ..= [`MARK_CHUNK`]):
+/// six parameters a row (id, queue, priority, partition, dedup key, not
+/// before), as `mark_queued` takes them.
+#[cfg(feature = "sqlite")]
+fn sqlite_mark_many(rows: usize) -> &'static str {
+    static MARK_MANY: [std::sync::OnceLock<String>; MARK_CHUNK] =
+        [const { std::sync::OnceLock::new() }; MARK_CHUNK];
+    MARK_MANY[rows - 1].get_or_init(|| {
+        format!(
+            "WITH q(id, queue, priority, partition_key, dedup_key, not_before) AS (VALUES {}) \
+             UPDATE keiro_workflows SET queue = q.queue, priority = q.priority, \
+                 partition_key = q.partition_key, dedup_key = q.dedup_key, \
+                 wake_at = COALESCE(q.not_before, keiro_workflows.wake_at) \
+             FROM q WHERE keiro_workflows.id = q.id",
+            vec!["(?, ?, ?, ?, ?, ?)"; rows].join(", ")
+        )
+    })
+}
+
+/// PostgreSQL's statement marking instances queued, given as parallel
+/// arrays (id, queue, priority, partition, dedup key, not before).
+#[cfg(feature = "postgres")]
+const POSTGRES_MARK_MANY: &str = "UPDATE keiro.workflows w SET queue = q.queue, \
+     priority = q.priority, partition_key = q.partition_key, dedup_key = q.dedup_key, \
+     wake_at = COALESCE(q.not_before, w.wake_at) \
+     FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::text[], $5::text[], $6::int8[]) \
+     AS q(id, queue, priority, partition_key, dedup_key, not_before) WHERE w.id = q.id";
 
 /// Hands `finish`'s queue slot over on `conn` (the transaction that just
 /// recorded the finish) as `hand_over` says: the successor it claimed for

@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::{
     AppendOutcome, Finish, GcProgress, GcRequest, HandOver, InstanceRow, InstanceStatus, Lease,
-    NewInstance, NewMessage, ParentLink, Result, SendOutcome, StepRow, StepTiming, Store,
+    NewInstance, NewMessage, ParentLink, Queued, Result, SendOutcome, StepRow, StepTiming, Store,
     StoreError, Take, Taken,
 };
 
@@ -40,6 +40,47 @@ pub struct CreateRequest {
     pub app_version: Option<String>,
     /// Its code's skeleton hash (see [`NewInstance::skeleton_hash`]).
     pub skeleton_hash: Option<String>,
+}
+
+/// An owned [`Queued`]: where a new instance waits on a named queue, to
+/// hand to the writer with its [`CreateRequest`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueuedRequest {
+    /// The queue's name; `None`: the default queue.
+    pub queue: Option<String>,
+    /// Lower runs first within the queue (see [`Queued::priority`]).
+    pub priority: i64,
+    /// The key the queue's limits apply per (`""`: none).
+    pub partition: String,
+    /// The dedup key (see [`Queued::dedup`]).
+    pub dedup: Option<String>,
+    /// Not claimed before this time (µs since the Unix epoch, store clock).
+    pub not_before: Option<i64>,
+}
+
+impl QueuedRequest {
+    /// The placement to record, borrowed.
+    pub fn queued(&self) -> Queued<'_> {
+        Queued {
+            queue: self.queue.as_deref(),
+            priority: self.priority,
+            partition: &self.partition,
+            dedup: self.dedup.as_deref(),
+            not_before: self.not_before,
+        }
+    }
+}
+
+impl From<&Queued<'_>> for QueuedRequest {
+    fn from(queued: &Queued<'_>) -> QueuedRequest {
+        QueuedRequest {
+            queue: queued.queue.map(str::to_owned),
+            priority: queued.priority,
+            partition: queued.partition.to_owned(),
+            dedup: queued.dedup.map(str::to_owned),
+            not_before: queued.not_before,
+        }
+    }
 }
 
 /// An owned [`Finish`], to hand to the writer.
@@ -80,6 +121,7 @@ enum Op {
     Send(MessageRequest, oneshot::Sender<Result<SendOutcome>>),
     Take(Take, oneshot::Sender<Result<Taken>>),
     Create(CreateRequest, oneshot::Sender<Result<(InstanceRow, bool)>>),
+    CreateQueued(CreateQueued, oneshot::Sender<Result<(InstanceRow, bool)>>),
     CreateEnded(CreateEnded, oneshot::Sender<Result<(InstanceRow, bool)>>),
     Step(TimedStep, oneshot::Sender<Result<AppendOutcome>>),
     /// Step rows that must share a round.
@@ -187,6 +229,20 @@ impl JournalWriter {
         answer.await.map_err(|_| StoreError::WriterStopped)?
     }
 
+    /// [`Store::create_queued`] through the writer: concurrent enqueues
+    /// share a commit ([`Store::create_queued_many`]). A refused duplicate
+    /// ([`StoreError::Duplicate`]) fails this call alone: the writer then
+    /// records the round's enqueues one by one.
+    pub async fn create_queued(
+        &self,
+        request: CreateRequest,
+        queued: QueuedRequest,
+    ) -> Result<(InstanceRow, bool)> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Op::CreateQueued(CreateQueued { request, queued }, reply))?;
+        answer.await.map_err(|_| StoreError::WriterStopped)?
+    }
+
     /// [`Store::send_message`] through the writer: concurrent sends share a
     /// transaction.
     pub async fn send_message(&self, request: MessageRequest) -> Result<SendOutcome> {
@@ -282,6 +338,7 @@ impl JournalWriter {
 #[derive(Default)]
 struct Round {
     creates: Pending<CreateRequest, (InstanceRow, bool)>,
+    queued_creates: Pending<CreateQueued, (InstanceRow, bool)>,
     created_ended: Pending<CreateEnded, (InstanceRow, bool)>,
     sends: Pending<MessageRequest, SendOutcome>,
     takes: Pending<Take, Taken>,
@@ -302,6 +359,7 @@ impl Round {
     fn add(&mut self, op: Op) {
         match op {
             Op::Create(request, reply) => self.creates.push((request, reply)),
+            Op::CreateQueued(request, reply) => self.queued_creates.push((request, reply)),
             Op::CreateEnded(ended, reply) => self.created_ended.push((ended, reply)),
             Op::Send(request, reply) => self.sends.push((request, reply)),
             Op::Take(take, reply) => self.takes.push((take, reply)),
@@ -335,6 +393,7 @@ impl Round {
     /// Whether it holds workflow writes (anything but gc batches).
     fn writes_workflows(&self) -> bool {
         !(self.creates.is_empty()
+            && self.queued_creates.is_empty()
             && self.created_ended.is_empty()
             && self.sends.is_empty()
             && self.takes.is_empty()
@@ -347,6 +406,9 @@ impl Round {
     async fn commit(mut self, store: Store) {
         if !self.creates.is_empty() {
             commit(&store, &mut self.creates).await;
+        }
+        if !self.queued_creates.is_empty() {
+            commit(&store, &mut self.queued_creates).await;
         }
         // After the creates: a message may be for an instance created in
         // the same round.
@@ -509,6 +571,25 @@ impl BatchWrite for CreateRequest {
     async fn write(store: &Store, members: &[&Self]) -> Result<Vec<Self::Outcome>> {
         let news: Vec<NewInstance<'_>> = members.iter().map(|r| r.new_instance()).collect();
         store.create_instances(&news).await
+    }
+}
+
+/// A new instance on a named queue.
+#[derive(Debug)]
+struct CreateQueued {
+    request: CreateRequest,
+    queued: QueuedRequest,
+}
+
+impl BatchWrite for CreateQueued {
+    type Outcome = (InstanceRow, bool);
+
+    async fn write(store: &Store, members: &[&Self]) -> Result<Vec<Self::Outcome>> {
+        let batch: Vec<(NewInstance<'_>, Queued<'_>)> = members
+            .iter()
+            .map(|c| (c.request.new_instance(), c.queued.queued()))
+            .collect();
+        store.create_queued_many(&batch).await
     }
 }
 

@@ -9,6 +9,7 @@ use sqlx::postgres::PgConnection;
 
 use super::{PostgresStore, SQL};
 use crate::journal::{new_instance_args, unreadable_step};
+use crate::query::Session;
 use crate::rows::{FromRow, StoreRow};
 use crate::sql::{INSTANCE_COLUMNS, STEP_COLUMNS};
 use crate::{
@@ -147,73 +148,16 @@ impl PostgresStore {
     /// reads the ones whose ids were taken already with one more), each
     /// outcome as `Store::create_instances` gives it, in batch order. Of two
     /// creates of one id in the batch, the first creates it.
-    pub(crate) async fn create_many<'a>(
+    pub(crate) async fn create_many(
         &self,
-        news: &[NewInstance<'a>],
+        news: &[NewInstance<'_>],
         now: i64,
     ) -> Result<Vec<(InstanceRow, bool)>> {
         const OP: &str = "create_instance";
-        let column = |pick: fn(&NewInstance<'a>) -> Option<&'a str>| -> Vec<Option<&'a str>> {
-            news.iter().map(pick).collect()
-        };
-        let leases: Vec<(&str, Option<&str>, Option<i64>)> = news
-            .iter()
-            .map(|n| match n.lease {
-                Some(lease) => ("running", Some(lease.owner), Some(now + lease.ttl_us)),
-                None => ("pending", None, None),
-            })
-            .collect();
-        let inserted = crate::prepared::query(&CREATE_MANY)
-            .bind(news.iter().map(|n| n.id).collect::<Vec<_>>())
-            .bind(news.iter().map(|n| n.name).collect::<Vec<_>>())
-            .bind(leases.iter().map(|l| l.0).collect::<Vec<_>>())
-            .bind(news.iter().map(|n| n.input).collect::<Vec<_>>())
-            .bind(leases.iter().map(|l| l.1).collect::<Vec<_>>())
-            .bind(leases.iter().map(|l| l.2).collect::<Vec<_>>())
-            .bind(column(|n| n.parent.map(|p| p.id)))
-            .bind(
-                news.iter()
-                    .map(|n| n.parent.map(|p| p.seq))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                news.iter()
-                    .map(|n| n.parent.map(|p| p.generation))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(column(|n| n.signature))
-            .bind(news.iter().map(|n| n.deadline).collect::<Vec<_>>())
-            .bind(column(|n| n.traceparent))
-            .bind(column(|n| n.app_version))
-            .bind(column(|n| n.skeleton_hash))
-            .bind(now)
-            .fetch_all(self.exec())
-            .await
-            .map_err(StoreError::query(OP))?;
-        let mut rows: HashMap<String, (InstanceRow, bool)> = HashMap::with_capacity(news.len());
-        for row in &inserted {
-            let row = InstanceRow::from_row(row)?;
-            rows.insert(row.id.clone(), (row, true));
-        }
-        let missing: Vec<&str> = news
-            .iter()
-            .map(|n| n.id)
-            .filter(|id| !rows.contains_key(*id))
-            .collect();
-        if !missing.is_empty() {
-            // A new statement, so a new snapshot: it sees the rows whose
-            // concurrent insert the conflict above waited for.
-            let existing = crate::prepared::query(&READ_INSTANCES)
-                .bind(&missing)
-                .fetch_all(self.exec())
-                .await
-                .map_err(StoreError::query(OP))?;
-            for row in &existing {
-                let row = InstanceRow::from_row(row)?;
-                rows.insert(row.id.clone(), (row, false));
-            }
-        }
-        crate::journal::in_batch_order(news, rows)
+        let mut conn = self.acquire(OP).await?;
+        let created = create_many_on(&mut conn, news, now).await?;
+        conn.done(OP).await?;
+        Ok(created)
     }
 
     /// Finishes several instances (distinct ids) in the transaction `tx` with
@@ -486,6 +430,79 @@ impl PostgresStore {
     ) -> Result<(InstanceRow, bool)> {
         create_on(conn, new, now).await
     }
+}
+
+/// Records several new instances on `conn` with one statement for them all
+/// (then reads the ones whose ids were taken already with one more), each
+/// outcome as `Store::create_instances` gives it, in batch order. Of two
+/// creates of one id in the batch, the first creates it.
+pub(crate) async fn create_many_on<'a>(
+    conn: &mut PgConnection,
+    news: &[NewInstance<'a>],
+    now: i64,
+) -> Result<Vec<(InstanceRow, bool)>> {
+    const OP: &str = "create_instance";
+    let column = |pick: fn(&NewInstance<'a>) -> Option<&'a str>| -> Vec<Option<&'a str>> {
+        news.iter().map(pick).collect()
+    };
+    let leases: Vec<(&str, Option<&str>, Option<i64>)> = news
+        .iter()
+        .map(|n| match n.lease {
+            Some(lease) => ("running", Some(lease.owner), Some(now + lease.ttl_us)),
+            None => ("pending", None, None),
+        })
+        .collect();
+    let inserted = crate::prepared::query(&CREATE_MANY)
+        .bind(news.iter().map(|n| n.id).collect::<Vec<_>>())
+        .bind(news.iter().map(|n| n.name).collect::<Vec<_>>())
+        .bind(leases.iter().map(|l| l.0).collect::<Vec<_>>())
+        .bind(news.iter().map(|n| n.input).collect::<Vec<_>>())
+        .bind(leases.iter().map(|l| l.1).collect::<Vec<_>>())
+        .bind(leases.iter().map(|l| l.2).collect::<Vec<_>>())
+        .bind(column(|n| n.parent.map(|p| p.id)))
+        .bind(
+            news.iter()
+                .map(|n| n.parent.map(|p| p.seq))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            news.iter()
+                .map(|n| n.parent.map(|p| p.generation))
+                .collect::<Vec<_>>(),
+        )
+        .bind(column(|n| n.signature))
+        .bind(news.iter().map(|n| n.deadline).collect::<Vec<_>>())
+        .bind(column(|n| n.traceparent))
+        .bind(column(|n| n.app_version))
+        .bind(column(|n| n.skeleton_hash))
+        .bind(now)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(StoreError::query(OP))?;
+    let mut rows: HashMap<String, (InstanceRow, bool)> = HashMap::with_capacity(news.len());
+    for row in &inserted {
+        let row = InstanceRow::from_row(row)?;
+        rows.insert(row.id.clone(), (row, true));
+    }
+    let missing: Vec<&str> = news
+        .iter()
+        .map(|n| n.id)
+        .filter(|id| !rows.contains_key(*id))
+        .collect();
+    if !missing.is_empty() {
+        // A new statement, so a new snapshot: it sees the rows whose
+        // concurrent insert the conflict above waited for.
+        let existing = crate::prepared::query(&READ_INSTANCES)
+            .bind(&missing)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(StoreError::query(OP))?;
+        for row in &existing {
+            let row = InstanceRow::from_row(row)?;
+            rows.insert(row.id.clone(), (row, false));
+        }
+    }
+    crate::journal::in_batch_order(news, rows)
 }
 
 /// Records a new instance on `conn` (insert-or-read in one statement), or

@@ -260,14 +260,15 @@ where
         enqueued(keiro, spec.id, created).await
     }
 
-    /// [`enqueue`](WorkflowCall::enqueue) with queue settings: in one
-    /// transaction of its own rather than the writer's batches, so a dedup
-    /// refusal fails this call alone.
+    /// [`enqueue`](WorkflowCall::enqueue) with queue settings, through the
+    /// writer: concurrent enqueues share a commit, and a dedup refusal still
+    /// fails this call alone (the writer then records that round's enqueues
+    /// one by one).
     async fn enqueue_queued(self, keiro: Keiro, spec: Launch) -> Result<WorkflowHandle<R>> {
         let queued = self.queue.queued(self.name, keiro.now_us())?;
         let (row, created) = keiro
-            .raw_store()
-            .create_queued(&spec.new_instance(), &queued)
+            .writer()
+            .create_queued(spec.create_request(None), (&queued).into())
             .await
             .map_err(Error::from_store)?;
         check_attach(&row, &spec)?;

@@ -1,0 +1,249 @@
+//! Enqueues on named queues recorded together (`Store::create_queued_many`,
+//! and the writer's rounds of `JournalWriter::create_queued`), on both
+//! backends: each instance lands on its queue as a lone enqueue puts it, an
+//! id taken already is left where it is, and a refused dedup key fails the
+//! batch whole (the writer then refuses that enqueue alone).
+
+#[macro_use]
+mod support;
+
+use keiro_store::{
+    CreateRequest, JournalWriter, NewInstance, QueueLimits, Queued, QueuedRequest, Registered,
+    Store, StoreError,
+};
+use support::{lease, TestDb};
+
+const FLOW: Registered<'static> = Registered {
+    name: "flow",
+    signature: "sig",
+};
+
+/// Instance `id` of [`FLOW`].
+fn instance(id: &str) -> NewInstance<'_> {
+    NewInstance {
+        signature: Some(FLOW.signature),
+        ..NewInstance::new(id, FLOW.name, "[]")
+    }
+}
+
+/// A place on queue `queue`, priority 0, no partition, key or delay.
+fn on(queue: &str) -> Queued<'_> {
+    Queued {
+        queue: Some(queue),
+        priority: 0,
+        partition: "",
+        dedup: None,
+        not_before: None,
+    }
+}
+
+/// The ids claims of queue `queue` start one at a time until it has none
+/// due: its instances in run order.
+async fn claim(store: &Store, queue: &str) -> Vec<String> {
+    let limits = QueueLimits {
+        name: queue,
+        concurrency: Some(10),
+        worker_concurrency: None,
+        rate_limit: None,
+    };
+    let mut ids = Vec::new();
+    loop {
+        let rows = store
+            .claim_queue(lease(), &[FLOW], &[], &limits, 1)
+            .await
+            .unwrap();
+        let [row] = rows.as_slice() else {
+            assert!(rows.is_empty(), "a claim of one took {}", rows.len());
+            return ids;
+        };
+        ids.push(row.id.clone());
+    }
+}
+
+/// Whether instance `id` exists.
+async fn exists(store: &Store, id: &str) -> bool {
+    store.get_instance(id).await.unwrap().is_some()
+}
+
+/// Each member of a batch lands on its own queue with its priority, its
+/// delay and its dedup key, as a lone enqueue puts it.
+async fn a_batch_puts_each_instance_on_its_queue(db: &TestDb) {
+    let later = db.store.now_us() + 3_600_000_000;
+    let batch = [
+        (
+            instance("a-low"),
+            Queued {
+                priority: 5,
+                ..on("a")
+            },
+        ),
+        (
+            instance("b-one"),
+            Queued {
+                dedup: Some("k"),
+                ..on("b")
+            },
+        ),
+        (
+            instance("a-high"),
+            Queued {
+                priority: 1,
+                ..on("a")
+            },
+        ),
+        (
+            instance("a-later"),
+            Queued {
+                not_before: Some(later),
+                ..on("a")
+            },
+        ),
+    ];
+    let created = db.store.create_queued_many(&batch).await.unwrap();
+    let ids: Vec<(&str, bool)> = created.iter().map(|(r, c)| (r.id.as_str(), *c)).collect();
+    assert_eq!(
+        ids,
+        [
+            ("a-low", true),
+            ("b-one", true),
+            ("a-high", true),
+            ("a-later", true)
+        ]
+    );
+    assert_eq!(created[3].0.wake_at, Some(later), "the delay is in the row");
+    // Nothing of them on the default queue.
+    let due = db.store.claim_due(lease(), &[FLOW], &[], 10).await.unwrap();
+    assert!(due.is_empty(), "{due:?}");
+    assert_eq!(claim(&db.store, "a").await, ["a-high", "a-low"]);
+    assert_eq!(claim(&db.store, "b").await, ["b-one"]);
+    // `b-one` holds key `k` of queue `b`.
+    let refused = db
+        .store
+        .create_queued(
+            &instance("b-two"),
+            &Queued {
+                dedup: Some("k"),
+                ..on("b")
+            },
+        )
+        .await
+        .unwrap_err();
+    match refused {
+        StoreError::Duplicate {
+            queue,
+            key,
+            existing_id,
+        } => assert_eq!(
+            (queue.as_str(), key.as_str(), existing_id.as_str()),
+            ("b", "k", "b-one")
+        ),
+        other => panic!("expected a duplicate, got {other}"),
+    }
+}
+
+/// An id recorded before is returned as it is (`false`), and stays where
+/// it was: it is not moved onto the batch's queue.
+async fn an_id_taken_already_stays_where_it_is(db: &TestDb) {
+    db.store.create_instance(&instance("old")).await.unwrap();
+    let batch = [(instance("old"), on("a")), (instance("new"), on("a"))];
+    let created = db.store.create_queued_many(&batch).await.unwrap();
+    assert_eq!((created[0].0.id.as_str(), created[0].1), ("old", false));
+    assert_eq!((created[1].0.id.as_str(), created[1].1), ("new", true));
+    assert_eq!(claim(&db.store, "a").await, ["new"]);
+    let due = db.store.claim_due(lease(), &[FLOW], &[], 10).await.unwrap();
+    let due: Vec<&str> = due.iter().map(|row| row.id.as_str()).collect();
+    assert_eq!(due, ["old"], "still on the default queue");
+}
+
+/// Two members with one queue's dedup key, or one whose key an unfinished
+/// instance holds, fail the batch whole: nothing of it is written.
+async fn a_refused_dedup_key_fails_the_batch_whole(db: &TestDb) {
+    let keyed = |id| {
+        (
+            instance(id),
+            Queued {
+                dedup: Some("k"),
+                ..on("q")
+            },
+        )
+    };
+    let twice = [keyed("x"), (instance("y"), on("q")), keyed("z")];
+    db.store.create_queued_many(&twice).await.unwrap_err();
+    for id in ["x", "y", "z"] {
+        assert!(!exists(&db.store, id).await, "{id} was not written");
+    }
+    db.store
+        .create_queued(&instance("holder"), &keyed("holder").1)
+        .await
+        .unwrap();
+    let behind = [(instance("y"), on("q")), keyed("x")];
+    match db.store.create_queued_many(&behind).await.unwrap_err() {
+        StoreError::Duplicate { existing_id, .. } => assert_eq!(existing_id, "holder"),
+        other => panic!("expected a duplicate, got {other}"),
+    }
+    for id in ["x", "y"] {
+        assert!(!exists(&db.store, id).await, "{id} was not written");
+    }
+}
+
+conformance!(
+    a_batch_puts_each_instance_on_its_queue,
+    an_id_taken_already_stays_where_it_is,
+    a_refused_dedup_key_fails_the_batch_whole,
+);
+
+/// Enqueues sharing a writer round: every one lands on its queue, and of
+/// two with one dedup key only the second is refused, naming the first.
+async fn the_writer_refuses_only_the_duplicate(db: &TestDb) {
+    let writer = JournalWriter::spawn(db.store.clone());
+    // Queued before the writer task runs (current-thread runtime): one round.
+    let tasks: Vec<_> = (0..6)
+        .map(|i| {
+            let writer = writer.clone();
+            let queued = QueuedRequest {
+                queue: Some("q".into()),
+                dedup: matches!(i, 1 | 4).then(|| "k".to_owned()),
+                ..QueuedRequest::default()
+            };
+            let request = CreateRequest {
+                signature: Some(FLOW.signature.into()),
+                ..CreateRequest::new(format!("w-{i}"), FLOW.name, "[]")
+            };
+            tokio::spawn(async move { writer.create_queued(request, queued).await })
+        })
+        .collect();
+    for (i, task) in tasks.into_iter().enumerate() {
+        let outcome = task.await.expect("an enqueue task panicked");
+        match (i, outcome) {
+            (4, Err(StoreError::Duplicate { existing_id, .. })) => assert_eq!(existing_id, "w-1"),
+            (4, other) => panic!("w-4 shares w-1's key: expected a duplicate, got {other:?}"),
+            (_, Ok((row, created))) => assert!(created, "{} is new", row.id),
+            (_, Err(error)) => panic!("w-{i}: {error}"),
+        }
+    }
+    assert_eq!(
+        claim(&db.store, "q").await,
+        ["w-0", "w-1", "w-2", "w-3", "w-5"]
+    );
+}
+
+#[tokio::test]
+async fn sqlite_the_writer_refuses_only_the_duplicate() {
+    let db = TestDb::sqlite().await;
+    the_writer_refuses_only_the_duplicate(&db).await;
+    db.finish().await;
+}
+
+#[tokio::test]
+async fn postgres_the_writer_refuses_only_the_duplicate() {
+    let db = TestDb::postgres().await;
+    the_writer_refuses_only_the_duplicate(&db).await;
+    db.finish().await;
+}
+
+#[tokio::test]
+async fn pgbouncer_the_writer_refuses_only_the_duplicate() {
+    let db = TestDb::pgbouncer().await;
+    the_writer_refuses_only_the_duplicate(&db).await;
+    db.finish().await;
+}
