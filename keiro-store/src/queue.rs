@@ -380,12 +380,17 @@ impl Store {
         crate::validate::validate_id("workflow id", new.id)?;
         crate::validate::validate_id("workflow name", new.name)?;
         let now = self.now_us();
-        let created = dispatch!(Store, self, |s| {
-            let mut tx = s.begin(OP).await?;
-            let created = create_queued_on((&mut *tx).into(), new, queued, now).await?;
-            tx.commit().await.map_err(StoreError::query(OP))?;
-            Ok::<_, StoreError>(created)
-        });
+        // In a block of its own, so that an error inside (`?`) reaches the
+        // duplicate check below instead of returning past it.
+        let created = async {
+            dispatch!(Store, self, |s| {
+                let mut tx = s.begin(OP).await?;
+                let created = create_queued_on((&mut *tx).into(), new, queued, now).await?;
+                tx.commit().await.map_err(StoreError::query(OP))?;
+                Ok::<_, StoreError>(created)
+            })
+        }
+        .await;
         match created {
             Err(error) if is_unique_violation(&error) => {
                 Err(self.duplicate_of(new, queued).await?.unwrap_or(error))
@@ -413,26 +418,48 @@ impl Store {
             crate::validate::validate_id("workflow name", new.name)?;
         }
         let now = self.now_us();
+        // Inserted in id order, and the dedup keys taken one at a time in
+        // key order: two batches (of this process's writer, or of two
+        // processes) that share ids or keys then wait on each other in one
+        // direction, never in a cycle (a deadlock would fail both batches
+        // whole, every enqueue in them).
+        let mut order: Vec<usize> = (0..batch.len()).collect();
+        order.sort_by_key(|&i| batch[i].0.id);
+        let news: Vec<crate::NewInstance<'_>> = order.iter().map(|&i| batch[i].0.clone()).collect();
         dispatch!(Store, self, |s| {
             let mut tx = s.begin_batch(OP).await?;
             for (new, queued) in batch {
                 if let Some(key) = queued.dedup {
                     let found = find_duplicate((&mut *tx).into(), new, queued, key).await?;
                     if let Some(duplicate) = found {
-                        return Err(duplicate);
+                        return crate::query::rolled_back(tx, OP, ())
+                            .await
+                            .and(Err(duplicate));
                     }
                 }
             }
-            let news: Vec<crate::NewInstance<'_>> =
-                batch.iter().map(|(new, _)| new.clone()).collect();
-            let mut created = crate::journal::create_many_in((&mut *tx).into(), &news, now).await?;
-            let marked: Vec<(&str, &Queued<'_>)> = batch
+            let inserted = crate::journal::create_many_in((&mut *tx).into(), &news, now).await?;
+            let mut created: Vec<Option<(InstanceRow, bool)>> = vec![None; batch.len()];
+            for (&i, outcome) in order.iter().zip(inserted) {
+                created[i] = Some(outcome);
+            }
+            let mut created: Vec<(InstanceRow, bool)> = created.into_iter().flatten().collect();
+            if created.len() != batch.len() {
+                return Err(StoreError::Corrupt {
+                    what: "a batch of enqueues returned too few instances".into(),
+                });
+            }
+            let (mut keyed, plain): (Vec<(&str, &Queued<'_>)>, Vec<_>) = batch
                 .iter()
                 .zip(&created)
                 .filter(|(_, (_, created))| *created)
                 .map(|((new, queued), _)| (new.id, queued))
-                .collect();
-            mark_queued_many((&mut *tx).into(), &marked).await?;
+                .partition(|(_, queued)| queued.dedup.is_some());
+            mark_queued_many((&mut *tx).into(), &plain).await?;
+            keyed.sort_by_key(|(id, queued)| (queued.queue, queued.dedup, *id));
+            for one in keyed.chunks(1) {
+                mark_queued_many((&mut *tx).into(), one).await?;
+            }
             tx.commit().await.map_err(StoreError::query(OP))?;
             for ((_, queued), (row, created)) in batch.iter().zip(&mut created) {
                 if let (true, Some(at)) = (*created, queued.not_before) {

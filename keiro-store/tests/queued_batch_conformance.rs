@@ -186,7 +186,68 @@ async fn a_refused_dedup_key_fails_the_batch_whole(db: &TestDb) {
     }
 }
 
+/// Runs `$body` inside `$tx`, a transaction of `$store`'s own pool taking
+/// the write lock (SQLite) at once, then commits it.
+macro_rules! committed {
+    ($store:expr, |$tx:ident| $body:expr) => {
+        match $store {
+            Store::Sqlite(s) => {
+                let mut $tx = s.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+                let out = $body;
+                $tx.commit().await.unwrap();
+                out
+            }
+            Store::Postgres(p) => {
+                let mut $tx = p.pool().begin().await.unwrap();
+                let out = $body;
+                $tx.commit().await.unwrap();
+                out
+            }
+        }
+    };
+}
+
+/// A lone enqueue that meets its dedup key taken by a transaction still
+/// open (PostgreSQL: after the enqueue's own check, so it waits on the key
+/// and then meets the unique index; SQLite: it waits for the write lock)
+/// is refused with `Duplicate` naming the holder, not with the database's
+/// error.
+async fn a_key_taken_while_the_enqueue_waits_is_a_duplicate(db: &TestDb) {
+    let store = db.store.clone();
+    let waiting = committed!(&db.store, |tx| {
+        keyed_create(&mut tx, "holder").await;
+        let contender = tokio::spawn(async move {
+            let keyed = Queued {
+                dedup: Some("k"),
+                ..on("q")
+            };
+            store.create_queued(&instance("late"), &keyed).await
+        });
+        // Long enough for the contender to reach the key (or the lock).
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        contender
+    });
+    match waiting.await.expect("the enqueue task panicked") {
+        Err(StoreError::Duplicate { existing_id, .. }) => assert_eq!(existing_id, "holder"),
+        other => panic!("expected a duplicate of `holder`, got {other:?}"),
+    }
+    assert!(!exists(&db.store, "late").await);
+}
+
+/// Enqueues `id` on queue `q` with dedup key `k` inside `tx`.
+async fn keyed_create<'t, 'c: 't>(tx: impl Into<keiro_store::TimerTx<'t, 'c>>, id: &str) {
+    let keyed = Queued {
+        dedup: Some("k"),
+        ..on("q")
+    };
+    let (_, created) = keiro_store::create_queued_tx(tx, &instance(id), &keyed)
+        .await
+        .unwrap();
+    assert!(created);
+}
+
 conformance!(
+    a_key_taken_while_the_enqueue_waits_is_a_duplicate,
     a_batch_puts_each_instance_on_its_queue,
     an_id_taken_already_stays_where_it_is,
     a_refused_dedup_key_fails_the_batch_whole,
