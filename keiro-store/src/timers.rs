@@ -435,6 +435,7 @@ impl Store {
         args: &[Arg<'_>],
     ) -> Result<TimerUpdate> {
         dispatch!(Store, self, |s| {
+            let _turn = s.write_turn().await;
             let mut conn = s.acquire(op).await?;
             let updated = update((&mut *conn).into(), op, id, statement, args).await?;
             conn.done(op).await?;
@@ -453,6 +454,7 @@ impl Store {
         args: &[Arg<'_>],
     ) -> Result<(Option<TimerRow>, Option<(TimerStatus, Option<i64>)>)> {
         dispatch!(Store, self, |s| {
+            let _turn = s.write_turn().await;
             let mut conn = s.acquire(op).await?;
             let found = returning_on((&mut *conn).into(), op, id, statement, args).await?;
             conn.done(op).await?;
