@@ -438,17 +438,14 @@ impl Store {
                     }
                 }
             }
+            // One outcome per instance (or an error), in `news` order: put
+            // back in batch order.
             let inserted = crate::journal::create_many_in((&mut *tx).into(), &news, now).await?;
-            let mut created: Vec<Option<(InstanceRow, bool)>> = vec![None; batch.len()];
-            for (&i, outcome) in order.iter().zip(inserted) {
-                created[i] = Some(outcome);
-            }
-            let mut created: Vec<(InstanceRow, bool)> = created.into_iter().flatten().collect();
-            if created.len() != batch.len() {
-                return Err(StoreError::Corrupt {
-                    what: "a batch of enqueues returned too few instances".into(),
-                });
-            }
+            let mut placed: Vec<(usize, (InstanceRow, bool))> =
+                order.iter().copied().zip(inserted).collect();
+            placed.sort_by_key(|(i, _)| *i);
+            let mut created: Vec<(InstanceRow, bool)> =
+                placed.into_iter().map(|(_, outcome)| outcome).collect();
             let (mut keyed, plain): (Vec<(&str, &Queued<'_>)>, Vec<_>) = batch
                 .iter()
                 .zip(&created)
@@ -747,7 +744,7 @@ fn sqlite_mark_many(rows: usize) -> &'static str {
                  partition_key = q.partition_key, dedup_key = q.dedup_key, \
                  wake_at = COALESCE(q.not_before, keiro_workflows.wake_at) \
              FROM q WHERE keiro_workflows.id = q.id",
-            vec!["(?, ?, ?, ?, ?, ?)"; rows].join(", ")
+            crate::sqlite::journal::anonymous_rows(6, rows)
         )
     })
 }

@@ -193,7 +193,7 @@ static FINISH_MANY: [OnceLock<String>; INSTANCE_CHUNK] =
 /// walking the list of every placeholder, when the statement is prepared
 /// and again each time a value is bound to it, so a batch of numbered
 /// placeholders costs time in the square of its size.
-fn anonymous_rows(width: usize, rows: usize) -> String {
+pub(crate) fn anonymous_rows(width: usize, rows: usize) -> String {
     let tuple = format!("({})", vec!["?"; width].join(", "));
     vec![tuple; rows].join(", ")
 }

@@ -248,24 +248,11 @@ impl SqliteStore {
         &self.pool
     }
 
-    /// Begins a write transaction for operation `op`, taking the write lock.
+    /// Begins a write transaction for operation `op`, taking this process's
+    /// write turn (see [`gate`]) and then SQLite's write lock.
     pub(crate) async fn begin(&self, op: &'static str) -> Result<gate::GatedTx> {
-        self.begin_with("BEGIN IMMEDIATE", op).await
-    }
-
-    /// Begins a transaction for operation `op` with `statement` (which
-    /// begins it, and may run more in the same call).
-    pub(crate) async fn begin_with(
-        &self,
-        statement: &'static str,
-        op: &'static str,
-    ) -> Result<gate::GatedTx> {
         let turn = self.gate.enter().await;
-        let tx = self
-            .pool
-            .begin_with(statement)
-            .await
-            .map_err(StoreError::query(op))?;
+        let tx = self.begin_ungated("BEGIN IMMEDIATE", op).await?;
         Ok(gate::GatedTx::new(tx, turn))
     }
 
@@ -275,8 +262,9 @@ impl SqliteStore {
         self.gate.enter().await
     }
 
-    /// Begins a transaction with `statement` without the gate (a
-    /// transactional step's, whose body is the application's code).
+    /// Begins a transaction with `statement` (which begins it, and may run
+    /// more in the same call) without the write turn: a transactional
+    /// step's, whose body is the application's code.
     pub(crate) async fn begin_ungated(
         &self,
         statement: &'static str,
