@@ -75,6 +75,7 @@ mod suspend;
 mod timers;
 mod validate;
 mod versions;
+mod warm;
 mod writer;
 
 pub use clock::Clock;
@@ -267,7 +268,7 @@ impl Store {
     pub async fn close(&self) {
         match self {
             #[cfg(feature = "sqlite")]
-            Store::Sqlite(s) => s.pool().close().await,
+            Store::Sqlite(s) => s.close().await,
             #[cfg(feature = "postgres")]
             Store::Postgres(s) => s.close().await,
         }

@@ -70,6 +70,15 @@ const IDLE_GRACE_MS: i32 = 1_000;
 #[cfg(feature = "sqlite")]
 pub(crate) const BEGIN_SQLITE: &str = "DELETE FROM temp.keiro_step_open; BEGIN IMMEDIATE; \
      INSERT INTO temp.keiro_step_open (one) VALUES (1); SAVEPOINT keiro_step";
+/// [`BEGIN_SQLITE`] on a connection kept after the last transactional step's
+/// commit (see [`crate::warm`]), inside the empty deferred transaction that
+/// commit opened and sqlx counts open: that one rolled back, then the same
+/// begin. Sent as one prepared, cached batch. A failure before `BEGIN
+/// IMMEDIATE` took effect leaves the connection outside a transaction,
+/// which [`rebegin_sqlite`] mends.
+#[cfg(feature = "sqlite")]
+const REBEGIN_SQLITE: &str = "ROLLBACK; DELETE FROM temp.keiro_step_open; BEGIN IMMEDIATE; \
+     INSERT INTO temp.keiro_step_open (one) VALUES (1); SAVEPOINT keiro_step";
 /// The guard of a transactional step's transaction on SQLite, released:
 /// the savepoint `keiro_step` it opens with, and its mark, a row of the
 /// connection's own temporary table `keiro_step_open` (see
@@ -191,10 +200,35 @@ impl Store {
     pub async fn begin_step_tx(&self) -> Result<StepTx<'static>> {
         Ok(match self {
             #[cfg(feature = "sqlite")]
-            Store::Sqlite(s) => StepTx::Sqlite(s.begin_ungated(BEGIN_SQLITE, OP).await?),
+            Store::Sqlite(s) => StepTx::Sqlite(match s.take_warm() {
+                Some(kept) => rebegin_sqlite(kept).await?,
+                None => s.begin_ungated(BEGIN_SQLITE, OP).await?,
+            }),
             #[cfg(feature = "postgres")]
             Store::Postgres(s) => StepTx::Postgres(s.begin_step(OP).await?),
         })
+    }
+}
+
+/// Begins a transactional step's transaction on `kept`, a connection kept
+/// inside an empty deferred transaction (see [`REBEGIN_SQLITE`]). On an
+/// error a transaction is opened again if none is (the error may have come
+/// after the batch's `ROLLBACK`), so the one sqlx counts open is there for
+/// the rollback that dropping `kept` sends.
+#[cfg(feature = "sqlite")]
+async fn rebegin_sqlite(
+    mut kept: sqlx::Transaction<'static, sqlx::Sqlite>,
+) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
+    match crate::prepared::query(REBEGIN_SQLITE)
+        .execute(&mut *kept)
+        .await
+    {
+        Ok(_) => Ok(kept),
+        Err(error) => {
+            // Fails harmlessly when the connection is still in a transaction.
+            let _ = sqlx::Executor::execute(&mut *kept, "BEGIN").await;
+            Err(StoreError::query(OP)(error))
+        }
     }
 }
 
@@ -378,7 +412,7 @@ impl StepTx<'static> {
     /// lock, no snapshot) for the one sqlx still counts as open.
     /// - PostgreSQL: one simple query with the row's values as constants (see
     ///   `Arg::push_pg_literal`), one round trip. The empty transaction is
-    ///   kept for the next transactional step (`postgres::warm`), which then
+    ///   kept for the next transactional step (see `warm`), which then
     ///   needs no `BEGIN` of its own; else dropping it queues a `ROLLBACK`
     ///   that goes with the check the pool makes of a returning connection.
     ///   A value holding NUL (keiro refuses such ids, and JSON escapes it)
@@ -386,9 +420,8 @@ impl StepTx<'static> {
     ///   [`StepTx::commit`].
     /// - SQLite: one prepared batch with the row's values bound, one hop to
     ///   the connection's thread instead of two. The empty deferred
-    ///   transaction is rolled back as the connection returns to the pool.
-    // Only PostgreSQL keeps the transaction in the store.
-    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    ///   transaction (no lock, no snapshot) is kept for the next
+    ///   transactional step too (see `warm`).
     pub async fn journal_and_commit(
         mut self,
         store: &Store,
@@ -405,7 +438,13 @@ impl StepTx<'static> {
                     .execute(&mut **tx)
                     .await;
                 match done {
-                    Ok(_) => Ok(true),
+                    Ok(_) => {
+                        #[allow(irrefutable_let_patterns)]
+                        if let (StepTx::Sqlite(tx), Store::Sqlite(store)) = (self, store) {
+                            store.keep_warm(tx);
+                        }
+                        Ok(true)
+                    }
                     Err(sqlx::Error::Database(db))
                         if db.kind() == sqlx::error::ErrorKind::UniqueViolation
                             && db.message().contains("keiro_steps.") =>

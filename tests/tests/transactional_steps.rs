@@ -1505,7 +1505,181 @@ async fn sqlite_a_body_that_goes_on_after_sqlites_rollback_is_not_run_again() {
     assert!(keiro.steps(&key).await.unwrap().is_empty());
 }
 
+/// Inserts `k` into `kept_rows`, then fails when `fail` says so (its insert
+/// rolls back).
+#[step(transaction, max_attempts = 1)]
+async fn put_row(tx: &mut keiro::Transaction<'_>, k: String, fail: bool) -> Result<(), String> {
+    let insert = "INSERT INTO kept_rows (k) VALUES ($1)";
+    let done = if let Some(mut db) = tx.sqlite() {
+        sqlx::query(insert)
+            .bind(&k)
+            .execute(&mut db)
+            .await
+            .map(drop)
+    } else if let Some(mut db) = tx.postgres() {
+        sqlx::query(insert)
+            .bind(&k)
+            .execute(&mut db)
+            .await
+            .map(drop)
+    } else {
+        unreachable!("keiro runs on SQLite or PostgreSQL")
+    };
+    done.map_err(|e| e.to_string())?;
+    if fail {
+        return Err(format!("{k} fails"));
+    }
+    Ok(())
+}
+
+/// Three transactional steps back to back, the second failing: each runs
+/// on the connection the one before kept, when it committed.
+#[workflow]
+async fn put_three(key: String) -> Result<String, String> {
+    put_row(format!("{key}-1"), false).await?;
+    let second = put_row(format!("{key}-2"), true).await;
+    put_row(format!("{key}-3"), false).await?;
+    put_row(format!("{key}-4"), false).await?;
+    Ok(format!("{second:?}"))
+}
+
+/// Creates the table `put_row` inserts into.
+async fn create_kept_rows(store: &keiro_store::Store) {
+    let create = "CREATE TABLE kept_rows (k TEXT PRIMARY KEY)";
+    match store {
+        keiro_store::Store::Sqlite(s) => sqlx::query(create).execute(s.pool()).await.map(drop),
+        keiro_store::Store::Postgres(s) => sqlx::query(create).execute(s.pool()).await.map(drop),
+    }
+    .unwrap();
+}
+
+/// The keys in `kept_rows` that begin with `key`, in order.
+async fn kept_rows(store: &keiro_store::Store, key: &str) -> Vec<String> {
+    let select = "SELECT k FROM kept_rows WHERE k LIKE $1 ORDER BY k";
+    let like = format!("{key}-%");
+    match store {
+        keiro_store::Store::Sqlite(s) => sqlx::query_scalar(select)
+            .bind(like)
+            .fetch_all(s.pool())
+            .await
+            .unwrap(),
+        keiro_store::Store::Postgres(s) => sqlx::query_scalar(select)
+            .bind(like)
+            .fetch_all(s.pool())
+            .await
+            .unwrap(),
+    }
+}
+
+/// A step that begins on the connection the step before kept after its
+/// commit runs in a transaction of its own: its `Err` rolls back its own
+/// insert and nothing of the steps before, and the steps after it commit.
+async fn a_step_on_the_kept_connection_runs_in_a_transaction_of_its_own(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let store = keiro::unstable::raw_store(&keiro);
+    create_kept_rows(store).await;
+    let key = uuid::Uuid::new_v4().to_string();
+    let out = put_three(key.clone()).id(&key).on(&keiro).await.unwrap();
+    assert_eq!(out, Ok(format!("Err(\"{key}-2 fails\")")));
+    assert_eq!(
+        kept_rows(store, &key).await,
+        [format!("{key}-1"), format!("{key}-3"), format!("{key}-4")],
+        "the failed step's insert rolled back, and only it"
+    );
+    assert_eq!(keiro.steps(&key).await.unwrap().len(), 4);
+}
+
+/// A connection of the test's own to the SQLite database, which never
+/// waits for a lock (see `write_elsewhere`).
+static ELSEWHERE: tokio::sync::Mutex<Option<sqlx::SqliteConnection>> =
+    tokio::sync::Mutex::const_new(None);
+
+/// Inserts `k` into `kept_rows` on [`ELSEWHERE`], refused at once (not
+/// after a wait) if another connection holds the write lock.
+#[step]
+async fn write_elsewhere(k: String) -> Result<(), String> {
+    use sqlx::Connection as _;
+    let mut conn = ELSEWHERE.lock().await;
+    let conn = conn.as_mut().expect("ELSEWHERE is connected");
+    let mut tx = conn
+        .begin_with("BEGIN IMMEDIATE")
+        .await
+        .map_err(|e| format!("the write lock was held: {e}"))?;
+    sqlx::query("INSERT INTO kept_rows (k) VALUES ($1)")
+        .bind(&k)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| e.to_string())?;
+    tx.commit().await.map_err(|e| e.to_string())
+}
+
+/// A transactional step, then a write on another connection right after
+/// it (while the step's connection is kept for the next), then another
+/// transactional step.
+#[workflow]
+async fn put_then_write_elsewhere(key: String) -> Result<(), String> {
+    put_row(format!("{key}-1"), false).await?;
+    let elsewhere = write_elsewhere(format!("{key}-2")).await;
+    put_row(format!("{key}-3"), false).await?;
+    elsewhere
+}
+
+/// SQLite: the connection a transactional step keeps for the next one
+/// holds no lock: right after the step, another connection takes the write
+/// lock without waiting, and the kept one goes back to the pool shortly
+/// after the last step; closing the store does not wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_the_connection_kept_for_the_next_step_holds_no_lock() {
+    use sqlx::ConnectOptions as _;
+    let db = TestDb::new(Backend::Sqlite).await;
+    let keiro = db.keiro().await;
+    let store = keiro::unstable::raw_store(&keiro).clone();
+    create_kept_rows(&store).await;
+    let keiro_store::Store::Sqlite(sqlite) = &store else {
+        panic!("a SQLite store")
+    };
+    let options = <sqlx::sqlite::SqliteConnectOptions as std::str::FromStr>::from_str(&db.url)
+        .unwrap()
+        .busy_timeout(Duration::ZERO);
+    *ELSEWHERE.lock().await = Some(options.connect().await.unwrap());
+    for round in 0..2 {
+        let key = uuid::Uuid::new_v4().to_string();
+        let out = put_then_write_elsewhere(key.clone())
+            .id(&key)
+            .on(&keiro)
+            .await
+            .unwrap();
+        assert_eq!(out, Ok(()), "round {round}");
+        assert_eq!(
+            kept_rows(&store, &key).await,
+            [format!("{key}-1"), format!("{key}-2"), format!("{key}-3")]
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while sqlite.pool().num_idle() != sqlite.pool().size() as usize {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: {} of {} pooled connections idle 10 s after the last step",
+                sqlite.pool().num_idle(),
+                sqlite.pool().size()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let key = uuid::Uuid::new_v4().to_string();
+    put_three(key.clone())
+        .id(&key)
+        .on(&keiro)
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), store.close())
+        .await
+        .expect("closing the store waited for the kept transaction");
+}
+
 on_both_backends!(
+    a_step_on_the_kept_connection_runs_in_a_transaction_of_its_own,
     a_body_that_ends_the_transaction_itself_fails_the_instance,
     writes_and_result_commit_together_and_replay_skips_the_body,
     an_err_rolls_the_writes_back_and_is_journaled,

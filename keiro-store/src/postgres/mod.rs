@@ -14,7 +14,6 @@ mod migrate;
 pub(crate) mod notify;
 mod resume;
 mod url;
-mod warm;
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -96,8 +95,8 @@ pub struct PostgresStore {
     /// Where this store's "now" comes from.
     pub(crate) clock: crate::Clock,
     /// The empty transaction the last transactional step left for the next
-    /// (see [`warm`]); `None` behind a proxy or with several hosts.
-    pub(crate) warm: Option<Arc<warm::WarmTx>>,
+    /// (see [`crate::warm`]); `None` behind a proxy or with several hosts.
+    pub(crate) warm: Option<Arc<crate::warm::WarmTx<Postgres>>>,
 }
 
 /// How long a pooled connection may sit idle before its next checkout pings
@@ -271,7 +270,7 @@ impl PostgresStore {
     }
 
     /// A transaction for a transactional step: the one the last such step
-    /// left open and empty (see [`warm`]), else a new one.
+    /// left open and empty (see [`crate::warm`]), else a new one.
     ///
     /// Behind a transaction-pooling proxy the new one first drops every
     /// prepared statement the server connection holds (`DEALLOCATE ALL`, in
@@ -298,7 +297,7 @@ impl PostgresStore {
     }
 
     /// Keeps `tx`, open and empty after a transactional step's commit, for
-    /// the next one; without a [`warm`] slot it is rolled back.
+    /// the next one; without a [`crate::warm`] slot it is rolled back.
     pub(crate) fn keep_warm(&self, tx: Transaction<'static, Postgres>) {
         if let Some(warm) = &self.warm {
             warm.keep(tx);

@@ -165,6 +165,9 @@ pub struct SqliteStore {
     gate: gate::WriteGate,
     /// Where this store's "now" comes from.
     pub(crate) clock: crate::Clock,
+    /// The empty transaction the last transactional step left for the next
+    /// (see [`crate::warm`]); `None` on a pool of one connection.
+    warm: Option<Arc<crate::warm::WarmTx<Sqlite>>>,
 }
 
 impl SqliteStore {
@@ -185,14 +188,15 @@ impl SqliteStore {
             })
             .busy_timeout(Duration::from_secs(30));
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        // An in-memory database lives in one connection; a file serves
+        // concurrent readers beside its single writer.
+        let connections = if in_memory {
+            1
+        } else {
+            options.max_connections.unwrap_or(4)
+        };
         let pool_options = SqlitePoolOptions::new()
-            // An in-memory database lives in one connection; a file serves
-            // concurrent readers beside its single writer.
-            .max_connections(if in_memory {
-                1
-            } else {
-                options.max_connections.unwrap_or(4)
-            })
+            .max_connections(connections)
             .min_connections(1)
             // An embedded connection does not go stale: no ping (a hop to
             // its thread) before each checkout.
@@ -234,6 +238,7 @@ impl SqliteStore {
             pool,
             gate: gate::WriteGate::of((!in_memory).then(|| connect.get_filename().to_path_buf())),
             clock: options.clock.clone(),
+            warm: (connections > 1).then(Arc::default),
         })
     }
 
@@ -274,6 +279,27 @@ impl SqliteStore {
             .begin_with(statement)
             .await
             .map_err(StoreError::query(op))
+    }
+
+    /// The empty transaction the last transactional step left open (see
+    /// [`crate::warm`]), if one is kept.
+    pub(crate) fn take_warm(&self) -> Option<Transaction<'static, Sqlite>> {
+        self.warm.as_ref().and_then(|warm| warm.take())
+    }
+
+    /// Keeps `tx`, open and empty (a deferred `BEGIN` that has run nothing)
+    /// after a transactional step's commit, for the next one; without a
+    /// [`crate::warm`] slot it is rolled back.
+    pub(crate) fn keep_warm(&self, tx: Transaction<'static, Sqlite>) {
+        if let Some(warm) = &self.warm {
+            warm.keep(tx);
+        }
+    }
+
+    /// Closes the pool, returning a kept transaction first.
+    pub(crate) async fn close(&self) {
+        drop(self.take_warm());
+        self.pool.close().await;
     }
 
     /// [`SqliteStore::begin`] for a transaction of the writer's batch
