@@ -35,6 +35,7 @@ conformance!(
     append_steps_keeps_the_first_result,
     append_steps_mixed_batch_with_in_batch_duplicate,
     append_steps_empty_batch,
+    append_steps_larger_than_one_statement,
     finish_applies_once,
     finish_is_refused_for_a_foreign_live_lease,
     requeue_set_aside_only_from_nondeterministic,
@@ -497,6 +498,32 @@ async fn append_steps_mixed_batch_with_in_batch_duplicate(db: &TestDb) {
         db.store.load_journal("wf", 0).await.unwrap(),
         vec![new0, old1, new2, old3]
     );
+}
+
+/// A batch larger than one multi-row statement (SQLite: 256 rows) is
+/// recorded whole, and a step id recorded before keeps its first result
+/// there too.
+async fn append_steps_larger_than_one_statement(db: &TestDb) {
+    create(db, "wf", None).await;
+    let old = step("wf", 0, 400, "\"old\"");
+    db.store
+        .append_steps(std::slice::from_ref(&old))
+        .await
+        .unwrap();
+    let batch: Vec<StepRow> = (0..600)
+        .map(|seq| step("wf", 0, seq, &seq.to_string()))
+        .collect();
+    let outcomes = db.store.append_steps(&batch).await.unwrap();
+    let expected: Vec<AppendOutcome> = (0..600)
+        .map(|seq| match seq {
+            400 => AppendOutcome::Existing(old.clone()),
+            _ => AppendOutcome::Inserted,
+        })
+        .collect();
+    assert_eq!(outcomes, expected);
+    let mut journaled = batch;
+    journaled[400] = old;
+    assert_eq!(db.store.load_journal("wf", 0).await.unwrap(), journaled);
 }
 
 async fn append_steps_empty_batch(db: &TestDb) {

@@ -56,11 +56,14 @@ pub(crate) async fn insert_steps_on(
                 .bind(timing.attempts_column())
                 .bind(timing.started_at);
         }
-        for row in query
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(StoreError::query(op))?
-        {
+        // One row: one answer from the connection's thread, where a stream
+        // of rows sends the row and its end apart.
+        let returned = if chunk.len() == 1 {
+            query.fetch_optional(&mut *conn).await.map(Vec::from_iter)
+        } else {
+            query.fetch_all(&mut *conn).await
+        };
+        for row in returned.map_err(StoreError::query(op))? {
             inserted.insert(rows::step_key(&row)?);
         }
     }
@@ -68,6 +71,14 @@ pub(crate) async fn insert_steps_on(
 }
 
 impl SqliteStore {
+    /// Appends `rows` (each with its timing), keeping a step id journaled
+    /// before: a batch of up to [`APPEND_CHUNK`] rows is one multi-row
+    /// statement that commits on its own (one call to the connection's
+    /// thread instead of a transaction's three; SQLite takes the write lock
+    /// as the statement starts, its busy handler waiting for it like `BEGIN
+    /// IMMEDIATE`'s, and a statement commits whole or not at all), a larger
+    /// one a transaction of such statements. The recorded row of each step
+    /// id taken before is read after.
     pub(crate) async fn append_steps(
         &self,
         rows: &[StepRow],
@@ -75,80 +86,65 @@ impl SqliteStore {
     ) -> Result<Vec<AppendOutcome>> {
         const OP: &str = "append_steps";
         let now = self.clock.now_us();
-        if let [step] = rows {
-            let outcome = self.append_one(step, StepTiming::of(timings, 0), now);
-            return Ok(vec![outcome.await?]);
-        }
-        let mut tx = self.begin(OP).await?;
         let timed: Vec<(&StepRow, StepTiming)> = rows
             .iter()
             .enumerate()
             .map(|(i, row)| (row, StepTiming::of(timings, i)))
             .collect();
-        let inserted = insert_steps_on(&mut tx, OP, &timed, now).await?;
-        // The first row of a step id in the batch speaks for it; a step id
-        // recorded before the batch keeps its first result.
-        let mut first: HashMap<(&str, i64, i64), AppendOutcome> = HashMap::new();
-        let mut outcomes = Vec::with_capacity(rows.len());
-        for step in rows {
-            let key = (step.workflow_id.as_str(), step.generation, step.seq);
-            if let Some(earlier) = first.get(&key) {
-                outcomes.push(match earlier {
-                    AppendOutcome::Inserted => {
-                        let winner = rows
-                            .iter()
-                            .find(|r| (r.workflow_id.as_str(), r.generation, r.seq) == key)
-                            .cloned()
-                            .expect("the first row of this key is in the batch");
-                        AppendOutcome::Existing(winner)
-                    }
-                    existing => existing.clone(),
-                });
-                continue;
-            }
-            let owned = (step.workflow_id.clone(), step.generation, step.seq);
-            let outcome = if inserted.contains(&owned) {
-                AppendOutcome::Inserted
-            } else {
-                AppendOutcome::Existing(journaled_on((&mut *tx).into(), OP, step).await?)
-            };
-            first.insert(key, outcome.clone());
-            outcomes.push(outcome);
+        if rows.len() <= APPEND_CHUNK {
+            // The turn first: a connection held while waiting for it would
+            // be one fewer for the writer holding it.
+            let turn = self.write_turn().await;
+            let mut conn = self.acquire(OP).await?;
+            let inserted = insert_steps_on(&mut conn, OP, &timed, now).await?;
+            drop(turn);
+            return appended(&mut conn, rows, &inserted).await;
         }
+        let mut tx = self.begin(OP).await?;
+        let inserted = insert_steps_on(&mut tx, OP, &timed, now).await?;
+        let outcomes = appended(&mut tx, rows, &inserted).await?;
         tx.commit().await.map_err(StoreError::query(OP))?;
         Ok(outcomes)
     }
+}
 
-    /// One step row: one statement that commits on its own, one call to the
-    /// connection's thread instead of a transaction's three (SQLite takes
-    /// the write lock as the statement starts, and its busy handler waits
-    /// for it like `BEGIN IMMEDIATE`'s), then a read of the recorded row if
-    /// the step id was taken.
-    async fn append_one(
-        &self,
-        step: &StepRow,
-        timing: StepTiming,
-        now: i64,
-    ) -> Result<AppendOutcome> {
-        const OP: &str = "append_steps";
-        let turn = self.write_turn().await;
-        let inserted = bind_all!(
-            crate::prepared::query(insert_steps(1)),
-            &step_args(step, now)
-        )
-        .bind(timing.attempts_column())
-        .bind(timing.started_at)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(StoreError::query(OP))?;
-        drop(turn);
-        if inserted.is_some() {
-            return Ok(AppendOutcome::Inserted);
+/// Each of `rows`' outcome, given the step ids the insert `inserted`: the
+/// first row of a step id in the batch speaks for it, and a step id
+/// recorded before the batch keeps its first result, read on `conn`.
+async fn appended(
+    conn: &mut SqliteConnection,
+    rows: &[StepRow],
+    inserted: &HashSet<(String, i64, i64)>,
+) -> Result<Vec<AppendOutcome>> {
+    const OP: &str = "append_steps";
+    let mut first: HashMap<(&str, i64, i64), AppendOutcome> = HashMap::new();
+    let mut outcomes = Vec::with_capacity(rows.len());
+    for step in rows {
+        let key = (step.workflow_id.as_str(), step.generation, step.seq);
+        if let Some(earlier) = first.get(&key) {
+            outcomes.push(match earlier {
+                AppendOutcome::Inserted => {
+                    let winner = rows
+                        .iter()
+                        .find(|r| (r.workflow_id.as_str(), r.generation, r.seq) == key)
+                        .cloned()
+                        .expect("the first row of this key is in the batch");
+                    AppendOutcome::Existing(winner)
+                }
+                existing => existing.clone(),
+            });
+            continue;
         }
-        let mut conn = self.acquire(OP).await?;
-        let existing = journaled_on((&mut *conn).into(), OP, step).await?;
-        Ok(AppendOutcome::Existing(existing))
+        let owned = (step.workflow_id.clone(), step.generation, step.seq);
+        let outcome = if inserted.contains(&owned) {
+            AppendOutcome::Inserted
+        } else {
+            AppendOutcome::Existing(journaled_on((&mut *conn).into(), OP, step).await?)
+        };
+        first.insert(key, outcome.clone());
+        outcomes.push(outcome);
     }
+    Ok(outcomes)
 }
 
 /// Records a new instance on `conn`, or reads the existing one with its id.
