@@ -516,6 +516,48 @@ async fn a_body_holding_sqlites_write_lock_long_is_warned_about(backend: Backend
     assert_eq!(warned, backend == Backend::Sqlite, "{logged}");
 }
 
+/// Holds SQLite's write lock 3.4 s, then returns whether a warning naming
+/// it as still running was logged meanwhile.
+#[step(transaction)]
+async fn hold_and_look(tx: &mut keiro::Transaction<'_>, key: String) -> Result<bool, String> {
+    let mut db = tx.sqlite().expect("SQLite");
+    sqlx::query("CREATE TABLE IF NOT EXISTS held_rows (k TEXT)")
+        .execute(&mut db)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::time::sleep(std::time::Duration::from_millis(3400)).await;
+    let logged = String::from_utf8_lossy(&WARNINGS.lock().unwrap()).into_owned();
+    let warning = format!(
+        "`hold_and_look` of workflow `holds_and_looks` id `{key}` has held SQLite's only write \
+         lock for"
+    );
+    Ok(logged
+        .lines()
+        .any(|line| line.contains(&warning) && line.contains("its body still runs")))
+}
+
+#[workflow]
+async fn holds_and_looks(key: String) -> Result<bool, String> {
+    hold_and_look(key).await
+}
+
+/// SQLite: a body that holds the write lock and has not returned is warned
+/// about while it runs (a body stuck forever would otherwise never be
+/// named), not only once it returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_body_still_holding_the_write_lock_is_warned_about_while_it_runs() {
+    capture_warnings();
+    let db = TestDb::new(Backend::Sqlite).await;
+    let keiro = db.keiro().await;
+    let key = uuid::Uuid::new_v4().to_string();
+    let warned = holds_and_looks(key.clone())
+        .id(&key)
+        .on(&keiro)
+        .await
+        .unwrap();
+    assert_eq!(warned, Ok(true), "no warning while the body ran");
+}
+
 async fn a_body_outlasting_a_lease_renewal_finishes_once(backend: Backend) {
     let db = TestDb::new(backend).await;
     // Renewals every 200 ms: several fall while the body holds its

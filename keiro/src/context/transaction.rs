@@ -49,6 +49,12 @@ const STATEMENT_GRACE_MS: u64 = 100;
 /// renewals, timers) waits that long.
 const SLOW_LOCK: Duration = Duration::from_secs(1);
 
+/// How long a body may hold SQLite's write lock, still running, before
+/// keiro warns without waiting for it to return (and again each time the
+/// hold doubles): a body stuck on a call that never answers stops every
+/// write to the database, and would otherwise never be named.
+const STUCK_LOCK: Duration = Duration::from_secs(3);
+
 /// Runs a `#[step(transaction)]`: `body` runs in a transaction on keiro's
 /// database, rolled back when `is_err` says the attempt failed, and a failed
 /// attempt is retried when `retry` says so, up to `meta.max_attempts` times
@@ -149,14 +155,25 @@ where
                 .await?;
         }
         let began = std::time::Instant::now();
-        let value = IN_BODY
-            .scope(self.meta.name, scope(None, (self.body)(&mut tx)))
-            .await;
-        let held = began.elapsed();
-        if held >= SLOW_LOCK && keiro.raw_store().backend() == "sqlite" {
-            let of = run.map_or_else(String::new, |cx| {
+        let sqlite = keiro.raw_store().backend() == "sqlite";
+        let of = || {
+            run.map_or_else(String::new, |cx| {
                 format!(" of workflow `{}` id `{}`", cx.name, cx.id)
-            });
+            })
+        };
+        let body = IN_BODY.scope(self.meta.name, scope(None, (self.body)(&mut tx)));
+        let value = if sqlite {
+            // Boxed: the compiler cannot tell this future is `Send` for every
+            // lifetime of the body's borrow when it goes through a generic
+            // function unboxed.
+            let body: Pin<Box<dyn Future<Output = R> + Send + '_>> = Box::pin(body);
+            warn_while_stuck(body, began, self.meta.name, of()).await
+        } else {
+            body.await
+        };
+        let held = began.elapsed();
+        if held >= SLOW_LOCK && sqlite {
+            let of = of();
             tracing::warn!(
                 step = self.meta.name,
                 held_ms = held.as_millis() as u64,
@@ -344,6 +361,38 @@ where
             }
             conflicts += 1;
             tokio::time::sleep(conflict_pause(conflicts)).await;
+        }
+    }
+}
+
+/// Runs `body`, the body of transactional step `name` (`of`: of which run)
+/// on SQLite, which began at `began`, warning once it has held the write
+/// lock [`STUCK_LOCK`] and still runs, and again each time that doubles.
+async fn warn_while_stuck<F: Future>(
+    body: F,
+    began: std::time::Instant,
+    name: &'static str,
+    of: String,
+) -> F::Output {
+    tokio::pin!(body);
+    let mut next = STUCK_LOCK;
+    loop {
+        tokio::select! {
+            biased;
+            value = &mut body => return value,
+            () = tokio::time::sleep_until((began + next).into()) => {
+                let held = began.elapsed();
+                tracing::warn!(
+                    step = name,
+                    held_ms = held.as_millis() as u64,
+                    "keiro transactional step `{name}`{of} has held SQLite's only write lock for \
+                     {held:?} and its body still runs: every other write to the database waits \
+                     until it returns (other workflows' steps, lease renewals, timers). Bound \
+                     the body's slow calls (`timeout_ms` on the step drops an attempt out of \
+                     time and rolls it back), or do them in a plain step before or after it"
+                );
+                next = next.saturating_mul(2);
+            }
         }
     }
 }
