@@ -312,6 +312,52 @@ impl Store {
                 return Ok(vec![(true, successor)]);
             }
         }
+        // On SQLite, several that hand nothing over: those without a parent
+        // in one statement committing on its own, the rest below.
+        #[cfg(feature = "sqlite")]
+        #[allow(irrefutable_let_patterns)]
+        if let Store::Sqlite(s) = self {
+            if finishes.len() > 1
+                && hand_overs.iter().all(Option::is_none)
+                && distinct_ids(finishes)
+            {
+                let alone = s.finish_many_alone(finishes, now).await?;
+                let rest: Vec<Finish<'_>> = finishes
+                    .iter()
+                    .zip(&alone)
+                    .filter(|(_, applied)| !**applied)
+                    .map(|(finish, _)| *finish)
+                    .collect();
+                if rest.is_empty() {
+                    return Ok(alone.into_iter().map(|applied| (applied, None)).collect());
+                }
+                let none = vec![None; rest.len()];
+                let mut rest = self
+                    .finish_in_transaction(&rest, &none, now)
+                    .await?
+                    .into_iter();
+                return alone
+                    .into_iter()
+                    .map(|applied| match applied {
+                        true => Ok((true, None)),
+                        false => rest.next().ok_or_else(|| StoreError::Corrupt {
+                            what: "a batch of finishes returned too few outcomes".into(),
+                        }),
+                    })
+                    .collect();
+            }
+        }
+        self.finish_in_transaction(finishes, hand_overs, now).await
+    }
+
+    /// [`Store::finish_handing_over`] in one transaction.
+    async fn finish_in_transaction(
+        &self,
+        finishes: &[Finish<'_>],
+        hand_overs: &[Option<&HandOver>],
+        now: i64,
+    ) -> Result<Vec<(bool, Option<InstanceRow>)>> {
+        const OP: &str = "finish";
         dispatch!(Store, self, |s| {
             let mut tx = s.begin_batch(OP).await?;
             let finished =

@@ -245,21 +245,76 @@ fn create_many(rows: usize) -> &'static str {
 /// owner, status, output, error), then now. Returns the id of each that
 /// applied and whether it has a parent.
 fn finish_many(rows: usize) -> &'static str {
-    FINISH_MANY[rows - 1].get_or_init(|| {
-        format!(
-            "WITH f(id, generation, owner, status, output, error) AS (VALUES {}) \
-             UPDATE keiro_workflows SET status = f.status, output = f.output, \
-                 error = f.error, lease_owner = NULL, lease_expires_at = NULL, \
-                 wake_at = NULL, updated_at = ? \
-             FROM f WHERE keiro_workflows.id = f.id \
-                 AND keiro_workflows.generation = f.generation \
-                 AND keiro_workflows.status IN ('pending', 'running', 'suspended') \
-                 AND (keiro_workflows.lease_owner IS NULL \
-                     OR keiro_workflows.lease_owner = f.owner) \
-             RETURNING id, parent_id IS NOT NULL AS has_parent, partition_key",
-            anonymous_rows(6, rows)
-        )
-    })
+    FINISH_MANY[rows - 1].get_or_init(|| finish_many_sql(rows, ""))
+}
+
+/// The multi-row finish of instances without a parent, for each batch size.
+static FINISH_MANY_ALONE: [OnceLock<String>; INSTANCE_CHUNK] =
+    [const { OnceLock::new() }; INSTANCE_CHUNK];
+
+/// [`finish_many`] applying only to instances without a parent: what
+/// [`SqliteStore::finish_many_alone`] runs.
+fn finish_many_alone(rows: usize) -> &'static str {
+    FINISH_MANY_ALONE[rows - 1]
+        .get_or_init(|| finish_many_sql(rows, " AND keiro_workflows.parent_id IS NULL"))
+}
+
+/// The multi-row finish of `rows` instances, with `and` added to its
+/// condition.
+fn finish_many_sql(rows: usize, and: &str) -> String {
+    format!(
+        "WITH f(id, generation, owner, status, output, error) AS (VALUES {}) \
+         UPDATE keiro_workflows SET status = f.status, output = f.output, \
+             error = f.error, lease_owner = NULL, lease_expires_at = NULL, \
+             wake_at = NULL, updated_at = ? \
+         FROM f WHERE keiro_workflows.id = f.id \
+             AND keiro_workflows.generation = f.generation \
+             AND keiro_workflows.status IN ('pending', 'running', 'suspended') \
+             AND (keiro_workflows.lease_owner IS NULL \
+                 OR keiro_workflows.lease_owner = f.owner){and} \
+         RETURNING id, parent_id IS NOT NULL AS has_parent, partition_key",
+        anonymous_rows(6, rows)
+    )
+}
+
+impl SqliteStore {
+    /// Finishes those of `finishes` (of distinct instances) that apply and
+    /// have no parent, with one multi-row statement per chunk that commits
+    /// on its own (one call to the connection's thread, where a
+    /// transaction takes three); returns, in batch order, which applied.
+    /// The others (a child, whose parent hears of its end in the same
+    /// transaction, or one that does not apply at all) are left as they
+    /// were: the caller finishes them in a transaction, which finds out why.
+    pub(crate) async fn finish_many_alone(
+        &self,
+        finishes: &[Finish<'_>],
+        now: i64,
+    ) -> Result<Vec<bool>> {
+        const OP: &str = "finish";
+        let mut applied: HashSet<String> = HashSet::with_capacity(finishes.len());
+        let turn = self.write_turn().await;
+        let mut conn = self.acquire(OP).await?;
+        for chunk in finishes.chunks(INSTANCE_CHUNK) {
+            let mut query = crate::prepared::query_scalar(finish_many_alone(chunk.len()));
+            for finish in chunk {
+                query = query
+                    .bind(finish.id)
+                    .bind(finish.generation)
+                    .bind(finish.owner)
+                    .bind(finish.status.as_str())
+                    .bind(finish.output)
+                    .bind(finish.error);
+            }
+            let ids: Vec<String> = query
+                .bind(now)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(StoreError::query(OP))?;
+            applied.extend(ids);
+        }
+        drop(turn);
+        Ok(finishes.iter().map(|f| applied.contains(f.id)).collect())
+    }
 }
 
 /// Records several new instances on `tx` (a write transaction) with one
