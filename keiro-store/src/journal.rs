@@ -129,7 +129,8 @@ impl Store {
             .await
     }
 
-    /// Records step results in one transaction. A step id that is already
+    /// Records step results, all or none: in one statement (SQLite, up to
+    /// 256 rows; PostgreSQL) or one transaction. A step id that is already
     /// recorded keeps its first result, which is returned as
     /// [`AppendOutcome::Existing`].
     pub async fn append_steps(&self, rows: &[StepRow]) -> Result<Vec<AppendOutcome>> {
@@ -276,7 +277,8 @@ impl Store {
             .remove(0))
     }
 
-    /// Like [`Store::finish`] for several instances, in one transaction.
+    /// Like [`Store::finish`] for several instances: each applies or not on
+    /// its own (see [`Store::finish_handing_over`] for how they commit).
     pub async fn finish_many(&self, finishes: &[Finish<'_>]) -> Result<Vec<bool>> {
         let none = vec![None; finishes.len()];
         let finished = self.finish_handing_over(finishes, &none).await?;
@@ -287,6 +289,14 @@ impl Store {
     /// `hand_overs` entry (same position) is set hands its queue slot to its
     /// successor in the same transaction (see [`HandOver`]): the claimed
     /// successor is returned beside whether the finish applied.
+    ///
+    /// They commit in one transaction, except on SQLite, where several that
+    /// hand nothing over first finish those without a parent in one
+    /// statement committing on its own, and then the others in a
+    /// transaction. An error after that statement leaves its finishes
+    /// applied: a retry finds those instances ended and reports `false`
+    /// for them, as after a commit whose answer was lost (callers then read
+    /// the recorded end).
     pub async fn finish_handing_over(
         &self,
         finishes: &[Finish<'_>],

@@ -128,14 +128,23 @@ impl Store {
         args: &[Arg<'_>],
     ) -> Result<Option<T>> {
         dispatch!(Store, self, |s, sql| {
-            let _turn = match writes(pick(sql)) {
+            let write = writes(pick(sql));
+            let _turn = match write {
                 true => Some(s.write_turn().await),
                 false => None,
             };
-            let row = bind_all!(crate::prepared::query(pick(sql)), args)
-                .fetch_optional(s.exec())
-                .await
-                .map_err(StoreError::query(op))?;
+            let query = bind_all!(crate::prepared::query(pick(sql)), args);
+            // A write runs to its end: SQLite commits a lone statement there,
+            // and reading only its first row resets it early, where sqlx
+            // drops what the reset (the commit) returned.
+            let row = match write {
+                true => query
+                    .fetch_all(s.exec())
+                    .await
+                    .map(|rows| rows.into_iter().next()),
+                false => query.fetch_optional(s.exec()).await,
+            }
+            .map_err(StoreError::query(op))?;
             row.as_ref().map(|row| T::from_row(row)).transpose()
         })
     }

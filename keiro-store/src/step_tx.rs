@@ -75,7 +75,9 @@ pub(crate) const BEGIN_SQLITE: &str = "DELETE FROM temp.keiro_step_open; BEGIN I
 /// commit opened and sqlx counts open: that one rolled back, then the same
 /// begin. Sent as one prepared, cached batch. A failure before `BEGIN
 /// IMMEDIATE` took effect leaves the connection outside a transaction,
-/// which [`rebegin_sqlite`] mends.
+/// which [`rebegin_sqlite`] mends; if its future is dropped before that,
+/// the pool finds the connection outside the transaction sqlx counts and
+/// closes it (see `release_outside_transaction`).
 #[cfg(feature = "sqlite")]
 const REBEGIN_SQLITE: &str = "ROLLBACK; DELETE FROM temp.keiro_step_open; BEGIN IMMEDIATE; \
      INSERT INTO temp.keiro_step_open (one) VALUES (1); SAVEPOINT keiro_step";
@@ -195,8 +197,10 @@ pub enum StepTx<'c> {
 
 impl Store {
     /// Begins a transaction for a transactional step (taking SQLite's write
-    /// lock at once). On PostgreSQL it may be the open, empty transaction the
-    /// last transactional step committed into (see `journal_and_commit`).
+    /// lock at once), on the connection the last transactional step kept
+    /// if there is one (see `journal_and_commit`): on PostgreSQL it is the
+    /// open, empty transaction that step committed into; on SQLite that
+    /// empty deferred transaction is rolled back and the step's begun.
     pub async fn begin_step_tx(&self) -> Result<StepTx<'static>> {
         Ok(match self {
             #[cfg(feature = "sqlite")]

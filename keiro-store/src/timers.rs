@@ -545,10 +545,14 @@ async fn returning_on(
     args: &[Arg<'_>],
 ) -> Result<(Option<TimerRow>, Option<(TimerStatus, Option<i64>)>)> {
     dispatch!(Conn, conn, |c, sql| {
+        // Run to its end (see `Store::fetch_optional`): outside a
+        // transaction, SQLite commits the update there.
         let row = bind_all!(crate::prepared::query(statement(sql)), args)
-            .fetch_optional(&mut *c)
+            .fetch_all(&mut *c)
             .await
-            .map_err(StoreError::query(op))?;
+            .map_err(StoreError::query(op))?
+            .into_iter()
+            .next();
         if let Some(row) = row {
             return Ok((Some(TimerRow::from_row(&row)?), None));
         }

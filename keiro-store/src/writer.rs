@@ -702,7 +702,10 @@ impl BatchWrite for Finishing {
 /// its outcome.
 ///
 /// When the shared transaction fails with a permanent error (a value the
-/// database refuses, say), it was rolled back whole, so one bad write would
+/// database refuses, say), it was rolled back whole (or, for SQLite's ends
+/// committed ahead of the rest, a member that applied reports on its retry
+/// that it did not, as after a lost answer; see
+/// `Store::finish_handing_over`), so one bad write would
 /// fail every unrelated write that happened to share its round. Each member
 /// is then written again alone: only the writes the database refuses by
 /// themselves report an error. A transient error (connection lost, database

@@ -283,7 +283,9 @@ impl PostgresStore {
         &self,
         op: &'static str,
     ) -> Result<Transaction<'static, Postgres>> {
-        match self.warm.as_ref().and_then(|warm| warm.take()) {
+        // A store being closed hands out nothing kept (dropped, it goes back).
+        let kept = self.warm.as_ref().and_then(|warm| warm.take());
+        match kept.filter(|_| !self.pool.is_closed()) {
             Some(tx) => Ok(tx),
             None if self.pooled => self
                 .pool
@@ -299,7 +301,8 @@ impl PostgresStore {
     /// Keeps `tx`, open and empty after a transactional step's commit, for
     /// the next one; without a [`crate::warm`] slot it is rolled back.
     pub(crate) fn keep_warm(&self, tx: Transaction<'static, Postgres>) {
-        if let Some(warm) = &self.warm {
+        // Not once the store is closing: `close` waits for every connection.
+        if let (Some(warm), false) = (&self.warm, self.pool.is_closed()) {
             warm.keep(tx);
         }
     }

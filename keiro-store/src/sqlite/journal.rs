@@ -23,25 +23,39 @@ const APPEND_CHUNK: usize = 256;
 /// batch of that size comes.
 static INSERT_STEPS: [OnceLock<String>; APPEND_CHUNK] = [const { OnceLock::new() }; APPEND_CHUNK];
 
-/// The statement inserting `rows` steps (1 ..= [`APPEND_CHUNK`]) and
+/// The statement inserting `rows` steps (2 ..= [`APPEND_CHUNK`]) and
 /// returning the step ids it inserted.
 fn insert_steps(rows: usize) -> &'static str {
     INSERT_STEPS[rows - 1].get_or_init(|| {
-        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; rows].join(", ");
         format!(
-            "INSERT INTO keiro_steps ({STEP_COLUMNS}, created_at, attempts, started_at) \
-             VALUES {values} \
-             ON CONFLICT (workflow_id, generation, seq) DO NOTHING \
-             RETURNING workflow_id, generation, seq"
+            "{} RETURNING workflow_id, generation, seq",
+            insert_steps_sql(rows)
         )
     })
 }
 
-/// Inserts `batch` (each row with how its body ran) on `conn`, a
-/// transaction, with multi-row statements (a statement costs a round trip
-/// to SQLite's thread, so a batch pays one per chunk instead of one per
-/// row), keeping any step id already journaled; returns the step ids it
-/// inserted.
+/// The insert of one step row, without `RETURNING` (see
+/// [`insert_steps_on`]).
+fn insert_step() -> &'static str {
+    static INSERT_STEP: OnceLock<String> = OnceLock::new();
+    INSERT_STEP.get_or_init(|| insert_steps_sql(1))
+}
+
+/// The insert of `rows` step rows, keeping a step id already journaled.
+fn insert_steps_sql(rows: usize) -> String {
+    let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; rows].join(", ");
+    format!(
+        "INSERT INTO keiro_steps ({STEP_COLUMNS}, created_at, attempts, started_at) \
+         VALUES {values} \
+         ON CONFLICT (workflow_id, generation, seq) DO NOTHING"
+    )
+}
+
+/// Inserts `batch` (each row with how its body ran) on `conn` (a
+/// transaction, or for one statement's worth the connection alone) with
+/// multi-row statements (a statement costs a round trip to SQLite's
+/// thread, so a batch pays one per chunk instead of one per row), keeping
+/// any step id already journaled; returns the step ids it inserted.
 pub(crate) async fn insert_steps_on(
     conn: &mut SqliteConnection,
     op: &'static str,
@@ -50,20 +64,32 @@ pub(crate) async fn insert_steps_on(
 ) -> Result<HashSet<(String, i64, i64)>> {
     let mut inserted = HashSet::with_capacity(batch.len());
     for chunk in batch.chunks(APPEND_CHUNK) {
+        if let [(step, timing)] = chunk {
+            // One row: one answer from the connection's thread (a stream of
+            // rows sends the row and its end apart), and the statement runs
+            // to its end, where SQLite commits it outside a transaction.
+            let done = bind_all!(crate::prepared::query(insert_step()), &step_args(step, now))
+                .bind(timing.attempts_column())
+                .bind(timing.started_at)
+                .execute(&mut *conn)
+                .await
+                .map_err(StoreError::query(op))?;
+            if done.rows_affected() == 1 {
+                inserted.insert((step.workflow_id.clone(), step.generation, step.seq));
+            }
+            continue;
+        }
         let mut query = crate::prepared::query(insert_steps(chunk.len()));
         for (step, timing) in chunk {
             query = bind_all!(query, &step_args(step, now))
                 .bind(timing.attempts_column())
                 .bind(timing.started_at);
         }
-        // One row: one answer from the connection's thread, where a stream
-        // of rows sends the row and its end apart.
-        let returned = if chunk.len() == 1 {
-            query.fetch_optional(&mut *conn).await.map(Vec::from_iter)
-        } else {
-            query.fetch_all(&mut *conn).await
-        };
-        for row in returned.map_err(StoreError::query(op))? {
+        for row in query
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(StoreError::query(op))?
+        {
             inserted.insert(rows::step_key(&row)?);
         }
     }
@@ -85,6 +111,9 @@ impl SqliteStore {
         timings: &[StepTiming],
     ) -> Result<Vec<AppendOutcome>> {
         const OP: &str = "append_steps";
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
         let now = self.clock.now_us();
         let timed: Vec<(&StepRow, StepTiming)> = rows
             .iter()
@@ -259,6 +288,26 @@ fn finish_many_alone(rows: usize) -> &'static str {
         .get_or_init(|| finish_many_sql(rows, " AND keiro_workflows.parent_id IS NULL"))
 }
 
+/// `sql`, a multi-row finish of `chunk.len()` instances, with `chunk` and
+/// `now` bound.
+fn finish_chunk<'q>(
+    sql: &'q str,
+    chunk: &[Finish<'q>],
+    now: i64,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    let mut query = crate::prepared::query(sql);
+    for finish in chunk {
+        query = query
+            .bind(finish.id)
+            .bind(finish.generation)
+            .bind(finish.owner)
+            .bind(finish.status.as_str())
+            .bind(finish.output)
+            .bind(finish.error);
+    }
+    query.bind(now)
+}
+
 /// The multi-row finish of `rows` instances, with `and` added to its
 /// condition.
 fn finish_many_sql(rows: usize, and: &str) -> String {
@@ -295,22 +344,13 @@ impl SqliteStore {
         let turn = self.write_turn().await;
         let mut conn = self.acquire(OP).await?;
         for chunk in finishes.chunks(INSTANCE_CHUNK) {
-            let mut query = crate::prepared::query_scalar(finish_many_alone(chunk.len()));
-            for finish in chunk {
-                query = query
-                    .bind(finish.id)
-                    .bind(finish.generation)
-                    .bind(finish.owner)
-                    .bind(finish.status.as_str())
-                    .bind(finish.output)
-                    .bind(finish.error);
-            }
-            let ids: Vec<String> = query
-                .bind(now)
+            let rows = finish_chunk(finish_many_alone(chunk.len()), chunk, now)
                 .fetch_all(&mut *conn)
                 .await
                 .map_err(StoreError::query(OP))?;
-            applied.extend(ids);
+            for row in &rows {
+                applied.insert(row.text(|| "a finished instance".to_owned(), "id")?);
+            }
         }
         drop(turn);
         Ok(finishes.iter().map(|f| applied.contains(f.id)).collect())
@@ -388,18 +428,7 @@ pub(crate) async fn finish_many_on(
     const OP: &str = "finish";
     let mut applied: HashMap<String, (bool, String)> = HashMap::with_capacity(finishes.len());
     for chunk in finishes.chunks(INSTANCE_CHUNK) {
-        let mut query = crate::prepared::query(finish_many(chunk.len()));
-        for finish in chunk {
-            query = query
-                .bind(finish.id)
-                .bind(finish.generation)
-                .bind(finish.owner)
-                .bind(finish.status.as_str())
-                .bind(finish.output)
-                .bind(finish.error);
-        }
-        let rows = query
-            .bind(now)
+        let rows = finish_chunk(finish_many(chunk.len()), chunk, now)
             .fetch_all(&mut *tx)
             .await
             .map_err(StoreError::query(OP))?;

@@ -377,10 +377,15 @@ async fn warn_while_stuck<F: Future>(
     tokio::pin!(body);
     let mut next = STUCK_LOCK;
     loop {
+        // (A paused clock could run the doublings past what an `Instant`
+        // holds: then nothing more is said.)
+        let Some(at) = began.checked_add(next) else {
+            return body.await;
+        };
         tokio::select! {
             biased;
             value = &mut body => return value,
-            () = tokio::time::sleep_until((began + next).into()) => {
+            () = tokio::time::sleep_until(at.into()) => {
                 let held = began.elapsed();
                 tracing::warn!(
                     step = name,
