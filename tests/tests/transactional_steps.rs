@@ -1667,6 +1667,55 @@ async fn put_then_write_elsewhere(key: String) -> Result<(), String> {
     elsewhere
 }
 
+/// The tag of the SQLite connection the step runs on: a row of the
+/// connection's own temporary table, made by the first step on it.
+#[step(transaction)]
+async fn connection_tag(tx: &mut keiro::Transaction<'_>) -> Result<String, String> {
+    let mut db = tx.sqlite().expect("SQLite");
+    let fresh = uuid::Uuid::new_v4().to_string();
+    sqlx::query("CREATE TEMP TABLE IF NOT EXISTS test_conn_tag (tag TEXT NOT NULL)")
+        .execute(&mut db)
+        .await
+        .map_err(|e| e.to_string())?;
+    sqlx::query(
+        "INSERT INTO test_conn_tag (tag) SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM test_conn_tag)",
+    )
+    .bind(&fresh)
+    .execute(&mut db)
+    .await
+    .map_err(|e| e.to_string())?;
+    sqlx::query_scalar("SELECT tag FROM test_conn_tag")
+        .fetch_one(&mut db)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+#[workflow]
+async fn tag_three() -> Result<Vec<String>, String> {
+    let mut tags = Vec::new();
+    for _ in 0..3 {
+        tags.push(connection_tag().await?);
+    }
+    Ok(tags)
+}
+
+/// SQLite: consecutive transactional steps run on the connection the first
+/// kept (each in a transaction of its own: see
+/// `a_step_on_the_kept_connection_runs_in_a_transaction_of_its_own`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_consecutive_transactional_steps_share_the_kept_connection() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let keiro = db.keiro().await;
+    for round in 0..2 {
+        let key = uuid::Uuid::new_v4().to_string();
+        let tags = tag_three().id(&key).on(&keiro).await.unwrap().unwrap();
+        assert!(
+            tags.iter().all(|tag| *tag == tags[0]),
+            "round {round}: the steps ran on other connections: {tags:?}"
+        );
+    }
+}
+
 /// SQLite: the connection a transactional step keeps for the next one
 /// holds no lock: right after the step, another connection takes the write
 /// lock without waiting, and the kept one goes back to the pool shortly
