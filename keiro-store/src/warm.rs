@@ -34,7 +34,7 @@
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use sqlx::{Database, Transaction};
+use sqlx::{Database, Pool, Transaction};
 
 /// How long an empty transaction is kept for the next transactional step.
 const WARM_FOR: Duration = Duration::from_millis(50);
@@ -66,16 +66,24 @@ struct State<DB: Database> {
 }
 
 impl<DB: Database> WarmTx<DB> {
-    /// The kept transaction, if one is kept.
-    pub(crate) fn take(&self) -> Option<Transaction<'static, DB>> {
+    /// The kept transaction, if one is kept and `pool`, the pool it came
+    /// from, is open: one kept while the pool closed is dropped, which
+    /// returns it.
+    pub(crate) fn take(&self, pool: &Pool<DB>) -> Option<Transaction<'static, DB>> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.kept.take().map(|(_, tx)| tx)
+        let kept = state.kept.take().map(|(_, tx)| tx);
+        drop(state);
+        kept.filter(|_| !pool.is_closed())
     }
 
     /// Keeps `tx` (open and empty) for the next transactional step; one kept
-    /// before is returned to the pool. Outside a Tokio runtime `tx` is
-    /// dropped (rolled back) at once.
-    pub(crate) fn keep(self: &Arc<Self>, tx: Transaction<'static, DB>) {
+    /// before is returned to the pool. Outside a Tokio runtime, or once
+    /// `pool` (the pool `tx` came from) is closing, whose `close` waits for
+    /// every connection, `tx` is dropped (rolled back) at once.
+    pub(crate) fn keep(self: &Arc<Self>, pool: &Pool<DB>, tx: Transaction<'static, DB>) {
+        if pool.is_closed() {
+            return;
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };

@@ -283,9 +283,7 @@ impl PostgresStore {
         &self,
         op: &'static str,
     ) -> Result<Transaction<'static, Postgres>> {
-        // A store being closed hands out nothing kept (dropped, it goes back).
-        let kept = self.warm.as_ref().and_then(|warm| warm.take());
-        match kept.filter(|_| !self.pool.is_closed()) {
+        match self.warm.as_ref().and_then(|warm| warm.take(&self.pool)) {
             Some(tx) => Ok(tx),
             None if self.pooled => self
                 .pool
@@ -301,15 +299,14 @@ impl PostgresStore {
     /// Keeps `tx`, open and empty after a transactional step's commit, for
     /// the next one; without a [`crate::warm`] slot it is rolled back.
     pub(crate) fn keep_warm(&self, tx: Transaction<'static, Postgres>) {
-        // Not once the store is closing: `close` waits for every connection.
-        if let (Some(warm), false) = (&self.warm, self.pool.is_closed()) {
-            warm.keep(tx);
+        if let Some(warm) = &self.warm {
+            warm.keep(&self.pool, tx);
         }
     }
 
     /// Closes the pool, returning a kept transaction first.
     pub(crate) async fn close(&self) {
-        drop(self.warm.as_ref().and_then(|warm| warm.take()));
+        drop(self.warm.as_ref().and_then(|warm| warm.take(&self.pool)));
         self.pool.close().await;
     }
 

@@ -284,18 +284,15 @@ impl SqliteStore {
     /// The empty transaction the last transactional step left open (see
     /// [`crate::warm`]), if one is kept.
     pub(crate) fn take_warm(&self) -> Option<Transaction<'static, Sqlite>> {
-        // A store being closed hands out nothing kept (dropped, it goes back).
-        let kept = self.warm.as_ref().and_then(|warm| warm.take());
-        kept.filter(|_| !self.pool.is_closed())
+        self.warm.as_ref().and_then(|warm| warm.take(&self.pool))
     }
 
     /// Keeps `tx`, open and empty (a deferred `BEGIN` that has run nothing)
     /// after a transactional step's commit, for the next one; without a
     /// [`crate::warm`] slot it is rolled back.
     pub(crate) fn keep_warm(&self, tx: Transaction<'static, Sqlite>) {
-        // Not once the store is closing: `close` waits for every connection.
-        if let (Some(warm), false) = (&self.warm, self.pool.is_closed()) {
-            warm.keep(tx);
+        if let Some(warm) = &self.warm {
+            warm.keep(&self.pool, tx);
         }
     }
 

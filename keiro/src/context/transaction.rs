@@ -166,8 +166,7 @@ where
             // Boxed: the compiler cannot tell this future is `Send` for every
             // lifetime of the body's borrow when it goes through a generic
             // function unboxed.
-            let body: Pin<Box<dyn Future<Output = R> + Send + '_>> = Box::pin(body);
-            warn_while_stuck(body, began, self.meta.name, of()).await
+            warn_while_stuck(Box::pin(body), began, self.meta.name, of()).await
         } else {
             body.await
         };
@@ -368,13 +367,12 @@ where
 /// Runs `body`, the body of transactional step `name` (`of`: of which run)
 /// on SQLite, which began at `began`, warning once it has held the write
 /// lock [`STUCK_LOCK`] and still runs, and again each time that doubles.
-async fn warn_while_stuck<F: Future>(
-    body: F,
+async fn warn_while_stuck<R>(
+    mut body: Pin<Box<dyn Future<Output = R> + Send + '_>>,
     began: std::time::Instant,
     name: &'static str,
     of: String,
-) -> F::Output {
-    tokio::pin!(body);
+) -> R {
     let mut next = STUCK_LOCK;
     loop {
         // (A paused clock could run the doublings past what an `Instant`
