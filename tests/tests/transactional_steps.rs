@@ -516,41 +516,62 @@ async fn a_body_holding_sqlites_write_lock_long_is_warned_about(backend: Backend
     assert_eq!(warned, backend == Backend::Sqlite, "{logged}");
 }
 
-/// Holds SQLite's write lock 3.4 s, then returns whether a warning naming
-/// it as still running was logged meanwhile.
+/// Writes, then holds its transaction (and on SQLite the write lock) `ms`,
+/// then returns whether a warning naming it as still running was logged
+/// meanwhile.
 #[step(transaction)]
-async fn hold_and_look(tx: &mut keiro::Transaction<'_>, key: String) -> Result<bool, String> {
-    let mut db = tx.sqlite().expect("SQLite");
-    sqlx::query("CREATE TABLE IF NOT EXISTS held_rows (k TEXT)")
-        .execute(&mut db)
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::time::sleep(std::time::Duration::from_millis(3400)).await;
+async fn hold_and_look(
+    tx: &mut keiro::Transaction<'_>,
+    key: String,
+    ms: u64,
+) -> Result<bool, String> {
+    let create = "CREATE TABLE IF NOT EXISTS held_rows (k TEXT)";
+    let insert = "INSERT INTO held_rows (k) VALUES ($1)";
+    let wrote = match tx.sqlite() {
+        Some(mut db) => sqlx::query(create).execute(&mut db).await.map(drop),
+        None => {
+            let mut db = tx.postgres().expect("SQLite or PostgreSQL");
+            match sqlx::query(create).execute(&mut db).await {
+                Ok(_) => sqlx::query(insert)
+                    .bind(&key)
+                    .execute(&mut db)
+                    .await
+                    .map(drop),
+                Err(error) => Err(error),
+            }
+        }
+    };
+    wrote.map_err(|e| e.to_string())?;
+    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
     let logged = String::from_utf8_lossy(&WARNINGS.lock().unwrap()).into_owned();
-    let warning = format!(
-        "`hold_and_look` of workflow `holds_and_looks` id `{key}` has held SQLite's only write \
-         lock for"
-    );
-    Ok(logged
-        .lines()
-        .any(|line| line.contains(&warning) && line.contains("its body still runs")))
+    let named = format!("`hold_and_look` of workflow `holds_and_looks` id `{key}` has ");
+    Ok(logged.lines().any(|line| {
+        line.contains(&named)
+            && line.contains("its body still runs")
+            && (line.contains("held SQLite's only write lock for")
+                || line.contains("kept its PostgreSQL transaction open for"))
+    }))
 }
 
 #[workflow]
-async fn holds_and_looks(key: String) -> Result<bool, String> {
-    hold_and_look(key).await
+async fn holds_and_looks(key: String, ms: u64) -> Result<bool, String> {
+    hold_and_look(key, ms).await
 }
 
-/// SQLite: a body that holds the write lock and has not returned is warned
-/// about while it runs (a body stuck forever would otherwise never be
-/// named), not only once it returns.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_a_body_still_holding_the_write_lock_is_warned_about_while_it_runs() {
+/// A body that holds its transaction (SQLite's write lock, 3 s; a
+/// PostgreSQL transaction, 5 s) and has not returned is warned about while
+/// it runs (a body stuck forever would otherwise never be named), not only
+/// once it returns.
+async fn a_body_still_holding_its_transaction_is_warned_about_while_it_runs(backend: Backend) {
     capture_warnings();
-    let db = TestDb::new(Backend::Sqlite).await;
+    let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
     let key = uuid::Uuid::new_v4().to_string();
-    let warned = holds_and_looks(key.clone())
+    let ms = match backend {
+        Backend::Sqlite => 3400,
+        _ => 5400,
+    };
+    let warned = holds_and_looks(key.clone(), ms)
         .id(&key)
         .on(&keiro)
         .await
@@ -1784,6 +1805,7 @@ on_both_backends!(
     more_concurrent_debits_than_connections_all_finish,
     serializable_conflicts_are_retried,
     a_body_holding_sqlites_write_lock_long_is_warned_about,
+    a_body_still_holding_its_transaction_is_warned_about_while_it_runs,
     a_body_outlasting_a_lease_renewal_finishes_once,
     a_transactional_step_inside_anothers_body_is_refused,
     a_body_error_other_than_a_conflict_is_journaled_at_once,

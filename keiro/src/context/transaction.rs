@@ -55,6 +55,12 @@ const SLOW_LOCK: Duration = Duration::from_secs(1);
 /// write to the database, and would otherwise never be named.
 const STUCK_LOCK: Duration = Duration::from_secs(3);
 
+/// How long a body may keep its PostgreSQL transaction open, still running,
+/// before keiro warns (and again each time that doubles): the rows it wrote
+/// stay locked against every other writer, its connection is out of the
+/// pool, and vacuum cannot clean up behind it, for as long as it runs.
+const STUCK_TRANSACTION: Duration = Duration::from_secs(5);
+
 /// Runs a `#[step(transaction)]`: `body` runs in a transaction on keiro's
 /// database, rolled back when `is_err` says the attempt failed, and a failed
 /// attempt is retried when `retry` says so, up to `meta.max_attempts` times
@@ -162,14 +168,10 @@ where
             })
         };
         let body = IN_BODY.scope(self.meta.name, scope(None, (self.body)(&mut tx)));
-        let value = if sqlite {
-            // Boxed: the compiler cannot tell this future is `Send` for every
-            // lifetime of the body's borrow when it goes through a generic
-            // function unboxed.
-            warn_while_stuck(Box::pin(body), began, self.meta.name, of()).await
-        } else {
-            body.await
-        };
+        // Boxed: the compiler cannot tell this future is `Send` for every
+        // lifetime of the body's borrow when it goes through a generic
+        // function unboxed.
+        let value = warn_while_stuck(Box::pin(body), began, sqlite, self.meta.name, of()).await;
         let held = began.elapsed();
         if held >= SLOW_LOCK && sqlite {
             let of = of();
@@ -364,16 +366,23 @@ where
     }
 }
 
-/// Runs `body`, the body of transactional step `name` (`of`: of which run)
-/// on SQLite, which began at `began`, warning once it has held the write
-/// lock [`STUCK_LOCK`] and still runs, and again each time that doubles.
+/// Runs `body`, the body of transactional step `name` (`of`: of which run),
+/// which began at `began`, warning once it still runs after holding
+/// SQLite's write lock [`STUCK_LOCK`] (`sqlite`) or its PostgreSQL
+/// transaction open [`STUCK_TRANSACTION`], and again each time that
+/// doubles.
 async fn warn_while_stuck<R>(
     mut body: Pin<Box<dyn Future<Output = R> + Send + '_>>,
     began: std::time::Instant,
+    sqlite: bool,
     name: &'static str,
     of: String,
 ) -> R {
-    let mut next = STUCK_LOCK;
+    let mut next = if sqlite {
+        STUCK_LOCK
+    } else {
+        STUCK_TRANSACTION
+    };
     loop {
         // (A paused clock could run the doublings past what an `Instant`
         // holds: then nothing more is said.)
@@ -385,15 +394,30 @@ async fn warn_while_stuck<R>(
             value = &mut body => return value,
             () = tokio::time::sleep_until(at.into()) => {
                 let held = began.elapsed();
-                tracing::warn!(
-                    step = name,
-                    held_ms = held.as_millis() as u64,
-                    "keiro transactional step `{name}`{of} has held SQLite's only write lock for \
-                     {held:?} and its body still runs: every other write to the database waits \
-                     until it returns (other workflows' steps, lease renewals, timers). Bound \
-                     the body's slow calls (`timeout_ms` on the step drops an attempt out of \
-                     time and rolls it back), or do them in a plain step before or after it"
-                );
+                let held_ms = held.as_millis() as u64;
+                let bound = "Bound the body's slow calls (`timeout_ms` on the step drops an \
+                             attempt out of time and rolls it back), or do them in a plain step \
+                             before or after it";
+                if sqlite {
+                    tracing::warn!(
+                        step = name,
+                        held_ms,
+                        "keiro transactional step `{name}`{of} has held SQLite's only write lock \
+                         for {held:?} and its body still runs: every other write to the database \
+                         waits until it returns (other workflows' steps, lease renewals, \
+                         timers). {bound}"
+                    );
+                } else {
+                    tracing::warn!(
+                        step = name,
+                        held_ms,
+                        "keiro transactional step `{name}`{of} has kept its PostgreSQL \
+                         transaction open for {held:?} and its body still runs: the rows it \
+                         wrote stay locked against every other writer, its connection is out of \
+                         the pool, and vacuum cannot clean up behind it until it returns. \
+                         {bound}"
+                    );
+                }
                 next = next.saturating_mul(2);
             }
         }
