@@ -982,20 +982,6 @@ async fn insert_steps_in(
     }
 }
 
-/// [`Store::create_instances`] on `conn`, a transaction its caller commits.
-pub(crate) async fn create_many_in(
-    conn: Conn<'_>,
-    news: &[NewInstance<'_>],
-    now: i64,
-) -> Result<Vec<(InstanceRow, bool)>> {
-    match conn {
-        #[cfg(feature = "sqlite")]
-        Conn::Sqlite(c) => crate::sqlite::journal::create_many_on(c, news, now).await,
-        #[cfg(feature = "postgres")]
-        Conn::Postgres(c) => crate::postgres::journal::create_many_on(c, news, now).await,
-    }
-}
-
 /// Records one step on `conn` unless its step id is recorded; returns whether
 /// it was.
 pub(crate) async fn insert_step_on(

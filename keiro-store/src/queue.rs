@@ -426,6 +426,7 @@ impl Store {
         let mut order: Vec<usize> = (0..batch.len()).collect();
         order.sort_by_key(|&i| batch[i].0.id);
         let news: Vec<crate::NewInstance<'_>> = order.iter().map(|&i| batch[i].0.clone()).collect();
+        let queued: Vec<&Queued<'_>> = order.iter().map(|&i| &batch[i].1).collect();
         dispatch!(Store, self, |s| {
             let mut tx = s.begin_batch(OP).await?;
             for (new, queued) in batch {
@@ -440,22 +441,22 @@ impl Store {
             }
             // One outcome per instance (or an error), in `news` order: put
             // back in batch order.
-            let inserted = crate::journal::create_many_in((&mut *tx).into(), &news, now).await?;
+            let inserted = insert_queued((&mut *tx).into(), &news, &queued, now).await?;
             let mut placed: Vec<(usize, (InstanceRow, bool))> =
                 order.iter().copied().zip(inserted).collect();
             placed.sort_by_key(|(i, _)| *i);
             let mut created: Vec<(InstanceRow, bool)> =
                 placed.into_iter().map(|(_, outcome)| outcome).collect();
-            let (mut keyed, plain): (Vec<(&str, &Queued<'_>)>, Vec<_>) = batch
+            // The dedup keys, one at a time in key order.
+            let mut keyed: Vec<(&str, &Queued<'_>)> = batch
                 .iter()
                 .zip(&created)
-                .filter(|(_, (_, created))| *created)
+                .filter(|((_, queued), (_, created))| *created && queued.dedup.is_some())
                 .map(|((new, queued), _)| (new.id, queued))
-                .partition(|(_, queued)| queued.dedup.is_some());
-            mark_queued_many((&mut *tx).into(), &plain).await?;
+                .collect();
             keyed.sort_by_key(|(id, queued)| (queued.queue, queued.dedup, *id));
-            for one in keyed.chunks(1) {
-                mark_queued_many((&mut *tx).into(), one).await?;
+            for (id, queued) in keyed {
+                mark_queued((&mut *tx).into(), id, queued).await?;
             }
             tx.commit().await.map_err(StoreError::query(OP))?;
             for ((_, queued), (row, created)) in batch.iter().zip(&mut created) {
@@ -658,7 +659,6 @@ async fn create_queued_on(
     queued: &Queued<'_>,
     now: i64,
 ) -> Result<(InstanceRow, bool)> {
-    const OP: &str = "create_queued";
     if let Some(key) = queued.dedup {
         if let Some(duplicate) = find_duplicate(conn.reborrow(), new, queued, key).await? {
             return Err(duplicate);
@@ -666,21 +666,7 @@ async fn create_queued_on(
     }
     let (mut row, created) = crate::journal::create_instance_on(conn.reborrow(), new, now).await?;
     if created {
-        let args = args![
-            new.id,
-            queued.queue,
-            queued.priority,
-            queued.partition,
-            queued.dedup,
-            queued.not_before,
-        ];
-        dispatch!(Conn, conn, |c, sql| {
-            bind_all!(crate::prepared::query(&sql.queue.mark_queued), &args)
-                .execute(&mut *c)
-                .await
-                .map(|_| ())
-                .map_err(StoreError::query(OP))
-        })?;
+        mark_queued(conn, new.id, queued).await?;
         if let Some(at) = queued.not_before {
             row.wake_at = Some(at);
         }
@@ -688,15 +674,53 @@ async fn create_queued_on(
     Ok((row, created))
 }
 
-/// Puts the instances `marked` names (just created on `conn`, a
-/// transaction) on their queues, each as [`create_queued_on`] marks one, in
-/// one statement per 64.
-async fn mark_queued_many(mut conn: Conn<'_>, marked: &[(&str, &Queued<'_>)]) -> Result<()> {
-    const OP: &str = "create_queued";
-    for chunk in marked.chunks(MARK_CHUNK) {
-        match conn.reborrow() {
-            #[cfg(feature = "sqlite")]
-            Conn::Sqlite(c) => {
+/// Puts instance `id` (just created on `conn`, a transaction) on its queue
+/// as `queued` says, dedup key included.
+async fn mark_queued(conn: Conn<'_>, id: &str, queued: &Queued<'_>) -> Result<()> {
+    let args = args![
+        id,
+        queued.queue,
+        queued.priority,
+        queued.partition,
+        queued.dedup,
+        queued.not_before,
+    ];
+    dispatch!(Conn, conn, |c, sql| {
+        bind_all!(crate::prepared::query(&sql.queue.mark_queued), &args)
+            .execute(&mut *c)
+            .await
+            .map(|_| ())
+            .map_err(StoreError::query("create_queued"))
+    })
+}
+
+/// Inserts `news` on `conn` (a transaction), those it creates placed on
+/// their queues as `queued` (same position) says, all but their dedup keys
+/// (the caller takes those in key order): one outcome per instance, in
+/// `news` order. PostgreSQL places them in the insert itself; SQLite marks
+/// them after it, in one statement per [`MARK_CHUNK`].
+async fn insert_queued(
+    conn: Conn<'_>,
+    news: &[crate::NewInstance<'_>],
+    queued: &[&Queued<'_>],
+    now: i64,
+) -> Result<Vec<(InstanceRow, bool)>> {
+    match conn {
+        #[cfg(feature = "postgres")]
+        Conn::Postgres(c) => {
+            crate::postgres::journal::create_many_queued_on(c, news, queued, now).await
+        }
+        #[cfg(feature = "sqlite")]
+        Conn::Sqlite(c) => {
+            let created = crate::sqlite::journal::create_many_on(c, news, now).await?;
+            let plain: Vec<(&str, &Queued<'_>)> = news
+                .iter()
+                .zip(queued)
+                .zip(&created)
+                .filter(|((_, queued), (_, created))| *created && queued.dedup.is_none())
+                .map(|((new, queued), _)| (new.id, *queued))
+                .collect();
+            for chunk in plain.chunks(MARK_CHUNK) {
                 let mut query = crate::prepared::query(sqlite_mark_many(chunk.len()));
                 for (id, queued) in chunk {
                     query = query
@@ -707,27 +731,19 @@ async fn mark_queued_many(mut conn: Conn<'_>, marked: &[(&str, &Queued<'_>)]) ->
                         .bind(queued.dedup)
                         .bind(queued.not_before);
                 }
-                query.execute(&mut *c).await.map(drop)
+                query
+                    .execute(&mut *c)
+                    .await
+                    .map_err(StoreError::query("create_queued"))?;
             }
-            #[cfg(feature = "postgres")]
-            Conn::Postgres(c) => crate::prepared::query(POSTGRES_MARK_MANY)
-                .bind(chunk.iter().map(|(id, _)| *id).collect::<Vec<_>>())
-                .bind(chunk.iter().map(|(_, q)| q.queue).collect::<Vec<_>>())
-                .bind(chunk.iter().map(|(_, q)| q.priority).collect::<Vec<_>>())
-                .bind(chunk.iter().map(|(_, q)| q.partition).collect::<Vec<_>>())
-                .bind(chunk.iter().map(|(_, q)| q.dedup).collect::<Vec<_>>())
-                .bind(chunk.iter().map(|(_, q)| q.not_before).collect::<Vec<_>>())
-                .execute(&mut *c)
-                .await
-                .map(drop),
+            Ok(created)
         }
-        .map_err(StoreError::query(OP))?;
     }
-    Ok(())
 }
 
-/// Instances per statement of [`mark_queued_many`] (six parameters each on
-/// SQLite).
+/// Instances per statement of [`insert_queued`]'s marks on SQLite (six
+/// parameters each).
+#[cfg(feature = "sqlite")]
 const MARK_CHUNK: usize = 64;
 
 /// SQLite's statement marking `rows` instances queued (1 ..= [`MARK_CHUNK`]):
@@ -748,15 +764,6 @@ fn sqlite_mark_many(rows: usize) -> &'static str {
         )
     })
 }
-
-/// PostgreSQL's statement marking instances queued, given as parallel
-/// arrays (id, queue, priority, partition, dedup key, not before).
-#[cfg(feature = "postgres")]
-const POSTGRES_MARK_MANY: &str = "UPDATE keiro.workflows w SET queue = q.queue, \
-     priority = q.priority, partition_key = q.partition_key, dedup_key = q.dedup_key, \
-     wake_at = COALESCE(q.not_before, w.wake_at) \
-     FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::text[], $5::text[], $6::int8[]) \
-     AS q(id, queue, priority, partition_key, dedup_key, not_before) WHERE w.id = q.id";
 
 /// Hands `finish`'s queue slot over on `conn` (the transaction that just
 /// recorded the finish) as `hand_over` says: the successor it claimed for

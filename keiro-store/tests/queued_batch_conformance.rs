@@ -40,9 +40,14 @@ fn on(queue: &str) -> Queued<'_> {
 /// The ids claims of queue `queue` start one at a time until it has none
 /// due: its instances in run order.
 async fn claim(store: &Store, queue: &str) -> Vec<String> {
+    claim_within(store, queue, 10).await
+}
+
+/// [`claim`] with at most `concurrency` running per partition.
+async fn claim_within(store: &Store, queue: &str, concurrency: i64) -> Vec<String> {
     let limits = QueueLimits {
         name: queue,
-        concurrency: Some(10),
+        concurrency: Some(concurrency),
         worker_concurrency: None,
         rate_limit: None,
     };
@@ -139,6 +144,42 @@ async fn a_batch_puts_each_instance_on_its_queue(db: &TestDb) {
         ),
         other => panic!("expected a duplicate, got {other}"),
     }
+}
+
+/// A member with a partition key lands in that partition, whose limit is
+/// its own: with one running per partition, its claim does not take the
+/// slot of the queue's shared partition, nor the other way round.
+async fn a_batch_puts_each_instance_in_its_partition(db: &TestDb) {
+    let batch = [
+        (
+            instance("shared-first"),
+            Queued {
+                priority: 1,
+                ..on("a")
+            },
+        ),
+        (
+            instance("own"),
+            Queued {
+                partition: "customer-7",
+                ..on("a")
+            },
+        ),
+        (
+            instance("shared-second"),
+            Queued {
+                priority: 2,
+                ..on("a")
+            },
+        ),
+    ];
+    db.store.create_queued_many(&batch).await.unwrap();
+    // `own` first (priority 0), then the shared partition's first; its
+    // second waits for the shared slot.
+    assert_eq!(
+        claim_within(&db.store, "a", 1).await,
+        ["own", "shared-first"]
+    );
 }
 
 /// An id recorded before is returned as it is (`false`), and stays where
@@ -249,6 +290,7 @@ async fn keyed_create<'t, 'c: 't>(tx: impl Into<keiro_store::TimerTx<'t, 'c>>, i
 conformance!(
     a_key_taken_while_the_enqueue_waits_is_a_duplicate,
     a_batch_puts_each_instance_on_its_queue,
+    a_batch_puts_each_instance_in_its_partition,
     an_id_taken_already_stays_where_it_is,
     a_refused_dedup_key_fails_the_batch_whole,
 );

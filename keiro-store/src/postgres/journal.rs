@@ -73,31 +73,52 @@ static FINISH_ALONE_AFTER_STEPS: LazyLock<String> = LazyLock::new(|| {
 /// one-instance insert does (`$15` now; a child inherits its parent's
 /// deadline when that comes first), keeping any id already there. Returns
 /// the rows it inserted.
-static CREATE_MANY: LazyLock<String> = LazyLock::new(|| {
+static CREATE_MANY: LazyLock<String> = LazyLock::new(|| create_many_sql(false));
+
+/// [`CREATE_MANY`] for instances enqueued on named queues: four more arrays
+/// (`$16` queue, `$17` priority, `$18` partition key, `$19` not before) set
+/// each inserted row's place in line in the insert itself, where marking
+/// them afterwards took a second statement, whose join on the ids a
+/// generic plan made while the table was small ran as a scan of the whole
+/// table.
+static CREATE_MANY_QUEUED: LazyLock<String> = LazyLock::new(|| create_many_sql(true));
+
+/// The text of [`CREATE_MANY`] (`queued`: of [`CREATE_MANY_QUEUED`]).
+fn create_many_sql(queued: bool) -> String {
     let parent_deadline = "(SELECT p.deadline FROM keiro.workflows p WHERE p.id = t.parent_id)";
+    let (columns, values, wake_at, arrays, names) = match queued {
+        true => (
+            ", queue, priority, partition_key",
+            ", t.queue, t.priority, t.partition_key",
+            "COALESCE(t.not_before, t.lease_expires_at, $15)",
+            ", $16::text[], $17::int8[], $18::text[], $19::int8[]",
+            ", queue, priority, partition_key, not_before",
+        ),
+        false => ("", "", "COALESCE(t.lease_expires_at, $15)", "", ""),
+    };
     format!(
         "INSERT INTO keiro.workflows (id, name, generation, status, input, attempts, \
              lease_owner, lease_expires_at, wake_at, parent_id, parent_seq, parent_generation, \
              created_at, updated_at, signature, deadline, traceparent, app_version, \
-             skeleton_hash) \
+             skeleton_hash{columns}) \
          SELECT t.id, t.name, 0, t.status, t.input, 0, t.lease_owner, t.lease_expires_at, \
-             COALESCE(t.lease_expires_at, $15), t.parent_id, t.parent_seq, \
+             {wake_at}, t.parent_id, t.parent_seq, \
              t.parent_generation, $15, $15, t.signature, \
              CASE WHEN {parent_deadline} IS NOT NULL \
                  AND (t.deadline IS NULL OR {parent_deadline} < t.deadline) \
                  THEN {parent_deadline} ELSE t.deadline END, \
-             t.traceparent, t.app_version, t.skeleton_hash \
+             t.traceparent, t.app_version, t.skeleton_hash{values} \
          FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
              $6::int8[], $7::text[], $8::int8[], $9::int8[], $10::text[], $11::int8[], \
-             $12::text[], $13::text[], $14::text[]) \
+             $12::text[], $13::text[], $14::text[]{arrays}) \
          WITH ORDINALITY AS t(id, name, status, input, lease_owner, lease_expires_at, \
              parent_id, parent_seq, parent_generation, signature, deadline, traceparent, \
-             app_version, skeleton_hash, ord) \
+             app_version, skeleton_hash{names}, ord) \
          ORDER BY t.ord \
          ON CONFLICT (id) DO NOTHING \
          RETURNING {INSTANCE_COLUMNS}"
     )
-});
+}
 
 /// Reads the instances whose ids are in the array `$1`.
 static READ_INSTANCES: LazyLock<String> = LazyLock::new(|| {
@@ -441,6 +462,39 @@ pub(crate) async fn create_many_on<'a>(
     news: &[NewInstance<'a>],
     now: i64,
 ) -> Result<Vec<(InstanceRow, bool)>> {
+    create_placed_on(conn, news, None, now).await
+}
+
+/// [`create_many_on`] for instances enqueued on named queues, each inserted
+/// row placed in line as `queued` (same position) says: its queue,
+/// priority, partition and not-before time, but not its dedup key, which
+/// the caller takes afterwards in key order.
+pub(crate) async fn create_many_queued_on<'a>(
+    conn: &mut PgConnection,
+    news: &[NewInstance<'a>],
+    queued: &[&crate::Queued<'a>],
+    now: i64,
+) -> Result<Vec<(InstanceRow, bool)>> {
+    if queued.len() != news.len() {
+        return Err(StoreError::Corrupt {
+            what: format!(
+                "{} new instances came with {} places on queues",
+                news.len(),
+                queued.len()
+            ),
+        });
+    }
+    create_placed_on(conn, news, Some(queued), now).await
+}
+
+/// [`create_many_on`], with each inserted row placed in line as `queued`
+/// says when it is given.
+async fn create_placed_on<'a>(
+    conn: &mut PgConnection,
+    news: &[NewInstance<'a>],
+    queued: Option<&[&crate::Queued<'a>]>,
+    now: i64,
+) -> Result<Vec<(InstanceRow, bool)>> {
     const OP: &str = "create_instance";
     let column = |pick: fn(&NewInstance<'a>) -> Option<&'a str>| -> Vec<Option<&'a str>> {
         news.iter().map(pick).collect()
@@ -452,7 +506,11 @@ pub(crate) async fn create_many_on<'a>(
             None => ("pending", None, None),
         })
         .collect();
-    let inserted = crate::prepared::query(&CREATE_MANY)
+    let statement = match queued {
+        Some(_) => &*CREATE_MANY_QUEUED,
+        None => &*CREATE_MANY,
+    };
+    let mut query = crate::prepared::query(statement)
         .bind(news.iter().map(|n| n.id).collect::<Vec<_>>())
         .bind(news.iter().map(|n| n.name).collect::<Vec<_>>())
         .bind(leases.iter().map(|l| l.0).collect::<Vec<_>>())
@@ -475,7 +533,15 @@ pub(crate) async fn create_many_on<'a>(
         .bind(column(|n| n.traceparent))
         .bind(column(|n| n.app_version))
         .bind(column(|n| n.skeleton_hash))
-        .bind(now)
+        .bind(now);
+    if let Some(queued) = queued {
+        query = query
+            .bind(queued.iter().map(|q| q.queue).collect::<Vec<_>>())
+            .bind(queued.iter().map(|q| q.priority).collect::<Vec<_>>())
+            .bind(queued.iter().map(|q| q.partition).collect::<Vec<_>>())
+            .bind(queued.iter().map(|q| q.not_before).collect::<Vec<_>>());
+    }
+    let inserted = query
         .fetch_all(&mut *conn)
         .await
         .map_err(StoreError::query(OP))?;
