@@ -1792,6 +1792,102 @@ async fn sqlite_the_connection_kept_for_the_next_step_holds_no_lock() {
         .expect("closing the store waited for the kept transaction");
 }
 
+/// SQLite: a step whose begin on the kept connection meets the write lock
+/// held elsewhere past that connection's busy timeout fails, naming the
+/// lock, and leaves nothing broken: the lock is free once the other
+/// writer lets go, and the next steps begin, write and commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_kept_connection_that_cannot_begin_fails_and_breaks_nothing() {
+    use sqlx::ConnectOptions as _;
+    let db = TestDb::new(Backend::Sqlite).await;
+    let keiro = db.keiro().await;
+    let store = keiro::unstable::raw_store(&keiro).clone();
+    create_kept_rows(&store).await;
+    let key = uuid::Uuid::new_v4().to_string();
+    store
+        .create_instance(&keiro_store::NewInstance::new(&key, "kept", "[]"))
+        .await
+        .unwrap();
+    let timing = keiro_store::StepTiming {
+        attempts: Some(1),
+        started_at: None,
+    };
+    // Step `seq` of the instance: inserts `{key}-{seq}` and commits with
+    // its journal row, keeping its connection; `wait` shortens that
+    // connection's wait for the write lock.
+    let put = |seq: i64, wait: bool| {
+        let (store, key) = (store.clone(), key.clone());
+        async move {
+            let mut tx = store.begin_step_tx().await?;
+            let keiro_store::StepTx::Sqlite(conn) = &mut tx else {
+                panic!("a SQLite transaction")
+            };
+            if wait {
+                sqlx::query("PRAGMA busy_timeout = 100")
+                    .execute(&mut **conn)
+                    .await
+                    .unwrap();
+            }
+            sqlx::query("INSERT INTO kept_rows (k) VALUES ($1)")
+                .bind(format!("{key}-{seq}"))
+                .execute(&mut **conn)
+                .await
+                .unwrap();
+            let row = StepRow {
+                workflow_id: key.clone(),
+                generation: 0,
+                seq,
+                name: "put".into(),
+                kind: "step".into(),
+                result: "null".into(),
+            };
+            let now = store.now_us();
+            tx.journal_and_commit(&store, row, timing, now).await
+        }
+    };
+    assert!(put(1, true).await.unwrap());
+    let options = <sqlx::sqlite::SqliteConnectOptions as std::str::FromStr>::from_str(&db.url)
+        .unwrap()
+        .busy_timeout(Duration::from_secs(5));
+    let mut elsewhere = options.connect().await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut elsewhere)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let error = put(2, false)
+        .await
+        .expect_err("the write lock is held elsewhere");
+    assert!(error.to_string().contains("locked"), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "waited {:?}",
+        started.elapsed()
+    );
+    sqlx::query("COMMIT").execute(&mut elsewhere).await.unwrap();
+    for seq in 3..=6 {
+        assert!(put(seq, false).await.unwrap(), "step {seq}");
+    }
+    // Another connection writes at once: nothing kept holds the lock.
+    sqlx::query("PRAGMA busy_timeout = 0")
+        .execute(&mut elsewhere)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO kept_rows (k) VALUES ($1)")
+        .bind(format!("{key}-7"))
+        .execute(&mut elsewhere)
+        .await
+        .unwrap();
+    let expected: Vec<String> = [1, 3, 4, 5, 6, 7]
+        .iter()
+        .map(|n| format!("{key}-{n}"))
+        .collect();
+    assert_eq!(kept_rows(&store, &key).await, expected);
+    let steps = store.load_journal(&key, 0).await.unwrap();
+    let seqs: Vec<i64> = steps.iter().map(|step| step.seq).collect();
+    assert_eq!(seqs, [1, 3, 4, 5, 6]);
+}
+
 on_both_backends!(
     a_step_on_the_kept_connection_runs_in_a_transaction_of_its_own,
     a_body_that_ends_the_transaction_itself_fails_the_instance,
