@@ -103,6 +103,14 @@ async fn a_batch_puts_each_instance_on_its_queue(db: &TestDb) {
                 ..on("a")
             },
         ),
+        (
+            instance("default-later"),
+            Queued {
+                queue: None,
+                not_before: Some(later),
+                ..on("a")
+            },
+        ),
     ];
     let created = db.store.create_queued_many(&batch).await.unwrap();
     let ids: Vec<(&str, bool)> = created.iter().map(|(r, c)| (r.id.as_str(), *c)).collect();
@@ -112,10 +120,16 @@ async fn a_batch_puts_each_instance_on_its_queue(db: &TestDb) {
             ("a-low", true),
             ("b-one", true),
             ("a-high", true),
-            ("a-later", true)
+            ("a-later", true),
+            ("default-later", true)
         ]
     );
     assert_eq!(created[3].0.wake_at, Some(later), "the delay is in the row");
+    // And in the stored rows, on a named queue and on the default one.
+    for id in ["a-later", "default-later"] {
+        let stored = db.store.get_instance(id).await.unwrap().unwrap();
+        assert_eq!(stored.wake_at, Some(later), "{id}'s delay is stored");
+    }
     // Nothing of them on the default queue.
     let due = db.store.claim_due(lease(), &[FLOW], &[], 10).await.unwrap();
     assert!(due.is_empty(), "{due:?}");

@@ -545,11 +545,12 @@ async fn hold_and_look(
     tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
     let logged = String::from_utf8_lossy(&WARNINGS.lock().unwrap()).into_owned();
     let named = format!("`hold_and_look` of workflow `holds_and_looks` id `{key}` has ");
+    let held = match tx.sqlite() {
+        Some(_) => "held SQLite's only write lock for",
+        None => "kept its PostgreSQL transaction open for",
+    };
     Ok(logged.lines().any(|line| {
-        line.contains(&named)
-            && line.contains("its body still runs")
-            && (line.contains("held SQLite's only write lock for")
-                || line.contains("kept its PostgreSQL transaction open for"))
+        line.contains(&named) && line.contains("its body still runs") && line.contains(held)
     }))
 }
 
@@ -561,17 +562,25 @@ async fn holds_and_looks(key: String, ms: u64) -> Result<bool, String> {
 /// A body that holds its transaction (SQLite's write lock, 3 s; a
 /// PostgreSQL transaction, 5 s) and has not returned is warned about while
 /// it runs (a body stuck forever would otherwise never be named), not only
-/// once it returns.
+/// once it returns; one that returns a little earlier is not.
 async fn a_body_still_holding_its_transaction_is_warned_about_while_it_runs(backend: Backend) {
     capture_warnings();
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
     let key = uuid::Uuid::new_v4().to_string();
-    let ms = match backend {
-        Backend::Sqlite => 3400,
-        _ => 5400,
+    // Just short of the backend's threshold, then past it.
+    let (short, past) = match backend {
+        Backend::Sqlite => (2600, 3400),
+        _ => (4600, 5400),
     };
-    let warned = holds_and_looks(key.clone(), ms)
+    let early = format!("{key}-early");
+    let warned = holds_and_looks(early.clone(), short)
+        .id(&early)
+        .on(&keiro)
+        .await
+        .unwrap();
+    assert_eq!(warned, Ok(false), "warned before the threshold");
+    let warned = holds_and_looks(key.clone(), past)
         .id(&key)
         .on(&keiro)
         .await
@@ -1812,22 +1821,20 @@ async fn sqlite_a_kept_connection_that_cannot_begin_fails_and_breaks_nothing() {
         attempts: Some(1),
         started_at: None,
     };
-    // Step `seq` of the instance: inserts `{key}-{seq}` and commits with
-    // its journal row, keeping its connection; `wait` shortens that
-    // connection's wait for the write lock.
-    let put = |seq: i64, wait: bool| {
+    // Step `seq` of the instance: sets its connection's wait for the write
+    // lock to `wait_ms` (for the next begin on it), inserts `{key}-{seq}`
+    // and commits with its journal row, keeping its connection.
+    let put = |seq: i64, wait_ms: u32| {
         let (store, key) = (store.clone(), key.clone());
         async move {
             let mut tx = store.begin_step_tx().await?;
             let keiro_store::StepTx::Sqlite(conn) = &mut tx else {
                 panic!("a SQLite transaction")
             };
-            if wait {
-                sqlx::query("PRAGMA busy_timeout = 100")
-                    .execute(&mut **conn)
-                    .await
-                    .unwrap();
-            }
+            sqlx::query(&format!("PRAGMA busy_timeout = {wait_ms}"))
+                .execute(&mut **conn)
+                .await
+                .unwrap();
             sqlx::query("INSERT INTO kept_rows (k) VALUES ($1)")
                 .bind(format!("{key}-{seq}"))
                 .execute(&mut **conn)
@@ -1845,7 +1852,7 @@ async fn sqlite_a_kept_connection_that_cannot_begin_fails_and_breaks_nothing() {
             tx.journal_and_commit(&store, row, timing, now).await
         }
     };
-    assert!(put(1, true).await.unwrap());
+    assert!(put(1, 500).await.unwrap());
     let options = <sqlx::sqlite::SqliteConnectOptions as std::str::FromStr>::from_str(&db.url)
         .unwrap()
         .busy_timeout(Duration::from_secs(5));
@@ -1855,7 +1862,7 @@ async fn sqlite_a_kept_connection_that_cannot_begin_fails_and_breaks_nothing() {
         .await
         .unwrap();
     let started = std::time::Instant::now();
-    let error = put(2, false)
+    let error = put(2, 30_000)
         .await
         .expect_err("the write lock is held elsewhere");
     assert!(error.to_string().contains("locked"), "{error}");
@@ -1866,7 +1873,7 @@ async fn sqlite_a_kept_connection_that_cannot_begin_fails_and_breaks_nothing() {
     );
     sqlx::query("COMMIT").execute(&mut elsewhere).await.unwrap();
     for seq in 3..=6 {
-        assert!(put(seq, false).await.unwrap(), "step {seq}");
+        assert!(put(seq, 30_000).await.unwrap(), "step {seq}");
     }
     // Another connection writes at once: nothing kept holds the lock.
     sqlx::query("PRAGMA busy_timeout = 0")

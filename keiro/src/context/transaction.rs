@@ -56,9 +56,9 @@ const SLOW_LOCK: Duration = Duration::from_secs(1);
 const STUCK_LOCK: Duration = Duration::from_secs(3);
 
 /// How long a body may keep its PostgreSQL transaction open, still running,
-/// before keiro warns (and again each time that doubles): the rows it wrote
-/// stay locked against every other writer, its connection is out of the
-/// pool, and vacuum cannot clean up behind it, for as long as it runs.
+/// before keiro warns (and again each time that doubles): its connection is
+/// out of the pool, and any rows it wrote or locked stay locked against
+/// other writers, for as long as it runs.
 const STUCK_TRANSACTION: Duration = Duration::from_secs(5);
 
 /// Runs a `#[step(transaction)]`: `body` runs in a transaction on keiro's
@@ -412,10 +412,10 @@ async fn warn_while_stuck<R>(
                         step = name,
                         held_ms,
                         "keiro transactional step `{name}`{of} has kept its PostgreSQL \
-                         transaction open for {held:?} and its body still runs: the rows it \
-                         wrote stay locked against every other writer, its connection is out of \
-                         the pool, and vacuum cannot clean up behind it until it returns. \
-                         {bound}"
+                         transaction open for {held:?} and its body still runs: until it \
+                         returns its connection is out of the pool, and any rows it wrote or \
+                         locked stay locked against other writers (a transaction waiting on \
+                         another's lock is named here too). {bound}"
                     );
                 }
                 next = next.saturating_mul(2);
