@@ -433,7 +433,8 @@ async fn no_row_lands_behind_one_journaled_first(backend: Backend) {
             .unwrap();
         // The run stops when its write meets step TAKEN's row: it lost its
         // lease, so it records no end; it still held the lease (the row came
-        // from no other worker), and releases it.
+        // from no other worker), and releases it once it let go of the
+        // instance in this process.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
             let row = store.get_instance(id).await.unwrap().unwrap();
@@ -445,7 +446,7 @@ async fn no_row_lands_behind_one_journaled_first(backend: Backend) {
                 std::time::Instant::now() < deadline,
                 "{id}: the stopped run kept its lease"
             );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
         let first = steps(id).await;
         let kept = first.len() - 1;
@@ -456,10 +457,11 @@ async fn no_row_lands_behind_one_journaled_first(backend: Backend) {
         if wait {
             assert_eq!(kept, TAKEN as usize, "{id}: {first:?}");
         }
-        // A worker runs it on from that journal at once. (Started once the
-        // run let go of the instance in this process too: a worker's claim
-        // of an instance this process still drives leaves it alone.)
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // A pass of this process claiming it the moment it is released runs
+        // it on from that journal: the run let go of it here first (a pass
+        // finding it still driven here would leave it to its 60 s lease).
+        let pass = keiro.resume_once(&ResumeOptions::default()).await.unwrap();
+        assert_eq!((pass.resumed, pass.lease_skipped), (1, 0), "{id}: {pass:?}");
         let worker = keiro
             .resume_worker(ResumeOptions::default().poll_interval(Duration::from_millis(50)))
             .await

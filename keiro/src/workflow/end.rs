@@ -11,6 +11,7 @@ use keiro_store::{
 
 use crate::registry::WorkflowOutput;
 use crate::retry::retrying;
+use crate::runtime::inflight::Slot;
 use crate::time::duration_us;
 use crate::{Error, Keiro, Result};
 
@@ -281,9 +282,46 @@ async fn finish(
 /// overtaken (another run recorded one of its steps first), only while
 /// this process holds it: that other run may have been a stale one of the
 /// same instance, leaving this run the holder, and the instance then runs
-/// on from its journal at once instead of after the lease lapses. A failed
-/// release is logged: the lease then lapses as it would have.
+/// on from its journal at once instead of after the lease lapses.
+///
+/// The release waits until the run has let go of the instance in this
+/// process (its caller published or released it), and is made holding the
+/// right to drive it here: a resume pass of this process that claims it
+/// once it is released then runs it, where a pass claiming it in between
+/// would have found it still driven here and left it to its lease. If a
+/// run of this process drives it again by then, that run holds the lease,
+/// and nothing is released. A failed release is logged: the lease then
+/// lapses as it would have.
 pub(super) async fn release_overtaken(keiro: &Keiro, name: &str, id: &str) {
+    let Some(mut driven) = keiro.inflight().attach(id) else {
+        release_lease(keiro, name, id).await;
+        return;
+    };
+    let keiro = keiro.clone();
+    let (name, id) = (name.to_owned(), id.to_owned());
+    tokio::spawn(async move {
+        // A result published, or the channel closed: the run let go. Past
+        // the lease's length it has lapsed anyway.
+        let let_go = driven.wait_for(|ended| ended.is_some());
+        if tokio::time::timeout(keiro.lease_ttl(), let_go)
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let Some(registered) = keiro.registry().get(&name).map(|r| r.name) else {
+            return;
+        };
+        if let Slot::Mine(driving) = keiro.inflight().take(&id, registered) {
+            release_lease(&keiro, &name, &id).await;
+            keiro.inflight().release(driving);
+        }
+    });
+}
+
+/// Releases this process's lease of instance `id` (of workflow `name`), if
+/// it holds it; a failure is logged.
+async fn release_lease(keiro: &Keiro, name: &str, id: &str) {
     if let Err(error) = keiro.raw_store().release(id, keiro.owner()).await {
         tracing::warn!(
             name,
@@ -424,4 +462,82 @@ async fn set_aside(keiro: &Keiro, row: &InstanceRow, error: Error) -> Result<Opt
 fn crash_backoff(attempts: i64) -> Duration {
     Duration::from_millis(100u64.saturating_mul(1 << attempts.clamp(0, 10) as u32))
         .min(Duration::from_secs(60))
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use std::time::Duration;
+
+    use keiro_store::{Lease, NewInstance};
+
+    use super::release_overtaken;
+    use crate::registry::{WorkflowInput, WorkflowOutput, WorkflowRegistration};
+    use crate::runtime::inflight::Slot;
+    use crate::{Keiro, Result};
+
+    const NAME: &str = "end_tests_overtaken";
+
+    fn never(_: WorkflowInput) -> futures::future::BoxFuture<'static, Result<WorkflowOutput>> {
+        Box::pin(async { WorkflowOutput::encode(&(), false) })
+    }
+
+    fn unit() -> String {
+        crate::signature::of::<(), ()>()
+    }
+
+    inventory::submit! {
+        WorkflowRegistration::new(NAME, "end::tests::never", never, unit)
+    }
+
+    /// The lease holder of instance `id`.
+    async fn holder(keiro: &Keiro, id: &str) -> Option<String> {
+        let row = keiro.raw_store().get_instance(id).await.unwrap().unwrap();
+        row.lease_owner
+    }
+
+    /// An overtaken run's lease is released only once the run let go of the
+    /// instance in this process: a resume pass claiming it the moment it is
+    /// released then finds nobody driving it here, and runs it, instead of
+    /// leaving it to its lease.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_overtaken_runs_lease_is_released_once_the_run_let_go_here() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("end.db").display());
+        let keiro = Keiro::builder(url).connect().await.unwrap();
+        let owner = keiro.owner().to_owned();
+        let lease = Lease {
+            owner: &owner,
+            ttl_us: 60_000_000,
+        };
+        let id = "overtaken";
+        keiro
+            .raw_store()
+            .create_instance(&NewInstance {
+                lease: Some(lease),
+                ..NewInstance::new(id, NAME, "[]")
+            })
+            .await
+            .unwrap();
+        // The stopped run, still driving the instance here.
+        let Slot::Mine(driving) = keiro.inflight().take(id, NAME) else {
+            panic!("nobody drives {id} yet")
+        };
+        release_overtaken(&keiro, NAME, id).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(holder(&keiro, id).await.as_deref(), Some(owner.as_str()));
+        assert!(matches!(keiro.inflight().take(id, NAME), Slot::Attached(_)));
+        // The run lets go: the lease goes.
+        keiro.inflight().release(driving);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while holder(&keiro, id).await.is_some() {
+            assert!(std::time::Instant::now() < deadline, "the lease was kept");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // And nothing drives it here any more.
+        let Slot::Mine(driving) = keiro.inflight().take(id, NAME) else {
+            panic!("{id} is still driven here")
+        };
+        keiro.inflight().release(driving);
+        keiro.shutdown().await.unwrap();
+    }
 }
