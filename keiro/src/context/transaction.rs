@@ -171,7 +171,7 @@ where
         // Boxed: the compiler cannot tell this future is `Send` for every
         // lifetime of the body's borrow when it goes through a generic
         // function unboxed.
-        let value = warn_while_stuck(Box::pin(body), began, sqlite, self.meta.name, of()).await;
+        let value = warn_while_stuck(Box::pin(body), began, sqlite, self.meta.name, &of).await;
         let held = began.elapsed();
         if held >= SLOW_LOCK && sqlite {
             let of = of();
@@ -366,17 +366,17 @@ where
     }
 }
 
-/// Runs `body`, the body of transactional step `name` (`of`: of which run),
-/// which began at `began`, warning once it still runs after holding
-/// SQLite's write lock [`STUCK_LOCK`] (`sqlite`) or its PostgreSQL
-/// transaction open [`STUCK_TRANSACTION`], and again each time that
-/// doubles.
+/// Runs `body`, the body of transactional step `name` (`of` names its run
+/// when a warning needs it), which began at `began`, warning once it still
+/// runs after holding SQLite's write lock [`STUCK_LOCK`] (`sqlite`) or its
+/// PostgreSQL transaction open [`STUCK_TRANSACTION`], and again each time
+/// that doubles.
 async fn warn_while_stuck<R>(
     mut body: Pin<Box<dyn Future<Output = R> + Send + '_>>,
     began: std::time::Instant,
     sqlite: bool,
     name: &'static str,
-    of: String,
+    of: &(dyn Fn() -> String + Sync),
 ) -> R {
     let mut next = if sqlite {
         STUCK_LOCK
@@ -395,6 +395,7 @@ async fn warn_while_stuck<R>(
             () = tokio::time::sleep_until(at.into()) => {
                 let held = began.elapsed();
                 let held_ms = held.as_millis() as u64;
+                let of = of();
                 let bound = "Bound the body's slow calls (`timeout_ms` on the step drops an \
                              attempt out of time and rolls it back), or do them in a plain step \
                              before or after it";
