@@ -58,6 +58,16 @@ const COMMIT_SQLITE: &str = concat!(
 #[cfg(feature = "postgres")]
 const IDLE_GRACE_MS: i32 = 1_000;
 
+/// The text of [`BEGIN_SQLITE`], a literal so that [`REBEGIN_SQLITE`] is
+/// built from the same one.
+#[cfg(feature = "sqlite")]
+macro_rules! begin_sqlite {
+    () => {
+        "DELETE FROM temp.keiro_step_open; BEGIN IMMEDIATE; \
+         INSERT INTO temp.keiro_step_open (one) VALUES (1); SAVEPOINT keiro_step"
+    };
+}
+
 /// How a transactional step's transaction begins on SQLite: with the write
 /// lock, the mark and the guard savepoint (see [`GUARD_RELEASE`]). A mark
 /// left by an earlier transaction (one a body committed and then opened
@@ -68,8 +78,7 @@ const IDLE_GRACE_MS: i32 = 1_000;
 /// lock: the insert follows a delete from the same table that succeeded,
 /// so only running out of memory could fail it there.
 #[cfg(feature = "sqlite")]
-pub(crate) const BEGIN_SQLITE: &str = "DELETE FROM temp.keiro_step_open; BEGIN IMMEDIATE; \
-     INSERT INTO temp.keiro_step_open (one) VALUES (1); SAVEPOINT keiro_step";
+pub(crate) const BEGIN_SQLITE: &str = begin_sqlite!();
 /// [`BEGIN_SQLITE`] on a connection kept after the last transactional step's
 /// commit (see [`crate::warm`]), inside the empty deferred transaction that
 /// commit opened and sqlx counts open: that one rolled back, then the same
@@ -79,8 +88,7 @@ pub(crate) const BEGIN_SQLITE: &str = "DELETE FROM temp.keiro_step_open; BEGIN I
 /// the pool finds the connection outside the transaction sqlx counts and
 /// closes it (see `release_outside_transaction`).
 #[cfg(feature = "sqlite")]
-const REBEGIN_SQLITE: &str = "ROLLBACK; DELETE FROM temp.keiro_step_open; BEGIN IMMEDIATE; \
-     INSERT INTO temp.keiro_step_open (one) VALUES (1); SAVEPOINT keiro_step";
+const REBEGIN_SQLITE: &str = concat!("ROLLBACK; ", begin_sqlite!());
 /// The guard of a transactional step's transaction on SQLite, released:
 /// the savepoint `keiro_step` it opens with, and its mark, a row of the
 /// connection's own temporary table `keiro_step_open` (see
