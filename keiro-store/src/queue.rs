@@ -113,6 +113,8 @@ pub(crate) struct QueueStatements {
     dedup_holder: String,
     pub(crate) rooms: String,
     pub(crate) claim_partition: String,
+    /// As `claim_partition`, of instances that started before only.
+    pub(crate) claim_started: String,
     pub(crate) hand_over: String,
     /// Several slots of one partition handed over at once (see
     /// [`hand_over_all_on`]).
@@ -206,6 +208,30 @@ impl QueueStatements {
                 skip = d.skip_locked,
             )
         };
+        // $1 owner, $2 lease expiry, $3 now, $4 how many, $5 queue, $6
+        // partition, $7 the claimable application versions (a JSON array),
+        // $8 on: the registered workflows. The partition's first takeable
+        // rows in run order that also meet `only`, read off the queue's
+        // order index.
+        //
+        // The pick locks its rows and passes over those locked
+        // (PostgreSQL): a hand-over may be leasing one of them, and the
+        // claim must not wait for it and then take it a second time (the
+        // subquery's ids are not re-checked against the committed row).
+        let claim = |only: &str| {
+            start((d.picked_ids)(&format!(
+                "SELECT c.id FROM {w} c{order_index} \
+                     WHERE c.queue = $5 AND c.partition_key = $6 AND {takeable}{only} \
+                     AND (c.app_version IS NULL OR c.app_version IN ({versions})) \
+                     AND EXISTS (SELECT 1 FROM {registered} WHERE r.name = c.name \
+                         AND (c.signature IS NULL OR c.signature = r.signature)) \
+                     ORDER BY {order} LIMIT $4{skip}",
+                takeable = takeable("$3"),
+                versions = (d.json_text_elements)("$7"),
+                registered = (d.registered_rows)(8),
+                skip = d.skip_locked,
+            )))
+        };
         QueueStatements {
             lock: d.queue_lock,
             mark_queued: format!(
@@ -255,27 +281,10 @@ impl QueueStatements {
                 mine = count(&running_index, &format!("{running} AND x.lease_owner = $1")),
                 started = count(&started_index, "x.queue_started_at > $4"),
             ),
-            // $1 owner, $2 lease expiry, $3 now, $4 how many, $5 queue,
-            // $6 partition, $7 the claimable application versions (a JSON
-            // array), $8 on: the registered workflows. The partition's first
-            // takeable rows in run order, read off the queue's order index.
-            //
-            // The pick locks its rows and passes over those locked
-            // (PostgreSQL): a hand-over may be leasing one of them, and the
-            // claim must not wait for it and then take it a second time (the
-            // subquery's ids are not re-checked against the committed row).
-            claim_partition: start((d.picked_ids)(&format!(
-                "SELECT c.id FROM {w} c{order_index} \
-                     WHERE c.queue = $5 AND c.partition_key = $6 AND {takeable} \
-                     AND (c.app_version IS NULL OR c.app_version IN ({versions})) \
-                     AND EXISTS (SELECT 1 FROM {registered} WHERE r.name = c.name \
-                         AND (c.signature IS NULL OR c.signature = r.signature)) \
-                     ORDER BY {order} LIMIT $4{skip}",
-                takeable = takeable("$3"),
-                versions = (d.json_text_elements)("$7"),
-                registered = (d.registered_rows)(8),
-                skip = d.skip_locked,
-            ))),
+            claim_partition: claim(""),
+            // As `claim_partition`, of instances started before only (see
+            // `Store::claim_queue`).
+            claim_started: claim(" AND c.queue_started_at IS NOT NULL"),
             // $1 owner, $2 lease expiry, $3 now, $4 queue, $5 the finishing
             // instance, $6 workflow name, $7 its registered signature, $8 the
             // claimable versions (a JSON array): the first successor of $5's
@@ -551,27 +560,45 @@ impl Store {
                 if left <= 0 {
                     break;
                 }
-                let take = room.free(limits, starts).min(left);
-                if take <= 0 {
-                    continue;
-                }
-                let args = args![
-                    lease.owner,
-                    expires,
-                    now,
-                    take,
-                    limits.name,
-                    room.partition.as_str(),
-                    &versions,
+                // An instance that started before (resuming after a
+                // suspension or a retry, or after its worker was lost) is
+                // no new start: only the concurrency limits hold it back.
+                let slots = room.free(limits, i64::MAX).min(left);
+                let fresh = room.free(limits, starts).min(left);
+                let mut took = 0;
+                let passes = [
+                    (&sql.queue.claim_partition, false),
+                    (&sql.queue.claim_started, true),
                 ];
-                let query = bind_all!(crate::prepared::query(&sql.queue.claim_partition), &args);
-                let rows = s
-                    .bind_registered(query, workflows)
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(StoreError::query(OP))?;
-                for row in &rows {
-                    claimed.push(Claimed::from_row(row)?.0);
+                for (statement, started_only) in passes {
+                    let take = match started_only {
+                        false => fresh,
+                        // The slots the rate limit left free.
+                        true if limits.rate_limit.is_some() => slots - took,
+                        true => 0,
+                    };
+                    if take <= 0 {
+                        continue;
+                    }
+                    let args = args![
+                        lease.owner,
+                        expires,
+                        now,
+                        take,
+                        limits.name,
+                        room.partition.as_str(),
+                        &versions,
+                    ];
+                    let query = bind_all!(crate::prepared::query(statement), &args);
+                    let rows = s
+                        .bind_registered(query, workflows)
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err(StoreError::query(OP))?;
+                    took += rows.len() as i64;
+                    for row in &rows {
+                        claimed.push(Claimed::from_row(row)?.0);
+                    }
                 }
             }
             tx.commit().await.map_err(StoreError::query(OP))?;
@@ -631,8 +658,10 @@ impl Store {
 }
 
 /// Records `new` on its queue in the caller's transaction, like
-/// [`Store::create_queued`]. On PostgreSQL a refused duplicate aborts the
-/// transaction; the check before the insert refuses the common case without.
+/// [`Store::create_queued`]. With a dedup key the writes run under a
+/// savepoint: an enqueue that commits the same key while this one waits
+/// (PostgreSQL) is refused with [`StoreError::Duplicate`] naming it, and the
+/// caller's transaction stays usable, holding nothing of this call.
 pub async fn create_queued_tx<'t, 'c>(
     tx: impl Into<crate::TimerTx<'t, 'c>>,
     new: &crate::NewInstance<'_>,
@@ -644,11 +673,43 @@ where
     crate::validate::validate_id("workflow id", new.id)?;
     crate::validate::validate_id("workflow name", new.name)?;
     let mut tx = tx.into();
-    let created = create_queued_on(tx.reborrow().into(), new, queued, crate::now_us()).await?;
+    let now = crate::now_us();
+    let created = match queued.dedup {
+        None => create_queued_on(tx.reborrow().into(), new, queued, now).await?,
+        Some(key) => {
+            savepoint(tx.reborrow().into(), "SAVEPOINT keiro_enqueue").await?;
+            match create_queued_on(tx.reborrow().into(), new, queued, now).await {
+                Ok(created) => {
+                    savepoint(tx.reborrow().into(), "RELEASE SAVEPOINT keiro_enqueue").await?;
+                    created
+                }
+                Err(error) => {
+                    savepoint(tx.reborrow().into(), "ROLLBACK TO SAVEPOINT keiro_enqueue").await?;
+                    if !is_unique_violation(&error) {
+                        return Err(error);
+                    }
+                    // The other enqueue committed the key first: name it.
+                    let found = find_duplicate(tx.reborrow().into(), new, queued, key).await?;
+                    return Err(found.unwrap_or(error));
+                }
+            }
+        }
+    };
     if created.1 {
         crate::outbox::notify_on(tx.into(), "").await?;
     }
     Ok(created)
+}
+
+/// Runs savepoint statement `statement` on `conn` (a transaction).
+async fn savepoint(conn: Conn<'_>, statement: &'static str) -> Result<()> {
+    dispatch!(Conn, conn, |c, _sql| {
+        sqlx::query(statement)
+            .execute(&mut *c)
+            .await
+            .map(drop)
+            .map_err(StoreError::query("create_queued"))
+    })
 }
 
 /// Records `new` on its queue on `conn` (a transaction): refuses a live

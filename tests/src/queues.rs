@@ -83,6 +83,17 @@ pub async fn gated_job(file: String, tag: String, gate: String) -> Result<String
     Ok(tag)
 }
 
+/// A queued job that records its first step, sleeps `sleep_ms` durably
+/// (suspending when that is longer than the runtime's `suspend_after`), then
+/// records a second step's start and end.
+#[workflow]
+pub async fn sleeping_job(file: String, tag: String, sleep_ms: u64) -> Result<String, String> {
+    first(file.clone(), tag.clone()).await?;
+    keiro::sleep(Duration::from_millis(sleep_ms)).await;
+    hold(file, tag.clone(), 1).await?;
+    Ok(tag)
+}
+
 /// A queued job: one step that records its start and end in `file`.
 #[workflow]
 pub async fn queue_job(file: String, tag: String, hold_ms: u64) -> Result<String, String> {

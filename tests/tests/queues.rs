@@ -11,8 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use keiro::{Error, Keiro, ResumeOptions, ResumeWorker, WorkflowHandle};
 use keiro_tests::process::CrashChild;
 use keiro_tests::queues::{
-    events, gated_job, max_in_flight, queue_job, spawns_on_a_queue, CONCURRENCY_2, ONE_AT_A_TIME,
-    PER_WORKER_1, PLAIN, RATE_20,
+    events, gated_job, max_in_flight, queue_job, sleeping_job, spawns_on_a_queue, CONCURRENCY_2,
+    ONE_AT_A_TIME, PER_WORKER_1, PLAIN, RATE_20,
 };
 use keiro_tests::{on_both_backends, Backend, TestDb};
 
@@ -215,6 +215,128 @@ async fn rate_limit_spaces_starts(backend: Backend) {
     }
     assert_eq!(events(&file).len(), 200);
     worker.stop().await;
+}
+
+keiro::queue!(
+    /// One start in any 30 s (declared here only: a window this long would
+    /// hold back the retention other test binaries use).
+    ONE_IN_30S = "test-one-in-30s",
+    rate_limit = (1, Duration::from_secs(30))
+);
+
+/// A rate limit holds back first starts only: an instance that suspended
+/// in a durable sleep resumes when due though its own start fills the
+/// window, while a second instance waits for the window to pass.
+async fn a_rate_limit_holds_back_new_starts_not_resumes(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let (_dir, file) = events_file();
+    let slept = sleeping_job(text(&file), "slept".into(), 2_000)
+        .on(&keiro)
+        .id("slept")
+        .queue(&ONE_IN_30S)
+        .enqueue()
+        .await
+        .unwrap();
+    let worker = worker_here(&keiro).await;
+    let deadline = Instant::now() + PATIENCE;
+    while !events(&file).iter().any(|e| e.what == "first") {
+        assert!(
+            Instant::now() < deadline,
+            "the first instance never started"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let waits = queue_job(text(&file), "waits".into(), 1)
+        .on(&keiro)
+        .id("waits")
+        .queue(&ONE_IN_30S)
+        .enqueue()
+        .await
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(15), slept.result())
+        .await
+        .expect("the slept instance resumes though the window is full")
+        .unwrap();
+    assert_eq!(out, Ok("slept".to_owned()));
+    let tags: Vec<String> = events(&file).into_iter().map(|e| e.tag).collect();
+    assert!(!tags.iter().any(|t| t == "waits"), "{tags:?}");
+    assert_eq!(
+        recorded_starts(&db, backend, "test-one-in-30s").await.len(),
+        1
+    );
+    assert_eq!(
+        waits.status().await.unwrap(),
+        keiro::WorkflowStatus::Pending
+    );
+    worker.stop().await;
+}
+
+/// PostgreSQL: two transactions enqueue one dedup key under two ids. The
+/// one left waiting on the other's commit is refused with `Error::Duplicate`
+/// naming the winner (not a raw unique-index error), and its transaction
+/// stays usable, holding nothing of the refused call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dedup_race_between_transactions_is_refused_as_a_duplicate() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let keiro = db.keiro().await;
+    let (_dir, file) = events_file();
+    let keiro_store::Store::Postgres(store) = keiro::unstable::raw_store(&keiro) else {
+        unreachable!("a PostgreSQL test database")
+    };
+    let pool = store.pool().clone();
+    let mut first = pool.begin().await.unwrap();
+    dedup_job(&keiro, &file, "race-1", "one-key")
+        .enqueue_tx(&mut first)
+        .await
+        .unwrap();
+    let (keiro2, file2, pool2) = (keiro.clone(), file.clone(), pool.clone());
+    let second = tokio::spawn(async move {
+        let mut tx = pool2.begin().await.unwrap();
+        let refused = dedup_job(&keiro2, &file2, "race-2", "one-key")
+            .enqueue_tx(&mut tx)
+            .await
+            .map(drop);
+        let usable: i32 = sqlx::query_scalar("SELECT 1")
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        (refused, usable)
+    });
+    // The second enqueue waits on the first's key.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+             AND datname = current_database()",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the second enqueue never waited");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    first.commit().await.unwrap();
+    let (refused, usable) = second.await.unwrap();
+    let error = refused.unwrap_err();
+    assert!(
+        matches!(&error, Error::Duplicate { existing_id, key, .. }
+            if existing_id == "race-1" && key == "one-key"),
+        "{error:?}"
+    );
+    assert_eq!(usable, 1);
+    assert!(
+        keiro.summary("race-2").await.is_err(),
+        "the refused call left an instance"
+    );
+    assert_eq!(
+        keiro.summary("race-1").await.unwrap().status,
+        keiro::WorkflowStatus::Pending
+    );
 }
 
 async fn lower_priority_runs_first_fifo_among_equals(backend: Backend) {
@@ -928,8 +1050,8 @@ async fn a_retention_shorter_than_a_rate_window_is_refused(backend: Backend) {
     let text = error.to_string();
     assert!(
         matches!(error, Error::InvalidOption { .. })
-            && text.contains("`test-rate-20`")
-            && text.contains("20 per 1s"),
+            && (text.contains("`test-rate-20`") && text.contains("20 per 1s")
+                || text.contains("`test-one-in-30s`") && text.contains("1 per 30s")),
         "{text}"
     );
     let error = keiro
@@ -941,12 +1063,13 @@ async fn a_retention_shorter_than_a_rate_window_is_refused(backend: Backend) {
     let failed_short = keiro::Retention::finished_older_than(Duration::from_secs(3600))
         .failed_older_than(Duration::from_millis(10));
     assert!(keiro.gc(&failed_short).await.is_err());
-    let enough = keiro::Retention::finished_older_than(Duration::from_secs(1));
+    let enough = keiro::Retention::finished_older_than(Duration::from_secs(30));
     keiro.gc(&enough).await.unwrap();
 }
 
 on_both_backends!(
     a_retention_shorter_than_a_rate_window_is_refused,
+    a_rate_limit_holds_back_new_starts_not_resumes,
     a_worker_reports_a_live_worker_with_other_limits,
     an_instance_on_a_queue_no_worker_declares_is_reported,
     a_fork_of_a_queued_instance_stays_on_its_queue,

@@ -122,6 +122,13 @@ fn checked() -> Vec<Checked> {
             QUEUE,
             false,
         ),
+        (
+            "claim_started",
+            &sql.queue.claim_started,
+            QUEUE_ALIASES,
+            QUEUE,
+            false,
+        ),
         // Sorts its partitions.
         ("rooms", &sql.queue.rooms, QUEUE_ALIASES, QUEUE, true),
     ]
