@@ -564,6 +564,73 @@ async fn a_tick_whose_start_fails_for_a_while_runs_once_the_store_answers() {
     }
 }
 
+/// PostgreSQL only: the tick missed while no worker ran, which a worker
+/// starting runs (missed ticks: run the latest), is still run when the store
+/// refuses its start for a while just then (as in a failover), once it
+/// answers: not dropped after the first try.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missed_tick_refused_at_start_up_runs_once_the_store_answers() {
+    use sqlx::Connection;
+    let db = TestDb::new(Backend::Postgres).await;
+    let keiro = db.keiro().await;
+    keiro
+        .create_schedule("every4", "*/4 * * * * *", greet("x".into()))
+        .await
+        .unwrap();
+    // A worker runs a tick, so the schedule has a last tick; then none runs.
+    let first = worker(&keiro).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ids(&keiro, "cron:every4:").await.is_empty() {
+        assert!(Instant::now() < deadline, "no tick of every4 ran");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    first.stop().await;
+    let mut admin = sqlx::PgConnection::connect(&db.direct_url).await.unwrap();
+    sqlx::raw_sql(
+        "CREATE FUNCTION keiro.refuse_ticks() RETURNS trigger AS $$ BEGIN \
+           RAISE EXCEPTION 'the server is starting up' USING ERRCODE = '57P03'; END $$ \
+         LANGUAGE plpgsql; \
+         CREATE TRIGGER refuse_ticks BEFORE INSERT ON keiro.workflows FOR EACH ROW \
+           WHEN (NEW.id LIKE 'cron:every4:%') EXECUTE FUNCTION keiro.refuse_ticks();",
+    )
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    // A tick falls with no worker running; a worker starts just after it.
+    let stopped_at = now_secs();
+    let missed = loop {
+        let now = now_secs();
+        if now > stopped_at && now % 4 == 0 {
+            break now;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second = worker(&keiro).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let ran = |ids: Vec<String>| -> Vec<i64> {
+        ids.iter()
+            .map(|id| tick_after("cron:every4:", id))
+            .collect()
+    };
+    assert!(!ran(ids(&keiro, "cron:every4:").await).contains(&missed));
+    sqlx::raw_sql("DROP TRIGGER refuse_ticks ON keiro.workflows")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    second.stop().await;
+    assert!(
+        now_secs() < missed + 4,
+        "the test overran the next tick; its window is 4 s"
+    );
+    let ran = ran(ids(&keiro, "cron:every4:").await);
+    assert!(
+        ran.contains(&missed),
+        "the missed tick {missed}, refused at start-up, never ran: {ran:?}"
+    );
+}
+
 /// Writes a `#[workflow(cron)]` schedule row as another version of the
 /// code (or another binary) would.
 async fn put_static(keiro: &Keiro, name: &str, cron: &str, timezone: &str) {

@@ -92,6 +92,9 @@ struct Cursor {
     spec: CronSpec,
     /// Every tick at or before this was handled.
     handled: i64,
+    /// The missed tick start-up runs (see [`MissedTicks::RunLatest`]) while
+    /// the store refuses its start: tried again at each pass until it is.
+    missed: Option<i64>,
 }
 
 /// Starts a scheduler task, which runs until it is aborted (with its resume
@@ -199,20 +202,28 @@ async fn pass(
             continue;
         };
         if row.paused {
-            // Ticks that fall while paused are not run on resume.
+            // Ticks that fall while paused are not run on resume, nor is a
+            // missed one not yet started.
             cursor.handled = now;
+            cursor.missed = None;
             continue;
         }
         if first && missed == MissedTicks::RunLatest {
             if let (Some(last), Some(latest)) = (row.last_tick, cursor.spec.latest_until(now)) {
                 if latest > last {
-                    fire_logged(keiro, runs, row, latest).await;
+                    cursor.missed = Some(latest);
                 }
             }
         }
         let mut retry = false;
+        if let Some(tick) = cursor.missed {
+            retry = fire_logged(keiro, runs, row, tick).await == Fired::Retry;
+            if !retry {
+                cursor.missed = None;
+            }
+        }
         let late = now.saturating_sub(crate::time::duration_us(LATE_AFTER));
-        if cursor.handled < late {
+        if !retry && cursor.handled < late {
             // Held up: the ticks up to `late` are missed ticks.
             let latest = cursor
                 .spec
@@ -305,13 +316,16 @@ fn cursor<'c>(
             return None;
         }
     };
-    let handled = cursors.get(&row.name).map_or(now, |c| c.handled);
+    let (handled, missed) = cursors
+        .get(&row.name)
+        .map_or((now, None), |c| (c.handled, c.missed));
     cursors.insert(
         row.name.clone(),
         Cursor {
             definition,
             spec,
             handled,
+            missed,
         },
     );
     cursors.get_mut(&row.name)
