@@ -68,6 +68,9 @@ pub(crate) struct ScheduleStatements {
     get: String,
     /// Sets `paused` of `$1` to `$2` at `$3`.
     set_paused: String,
+    /// Resumes `$1` at `$3`, moving its `last_tick` forward to `$2` (never
+    /// back; not at all when `$2` is negative).
+    unpause: String,
     /// Deletes schedule `$1`.
     delete: String,
     /// Deletes schedule `$1` if it is a `#[workflow(cron)]` one.
@@ -105,6 +108,12 @@ impl ScheduleStatements {
             list: format!("SELECT {COLUMNS} FROM {t} ORDER BY name"),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE name = $1"),
             set_paused: format!("UPDATE {t} SET paused = $2, updated_at = $3 WHERE name = $1"),
+            unpause: format!(
+                "UPDATE {t} SET paused = 0, updated_at = $3, last_tick = CASE \
+                     WHEN $2 >= 0 AND (last_tick IS NULL OR last_tick < $2) THEN $2 \
+                     ELSE last_tick END \
+                 WHERE name = $1"
+            ),
             delete: format!("DELETE FROM {t} WHERE name = $1"),
             delete_static: format!("DELETE FROM {t} WHERE name = $1 AND input IS NULL"),
             record_tick: format!(
@@ -208,6 +217,21 @@ impl Store {
                 "set_schedule_paused",
                 |s| &s.schedules.set_paused,
                 &args![name, i64::from(paused), self.now_us()],
+            )
+            .await?;
+        Ok(changed > 0)
+    }
+
+    /// Resumes schedule `name`, recording `passed_over` (the latest tick
+    /// that fell while it was paused, if any) as its last tick in the same
+    /// statement, so no reader sees it resumed with that tick unrecorded;
+    /// `false` when there is none.
+    pub async fn unpause_schedule(&self, name: &str, passed_over: Option<i64>) -> Result<bool> {
+        let changed = self
+            .execute(
+                "unpause_schedule",
+                |s| &s.schedules.unpause,
+                &args![name, passed_over.unwrap_or(-1), self.now_us()],
             )
             .await?;
         Ok(changed > 0)

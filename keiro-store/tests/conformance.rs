@@ -42,6 +42,7 @@ conformance!(
     corrupt_status_is_reported,
     writer_lands_200_concurrent_appends,
     racing_writers_converge_on_one_result,
+    unpausing_a_schedule_records_the_tick_passed_over,
 );
 
 // ---------------------------------------------------------------------------
@@ -1008,4 +1009,46 @@ async fn postgres_append_steps_lets_an_aborted_insert_go() {
         vec![step("wf", 0, 0, "\"mine\"")]
     );
     db.finish().await;
+}
+
+/// Resuming a schedule records the latest tick that fell while it was paused
+/// in the same statement, only ever moving `last_tick` forward; an unknown
+/// name changes nothing.
+async fn unpausing_a_schedule_records_the_tick_passed_over(db: &TestDb) {
+    let store = &db.store;
+    let def = keiro_store::ScheduleDef {
+        name: "nightly",
+        cron: "0 0 2 * * *",
+        timezone: "UTC",
+        workflow: "report",
+        input: Some("[]"),
+    };
+    assert!(store.put_schedule(&def).await.unwrap());
+    let row = || async { store.schedule_named("nightly").await.unwrap().unwrap() };
+    assert!(store.set_schedule_paused("nightly", true).await.unwrap());
+    assert!(row().await.paused);
+    assert!(store
+        .unpause_schedule("nightly", Some(5_000_000))
+        .await
+        .unwrap());
+    let resumed = row().await;
+    assert_eq!(
+        (resumed.paused, resumed.last_tick),
+        (false, Some(5_000_000))
+    );
+    // Never back, and not at all without a tick passed over.
+    store.set_schedule_paused("nightly", true).await.unwrap();
+    assert!(store
+        .unpause_schedule("nightly", Some(4_000_000))
+        .await
+        .unwrap());
+    assert_eq!(row().await.last_tick, Some(5_000_000));
+    store.set_schedule_paused("nightly", true).await.unwrap();
+    assert!(store.unpause_schedule("nightly", None).await.unwrap());
+    let resumed = row().await;
+    assert_eq!(
+        (resumed.paused, resumed.last_tick),
+        (false, Some(5_000_000))
+    );
+    assert!(!store.unpause_schedule("missing", Some(1)).await.unwrap());
 }

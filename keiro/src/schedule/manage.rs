@@ -169,17 +169,19 @@ impl Keiro {
 
     async fn set_paused(&self, name: &str, paused: bool) -> Result<()> {
         let row = self.schedule_row(name).await?;
-        if !self.raw_store().set_schedule_paused(name, paused).await? {
-            return Err(self.unknown_schedule(name).await);
-        }
-        if row.paused && !paused {
-            // The ticks that fell while paused are passed over: record the
-            // latest as handled, so a worker starting later does not run it
-            // as a missed tick.
+        let store = self.raw_store();
+        let found = if paused || !row.paused {
+            store.set_schedule_paused(name, paused).await?
+        } else {
+            // The ticks that fell while paused are passed over: the latest
+            // is recorded as handled in the statement that resumes it, so a
+            // worker starting then does not run it as a missed tick.
             let spec = CronSpec::parse(&row.name, &row.cron, &row.timezone)?;
-            if let Some(latest) = spec.latest_until(self.now_us()) {
-                self.raw_store().record_schedule_tick(name, latest).await?;
-            }
+            let latest = spec.latest_until(self.now_us());
+            store.unpause_schedule(name, latest).await?
+        };
+        if !found {
+            return Err(self.unknown_schedule(name).await);
         }
         self.scheduler_state().wake();
         Ok(())
