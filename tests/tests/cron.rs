@@ -291,6 +291,43 @@ async fn dynamic_schedules_are_created_listed_and_deleted(backend: Backend) {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("`every day`"), "{err}");
+    // Settings a schedule would not keep are refused, not dropped; nothing
+    // is stored.
+    let refused = [
+        (
+            greet("x".into()).queue(&keiro_tests::queues::ONE_AT_A_TIME),
+            "queue settings",
+        ),
+        (greet("x".into()).priority(1), "queue settings"),
+        (
+            greet("x".into()).debounce("k", Duration::from_secs(1)),
+            "`.debounce(..)`",
+        ),
+        (
+            greet("x".into()).timeout(Duration::from_secs(1)),
+            "`.timeout(..)`",
+        ),
+    ];
+    for (call, what) in refused {
+        let err = keiro
+            .create_schedule("dropped", "*/1 * * * * *", call)
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, keiro::Error::InvalidOption { .. })
+                && text.contains(what)
+                && text.contains("`dropped`")
+                && text.contains("`greet`"),
+            "{text}"
+        );
+    }
+    assert!(!keiro
+        .schedules()
+        .await
+        .unwrap()
+        .iter()
+        .any(|s| s.name == "dropped"));
     worker.stop().await;
     let statuses: Vec<_> = keiro
         .list(&ListFilter::default().id_prefix("cron:greet-ada:"))

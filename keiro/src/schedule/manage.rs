@@ -280,7 +280,9 @@ impl Keiro {
     /// `cron:<name>:<tick, RFC 3339>`. `call`'s own id, if any, is not used.
     /// Stored in the database, so every worker sees it; redefining keeps its
     /// paused state. A malformed expression is [`Error::InvalidSchedule`]; a
-    /// name held by a `#[workflow(cron)]` schedule is refused the same way.
+    /// name held by a `#[workflow(cron)]` schedule is refused the same way. A
+    /// call given queue, debounce, timeout or deadline settings, which the
+    /// schedule would not keep, is [`Error::InvalidOption`].
     pub async fn create_schedule<R>(
         &self,
         name: &str,
@@ -307,6 +309,7 @@ impl Keiro {
         R: Serialize + DeserializeOwned + Send + 'static,
     {
         CronSpec::parse_new(name, cron, timezone)?;
+        call.refuse_for_schedule(name)?;
         // Room for the longest id derived from it, a trigger's:
         // `cron:<name>:trigger:<RFC 3339 with µs>-<n>`.
         Error::check_id_within(

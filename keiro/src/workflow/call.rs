@@ -225,6 +225,32 @@ where
         })
     }
 
+    /// Refuses a call given settings that schedule `schedule` would not
+    /// keep: it stores the workflow and its arguments only, so a queue,
+    /// debounce, timeout or deadline would be dropped in silence.
+    pub(crate) fn refuse_for_schedule(&self, schedule: &str) -> Result<()> {
+        let dropped = [
+            (
+                self.queue.is_set(),
+                "queue settings (queue, priority, partition, dedup or delay)",
+            ),
+            (self.debounce.is_set(), "`.debounce(..)` or `.max_wait(..)`"),
+            (self.deadline.is_some(), "`.timeout(..)` or `.deadline(..)`"),
+        ];
+        match dropped.iter().find(|(set, _)| *set) {
+            None => Ok(()),
+            Some((_, what)) => Err(Error::invalid_option(
+                "create_schedule",
+                format!(
+                    "the call of workflow `{}` for schedule `{schedule}` was given {what}, which a \
+                     schedule does not keep (it stores the workflow and its arguments only); \
+                     pass the call without them",
+                    self.name
+                ),
+            )),
+        }
+    }
+
     /// Runs on `keiro` instead of the process-wide runtime.
     pub fn on(mut self, keiro: &Keiro) -> Self {
         self.keiro = Some(keiro.clone());
