@@ -101,11 +101,15 @@ impl CronSpec {
                 after = change - 1;
                 continue;
             }
-            if !every_hour && self.repeats_earlier(matched, tick) {
-                after = tick;
-                continue;
+            if every_hour {
+                return Some(tick);
             }
-            return Some(tick);
+            match self.repeat_of(matched, tick) {
+                // A repeat of an earlier wall time: none of the repeated span
+                // ticks, so search on from its end in one step.
+                Some(earlier) => after = self.repeat_end(earlier, tick)?.max(tick),
+                None => return Some(tick),
+            }
         }
         None
     }
@@ -198,14 +202,27 @@ impl CronSpec {
 
     /// Whether wall time `wall_us` (µs, read as UTC) happens twice in the
     /// zone and `tick` is its second occurrence.
-    fn repeats_earlier(&self, wall_us: i64, tick: i64) -> bool {
-        let Some(wall) = DateTime::<Utc>::from_timestamp_micros(wall_us) else {
-            return false;
-        };
+    /// The earlier instant showing wall time `wall_us`, when `tick` is the
+    /// later of two (a time repeated as clocks went back).
+    fn repeat_of(&self, wall_us: i64, tick: i64) -> Option<i64> {
+        let wall = DateTime::<Utc>::from_timestamp_micros(wall_us)?;
         match self.tz.from_local_datetime(&wall.naive_utc()) {
-            LocalResult::Ambiguous(a, b) => a.timestamp_micros().min(b.timestamp_micros()) < tick,
-            _ => false,
+            LocalResult::Ambiguous(a, b) => {
+                let earlier = a.timestamp_micros().min(b.timestamp_micros());
+                (earlier < tick).then_some(earlier)
+            }
+            _ => None,
         }
+    }
+
+    /// The last instant of the repeated span `tick` lies in, given `earlier`,
+    /// the first instant showing `tick`'s wall time: the span starts where the
+    /// offset changed after `earlier` and lasts as long as the clocks went
+    /// back (`tick - earlier`).
+    fn repeat_end(&self, earlier: i64, tick: i64) -> Option<i64> {
+        let before = self.offset_us(earlier)?;
+        let change = self.first_change(earlier, tick, before)?.unwrap_or(tick);
+        Some(change + (tick - earlier) - 1)
     }
 
     fn at(&self, us: i64) -> Option<DateTime<Tz>> {
@@ -327,6 +344,24 @@ mod tests {
             rfc3339(seconds.next_after(at("2024-10-27T00:59:59Z")).unwrap()),
             "2024-10-27T01:00:00Z"
         );
+    }
+
+    #[test]
+    fn a_schedule_of_many_ticks_in_a_repeated_hour_finds_the_tick_after_it() {
+        // 360 ticks in each pass of 02:00 to 02:59: the second pass's are
+        // repeats, passed over at once, not one search step each.
+        let tens = berlin("*/10 * 2-3 * * *");
+        assert_eq!(
+            rfc3339(tens.next_after(at("2024-10-27T00:59:50Z")).unwrap()),
+            "2024-10-27T02:00:00Z"
+        );
+        assert_eq!(
+            rfc3339(tens.next_after(at("2024-10-27T01:30:00Z")).unwrap()),
+            "2024-10-27T02:00:00Z"
+        );
+        let ticks = tens.ticks_within(at("2024-10-27T00:00:00Z"), at("2024-10-27T02:00:00Z"), 1000);
+        assert_eq!(ticks.len(), 361, "{:?}", shown(&ticks));
+        assert_eq!(rfc3339(ticks[360]), "2024-10-27T02:00:00Z");
     }
 
     #[test]
