@@ -153,29 +153,6 @@ impl PostgresStore {
         let mut conn = connect_once(&connect)
             .await
             .map_err(|e| connect_error(url, e))?;
-        if options.migrate {
-            let migrated = match (&direct, &options.listen_url) {
-                // Session locks need a session: the direct server's.
-                (Some(direct), Some(listen_url)) if pooled => {
-                    let mut session = connect_once(direct)
-                        .await
-                        .map_err(|e| connect_error(listen_url, e))?;
-                    let migrated = migrate::on_session(&mut session).await;
-                    let _ = session.close().await;
-                    migrated
-                }
-                _ if pooled => migrate::in_transaction(&mut conn).await,
-                _ => migrate::on_session(&mut conn).await,
-            };
-            migrated.map_err(|e| StoreError::Migrate {
-                backend: "postgres",
-                source: Arc::new(e),
-            })?;
-        }
-        // The session (and its advisory locks) ends here; an error closing it
-        // changes nothing for the store.
-        let _ = conn.close().await;
-
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.unwrap_or(8))
             .acquire_timeout(CONNECT_TIMEOUT)
@@ -226,9 +203,52 @@ impl PostgresStore {
                     })
                 }
             })
-            .connect_with(connect)
-            .await
-            .map_err(|e| connect_error(url, e))?;
+            .connect_lazy_with(connect);
+        let migrate = async {
+            if options.migrate {
+                let migrated = match (&direct, &options.listen_url) {
+                    // Session locks need a session: the direct server's.
+                    (Some(direct), Some(listen_url)) if pooled => {
+                        let mut session = connect_once(direct)
+                            .await
+                            .map_err(|e| connect_error(listen_url, e))?;
+                        let migrated = migrate::on_session(&mut session).await;
+                        let _ = session.close().await;
+                        migrated
+                    }
+                    _ if pooled => migrate::in_transaction(&mut conn).await,
+                    _ => migrate::on_session(&mut conn).await,
+                };
+                migrated.map_err(|e| StoreError::Migrate {
+                    backend: "postgres",
+                    source: Arc::new(e),
+                })?;
+            }
+            // The session (and its advisory locks) ends here; an error
+            // closing it changes nothing for the store.
+            let _ = conn.close().await;
+            Ok::<(), StoreError>(())
+        };
+        // The pool's first connections open while the migration runs: each
+        // costs the server a process start (milliseconds on a small
+        // machine), and a store's first work (registering its executor, a
+        // first resume pass) wants two at once. The first must open, as
+        // the pool's own connect would insist; the second may fail and is
+        // opened again when needed.
+        let warm_up = async {
+            let (first, second) = tokio::join!(pool.acquire(), async {
+                match options.max_connections.unwrap_or(8) > 1 {
+                    true => pool.acquire().await.ok(),
+                    false => None,
+                }
+            });
+            drop(second);
+            first.map(drop).map_err(|e| connect_error(url, e))
+        };
+        let (migrated, warmed) = tokio::join!(migrate, warm_up);
+        migrated?;
+        warmed?;
+
         let alive = Arc::new(());
         let warm = (hosts.is_none() && !pooled).then(Arc::default);
         if let Some(hosts) = hosts {
