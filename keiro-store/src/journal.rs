@@ -766,10 +766,17 @@ impl Store {
             return Err(duplicate);
         }
         let args = args![id, self.now_us()];
-        Ok(self
+        match self
             .execute("requeue_set_aside", |sql| &sql.requeue_set_aside, &args)
-            .await?
-            == 1)
+            .await
+        {
+            // An enqueue took the key between the check and the update (its
+            // commit came first): name it.
+            Err(error) if crate::queue::is_unique_violation(&error) => {
+                Err(self.dedup_taken(id).await?.unwrap_or(error))
+            }
+            done => Ok(done? == 1),
+        }
     }
 }
 

@@ -370,7 +370,7 @@ impl Conn<'_> {
 
 /// Whether `error` is a unique-index violation (a racing duplicate that
 /// passed the check before the insert).
-fn is_unique_violation(error: &StoreError) -> bool {
+pub(crate) fn is_unique_violation(error: &StoreError) -> bool {
     matches!(error, StoreError::Query { source, .. }
         if matches!(&**source, sqlx::Error::Database(db) if db.is_unique_violation()))
 }

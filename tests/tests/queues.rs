@@ -275,7 +275,8 @@ async fn a_rate_limit_holds_back_new_starts_not_resumes(backend: Backend) {
 /// PostgreSQL: two transactions enqueue one dedup key under two ids. The
 /// one left waiting on the other's commit is refused with `Error::Duplicate`
 /// naming the winner (not a raw unique-index error), and its transaction
-/// stays usable, holding nothing of the refused call.
+/// stays usable, holding nothing of the refused call. Likewise a resume of
+/// an instance set aside that waits on an enqueue of its key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dedup_race_between_transactions_is_refused_as_a_duplicate() {
     let db = TestDb::new(Backend::Postgres).await;
@@ -305,21 +306,7 @@ async fn a_dedup_race_between_transactions_is_refused_as_a_duplicate() {
         (refused, usable)
     });
     // The second enqueue waits on the first's key.
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
-             AND datname = current_database()",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        if waiting > 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the second enqueue never waited");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_a_lock_wait(&pool).await;
     first.commit().await.unwrap();
     let (refused, usable) = second.await.unwrap();
     let error = refused.unwrap_err();
@@ -337,6 +324,53 @@ async fn a_dedup_race_between_transactions_is_refused_as_a_duplicate() {
         keiro.summary("race-1").await.unwrap().status,
         keiro::WorkflowStatus::Pending
     );
+
+    // The same race against `resume` of an instance set aside (which frees
+    // its key): the enqueue that commits the key first wins, and the resume
+    // is refused as its duplicate.
+    dedup_job(&keiro, &file, "aside", "two-key")
+        .enqueue()
+        .await
+        .unwrap();
+    set_aside(&db, Backend::Postgres, "aside").await;
+    let mut taker = pool.begin().await.unwrap();
+    dedup_job(&keiro, &file, "taker", "two-key")
+        .enqueue_tx(&mut taker)
+        .await
+        .unwrap();
+    let keiro2 = keiro.clone();
+    let resume = tokio::spawn(async move { keiro2.resume("aside").await });
+    wait_for_a_lock_wait(&pool).await;
+    taker.commit().await.unwrap();
+    let error = resume.await.unwrap().unwrap_err();
+    assert!(
+        matches!(&error, Error::Duplicate { existing_id, .. } if existing_id == "taker"),
+        "{error:?}"
+    );
+    let status = keiro.summary("aside").await.unwrap().status;
+    assert!(
+        matches!(status, keiro::WorkflowStatus::NonDeterministic { .. }),
+        "{status:?}"
+    );
+}
+
+/// Waits until a session of this database waits on a lock.
+async fn wait_for_a_lock_wait(pool: &sqlx::PgPool) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+             AND datname = current_database()",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no session waited on a lock");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 async fn lower_priority_runs_first_fifo_among_equals(backend: Backend) {
