@@ -212,12 +212,21 @@ impl Store {
                 let _ = crate::query::rolled_back(tx, OP, ()).await;
                 return Err(duplicate);
             }
-            crate::prepared::query(&sql.operate.retry)
+            let retried = crate::prepared::query(&sql.operate.retry)
                 .bind(id)
                 .bind(now)
                 .execute(&mut *tx)
                 .await
-                .map_err(StoreError::query(OP))?;
+                .map_err(StoreError::query(OP));
+            match retried {
+                // An enqueue took the key after the check (its commit came
+                // first): name it, once this transaction is rolled back.
+                Err(error) if crate::queue::is_unique_violation(&error) => {
+                    let _ = crate::query::rolled_back(tx, OP, ()).await;
+                    return Err(self.dedup_taken(id).await?.unwrap_or(error));
+                }
+                retried => retried?,
+            };
             tx.commit().await.map_err(StoreError::query(OP))?;
             Ok(Retry::Retried)
         })

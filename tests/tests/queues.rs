@@ -276,7 +276,8 @@ async fn a_rate_limit_holds_back_new_starts_not_resumes(backend: Backend) {
 /// one left waiting on the other's commit is refused with `Error::Duplicate`
 /// naming the winner (not a raw unique-index error), and its transaction
 /// stays usable, holding nothing of the refused call. Likewise a resume of
-/// an instance set aside that waits on an enqueue of its key.
+/// an instance set aside, and a retry of a cancelled one, that wait on an
+/// enqueue of their key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dedup_race_between_transactions_is_refused_as_a_duplicate() {
     let db = TestDb::new(Backend::Postgres).await;
@@ -351,6 +352,31 @@ async fn a_dedup_race_between_transactions_is_refused_as_a_duplicate() {
     assert!(
         matches!(status, keiro::WorkflowStatus::NonDeterministic { .. }),
         "{status:?}"
+    );
+
+    // And against `retry` of a cancelled instance (whose end freed its key).
+    dedup_job(&keiro, &file, "ended", "three-key")
+        .enqueue()
+        .await
+        .unwrap();
+    keiro.cancel("ended").await.unwrap();
+    let mut taker = pool.begin().await.unwrap();
+    dedup_job(&keiro, &file, "taker-3", "three-key")
+        .enqueue_tx(&mut taker)
+        .await
+        .unwrap();
+    let keiro2 = keiro.clone();
+    let retry = tokio::spawn(async move { keiro2.retry("ended").await });
+    wait_for_a_lock_wait(&pool).await;
+    taker.commit().await.unwrap();
+    let error = retry.await.unwrap().unwrap_err();
+    assert!(
+        matches!(&error, Error::Duplicate { existing_id, .. } if existing_id == "taker-3"),
+        "{error:?}"
+    );
+    assert_eq!(
+        keiro.summary("ended").await.unwrap().status,
+        keiro::WorkflowStatus::Cancelled
     );
 }
 
