@@ -6,8 +6,8 @@
 //! any process, `worker_concurrency` those under the claiming executor's
 //! lease, and the rate limit counts first starts (`queue_started_at`) in the
 //! sliding window `(now - period, now]`. A suspended instance holds no slot:
-//! it gave up its lease, and when it is due again it waits for room like a
-//! new one (without counting as a second start).
+//! it gave up its lease, and when it is due again only the concurrency limits
+//! hold it back (it is no second start, and the rate limit does not apply).
 //!
 //! A claim reads each partition that has a takeable row with its three counts
 //! (skipping through the queue's order index one partition key at a time),
@@ -684,7 +684,19 @@ where
                     created
                 }
                 Err(error) => {
-                    savepoint(tx.reborrow().into(), "ROLLBACK TO SAVEPOINT keiro_enqueue").await?;
+                    let mut back =
+                        savepoint(tx.reborrow().into(), "ROLLBACK TO SAVEPOINT keiro_enqueue")
+                            .await;
+                    if back.is_ok() {
+                        back = savepoint(tx.reborrow().into(), "RELEASE SAVEPOINT keiro_enqueue")
+                            .await;
+                    }
+                    if let Err(rollback) = back {
+                        // The transaction is gone with it (SQLite ends one
+                        // on a full disk): the call's own error says why.
+                        tracing::warn!(%rollback, "keiro could not roll back a refused enqueue");
+                        return Err(error);
+                    }
                     if !is_unique_violation(&error) {
                         return Err(error);
                     }
@@ -701,10 +713,13 @@ where
     Ok(created)
 }
 
-/// Runs savepoint statement `statement` on `conn` (a transaction).
+/// Runs savepoint statement `statement` on `conn` (a transaction), prepared
+/// unnamed: no statement is left on the server, where behind a
+/// transaction-pooling proxy another client would meet it.
 async fn savepoint(conn: Conn<'_>, statement: &'static str) -> Result<()> {
     dispatch!(Conn, conn, |c, _sql| {
         sqlx::query(statement)
+            .persistent(false)
             .execute(&mut *c)
             .await
             .map(drop)

@@ -15,8 +15,9 @@
 //!   (a sliding window, counted from the claim times the store records).
 //!
 //! A suspended instance (sleeping, awaiting a child or a message) gives up
-//! its lease and so holds no slot; when it is due again it waits for room
-//! like a new one, without counting as a second start. Only resume workers
+//! its lease and so holds no slot; when it is due again it waits for a slot
+//! of the concurrency limits, and not for the rate limit (it is no second
+//! start). Only resume workers
 //! whose binary declares the queue claim its instances, each applying the
 //! limits its binary declares.
 

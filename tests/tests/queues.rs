@@ -277,16 +277,18 @@ async fn a_rate_limit_holds_back_new_starts_not_resumes(backend: Backend) {
 /// naming the winner (not a raw unique-index error), and its transaction
 /// stays usable, holding nothing of the refused call. Likewise a resume of
 /// an instance set aside, and a retry of a cancelled one, that wait on an
-/// enqueue of their key.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dedup_race_between_transactions_is_refused_as_a_duplicate() {
-    let db = TestDb::new(Backend::Postgres).await;
+/// enqueue of their key. Also through pgbouncer (transaction mode), where a
+/// savepoint must leave nothing prepared on the server.
+async fn a_dedup_race_between_transactions_is_refused_as_a_duplicate(backend: Backend) {
+    let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
     let (_dir, file) = events_file();
     let keiro_store::Store::Postgres(store) = keiro::unstable::raw_store(&keiro) else {
         unreachable!("a PostgreSQL test database")
     };
     let pool = store.pool().clone();
+    // Watches the server past any proxy.
+    let direct = sqlx::PgPool::connect(&db.direct_url).await.unwrap();
     let mut first = pool.begin().await.unwrap();
     dedup_job(&keiro, &file, "race-1", "one-key")
         .enqueue_tx(&mut first)
@@ -299,7 +301,10 @@ async fn a_dedup_race_between_transactions_is_refused_as_a_duplicate() {
             .enqueue_tx(&mut tx)
             .await
             .map(drop);
+        // Unnamed: through pgbouncer a named statement would stay on the
+        // server connection for another client to meet.
         let usable: i32 = sqlx::query_scalar("SELECT 1")
+            .persistent(false)
             .fetch_one(&mut *tx)
             .await
             .unwrap();
@@ -307,7 +312,7 @@ async fn a_dedup_race_between_transactions_is_refused_as_a_duplicate() {
         (refused, usable)
     });
     // The second enqueue waits on the first's key.
-    wait_for_a_lock_wait(&pool).await;
+    wait_for_a_lock_wait(&direct).await;
     first.commit().await.unwrap();
     let (refused, usable) = second.await.unwrap();
     let error = refused.unwrap_err();
@@ -333,7 +338,7 @@ async fn a_dedup_race_between_transactions_is_refused_as_a_duplicate() {
         .enqueue()
         .await
         .unwrap();
-    set_aside(&db, Backend::Postgres, "aside").await;
+    set_aside(&db, backend, "aside").await;
     let mut taker = pool.begin().await.unwrap();
     dedup_job(&keiro, &file, "taker", "two-key")
         .enqueue_tx(&mut taker)
@@ -341,7 +346,7 @@ async fn a_dedup_race_between_transactions_is_refused_as_a_duplicate() {
         .unwrap();
     let keiro2 = keiro.clone();
     let resume = tokio::spawn(async move { keiro2.resume("aside").await });
-    wait_for_a_lock_wait(&pool).await;
+    wait_for_a_lock_wait(&direct).await;
     taker.commit().await.unwrap();
     let error = resume.await.unwrap().unwrap_err();
     assert!(
@@ -367,7 +372,7 @@ async fn a_dedup_race_between_transactions_is_refused_as_a_duplicate() {
         .unwrap();
     let keiro2 = keiro.clone();
     let retry = tokio::spawn(async move { keiro2.retry("ended").await });
-    wait_for_a_lock_wait(&pool).await;
+    wait_for_a_lock_wait(&direct).await;
     taker.commit().await.unwrap();
     let error = retry.await.unwrap().unwrap_err();
     assert!(
@@ -378,6 +383,16 @@ async fn a_dedup_race_between_transactions_is_refused_as_a_duplicate() {
         keiro.summary("ended").await.unwrap().status,
         keiro::WorkflowStatus::Cancelled
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_dedup_race_between_transactions_is_refused_as_a_duplicate() {
+    a_dedup_race_between_transactions_is_refused_as_a_duplicate(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgbouncer_a_dedup_race_between_transactions_is_refused_as_a_duplicate() {
+    a_dedup_race_between_transactions_is_refused_as_a_duplicate(Backend::PgBouncer).await;
 }
 
 /// Waits until a session of this database waits on a lock.
