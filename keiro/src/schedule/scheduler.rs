@@ -215,6 +215,22 @@ async fn pass(
                 }
             }
         }
+        let late = now.saturating_sub(crate::time::duration_us(LATE_AFTER));
+        let held_up = cursor.handled < late;
+        // The missed tick is not run once a later missed tick supersedes it
+        // (its start was refused past `LATE_AFTER`), nor once the schedule's
+        // last tick reached it (a resume recorded it as passed over, or
+        // another worker ran it or a later one).
+        let superseded = held_up
+            && missed == MissedTicks::RunLatest
+            && cursor
+                .spec
+                .latest_until(late)
+                .is_some_and(|tick| tick > cursor.handled);
+        let reached = |tick: i64| row.last_tick.is_some_and(|last| last >= tick);
+        if superseded || cursor.missed.is_some_and(reached) {
+            cursor.missed = None;
+        }
         let mut retry = false;
         if let Some(tick) = cursor.missed {
             retry = fire_logged(keiro, runs, row, tick).await == Fired::Retry;
@@ -222,8 +238,7 @@ async fn pass(
                 cursor.missed = None;
             }
         }
-        let late = now.saturating_sub(crate::time::duration_us(LATE_AFTER));
-        if !retry && cursor.handled < late {
+        if !retry && held_up {
             // Held up: the ticks up to `late` are missed ticks.
             let latest = cursor
                 .spec
@@ -316,16 +331,16 @@ fn cursor<'c>(
             return None;
         }
     };
-    let (handled, missed) = cursors
-        .get(&row.name)
-        .map_or((now, None), |c| (c.handled, c.missed));
+    // A redefined schedule keeps how far it was handled, not a missed tick
+    // of its old definition.
+    let handled = cursors.get(&row.name).map_or(now, |c| c.handled);
     cursors.insert(
         row.name.clone(),
         Cursor {
             definition,
             spec,
             handled,
-            missed,
+            missed: None,
         },
     );
     cursors.get_mut(&row.name)
