@@ -232,22 +232,25 @@ impl PostgresStore {
         // The pool's first connections open while the migration runs: each
         // costs the server a process start (milliseconds on a small
         // machine), and a store's first work (registering its executor, a
-        // first resume pass) wants two at once. The first must open, as
-        // the pool's own connect would insist; the second may fail and is
-        // opened again when needed.
-        let warm_up = async {
-            let (first, second) = tokio::join!(pool.acquire(), async {
-                match options.max_connections.unwrap_or(8) > 1 {
-                    true => pool.acquire().await.ok(),
-                    false => None,
-                }
-            });
-            drop(second);
-            first.map(drop).map_err(|e| connect_error(url, e))
+        // first resume pass) wants two at once. The first must open, as the
+        // pool's own connect would insist; the second opens in the
+        // background, and if it cannot, again when needed. A pool of at
+        // most two keeps to one connection beside the migration's session,
+        // opened after it closed.
+        let first = async {
+            pool.acquire()
+                .await
+                .map(drop)
+                .map_err(|e| connect_error(url, e))
         };
-        let (migrated, warmed) = tokio::join!(migrate, warm_up);
-        migrated?;
-        warmed?;
+        if options.max_connections.unwrap_or(8) > 2 {
+            let spare = pool.clone();
+            tokio::spawn(async move { drop(spare.acquire().await) });
+            tokio::try_join!(migrate, first)?;
+        } else {
+            migrate.await?;
+            first.await?;
+        }
 
         let alive = Arc::new(());
         let warm = (hosts.is_none() && !pooled).then(Arc::default);
