@@ -500,31 +500,40 @@ fn tick_after(prefix: &str, id: &str) -> i64 {
         .timestamp()
 }
 
-async fn a_tick_that_fell_while_paused_never_runs_after_a_resume(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let keiro = db.keiro().await;
+/// Makes schedule `every4` (`*/4 * * * * *`) and runs a worker until one
+/// of its ticks ran, so it has a last tick; then no worker runs.
+async fn every4_with_a_last_tick(keiro: &Keiro) {
     keiro
         .create_schedule("every4", "*/4 * * * * *", greet("x".into()))
         .await
         .unwrap();
-    // A worker runs a tick, so the schedule has a last tick; then none runs.
-    let first = worker(&keiro).await;
+    let first = worker(keiro).await;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while ids(&keiro, "cron:every4:").await.is_empty() {
+    while ids(keiro, "cron:every4:").await.is_empty() {
         assert!(Instant::now() < deadline, "no tick of every4 ran");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     first.stop().await;
-    keiro.pause_schedule("every4").await.unwrap();
-    // Let a tick fall while paused, then resume right after it.
-    let paused_at = now_secs();
-    let fell = loop {
+}
+
+/// Waits for the first tick of `every4` after second `since`; returns it.
+async fn next_tick_of_every4(since: i64) -> i64 {
+    loop {
         let now = now_secs();
-        if now > paused_at && now % 4 == 0 {
-            break now;
+        if now > since && now % 4 == 0 {
+            return now;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    }
+}
+
+async fn a_tick_that_fell_while_paused_never_runs_after_a_resume(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    every4_with_a_last_tick(&keiro).await;
+    keiro.pause_schedule("every4").await.unwrap();
+    // Let a tick fall while paused, then resume right after it.
+    let fell = next_tick_of_every4(now_secs()).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     keiro.resume_schedule("every4").await.unwrap();
     // A worker starting now (missed ticks: run the latest) finds the tick
@@ -554,24 +563,33 @@ async fn a_tick_that_fell_while_paused_never_runs_after_a_resume(backend: Backen
     );
 }
 
-/// PostgreSQL only: a trigger makes the store refuse a tick's instance with
-/// a transient error for a while, as a failover would.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tick_whose_start_fails_for_a_while_runs_once_the_store_answers() {
+/// A trigger on `db` that refuses every tick instance of schedule `name`
+/// with a transient error (57P03, as a server starting up or failing over
+/// would), until `DROP TRIGGER refuse_ticks ON keiro.workflows` on the
+/// connection returned.
+async fn refuse_ticks_of(db: &TestDb, name: &str) -> sqlx::PgConnection {
     use sqlx::Connection;
-    let db = TestDb::new(Backend::Postgres).await;
-    let keiro = db.keiro().await;
     let mut admin = sqlx::PgConnection::connect(&db.direct_url).await.unwrap();
-    sqlx::raw_sql(
+    sqlx::raw_sql(&format!(
         "CREATE FUNCTION keiro.refuse_ticks() RETURNS trigger AS $$ BEGIN \
            RAISE EXCEPTION 'the server is starting up' USING ERRCODE = '57P03'; END $$ \
          LANGUAGE plpgsql; \
          CREATE TRIGGER refuse_ticks BEFORE INSERT ON keiro.workflows FOR EACH ROW \
-           WHEN (NEW.id LIKE 'cron:every_second:%') EXECUTE FUNCTION keiro.refuse_ticks();",
-    )
+           WHEN (NEW.id LIKE 'cron:{name}:%') EXECUTE FUNCTION keiro.refuse_ticks();"
+    ))
     .execute(&mut admin)
     .await
     .unwrap();
+    admin
+}
+
+/// PostgreSQL only: a trigger makes the store refuse a tick's instance with
+/// a transient error for a while, as a failover would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_whose_start_fails_for_a_while_runs_once_the_store_answers() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let keiro = db.keiro().await;
+    let mut admin = refuse_ticks_of(&db, "every_second").await;
     let worker = worker(&keiro).await;
     // Ticks fall while every start fails. The worker's scheduler makes its
     // first pass just after the worker starts, and a tick that fell before
@@ -607,41 +625,12 @@ async fn a_tick_whose_start_fails_for_a_while_runs_once_the_store_answers() {
 /// answers: not dropped after the first try.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missed_tick_refused_at_start_up_runs_once_the_store_answers() {
-    use sqlx::Connection;
     let db = TestDb::new(Backend::Postgres).await;
     let keiro = db.keiro().await;
-    keiro
-        .create_schedule("every4", "*/4 * * * * *", greet("x".into()))
-        .await
-        .unwrap();
-    // A worker runs a tick, so the schedule has a last tick; then none runs.
-    let first = worker(&keiro).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while ids(&keiro, "cron:every4:").await.is_empty() {
-        assert!(Instant::now() < deadline, "no tick of every4 ran");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    first.stop().await;
-    let mut admin = sqlx::PgConnection::connect(&db.direct_url).await.unwrap();
-    sqlx::raw_sql(
-        "CREATE FUNCTION keiro.refuse_ticks() RETURNS trigger AS $$ BEGIN \
-           RAISE EXCEPTION 'the server is starting up' USING ERRCODE = '57P03'; END $$ \
-         LANGUAGE plpgsql; \
-         CREATE TRIGGER refuse_ticks BEFORE INSERT ON keiro.workflows FOR EACH ROW \
-           WHEN (NEW.id LIKE 'cron:every4:%') EXECUTE FUNCTION keiro.refuse_ticks();",
-    )
-    .execute(&mut admin)
-    .await
-    .unwrap();
+    every4_with_a_last_tick(&keiro).await;
+    let mut admin = refuse_ticks_of(&db, "every4").await;
     // A tick falls with no worker running; a worker starts just after it.
-    let stopped_at = now_secs();
-    let missed = loop {
-        let now = now_secs();
-        if now > stopped_at && now % 4 == 0 {
-            break now;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let missed = next_tick_of_every4(now_secs()).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let second = worker(&keiro).await;
     // Its first pass met the missed tick as the latest (not the next one).

@@ -339,16 +339,12 @@ async fn a_dedup_race_between_transactions_is_refused_as_a_duplicate(backend: Ba
         .await
         .unwrap();
     set_aside(&db, backend, "aside").await;
-    let mut taker = pool.begin().await.unwrap();
-    dedup_job(&keiro, &file, "taker", "two-key")
-        .enqueue_tx(&mut taker)
-        .await
-        .unwrap();
     let keiro2 = keiro.clone();
-    let resume = tokio::spawn(async move { keiro2.resume("aside").await });
-    wait_for_a_lock_wait(&direct).await;
-    taker.commit().await.unwrap();
-    let error = resume.await.unwrap().unwrap_err();
+    let taker = dedup_job(&keiro, &file, "taker", "two-key");
+    let error = taken_meanwhile(&pool, &direct, taker, async move {
+        keiro2.resume("aside").await
+    })
+    .await;
     assert!(
         matches!(&error, Error::Duplicate { existing_id, .. } if existing_id == "taker"),
         "{error:?}"
@@ -365,16 +361,12 @@ async fn a_dedup_race_between_transactions_is_refused_as_a_duplicate(backend: Ba
         .await
         .unwrap();
     keiro.cancel("ended").await.unwrap();
-    let mut taker = pool.begin().await.unwrap();
-    dedup_job(&keiro, &file, "taker-3", "three-key")
-        .enqueue_tx(&mut taker)
-        .await
-        .unwrap();
     let keiro2 = keiro.clone();
-    let retry = tokio::spawn(async move { keiro2.retry("ended").await });
-    wait_for_a_lock_wait(&direct).await;
-    taker.commit().await.unwrap();
-    let error = retry.await.unwrap().unwrap_err();
+    let taker = dedup_job(&keiro, &file, "taker-3", "three-key");
+    let error = taken_meanwhile(&pool, &direct, taker, async move {
+        keiro2.retry("ended").await.map(drop)
+    })
+    .await;
     assert!(
         matches!(&error, Error::Duplicate { existing_id, .. } if existing_id == "taker-3"),
         "{error:?}"
@@ -393,6 +385,23 @@ async fn postgres_a_dedup_race_between_transactions_is_refused_as_a_duplicate() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pgbouncer_a_dedup_race_between_transactions_is_refused_as_a_duplicate() {
     a_dedup_race_between_transactions_is_refused_as_a_duplicate(Backend::PgBouncer).await;
+}
+
+/// Runs `call` while a transaction on `pool` holds `taker`'s dedup key
+/// (enqueued, not yet committed); once `call` waits on it (seen on
+/// `direct`), commits the transaction. Returns `call`'s error.
+async fn taken_meanwhile(
+    pool: &sqlx::PgPool,
+    direct: &sqlx::PgPool,
+    taker: keiro::WorkflowCall<Result<String, String>>,
+    call: impl std::future::Future<Output = keiro::Result<()>> + Send + 'static,
+) -> Error {
+    let mut tx = pool.begin().await.unwrap();
+    taker.enqueue_tx(&mut tx).await.unwrap();
+    let call = tokio::spawn(call);
+    wait_for_a_lock_wait(direct).await;
+    tx.commit().await.unwrap();
+    call.await.unwrap().unwrap_err()
 }
 
 /// Waits until a session of this database waits on a lock.
