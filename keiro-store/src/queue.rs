@@ -7,7 +7,9 @@
 //! lease, and the rate limit counts first starts (`queue_started_at`) in the
 //! sliding window `(now - period, now]`. A suspended instance holds no slot:
 //! it gave up its lease, and when it is due again only the concurrency limits
-//! hold it back (it is no second start, and the rate limit does not apply).
+//! hold it back (it is no second start, and the rate limit does not apply);
+//! on a queue with a rate limit the claim takes such instances first, then
+//! new starts in the slots left.
 //!
 //! A claim reads each partition that has a takeable row with its three counts
 //! (skipping through the queue's order index one partition key at a time),
@@ -115,6 +117,8 @@ pub(crate) struct QueueStatements {
     pub(crate) claim_partition: String,
     /// As `claim_partition`, of instances that started before only.
     pub(crate) claim_started: String,
+    /// As `claim_partition`, of instances never started only.
+    pub(crate) claim_fresh: String,
     pub(crate) hand_over: String,
     /// Several slots of one partition handed over at once (see
     /// [`hand_over_all_on`]).
@@ -285,6 +289,8 @@ impl QueueStatements {
             // As `claim_partition`, of instances started before only (see
             // `Store::claim_queue`).
             claim_started: claim(" AND c.queue_started_at IS NOT NULL"),
+            // As `claim_partition`, of instances never started only.
+            claim_fresh: claim(" AND c.queue_started_at IS NULL"),
             // $1 owner, $2 lease expiry, $3 now, $4 queue, $5 the finishing
             // instance, $6 workflow name, $7 its registered signature, $8 the
             // claimable versions (a JSON array): the first successor of $5's
@@ -565,17 +571,21 @@ impl Store {
                 // no new start: only the concurrency limits hold it back.
                 let slots = room.free(limits, i64::MAX).min(left);
                 let fresh = room.free(limits, starts).min(left);
+                // With a rate limit, those go first, then new starts in the
+                // slots left, as many as the window allows; without one, all
+                // in run order.
+                let passes: &[(&String, bool)] = match limits.rate_limit {
+                    None => &[(&sql.queue.claim_partition, false)],
+                    Some(_) => &[
+                        (&sql.queue.claim_started, false),
+                        (&sql.queue.claim_fresh, true),
+                    ],
+                };
                 let mut took = 0;
-                let passes = [
-                    (&sql.queue.claim_partition, false),
-                    (&sql.queue.claim_started, true),
-                ];
-                for (statement, started_only) in passes {
-                    let take = match started_only {
-                        false => fresh,
-                        // The slots the rate limit left free.
-                        true if limits.rate_limit.is_some() => slots - took,
-                        true => 0,
+                for &(statement, new_starts) in passes {
+                    let take = match new_starts {
+                        false => slots,
+                        true => fresh.min(slots - took),
                     };
                     if take <= 0 {
                         continue;

@@ -129,6 +129,13 @@ fn checked() -> Vec<Checked> {
             QUEUE,
             false,
         ),
+        (
+            "claim_fresh",
+            &sql.queue.claim_fresh,
+            QUEUE_ALIASES,
+            QUEUE,
+            false,
+        ),
         // Sorts its partitions.
         ("rooms", &sql.queue.rooms, QUEUE_ALIASES, QUEUE, true),
     ]
