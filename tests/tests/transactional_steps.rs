@@ -1895,8 +1895,64 @@ async fn sqlite_a_kept_connection_that_cannot_begin_fails_and_breaks_nothing() {
     assert_eq!(seqs, [1, 3, 4, 5, 6]);
 }
 
+/// Keys whose `late_loser` failed its first attempt already.
+static LOSER_TRIED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Fails its first attempt at once (so the select's sleep journals its
+/// deadline meanwhile); its second writes, then holds its transaction (on
+/// SQLite the write lock) for 1.5 s.
+#[step(transaction, max_attempts = 2, backoff_ms = 50)]
+async fn late_loser(tx: &mut keiro::Transaction<'_>, key: String) -> Result<String, String> {
+    {
+        let mut tried = LOSER_TRIED.lock().unwrap();
+        if !tried.contains(&key) {
+            tried.push(key);
+            return Err("the first attempt fails".into());
+        }
+    }
+    keiro::send_tx(tx, &key, "held", &1u32)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    Ok(key)
+}
+
+#[workflow]
+async fn sleep_beats_a_transaction(key: String) -> bool {
+    keiro::select! {
+        _ = keiro::sleep(Duration::from_millis(300)) => false,
+        held = late_loser(key) => held.is_ok(),
+    }
+}
+
+/// A sleep wins a select while a transactional step in the other branch
+/// holds its transaction: the select's decision is written while that
+/// branch is polled to its end, instead of waiting (on SQLite, for the
+/// write lock the unpolled branch holds: the busy timeout, then an error).
+async fn a_transactional_step_losing_a_select_lets_the_decision_through(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let key = format!("loser-{backend:?}");
+    let started = std::time::Instant::now();
+    let out = tokio::time::timeout(
+        Duration::from_secs(20),
+        sleep_beats_a_transaction(key.clone()).id(key).on(&keiro),
+    )
+    .await
+    .expect("the select decided in time")
+    .unwrap();
+    assert!(!out, "the sleep won");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(db);
+}
+
 on_both_backends!(
     a_step_on_the_kept_connection_runs_in_a_transaction_of_its_own,
+    a_transactional_step_losing_a_select_lets_the_decision_through,
     a_body_that_ends_the_transaction_itself_fails_the_instance,
     writes_and_result_commit_together_and_replay_skips_the_body,
     an_err_rolls_the_writes_back_and_is_journaled,

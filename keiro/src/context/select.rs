@@ -239,10 +239,23 @@ impl Select {
             let claim = lock(&decision.state);
             claim.journaled.filter(|_| claim.by == Some(first))
         };
+        let mut finished: Vec<Option<O>> = branches.iter().map(|_| None).collect();
         let recorded: u32 = match claimed {
             // The winning step journaled the decision with its own row.
             Some(recorded) => recorded,
-            None => record(&cx, seq, StepKind::Select, NAME, index).await,
+            None => {
+                // No branch claims the win from here on, and the others are
+                // polled while the decision is written: a transactional step
+                // among them holds its transaction open (on SQLite the only
+                // write lock, which the decision's write waits for) until
+                // it is polled to its end.
+                {
+                    let mut claim = lock(&decision.state);
+                    claim.by = claim.by.or(Some(first));
+                }
+                let write = record(&cx, seq, StepKind::Select, NAME, index);
+                alongside(write, &mut branches, first, &mut finished, watch).await
+            }
         };
         if recorded == index {
             return (first, output);
@@ -257,10 +270,45 @@ impl Select {
             .await;
         }
         drop(output);
+        if let Some(done) = finished.swap_remove(winner) {
+            return (winner, done);
+        }
         let future = branches.swap_remove(winner);
         drop(branches);
         (winner, future.await)
     }
+}
+
+/// Awaits `write`, polling meanwhile every branch but `won` that has not
+/// finished, and keeping what each that finishes returns in `finished`.
+async fn alongside<O, T>(
+    write: impl Future<Output = T>,
+    branches: &mut [BranchFuture<'_, O>],
+    won: usize,
+    finished: &mut [Option<O>],
+    watch: Watch<'_>,
+) -> T {
+    let mut write = std::pin::pin!(write);
+    std::future::poll_fn(|task| {
+        if let Poll::Ready(written) = write.as_mut().poll(task) {
+            return Poll::Ready(written);
+        }
+        for (index, branch) in branches.iter_mut().enumerate() {
+            if index == won || finished[index].is_some() {
+                continue;
+            }
+            let scope = Branch {
+                filed: watch.filed.clone(),
+                index,
+                decision: watch.decision.clone(),
+            };
+            if let Poll::Ready(output) = BRANCH.sync_scope(scope, || branch.as_mut().poll(task)) {
+                finished[index] = Some(output);
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 /// Waits for `wait` until `when` at most: `None` when `when` passes first.
