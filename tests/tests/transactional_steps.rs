@@ -1423,6 +1423,62 @@ async fn commit_and_conflict(key: String, entry: String) -> Result<u32, String> 
     commit_then_conflict(key, entry).await
 }
 
+/// Runs of `conflict_then_fail` per key.
+static ALTERNATING: Mutex<Vec<(String, u32)>> = Mutex::new(Vec::new());
+
+/// Each attempt's first run meets a serialization failure (raised by hand)
+/// and its rerun returns `Err`, until the 55th attempt returns `Ok`: 54
+/// conflicts in all, never two in a row.
+#[step(transaction, max_attempts = 60, backoff_ms = 0)]
+async fn conflict_then_fail(tx: &mut keiro::Transaction<'_>, key: String) -> Result<u32, String> {
+    let run = {
+        let mut runs = ALTERNATING.lock().unwrap();
+        let at = match runs.iter().position(|(k, _)| *k == key) {
+            Some(at) => at,
+            None => {
+                runs.push((key.clone(), 0));
+                runs.len() - 1
+            }
+        };
+        runs[at].1 += 1;
+        runs[at].1 - 1
+    };
+    if run >= 108 {
+        return Ok(run);
+    }
+    if run % 2 == 1 {
+        return Err("an ordinary failure".into());
+    }
+    let mut db = tx.postgres().expect("PostgreSQL");
+    sqlx::query("DO $$ BEGIN RAISE EXCEPTION 'made up' USING ERRCODE = '40001'; END $$")
+        .execute(&mut db)
+        .await
+        .map(|_| 0)
+        .map_err(|e| e.to_string())
+}
+
+#[workflow]
+async fn alternates(key: String) -> Result<u32, String> {
+    conflict_then_fail(key).await
+}
+
+/// The limit of 50 conflicts counts conflicts in a row: attempts that each
+/// meet one conflict, then fail otherwise, go on past 50 conflicts in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_the_conflict_limit_counts_conflicts_in_a_row() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let keiro = db.keiro().await;
+    let key = uuid::Uuid::new_v4().to_string();
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        alternates(key.clone()).id(&key).on(&keiro),
+    )
+    .await
+    .expect("the step ends in time")
+    .unwrap();
+    assert_eq!(out, Ok(108));
+}
+
 /// A conflict normally runs the body again. Not after the body committed
 /// keiro's transaction itself: its writes would apply twice. The instance
 /// fails with `TransactionEnded`, and the body ran once.

@@ -267,6 +267,8 @@ where
                     Ok(Attempt::Failed(value)) if attempt < max && (self.retry)(&value) => {
                         self.meta.wait_before_retry(attempt).await;
                         attempt += 1;
+                        // Conflicts count in a row: this run met none.
+                        conflicts = 0;
                         continue;
                     }
                     Ok(Attempt::Failed(value)) => {
@@ -326,6 +328,7 @@ where
                 Ok(Attempt::Failed(value)) if attempt < max && (self.retry)(&value) => {
                     self.meta.wait_before_retry(attempt).await;
                     attempt += 1;
+                    conflicts = 0;
                     continue;
                 }
                 Ok(Attempt::Failed(value)) => return value,
