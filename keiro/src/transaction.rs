@@ -204,7 +204,10 @@ impl<'c> Transaction<'c> {
     /// The transaction's connection on PostgreSQL, for the body's statements,
     /// or `None` on SQLite. It runs at the server's default isolation level;
     /// a body that wants another sets it with its first statement (`SET
-    /// TRANSACTION ISOLATION LEVEL SERIALIZABLE`).
+    /// TRANSACTION ISOLATION LEVEL SERIALIZABLE`). Behind a
+    /// transaction-pooling proxy the transaction has run keiro's `DEALLOCATE
+    /// ALL` already, after which PostgreSQL refuses that statement: set the
+    /// level for the role or database there (`default_transaction_isolation`).
     ///
     /// A serialization failure (`40001`) or deadlock (`40P01`) one of its
     /// statements meets runs the step again (see [`TxConnection`]).
