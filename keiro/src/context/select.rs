@@ -244,11 +244,11 @@ impl Select {
             // The winning step journaled the decision with its own row.
             Some(recorded) => recorded,
             None => {
-                // No branch claims the win from here on, and the others are
-                // polled while the decision is written: a transactional step
-                // among them holds its transaction open (on SQLite the only
-                // write lock, which the decision's write waits for) until
-                // it is polled to its end.
+                // No branch claims the win from here on, and while the
+                // decision is written a transactional step among the others
+                // is polled to its end: it holds its transaction open (on
+                // SQLite the only write lock, which the decision's write
+                // waits for) until then.
                 {
                     let mut claim = lock(&decision.state);
                     claim.by = claim.by.or(Some(first));
@@ -279,8 +279,11 @@ impl Select {
     }
 }
 
-/// Awaits `write`, polling meanwhile every branch but `won` that has not
+/// Awaits `write`, polling meanwhile, while a transactional step of the run
+/// holds its transaction open, every branch but `won` that has not
 /// finished, and keeping what each that finishes returns in `finished`.
+/// Only then: a losing branch polled on could take what the winner's does
+/// not need (a message a `recv` consumes), so the others wait as before.
 async fn alongside<O, T>(
     write: impl Future<Output = T>,
     branches: &mut [BranchFuture<'_, O>],
@@ -292,6 +295,9 @@ async fn alongside<O, T>(
     std::future::poll_fn(|task| {
         if let Poll::Ready(written) = write.as_mut().poll(task) {
             return Poll::Ready(written);
+        }
+        if !watch.decision.cx.in_transaction() {
+            return Poll::Pending;
         }
         for (index, branch) in branches.iter_mut().enumerate() {
             if index == won || finished[index].is_some() {
