@@ -1423,26 +1423,13 @@ async fn commit_and_conflict(key: String, entry: String) -> Result<u32, String> 
     commit_then_conflict(key, entry).await
 }
 
-/// Runs of `conflict_then_fail` per key.
-static ALTERNATING: Mutex<Vec<(String, u32)>> = Mutex::new(Vec::new());
-
 /// Each attempt's first run meets a serialization failure (raised by hand)
 /// and its rerun returns `Err`, until the 55th attempt returns `Ok`: 54
 /// conflicts in all, never two in a row.
 #[step(transaction, max_attempts = 60, backoff_ms = 0)]
 async fn conflict_then_fail(tx: &mut keiro::Transaction<'_>, key: String) -> Result<u32, String> {
-    let run = {
-        let mut runs = ALTERNATING.lock().unwrap();
-        let at = match runs.iter().position(|(k, _)| *k == key) {
-            Some(at) => at,
-            None => {
-                runs.push((key.clone(), 0));
-                runs.len() - 1
-            }
-        };
-        runs[at].1 += 1;
-        runs[at].1 - 1
-    };
+    let run = count(&key, "conflict_then_fail") as u32;
+    ran(&key, "conflict_then_fail");
     if run >= 108 {
         return Ok(run);
     }
@@ -1951,20 +1938,14 @@ async fn sqlite_a_kept_connection_that_cannot_begin_fails_and_breaks_nothing() {
     assert_eq!(seqs, [1, 3, 4, 5, 6]);
 }
 
-/// Keys whose `late_loser` failed its first attempt already.
-static LOSER_TRIED: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
 /// Fails its first attempt at once (so the select's sleep journals its
 /// deadline meanwhile); its second writes, then holds its transaction (on
 /// SQLite the write lock) for 1.5 s.
 #[step(transaction, max_attempts = 2, backoff_ms = 50)]
 async fn late_loser(tx: &mut keiro::Transaction<'_>, key: String) -> Result<String, String> {
-    {
-        let mut tried = LOSER_TRIED.lock().unwrap();
-        if !tried.contains(&key) {
-            tried.push(key);
-            return Err("the first attempt fails".into());
-        }
+    ran(&key, "late_loser");
+    if count(&key, "late_loser") == 1 {
+        return Err("the first attempt fails".into());
     }
     keiro::send_tx(tx, &key, "held", &1u32)
         .await
