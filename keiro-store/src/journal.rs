@@ -770,12 +770,8 @@ impl Store {
             .execute("requeue_set_aside", |sql| &sql.requeue_set_aside, &args)
             .await
         {
-            // An enqueue took the key between the check and the update (its
-            // commit came first): name it.
-            Err(error) if crate::queue::is_unique_violation(&error) => {
-                Err(self.dedup_taken(id).await?.unwrap_or(error))
-            }
-            done => Ok(done? == 1),
+            Ok(changed) => Ok(changed == 1),
+            Err(error) => Err(self.key_taken_meanwhile(id, error).await),
         }
     }
 }

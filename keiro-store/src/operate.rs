@@ -218,15 +218,10 @@ impl Store {
                 .execute(&mut *tx)
                 .await
                 .map_err(StoreError::query(OP));
-            match retried {
-                // An enqueue took the key after the check (its commit came
-                // first): name it, once this transaction is rolled back.
-                Err(error) if crate::queue::is_unique_violation(&error) => {
-                    let _ = crate::query::rolled_back(tx, OP, ()).await;
-                    return Err(self.dedup_taken(id).await?.unwrap_or(error));
-                }
-                retried => retried?,
-            };
+            if let Err(error) = retried {
+                let _ = crate::query::rolled_back(tx, OP, ()).await;
+                return Err(self.key_taken_meanwhile(id, error).await);
+            }
             tx.commit().await.map_err(StoreError::query(OP))?;
             Ok(Retry::Retried)
         })

@@ -376,7 +376,7 @@ impl Conn<'_> {
 
 /// Whether `error` is a unique-index violation (a racing duplicate that
 /// passed the check before the insert).
-pub(crate) fn is_unique_violation(error: &StoreError) -> bool {
+fn is_unique_violation(error: &StoreError) -> bool {
     matches!(error, StoreError::Query { source, .. }
         if matches!(&**source, sqlx::Error::Database(db) if db.is_unique_violation()))
 }
@@ -491,6 +491,20 @@ impl Store {
             conn.done("dedup_taken").await?;
             Ok(found)
         })
+    }
+
+    /// `error`, met putting instance `id` back in line after [`dedup_taken`]
+    /// found its key free: when it is the dedup key's unique index (an
+    /// enqueue committed the key between the check and the update), the
+    /// [`StoreError::Duplicate`] naming who holds the key now.
+    pub(crate) async fn key_taken_meanwhile(&self, id: &str, error: StoreError) -> StoreError {
+        if !is_unique_violation(&error) {
+            return error;
+        }
+        match self.dedup_taken(id).await {
+            Ok(found) => found.unwrap_or(error),
+            Err(read) => read,
+        }
     }
 
     /// The [`StoreError::Duplicate`] a conflicting `new` met, if its id is
@@ -727,7 +741,7 @@ where
 /// unnamed: no statement is left on the server, where behind a
 /// transaction-pooling proxy another client would meet it.
 async fn savepoint(conn: Conn<'_>, statement: &'static str) -> Result<()> {
-    dispatch!(Conn, conn, |c, _sql| {
+    dispatch!(Conn, conn, |c| {
         sqlx::query(statement)
             .persistent(false)
             .execute(&mut *c)

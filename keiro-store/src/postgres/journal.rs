@@ -475,15 +475,11 @@ pub(crate) async fn create_many_queued_on<'a>(
     queued: &[&crate::Queued<'a>],
     now: i64,
 ) -> Result<Vec<(InstanceRow, bool)>> {
-    if queued.len() != news.len() {
-        return Err(StoreError::Corrupt {
-            what: format!(
-                "{} new instances came with {} places on queues",
-                news.len(),
-                queued.len()
-            ),
-        });
-    }
+    debug_assert_eq!(
+        queued.len(),
+        news.len(),
+        "one place on a queue per instance"
+    );
     create_placed_on(conn, news, Some(queued), now).await
 }
 
