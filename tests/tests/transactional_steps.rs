@@ -1965,7 +1965,9 @@ async fn sleep_beats_a_transaction(key: String) -> bool {
 /// A sleep wins a select while a transactional step in the other branch
 /// holds its transaction: the select's decision is written while that
 /// branch is polled to its end, instead of waiting (on SQLite, for the
-/// write lock the unpolled branch holds: the busy timeout, then an error).
+/// write lock the unpolled branch holds: the busy timeout, then an error),
+/// and the losing step's writes roll back: neither its message nor its
+/// journal row is left.
 async fn a_transactional_step_losing_a_select_lets_the_decision_through(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
@@ -1973,7 +1975,9 @@ async fn a_transactional_step_losing_a_select_lets_the_decision_through(backend:
     let started = std::time::Instant::now();
     let out = tokio::time::timeout(
         Duration::from_secs(20),
-        sleep_beats_a_transaction(key.clone()).id(key).on(&keiro),
+        sleep_beats_a_transaction(key.clone())
+            .id(key.clone())
+            .on(&keiro),
     )
     .await
     .expect("the select decided in time")
@@ -1984,6 +1988,18 @@ async fn a_transactional_step_losing_a_select_lets_the_decision_through(backend:
         "{:?}",
         started.elapsed()
     );
+    assert_eq!(count(&key, "late_loser"), 2, "its second attempt ran");
+    let store = keiro::unstable::raw_store(&keiro);
+    let sent = store.count_waiting_messages(&key, "held").await.unwrap();
+    assert_eq!(sent, 0, "the losing step's message rolled back");
+    let names: Vec<String> = store
+        .load_journal(&key, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|step| step.name)
+        .collect();
+    assert!(!names.contains(&"late_loser".to_string()), "{names:?}");
     drop(db);
 }
 

@@ -115,6 +115,19 @@ struct Decision {
 struct Claim {
     by: Option<usize>,
     journaled: Option<u32>,
+    /// Losing transactional steps waiting to learn the journaled winner
+    /// ([`Lost::until_named`]).
+    waiting: Vec<std::task::Waker>,
+}
+
+impl Claim {
+    /// Records the winner the journal holds, and wakes the losers waiting.
+    fn journal(&mut self, winner: u32) {
+        self.journaled = Some(winner);
+        for waker in self.waiting.drain(..) {
+            waker.wake();
+        }
+    }
 }
 
 /// The win a step completing in a select's branch claims for it: the
@@ -132,7 +145,36 @@ impl Won {
     /// Tells the select which winner the journal holds (the claimed one, or
     /// one another executor journaled first).
     pub(crate) fn journaled(self, winner: u32) {
-        lock(&self.state).journaled = Some(winner);
+        lock(&self.state).journal(winner);
+    }
+}
+
+/// A step completing in a select's branch after another branch claimed the
+/// win: a transactional step then rolls its writes back instead of
+/// committing them, since the workflow goes on down the winner's branch.
+pub(crate) struct Lost {
+    index: u32,
+    state: Arc<Mutex<Claim>>,
+}
+
+impl Lost {
+    /// Returns once the journal holds this branch as the winner (another
+    /// executor decided the select first, naming it), when the step must
+    /// run to its result after all; pending for good otherwise, until the
+    /// select drops the branch.
+    pub(crate) async fn until_named(self) {
+        std::future::poll_fn(|task| {
+            let mut claim = lock(&self.state);
+            match claim.journaled {
+                Some(winner) if winner == self.index => Poll::Ready(()),
+                Some(_) => Poll::Pending,
+                None => {
+                    claim.waiting.push(task.waker().clone());
+                    Poll::Pending
+                }
+            }
+        })
+        .await;
     }
 }
 
@@ -153,6 +195,21 @@ pub(crate) fn claim_win(cx: &Arc<WorkflowContext>) -> Option<Won> {
     Some(Won {
         seq: decision.seq,
         index: u32::try_from(branch.index).ok()?,
+        state: decision.state.clone(),
+    })
+}
+
+/// A step of workflow `cx` completing inside a select's branch after another
+/// branch claimed the win: that loss. `None` elsewhere.
+pub(crate) fn lost(cx: &Arc<WorkflowContext>) -> Option<Lost> {
+    let branch = BRANCH.try_with(Branch::clone).ok()?;
+    let decision = branch.decision;
+    if !Arc::ptr_eq(&decision.cx, cx) {
+        return None;
+    }
+    let by = lock(&decision.state).by?;
+    (by != branch.index).then(|| Lost {
+        index: u32::try_from(branch.index).unwrap_or(u32::MAX),
         state: decision.state.clone(),
     })
 }
@@ -248,13 +305,16 @@ impl Select {
                 // decision is written a transactional step among the others
                 // is polled to its end: it holds its transaction open (on
                 // SQLite the only write lock, which the decision's write
-                // waits for) until then.
+                // waits for) until then, and then, having lost, rolls its
+                // writes back (see [`lost`]).
                 {
                     let mut claim = lock(&decision.state);
                     claim.by = claim.by.or(Some(first));
                 }
                 let write = record(&cx, seq, StepKind::Select, NAME, index);
-                alongside(write, &mut branches, first, &mut finished, watch).await
+                let recorded = alongside(write, &mut branches, first, &mut finished, watch).await;
+                lock(&decision.state).journal(recorded);
+                recorded
             }
         };
         if recorded == index {

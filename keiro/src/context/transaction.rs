@@ -10,6 +10,10 @@
 //!   on PostgreSQL the insert waits for that executor's transaction), this
 //!   one rolls back, application writes included, and the recorded result
 //!   stands.
+//! - In a branch of a `keiro::select!` that another
+//!   branch won while the body ran, the body's writes roll back instead of
+//!   committing, and nothing is journaled: the workflow goes on down the
+//!   winner's branch, as if the step had never run.
 //! - `Err`: the application's writes roll back; the step is retried per
 //!   `max_attempts`, and the final `Err` is journaled like any step's,
 //!   through the group-commit writer.
@@ -253,18 +257,24 @@ where
             let max = self.meta.max_attempts.max(1);
             let (mut runs, mut attempt, mut conflicts) = (0, 1, 0);
             let mut won = None;
+            // Whether the journal names this step's branch the winner of the
+            // select it lost here: it then runs to its result after all.
+            let mut named = false;
             // Its row commits in the application's transaction: after the
             // rows a pipelined run queued before it.
             super::pipeline::barrier(&cx).await;
-            let _open = cx.enter_transaction();
             loop {
                 runs += 1;
                 let timing = StepTiming {
                     attempts: Some(runs),
                     started_at: Some(started_at),
                 };
+                // Only while the transaction is open: not over the waits
+                // between attempts, where nothing holds a renewal up.
+                let open = cx.enter_transaction();
                 let error = match self.attempt(&cx.keiro, Some(&cx)).await {
                     Ok(Attempt::Failed(value)) if attempt < max && (self.retry)(&value) => {
+                        drop(open);
                         self.meta.wait_before_retry(attempt).await;
                         attempt += 1;
                         // Conflicts count in a row: this run met none.
@@ -272,6 +282,7 @@ where
                         continue;
                     }
                     Ok(Attempt::Failed(value)) => {
+                        drop(open);
                         let won = won.take().or_else(|| claim_win(&cx));
                         return record_step(&cx, seq, StepKind::Step, name, value, timing, won)
                             .await;
@@ -281,14 +292,32 @@ where
                         if won.is_none() {
                             won = claim_win(&cx);
                         }
-                        let failed = tx.take_failed();
-                        match commit(&cx, seq, name, value, tx, timing, &mut won).await {
-                            Ok(value) => return value,
-                            Err(error) => naming_failed(error, failed),
+                        match super::select::lost(&cx).filter(|_| won.is_none() && !named) {
+                            // Another branch of the select won while the body
+                            // ran: the workflow goes on down that branch, so
+                            // these writes roll back instead of committing.
+                            Some(lost) => {
+                                drop(value);
+                                if let Err(error) = tx.into_inner().rollback().await {
+                                    tracing::debug!(step = name, %error, "keiro transactional step rollback failed");
+                                }
+                                drop(open);
+                                lost.until_named().await;
+                                named = true;
+                                continue;
+                            }
+                            None => {
+                                let failed = tx.take_failed();
+                                match commit(&cx, seq, name, value, tx, timing, &mut won).await {
+                                    Ok(value) => return value,
+                                    Err(error) => naming_failed(error, failed),
+                                }
+                            }
                         }
                     }
                     Err(error) => error,
                 };
+                drop(open);
                 let again = error.is_conflict() || error.is_transient();
                 if !again || conflicts >= MAX_CONFLICTS {
                     return halt(&cx, step_error(&cx, seq, name, error)).await;
