@@ -27,9 +27,9 @@
 //! rolled back and returned to the pool. Not used behind a PostgreSQL
 //! transaction-pooling proxy (an open transaction pins a server connection
 //! there), with several PostgreSQL hosts (the pool's check that a connection
-//! does not belong to a host it left is made at checkout), nor on a SQLite
-//! pool of one connection (an in-memory database), which it would hold from
-//! everyone else.
+//! does not belong to a host it left is made at checkout), nor on a pool of
+//! one connection (on SQLite an in-memory database), which it would hold
+//! from everyone else.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};

@@ -1466,6 +1466,74 @@ async fn postgres_the_conflict_limit_counts_conflicts_in_a_row() {
     assert_eq!(out, Ok(108));
 }
 
+/// Sends instance `key` a message in its transaction.
+#[step(transaction)]
+async fn send_one(tx: &mut keiro::Transaction<'_>, key: String) -> Result<(), String> {
+    keiro::send_tx(tx, &key, "one", &1u32)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// How many transactions on the database at `url` a transactional step's
+/// commit left open and empty for the next one (its last statement ends
+/// with the `COMMIT; BEGIN` keiro sends).
+#[step]
+async fn kept_transactions(url: String) -> Result<i64, String> {
+    use sqlx::Connection as _;
+    let mut observer = sqlx::PgConnection::connect(&url)
+        .await
+        .map_err(|e| e.to_string())?;
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND state = 'idle in transaction' AND query LIKE '%COMMIT; BEGIN'",
+    )
+    .fetch_one(&mut observer)
+    .await
+    .map_err(|e| e.to_string())
+}
+
+#[workflow]
+async fn commits_then_looks(key: String, url: String) -> Result<i64, String> {
+    send_one(key).await?;
+    kept_transactions(url).await
+}
+
+/// A transactional step's commit leaves its connection in an open, empty
+/// transaction for the next one, but not on a pool of one connection, where
+/// it would hold up every other write until it expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_pool_of_one_keeps_no_transaction_for_the_next_step() {
+    let looks = |keiro: Keiro, url: String| async move {
+        let key = uuid::Uuid::new_v4().to_string();
+        commits_then_looks(key.clone(), url)
+            .id(&key)
+            .on(&keiro)
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    // The probe sees the kept transaction where one is kept (for 50 ms: on
+    // a slow machine its connect may come too late, so up to three tries).
+    let db = TestDb::new(Backend::Postgres).await;
+    let pooled = db.keiro().await;
+    let mut seen = 0;
+    for _ in 0..3 {
+        seen = looks(pooled.clone(), db.url.clone()).await;
+        if seen == 1 {
+            break;
+        }
+    }
+    assert_eq!(seen, 1, "a pool of eight keeps one");
+    // A database of its own: nothing the first pool kept is counted.
+    let db = TestDb::new(Backend::Postgres).await;
+    let alone = db.builder().max_connections(1).connect().await.unwrap();
+    assert_eq!(
+        looks(alone, db.url.clone()).await,
+        0,
+        "a pool of one keeps none"
+    );
+}
+
 /// A conflict normally runs the body again. Not after the body committed
 /// keiro's transaction itself: its writes would apply twice. The instance
 /// fails with `TransactionEnded`, and the body ran once.

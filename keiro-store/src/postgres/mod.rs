@@ -95,7 +95,8 @@ pub struct PostgresStore {
     /// Where this store's "now" comes from.
     pub(crate) clock: crate::Clock,
     /// The empty transaction the last transactional step left for the next
-    /// (see [`crate::warm`]); `None` behind a proxy or with several hosts.
+    /// (see [`crate::warm`]); `None` behind a proxy, with several hosts or
+    /// on a pool of one connection.
     pub(crate) warm: Option<Arc<crate::warm::WarmTx<Postgres>>>,
 }
 
@@ -253,7 +254,10 @@ impl PostgresStore {
         }
 
         let alive = Arc::new(());
-        let warm = (hosts.is_none() && !pooled).then(Arc::default);
+        // Not on a pool of one connection, which a kept transaction would
+        // hold from every other write until it expires.
+        let several = options.max_connections.unwrap_or(8) > 1;
+        let warm = (hosts.is_none() && !pooled && several).then(Arc::default);
         if let Some(hosts) = hosts {
             hosts.watch(pool.clone(), Arc::downgrade(&alive));
         }
