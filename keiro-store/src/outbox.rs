@@ -54,10 +54,13 @@ where
 }
 
 /// Records a new instance in the caller's transaction, or reads the existing
-/// one with that id, like [`Store::create_instance`](crate::Store::create_instance).
+/// one with that id, like [`Store::create_instance`](crate::Store::create_instance),
+/// created at `now` (µs since the Unix epoch, by the caller's clock:
+/// [`Store::now_us`](crate::Store::now_us)).
 pub async fn create_instance_tx<'t, 'c>(
     tx: impl Into<TimerTx<'t, 'c>>,
     new: &NewInstance<'_>,
+    now: i64,
 ) -> Result<(InstanceRow, bool)>
 where
     'c: 't,
@@ -65,7 +68,7 @@ where
     validate_id("workflow id", new.id)?;
     validate_id("workflow name", new.name)?;
     let mut tx = tx.into();
-    let created = create_instance_on(tx.reborrow().into(), new, now_us()).await?;
+    let created = create_instance_on(tx.reborrow().into(), new, now).await?;
     if created.1 {
         notify_on(tx.into(), "").await?;
     }

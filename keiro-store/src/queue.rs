@@ -682,14 +682,16 @@ impl Store {
 }
 
 /// Records `new` on its queue in the caller's transaction, like
-/// [`Store::create_queued`]. With a dedup key the writes run under a
-/// savepoint: an enqueue that commits the same key while this one waits
-/// (PostgreSQL) is refused with [`StoreError::Duplicate`] naming it, and the
-/// caller's transaction stays usable, holding nothing of this call.
+/// [`Store::create_queued`], created at `now` (µs since the Unix epoch, by
+/// the caller's clock: [`Store::now_us`]). With a dedup key the writes run
+/// under a savepoint: an enqueue that commits the same key while this one
+/// waits (PostgreSQL) is refused with [`StoreError::Duplicate`] naming it,
+/// and the caller's transaction stays usable, holding nothing of this call.
 pub async fn create_queued_tx<'t, 'c>(
     tx: impl Into<crate::TimerTx<'t, 'c>>,
     new: &crate::NewInstance<'_>,
     queued: &Queued<'_>,
+    now: i64,
 ) -> Result<(InstanceRow, bool)>
 where
     'c: 't,
@@ -697,7 +699,6 @@ where
     crate::validate::validate_id("workflow id", new.id)?;
     crate::validate::validate_id("workflow name", new.name)?;
     let mut tx = tx.into();
-    let now = crate::now_us();
     let created = match queued.dedup {
         None => create_queued_on(tx.reborrow().into(), new, queued, now).await?,
         Some(key) => {

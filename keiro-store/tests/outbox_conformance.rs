@@ -95,20 +95,24 @@ async fn a_message_is_sent_only_when_the_callers_transaction_commits(db: &TestDb
 }
 
 async fn an_instance_exists_only_when_the_callers_transaction_commits(db: &TestDb) {
+    let now = db.store.now_us();
     let (row, created) = in_tx!(&db.store, false, |tx| create_instance_tx(
         &mut tx,
-        &instance("queued", None)
+        &instance("queued", None),
+        now
     )
     .await
     .unwrap());
     assert!(created);
     assert_eq!(row.status, InstanceStatus::Pending);
     assert_eq!(db.store.get_instance("queued").await.unwrap(), None);
+    // Created at the time the caller gives (its clock may be a test's).
+    let then = 978_307_200_000_000; // 2001-01-01
     let (_, created) = in_tx!(&db.store, true, |tx| {
-        let first = create_instance_tx(&mut tx, &instance("queued", None))
+        let first = create_instance_tx(&mut tx, &instance("queued", None), then)
             .await
             .unwrap();
-        let again = create_instance_tx(&mut tx, &instance("queued", None))
+        let again = create_instance_tx(&mut tx, &instance("queued", None), now)
             .await
             .unwrap();
         assert!(!again.1, "the second create reads the first");
@@ -117,6 +121,7 @@ async fn an_instance_exists_only_when_the_callers_transaction_commits(db: &TestD
     assert!(created);
     let row = db.store.get_instance("queued").await.unwrap().unwrap();
     assert_eq!(row.status, InstanceStatus::Pending);
+    assert_eq!(row.created_at, then);
 }
 
 async fn a_resolution_is_recorded_only_when_the_callers_transaction_commits(db: &TestDb) {

@@ -295,7 +295,8 @@ async fn keyed_create<'t, 'c: 't>(tx: impl Into<keiro_store::TimerTx<'t, 'c>>, i
         dedup: Some("k"),
         ..on("q")
     };
-    let (_, created) = keiro_store::create_queued_tx(tx, &instance(id), &keyed)
+    let now = keiro_store::now_us();
+    let (_, created) = keiro_store::create_queued_tx(tx, &instance(id), &keyed, now)
         .await
         .unwrap();
     assert!(created);

@@ -300,3 +300,46 @@ async fn an_awakeable_timeout_falls_due_under_advance() {
     env.advance(Duration::from_secs(1)).await;
     assert_eq!(handle.result().await.unwrap(), Ok(None));
 }
+
+keiro::queue!(ENV_QUEUE = "test-env-queue", concurrency = 1);
+
+#[workflow]
+async fn enqueued_in_a_transaction(n: u32) -> u32 {
+    n
+}
+
+/// An instance enqueued in the caller's transaction is created at the
+/// environment's virtual time, like one enqueued on its own, on a queue or
+/// not: a queue runs its instances in order of creation.
+#[tokio::test]
+async fn an_enqueue_in_a_transaction_is_created_at_the_virtual_time() {
+    let env = TestEnv::starting_at(epoch()).await;
+    env.advance(HOUR).await;
+    let keiro_store::Store::Sqlite(store) = keiro::unstable::raw_store(env.keiro()) else {
+        unreachable!("a TestEnv runs on SQLite");
+    };
+    let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+    enqueued_in_a_transaction(1)
+        .id("plain")
+        .on(env.keiro())
+        .enqueue_tx(&mut tx)
+        .await
+        .unwrap();
+    enqueued_in_a_transaction(2)
+        .id("queued")
+        .queue(&ENV_QUEUE)
+        .on(env.keiro())
+        .enqueue_tx(&mut tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let expected = (epoch() + HOUR).duration_since(UNIX_EPOCH).unwrap();
+    for id in ["plain", "queued"] {
+        let row = keiro::unstable::raw_store(env.keiro())
+            .get_instance(id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.created_at, expected.as_micros() as i64, "{id}");
+    }
+}

@@ -366,13 +366,14 @@ where
                 .map_err(Error::from_store)?;
             return Ok(WorkflowHandle::new(keiro, row.id, None));
         }
+        let now_us = keiro.now_us();
         let (row, _) = if self.queue.is_set() {
-            let queued = self.queue.queued(self.name, keiro.now_us())?;
-            keiro_store::create_queued_tx(tx, &new, &queued)
+            let queued = self.queue.queued(self.name, now_us)?;
+            keiro_store::create_queued_tx(tx, &new, &queued, now_us)
                 .await
                 .map_err(Error::from_store)?
         } else {
-            keiro_store::create_instance_tx(tx, &new).await?
+            keiro_store::create_instance_tx(tx, &new, now_us).await?
         };
         check_attach(&row, &spec)?;
         Ok(WorkflowHandle::new(keiro, spec.id, None))
