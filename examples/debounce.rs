@@ -1,4 +1,4 @@
-//! Debouncing: fifty edits of one profile in 200 ms start one sync, half a
+//! Debouncing: fifty edits of one profile over 200 ms start one sync, half a
 //! second after the last edit, with the last edit's fields.
 //!
 //! ```text
@@ -32,7 +32,10 @@ async fn main() -> Result<(), Error> {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let mut handles = Vec::new();
+    // One edit every 4 ms.
+    let burst = tokio::time::Instant::now();
     for edit in 1..=50 {
+        tokio::time::sleep_until(burst + Duration::from_millis(4) * (edit - 1)).await;
         let fields: Vec<String> = (1..=edit).map(|n| format!("field-{n}")).collect();
         let handle = sync_profile(user, fields)
             .debounce(user.to_string(), Duration::from_millis(500))
@@ -40,7 +43,6 @@ async fn main() -> Result<(), Error> {
             .enqueue()
             .await?;
         handles.push(handle);
-        tokio::time::sleep(Duration::from_millis(4)).await;
     }
     let first = handles[0].id().to_owned();
     assert!(

@@ -56,17 +56,21 @@ impl DebounceStatements {
             lock: d.queue_lock.map(|_| LOCK),
             // $1 name, $2 key, $3 input, $4 signature, $5 deadline,
             // $6 traceparent, $7 app version, $8 skeleton hash, $9 queue,
-            // $10 priority, $11 partition, $12 due (now + delay), $13 now.
+            // $10 priority, $11 partition, $12 due (now + delay, or the due
+            // time already set if later), $13 now.
             extend: format!(
                 "UPDATE {w} SET input = $3, signature = $4, deadline = $5, traceparent = $6, \
                  app_version = $7, skeleton_hash = $8, queue = $9, priority = $10, \
                  partition_key = $11, \
-                 wake_at = CASE WHEN debounce_until IS NOT NULL AND debounce_until < $12 \
-                     THEN debounce_until ELSE $12 END, updated_at = $13 \
+                 wake_at = CASE WHEN debounce_until IS NOT NULL AND debounce_until < {later} \
+                     THEN debounce_until ELSE {later} END, updated_at = $13 \
                  WHERE name = $1 AND debounce_key = $2 AND status = 'pending' \
                  AND lease_owner IS NULL \
                  RETURNING {columns}",
                 columns = crate::sql::INSTANCE_COLUMNS,
+                // A call never brings the start forward: one whose process
+                // reads an earlier clock leaves the later due time.
+                later = "CASE WHEN wake_at > $12 THEN wake_at ELSE $12 END",
             ),
             // $1 id, $2 queue, $3 priority, $4 partition, $5 due, $6 key,
             // $7 the burst's latest start.
@@ -93,11 +97,11 @@ impl Store {
         debounce: &Debounce<'_>,
     ) -> Result<(InstanceRow, bool)> {
         const OP: &str = "create_debounced";
-        let now = self.now_us();
+        let clock = self.clock();
         dispatch!(Store, self, |s| {
             let mut tx = s.begin(OP).await?;
             let debounced =
-                create_debounced_on((&mut *tx).into(), new, queued, debounce, now).await?;
+                create_debounced_on((&mut *tx).into(), new, queued, debounce, clock).await?;
             tx.commit().await.map_err(StoreError::query(OP))?;
             Ok(debounced)
         })
@@ -105,40 +109,55 @@ impl Store {
 }
 
 /// Records a debounced call in the caller's transaction, like
-/// [`Store::create_debounced`] (`now_us` from the store clock of the caller's
-/// runtime). On PostgreSQL the burst's lock is held until `tx` ends, and
-/// workers are notified at commit when the call opened a burst.
+/// [`Store::create_debounced`] (the time read off `clock`, the store clock
+/// of the caller's runtime). On PostgreSQL the burst's lock is held until
+/// `tx` ends, and workers are notified at commit when the call opened a
+/// burst.
 pub async fn create_debounced_tx<'t, 'c>(
     tx: impl Into<crate::TimerTx<'t, 'c>>,
     new: &NewInstance<'_>,
     queued: &Queued<'_>,
     debounce: &Debounce<'_>,
-    now_us: i64,
+    clock: &crate::Clock,
 ) -> Result<(InstanceRow, bool)>
 where
     'c: 't,
 {
     let mut tx = tx.into();
-    let debounced =
-        create_debounced_on(tx.reborrow().into(), new, queued, debounce, now_us).await?;
+    let debounced = create_debounced_on(tx.reborrow().into(), new, queued, debounce, clock).await?;
     if debounced.1 {
         crate::outbox::notify_on(tx.into(), "").await?;
     }
     Ok(debounced)
 }
 
-/// [`Store::create_debounced`] on `conn`, a transaction.
+/// [`Store::create_debounced`] on `conn`, a transaction, at the time
+/// `clock` reads once the burst is this call's alone: a call that waited
+/// for another's (PostgreSQL's lock; SQLite's `BEGIN IMMEDIATE` came
+/// before) counts from when it goes on, so the burst's start is never less
+/// than its delay after the call that committed last.
 async fn create_debounced_on(
     mut conn: Conn<'_>,
     new: &NewInstance<'_>,
     queued: &Queued<'_>,
     debounce: &Debounce<'_>,
-    now: i64,
+    clock: &crate::Clock,
 ) -> Result<(InstanceRow, bool)> {
     const OP: &str = "create_debounced";
     crate::validate::validate_id("workflow id", new.id)?;
     crate::validate::validate_id("workflow name", new.name)?;
     crate::validate::validate_id("debounce key", debounce.key)?;
+    dispatch!(Conn, conn.reborrow(), |c, sql| {
+        if let Some(lock) = sql.debounce.lock {
+            crate::prepared::query(lock)
+                .bind(format!("{}\n{}", new.name, debounce.key))
+                .execute(&mut *c)
+                .await
+                .map_err(StoreError::query(OP))?;
+        }
+        Ok::<_, StoreError>(())
+    })?;
+    let now = clock.now_us();
     let due = now.saturating_add(debounce.delay_us);
     let extend = args![
         new.name,
@@ -156,13 +175,6 @@ async fn create_debounced_on(
         now,
     ];
     let extended = dispatch!(Conn, conn.reborrow(), |c, sql| {
-        if let Some(lock) = sql.debounce.lock {
-            crate::prepared::query(lock)
-                .bind(format!("{}\n{}", new.name, debounce.key))
-                .execute(&mut *c)
-                .await
-                .map_err(StoreError::query(OP))?;
-        }
         bind_all!(crate::prepared::query(&sql.debounce.extend), &extend)
             .fetch_optional(&mut *c)
             .await

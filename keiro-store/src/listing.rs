@@ -72,7 +72,8 @@ pub struct ListedInstance {
     /// The queue it was enqueued on; `None`: the default queue.
     pub queue: Option<String>,
     /// The key of the debounced burst it was enqueued by; `None` when it
-    /// was not debounced.
+    /// was not debounced, or was retried, requeued or continued as new
+    /// since.
     pub debounce_key: Option<String>,
 }
 

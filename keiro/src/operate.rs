@@ -190,7 +190,8 @@ pub struct WorkflowSummary {
     pub queue: Option<String>,
     /// The key of the debounced burst that enqueued it
     /// ([`WorkflowCall::debounce`](crate::WorkflowCall::debounce)); `None`
-    /// when it was not debounced.
+    /// when it was not debounced, or was retried, requeued or continued as
+    /// new since (it then takes no more of the burst's calls).
     pub debounce_key: Option<String>,
 }
 

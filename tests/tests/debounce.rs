@@ -102,10 +102,13 @@ async fn a_burst_starts_one_instance_with_the_last_arguments(backend: Backend) {
     let delay = Duration::from_millis(500);
     let mut handles = Vec::new();
     let mut last_call_us = 0;
+    // One call every 4 ms: the 50 are made within 200 ms (each waits for
+    // its commit, so a slow commit can push the rest later).
+    let burst = tokio::time::Instant::now();
     for n in 0..50 {
+        tokio::time::sleep_until(burst + Duration::from_millis(4) * n).await;
         last_call_us = now_us();
         handles.push(call(&keiro, "u-1", n, delay, None).await);
-        tokio::time::sleep(Duration::from_millis(4)).await;
     }
     let id = handles[0].id().to_owned();
     assert!(
@@ -335,6 +338,26 @@ async fn misuse_is_refused_naming_the_workflow_and_option(backend: Backend) {
             "`.dedup(..)`",
         ),
         (
+            call()
+                .debounce("k", second)
+                .timeout(second)
+                .enqueue()
+                .await
+                .map(|_| ()),
+            "WorkflowCall::debounce",
+            "`.timeout(1s)`, no longer than its debounce delay",
+        ),
+        (
+            call()
+                .debounce("k", second)
+                .deadline(SystemTime::now() + Duration::from_millis(500))
+                .enqueue()
+                .await
+                .map(|_| ()),
+            "WorkflowCall::debounce",
+            "a `.deadline(..)` before its debounce delay ends",
+        ),
+        (
             call().debounce("k", second).start().await.map(|_| ()),
             "WorkflowCall::debounce",
             "was started",
@@ -434,8 +457,94 @@ async fn enqueue_tx_debounces_in_the_callers_transaction(backend: Backend) {
     worker.stop().await;
 }
 
+/// A call that waits for another's transaction (which holds the burst:
+/// PostgreSQL's lock, SQLite's write lock) counts its delay from when it
+/// goes on, not from when it was made: the instance is due no sooner than
+/// the delay after the call that committed last.
+async fn a_call_waiting_for_the_burst_counts_from_when_it_goes_on(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let delay = Duration::from_secs(1);
+    let debounced = |n: u32| {
+        sync_profile("waits".to_owned(), n)
+            .on(&keiro)
+            .debounce("waits", delay)
+    };
+    let (id, waiting, committed_at) = in_tx!(keiro, true, |tx| {
+        let handle = debounced(0).enqueue_tx(&mut tx).await.unwrap();
+        // The next call waits for this transaction meanwhile.
+        let next = debounced(1);
+        let waiting = tokio::spawn(async move { next.enqueue().await.unwrap() });
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(
+            !waiting.is_finished(),
+            "the second call waits for the first"
+        );
+        (handle.id().to_owned(), waiting, now_us())
+    });
+    assert_eq!(waiting.await.unwrap().id(), id);
+    let store = keiro::unstable::raw_store(&keiro);
+    let row = store.get_instance(&id).await.unwrap().unwrap();
+    let due = row.wake_at.expect("a due time");
+    assert!(
+        due >= committed_at + delay.as_micros() as i64,
+        "due {} µs after the first call's commit",
+        due - committed_at
+    );
+}
+
+/// A call whose process reads an earlier clock (another machine's) takes its
+/// arguments into the burst but never brings its start forward.
+async fn a_call_on_an_earlier_clock_does_not_bring_the_start_forward(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let store = keiro::unstable::raw_store(&keiro);
+    let behind = keiro_store::Store::connect(
+        &db.url,
+        &keiro_store::StoreOptions {
+            clock: keiro_store::Clock::manual(SystemTime::now() - Duration::from_secs(10)),
+            ..keiro_store::StoreOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let queued = keiro_store::Queued {
+        queue: None,
+        priority: 0,
+        partition: "",
+        dedup: None,
+        not_before: None,
+    };
+    let debounce = keiro_store::Debounce {
+        key: "skew",
+        delay_us: 2_000_000,
+        max_wait_us: None,
+    };
+    let first = keiro_store::NewInstance::new("skew-1", "sync_profile", r#"["skew",1]"#);
+    let (opened, created) = store
+        .create_debounced(&first, &queued, &debounce)
+        .await
+        .unwrap();
+    assert!(created);
+    let later = keiro_store::NewInstance::new("skew-2", "sync_profile", r#"["skew",2]"#);
+    let (joined, created) = behind
+        .create_debounced(&later, &queued, &debounce)
+        .await
+        .unwrap();
+    assert!(!created, "the second call joins the burst");
+    assert_eq!(joined.id, "skew-1");
+    assert_eq!(joined.input, r#"["skew",2]"#, "the last call's arguments");
+    assert_eq!(
+        joined.wake_at, opened.wake_at,
+        "the start stays where it was"
+    );
+    behind.close().await;
+}
+
 on_both_backends!(
     a_retried_instance_takes_no_more_calls,
+    a_call_waiting_for_the_burst_counts_from_when_it_goes_on,
+    a_call_on_an_earlier_clock_does_not_bring_the_start_forward,
     enqueue_tx_debounces_in_the_callers_transaction,
     a_burst_starts_one_instance_with_the_last_arguments,
     max_wait_starts_a_never_ending_burst,

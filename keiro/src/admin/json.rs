@@ -66,7 +66,8 @@ pub fn status_name(status: &WorkflowStatus) -> &'static str {
 /// `created_at`, `updated_at`, `parent_id`, `error`, `executor`, `wake_at`,
 /// `waiting_on` (`{seq, kind, name}` or `null`), `traceparent`, `version`,
 /// `queue` (`null` on the default queue), `debounce_key` (`null` unless it
-/// was debounced), and for a set-aside
+/// was debounced and not retried, requeued or continued as new since), and
+/// for a set-aside
 /// instance `nondeterminism` (`{expected, found}`).
 pub fn summary(s: &WorkflowSummary) -> Value {
     let mut value = json!({

@@ -165,14 +165,20 @@ where
     /// backend. See [`max_wait`](WorkflowCall::max_wait) for a burst that
     /// never pauses.
     ///
-    /// Applies to [`enqueue`](WorkflowCall::enqueue) and
-    /// [`enqueue_tx`](WorkflowCall::enqueue_tx), each in a transaction of its
-    /// own (an enqueue without `debounce` keeps the writer's batches). With
+    /// Applies to [`enqueue`](WorkflowCall::enqueue), in a transaction of its
+    /// own (an enqueue without `debounce` keeps the writer's batches), and
+    /// [`enqueue_tx`](WorkflowCall::enqueue_tx), in the caller's (on
+    /// PostgreSQL the burst's lock is held until it ends, so the burst's
+    /// other calls wait for it). A call that waited for another counts its
+    /// delay from when it goes on; no call brings the start forward. A
+    /// [`timeout`](WorkflowCall::timeout) counts from each call, the last
+    /// call's holding. With
     /// [`queue`](WorkflowCall::queue) (and `priority`, `partition`) the
     /// instance runs on that queue within its limits once due, the last
     /// call's queue settings holding. Refused with [`Error::InvalidOption`]
     /// naming the workflow and the option: an empty `key`, a zero `delay`,
-    /// together with [`id`](WorkflowCall::id) (the burst picks the id),
+    /// a timeout or deadline that would end the instance before the delay
+    /// lets it start, together with [`id`](WorkflowCall::id) (the burst picks the id),
     /// [`delay`](WorkflowCall::delay) (the debounce says when it starts) or
     /// [`dedup`](WorkflowCall::dedup) (the burst is the deduplication),
     /// inside a workflow, and on [`start`](WorkflowCall::start) or an await
@@ -304,7 +310,7 @@ where
     /// [`enqueue`](WorkflowCall::enqueue) with [`debounce`](WorkflowCall::debounce):
     /// joins the open burst or opens one, in a transaction of its own.
     async fn enqueue_debounced(self, keiro: Keiro, spec: Launch) -> Result<WorkflowHandle<R>> {
-        let debounce = self.debounced()?;
+        let debounce = self.debounced(&keiro)?;
         let queued = self.queue.queued(self.name, keiro.now_us())?;
         let (row, created) = keiro
             .raw_store()
@@ -314,14 +320,39 @@ where
         enqueued(keiro, row.id, created).await
     }
 
-    /// The store's debounce settings, misuse refused.
-    fn debounced(&self) -> Result<keiro_store::Debounce<'_>> {
-        self.debounce.debounced(
+    /// The store's debounce settings, misuse refused (a timeout or deadline
+    /// read on `keiro`'s clock).
+    fn debounced(&self, keiro: &Keiro) -> Result<keiro_store::Debounce<'_>> {
+        let debounce = self.debounce.debounced(
             self.name,
             self.id.is_some(),
             self.parent.is_some(),
             &self.queue,
-        )
+        )?;
+        // The instance starts the debounce delay after the burst's last call
+        // at the earliest, and each call sets its deadline afresh.
+        let earliest = keiro.now_us().saturating_add(debounce.delay_us);
+        let ends_first = match self.deadline {
+            None => None,
+            Some(CallDeadline::After(timeout)) => (crate::time::duration_us(timeout)
+                <= debounce.delay_us)
+                .then(|| format!("`.timeout({timeout:?})`, no longer than its debounce delay")),
+            Some(CallDeadline::At(at)) => (crate::time::to_us(at) <= earliest)
+                .then(|| "a `.deadline(..)` before its debounce delay ends".to_owned()),
+        };
+        match ends_first {
+            Some(what) => Err(Error::invalid_option(
+                "WorkflowCall::debounce",
+                format!(
+                    "workflow `{}` was given {what}: the instance starts that delay after the \
+                     burst's last call at the earliest, so it would time out before it ran. A \
+                     debounced call's timeout counts from the call (the last call's holds): \
+                     give one longer than the delay",
+                    self.name
+                ),
+            )),
+            None => Ok(debounce),
+        }
     }
 
     /// Records the instance as pending inside the caller's own transaction on
@@ -358,10 +389,10 @@ where
         let spec = self.launch_spec(&keiro)?;
         let new = spec.new_instance();
         if self.debounce.is_set() {
-            let debounce = self.debounced()?;
-            let now_us = keiro.now_us();
-            let queued = self.queue.queued(self.name, now_us)?;
-            let (row, _) = keiro_store::create_debounced_tx(tx, &new, &queued, &debounce, now_us)
+            let debounce = self.debounced(&keiro)?;
+            let queued = self.queue.queued(self.name, keiro.now_us())?;
+            let clock = keiro.clock();
+            let (row, _) = keiro_store::create_debounced_tx(tx, &new, &queued, &debounce, clock)
                 .await
                 .map_err(Error::from_store)?;
             return Ok(WorkflowHandle::new(keiro, row.id, None));
