@@ -1554,6 +1554,130 @@ async fn postgres_a_conflict_after_the_body_committed_does_not_run_it_again() {
     assert_eq!(bank(store).await, (100, 1), "the body's own commit");
 }
 
+/// Fails its first attempt at once (so a sleep racing it journals its
+/// deadline meanwhile); its second writes a ledger entry, holds the write
+/// lock 1.5 s, then commits keiro's transaction itself and returns `Ok`.
+#[step(transaction, max_attempts = 2, backoff_ms = 50)]
+async fn commit_late_myself(tx: &mut keiro::Transaction<'_>, key: String) -> Result<u32, String> {
+    ran(&key, "commit_late_myself");
+    if count(&key, "commit_late_myself") == 1 {
+        return Err("the first attempt fails".into());
+    }
+    let c: &mut sqlx::SqliteConnection = tx.as_sqlite().expect("SQLite");
+    sqlx::query("INSERT INTO tx_ledger (entry, account, cents) VALUES ('late', 1, 1)")
+        .execute(&mut *c)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    sqlx::query("COMMIT")
+        .execute(&mut *c)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(1)
+}
+
+#[workflow]
+async fn sleep_beats_a_self_commit(key: String) -> Result<u32, String> {
+    keiro::select! {
+        _ = keiro::sleep(Duration::from_millis(300)) => Ok(0),
+        done = commit_late_myself(key) => done,
+    }
+}
+
+/// A body that commits keiro's transaction itself is caught also when its
+/// branch of a select lost meanwhile (on SQLite the decision waits for the
+/// lock the body holds, so the body returns while it is written): its
+/// writes stay committed, so the instance fails with `TransactionEnded`
+/// instead of going on as if the step had never run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_losing_body_that_committed_itself_fails_the_instance() {
+    let (_db, keiro) = bank_on(Backend::Sqlite, 100).await;
+    let store = keiro::unstable::raw_store(&keiro);
+    let key = uuid::Uuid::new_v4().to_string();
+    let error = tokio::time::timeout(
+        Duration::from_secs(30),
+        sleep_beats_a_self_commit(key.clone()).id(&key).on(&keiro),
+    )
+    .await
+    .expect("the run ends in time")
+    .unwrap_err();
+    assert!(error.to_string().contains("COMMIT or ROLLBACK"), "{error}");
+    assert_eq!(bank(store).await, (100, 1), "the body's own commit");
+}
+
+/// Its first run writes a row whose deferred trigger fails the COMMIT with
+/// a serialization failure (after the step claimed the select's win); every
+/// later run fails with an `Err`, retried after a second.
+#[step(transaction, max_attempts = 3, backoff_ms = 1000)]
+async fn claims_then_fails(tx: &mut keiro::Transaction<'_>, key: String) -> Result<u32, String> {
+    ran(&key, "claims_then_fails");
+    if count(&key, "claims_then_fails") > 1 {
+        return Err("this attempt fails".into());
+    }
+    let mut db = tx.postgres().expect("PostgreSQL");
+    sqlx::query("INSERT INTO fails_at_commit (k) VALUES ($1)")
+        .bind(&key)
+        .execute(&mut db)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(0)
+}
+
+/// Sends instance `key` a message after 400 ms; returns `Ok(1)`.
+#[step(transaction)]
+async fn wins_later(tx: &mut keiro::Transaction<'_>, key: String) -> Result<u32, String> {
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    keiro::send_tx(tx, &key, "won", &1u32)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(1)
+}
+
+#[workflow]
+async fn a_claim_given_back(key: String) -> Result<u32, String> {
+    keiro::select! {
+        first = claims_then_fails(key.clone()) => first,
+        later = wins_later(key) => later,
+    }
+}
+
+/// A transactional step that claimed a select's win, met a conflict at its
+/// commit and then failed an attempt gives the win back while it waits to
+/// retry: another transactional branch finishing meanwhile wins and
+/// commits, instead of waiting out the retries and losing to their `Err`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_claimed_win_goes_back_while_the_claimer_waits_to_retry() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let keiro = db.keiro().await;
+    let keiro_store::Store::Postgres(pg) = keiro::unstable::raw_store(&keiro) else {
+        unreachable!("PostgreSQL");
+    };
+    for ddl in [
+        "CREATE TABLE fails_at_commit (k TEXT)",
+        "CREATE FUNCTION fail_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN RAISE EXCEPTION 'fails at commit' USING ERRCODE = '40001'; END $$",
+        "CREATE CONSTRAINT TRIGGER fail_at_commit AFTER INSERT ON fails_at_commit \
+         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION fail_at_commit()",
+    ] {
+        sqlx::query(ddl).execute(pg.pool()).await.unwrap();
+    }
+    let key = uuid::Uuid::new_v4().to_string();
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        a_claim_given_back(key.clone()).id(&key).on(&keiro),
+    )
+    .await
+    .expect("the select decides in time")
+    .unwrap();
+    assert_eq!(out, Ok(1), "the later branch won");
+    assert!(
+        count(&key, "claims_then_fails") >= 2,
+        "its commit conflicted"
+    );
+    let store = keiro::unstable::raw_store(&keiro);
+    assert_eq!(store.count_waiting_messages(&key, "won").await.unwrap(), 1);
+}
+
 /// PostgreSQL aborts a transaction at its first failed statement. A body
 /// that swallows that error and returns `Ok` cannot commit: the run stops
 /// with an error that names the step and says what happened and what to

@@ -116,7 +116,7 @@ struct Claim {
     by: Option<usize>,
     journaled: Option<u32>,
     /// Losing transactional steps waiting to learn the journaled winner
-    /// ([`Lost::until_named`]).
+    /// ([`Lost::decided`]).
     waiting: Vec<std::task::Waker>,
 }
 
@@ -124,6 +124,11 @@ impl Claim {
     /// Records the winner the journal holds, and wakes the losers waiting.
     fn journal(&mut self, winner: u32) {
         self.journaled = Some(winner);
+        self.wake();
+    }
+
+    /// Wakes the losers waiting.
+    fn wake(&mut self) {
         for waker in self.waiting.drain(..) {
             waker.wake();
         }
@@ -147,6 +152,28 @@ impl Won {
     pub(crate) fn journaled(self, winner: u32) {
         lock(&self.state).journal(winner);
     }
+
+    /// Gives the win back, unjournaled: the claiming step failed an attempt
+    /// and waits to retry it, and another branch may win meanwhile (a
+    /// losing transactional step waiting runs again).
+    pub(crate) fn release(self) {
+        let mut claim = lock(&self.state);
+        if claim.journaled.is_none() && claim.by == Some(self.index as usize) {
+            claim.by = None;
+            claim.wake();
+        }
+    }
+}
+
+/// What a losing transactional step learns while it waits
+/// ([`Lost::decided`]).
+pub(crate) enum Verdict {
+    /// The journal names its branch the winner after all (another executor
+    /// decided the select first): it runs to its result.
+    Named,
+    /// The branch that claimed the win gave it back: the step runs again,
+    /// and may win.
+    Reopened,
 }
 
 /// A step completing in a select's branch after another branch claimed the
@@ -158,23 +185,25 @@ pub(crate) struct Lost {
 }
 
 impl Lost {
-    /// Returns once the journal holds this branch as the winner (another
-    /// executor decided the select first, naming it), when the step must
-    /// run to its result after all; pending for good otherwise, until the
-    /// select drops the branch.
-    pub(crate) async fn until_named(self) {
+    /// Returns once the journal holds this branch as the winner, or the
+    /// win is given back unjournaled; pending for good once another branch
+    /// is journaled, until the select drops the branch.
+    pub(crate) async fn decided(self) -> Verdict {
         std::future::poll_fn(|task| {
             let mut claim = lock(&self.state);
-            match claim.journaled {
-                Some(winner) if winner == self.index => Poll::Ready(()),
-                Some(_) => Poll::Pending,
-                None => {
-                    claim.waiting.push(task.waker().clone());
+            match (claim.journaled, claim.by) {
+                (Some(winner), _) if winner == self.index => Poll::Ready(Verdict::Named),
+                (Some(_), _) => Poll::Pending,
+                (None, None) => Poll::Ready(Verdict::Reopened),
+                (None, Some(_)) => {
+                    if !claim.waiting.iter().any(|w| w.will_wake(task.waker())) {
+                        claim.waiting.push(task.waker().clone());
+                    }
                     Poll::Pending
                 }
             }
         })
-        .await;
+        .await
     }
 }
 
@@ -307,10 +336,10 @@ impl Select {
                 // SQLite the only write lock, which the decision's write
                 // waits for) until then, and then, having lost, rolls its
                 // writes back (see [`lost`]).
-                {
-                    let mut claim = lock(&decision.state);
-                    claim.by = claim.by.or(Some(first));
-                }
+                // (Over a claim a step made and has not journaled: that
+                // step commits with its claim, and the journal decides
+                // between the two; a claim given back is none.)
+                lock(&decision.state).by = Some(first);
                 let write = record(&cx, seq, StepKind::Select, NAME, index);
                 let recorded = alongside(write, &mut branches, first, &mut finished, watch).await;
                 lock(&decision.state).journal(recorded);

@@ -10,10 +10,13 @@
 //!   on PostgreSQL the insert waits for that executor's transaction), this
 //!   one rolls back, application writes included, and the recorded result
 //!   stands.
-//! - In a branch of a `keiro::select!` that another
-//!   branch won while the body ran, the body's writes roll back instead of
-//!   committing, and nothing is journaled: the workflow goes on down the
-//!   winner's branch, as if the step had never run.
+//! - In a branch of a `keiro::select!` that another branch won while the
+//!   body ran, a body returning `Ok` has its writes rolled back instead of
+//!   committed, and nothing is journaled: the workflow goes on down the
+//!   winner's branch, as if the step had never run. (Should the journal
+//!   name its branch after all, another executor having decided first, it
+//!   runs again to its result; should the winner give its claim back, a
+//!   failed attempt waiting to retry, it runs again and may win.)
 //! - `Err`: the application's writes roll back; the step is retried per
 //!   `max_attempts`, and the final `Err` is journaled like any step's,
 //!   through the group-commit writer.
@@ -35,7 +38,7 @@ use keiro_store::{StepTiming, StoreError};
 use serde::{de::DeserializeOwned, Serialize};
 use tracing::Instrument;
 
-use super::select::{claim_win, Won};
+use super::select::{claim_win, Verdict, Won};
 use super::step::{encode_result, halt, record_step, replay, step_row, StepMeta};
 use super::{claim_seq, scope, StepKind, WorkflowContext};
 use crate::{Error, Keiro, Transaction};
@@ -256,7 +259,7 @@ where
             let started_at = cx.keiro.now_us();
             let max = self.meta.max_attempts.max(1);
             let (mut runs, mut attempt, mut conflicts) = (0, 1, 0);
-            let mut won = None;
+            let mut won: Option<Won> = None;
             // Whether the journal names this step's branch the winner of the
             // select it lost here: it then runs to its result after all.
             let mut named = false;
@@ -275,6 +278,16 @@ where
                 let error = match self.attempt(&cx.keiro, Some(&cx)).await {
                     Ok(Attempt::Failed(value)) if attempt < max && (self.retry)(&value) => {
                         drop(open);
+                        // A win claimed on an earlier run (kept over a
+                        // conflict) goes back while this waits to retry:
+                        // another branch may win meanwhile. One another
+                        // branch won waits for the decision first.
+                        if let Some(won) = won.take() {
+                            won.release();
+                        }
+                        if let Some(lost) = super::select::lost(&cx).filter(|_| !named) {
+                            named = matches!(lost.decided().await, Verdict::Named);
+                        }
                         self.meta.wait_before_retry(attempt).await;
                         attempt += 1;
                         // Conflicts count in a row: this run met none.
@@ -298,12 +311,24 @@ where
                             // these writes roll back instead of committing.
                             Some(lost) => {
                                 drop(value);
+                                // A body that ended keiro's transaction
+                                // itself is caught here too (see `attempt`).
+                                match tx.inner().check_open().await {
+                                    Err(error @ StoreError::TransactionEnded { .. }) => {
+                                        return halt(&cx, step_error(&cx, seq, name, error)).await;
+                                    }
+                                    Err(error @ StoreError::TransactionRolledBack { .. })
+                                        if !tx.sqlite_rolled_back() =>
+                                    {
+                                        return halt(&cx, step_error(&cx, seq, name, error)).await;
+                                    }
+                                    _ => {}
+                                }
                                 if let Err(error) = tx.into_inner().rollback().await {
                                     tracing::debug!(step = name, %error, "keiro transactional step rollback failed");
                                 }
                                 drop(open);
-                                lost.until_named().await;
-                                named = true;
+                                named = matches!(lost.decided().await, Verdict::Named);
                                 continue;
                             }
                             None => {
