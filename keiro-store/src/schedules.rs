@@ -8,7 +8,7 @@ use crate::sql::Dialect;
 use crate::{Result, Store};
 
 /// The columns of a [`ScheduleRow`].
-const COLUMNS: &str = "name, cron, timezone, workflow, input, paused, last_tick";
+const COLUMNS: &str = "name, cron, timezone, workflow, input, paused, last_tick, updated_at";
 
 /// One stored schedule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,8 +27,13 @@ pub struct ScheduleRow {
     pub input: Option<String>,
     /// Whether ticks are paused.
     pub paused: bool,
-    /// The latest tick an instance was created for (µs since the Unix epoch).
+    /// The latest tick an instance was created for, or passed over (a
+    /// tick that fell while paused, or before the definition changed), in
+    /// µs since the Unix epoch.
     pub last_tick: Option<i64>,
+    /// When the row was last written (defined, redefined, paused or
+    /// resumed), µs since the Unix epoch by the writer's clock.
+    pub updated_at: i64,
 }
 
 impl FromRow for ScheduleRow {
@@ -42,6 +47,7 @@ impl FromRow for ScheduleRow {
             input: row.maybe_text(what, "input")?,
             paused: row.int(what, "paused")? != 0,
             last_tick: row.maybe_int(what, "last_tick")?,
+            updated_at: row.int(what, "updated_at")?,
             name,
         })
     }
@@ -52,15 +58,17 @@ impl FromRow for ScheduleRow {
 pub(crate) struct ScheduleStatements {
     /// Writes a `#[workflow(cron)]` schedule `$1` (cron `$2`, zone `$3`,
     /// workflow `$4`, now `$5`), updating the definition of an existing one
-    /// unless it is dynamic; keeps `paused` and `last_tick`.
+    /// unless it is dynamic; keeps `paused`, and `last_tick` unless the cron
+    /// or zone changes: then it moves forward to `$6` (see
+    /// [`ScheduleDef::latest_tick`]; not at all when negative).
     upsert_static: String,
     /// Writes `#[workflow(cron)]` schedule `$1` (as `upsert_static`) unless
     /// a schedule of that name exists.
     insert_static: String,
     /// Writes dynamic schedule `$1` (cron `$2`, zone `$3`, workflow `$4`,
     /// input `$5`, now `$6`), replacing the definition of an existing
-    /// dynamic one (keeping `paused` and `last_tick`), never a
-    /// `#[workflow(cron)]` one.
+    /// dynamic one (keeping `paused`, and `last_tick` as `upsert_static`
+    /// does with `$7`), never a `#[workflow(cron)]` one.
     upsert_dynamic: String,
     /// Every schedule, by name.
     list: String,
@@ -88,9 +96,10 @@ impl ScheduleStatements {
                  updated_at) VALUES ($1, $2, $3, $4, NULL, 0, $5, $5) \
                  ON CONFLICT (name) DO UPDATE SET cron = excluded.cron, \
                  timezone = excluded.timezone, workflow = excluded.workflow, \
-                 updated_at = excluded.updated_at \
+                 updated_at = excluded.updated_at, last_tick = {redefined} \
                  WHERE {t}.input IS NULL AND ({t}.cron <> excluded.cron \
-                 OR {t}.timezone <> excluded.timezone OR {t}.workflow <> excluded.workflow)"
+                 OR {t}.timezone <> excluded.timezone OR {t}.workflow <> excluded.workflow)",
+                redefined = redefined(&t, 6),
             ),
             insert_static: format!(
                 "INSERT INTO {t} (name, cron, timezone, workflow, input, paused, created_at, \
@@ -102,8 +111,10 @@ impl ScheduleStatements {
                  updated_at) VALUES ($1, $2, $3, $4, $5, 0, $6, $6) \
                  ON CONFLICT (name) DO UPDATE SET cron = excluded.cron, \
                  timezone = excluded.timezone, workflow = excluded.workflow, \
-                 input = excluded.input, updated_at = excluded.updated_at \
-                 WHERE {t}.input IS NOT NULL"
+                 input = excluded.input, updated_at = excluded.updated_at, \
+                 last_tick = {redefined} \
+                 WHERE {t}.input IS NOT NULL",
+                redefined = redefined(&t, 7),
             ),
             list: format!("SELECT {COLUMNS} FROM {t} ORDER BY name"),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE name = $1"),
@@ -124,6 +135,17 @@ impl ScheduleStatements {
     }
 }
 
+/// The `last_tick` an upsert into `t` leaves: moved forward to parameter
+/// `$n` (never back; not at all when negative) when the cron expression or
+/// the time zone changes, else kept.
+fn redefined(t: &str, n: usize) -> String {
+    format!(
+        "CASE WHEN ({t}.cron <> excluded.cron OR {t}.timezone <> excluded.timezone) \
+             AND ${n} >= 0 AND ({t}.last_tick IS NULL OR {t}.last_tick < ${n}) \
+         THEN ${n} ELSE {t}.last_tick END"
+    )
+}
+
 /// A new or changed schedule definition.
 #[derive(Debug, Clone, Copy)]
 pub struct ScheduleDef<'a> {
@@ -138,6 +160,12 @@ pub struct ScheduleDef<'a> {
     /// The call's encoded arguments (a dynamic schedule), or `None` (a
     /// `#[workflow(cron = "..")]` one: the tick time is the argument).
     pub input: Option<&'a str>,
+    /// The definition's latest tick at or before now (µs since the Unix
+    /// epoch), if any: when the write changes an existing schedule's cron
+    /// expression or time zone, it becomes the schedule's last tick (never
+    /// moving it back), so a worker starting later does not run a tick that
+    /// fell before the definition existed as a missed one.
+    pub latest_tick: Option<i64>,
 }
 
 impl Store {
@@ -149,12 +177,13 @@ impl Store {
     /// schedule and nothing was written.
     pub async fn put_schedule(&self, def: &ScheduleDef<'_>) -> Result<bool> {
         let now = self.now_us();
+        let latest = def.latest_tick.unwrap_or(-1);
         let written = match def.input {
             None => {
                 self.execute(
                     "put_schedule",
                     |s| &s.schedules.upsert_static,
-                    &args![def.name, def.cron, def.timezone, def.workflow, now],
+                    &args![def.name, def.cron, def.timezone, def.workflow, now, latest],
                 )
                 .await?
             }
@@ -162,7 +191,15 @@ impl Store {
                 self.execute(
                     "put_schedule",
                     |s| &s.schedules.upsert_dynamic,
-                    &args![def.name, def.cron, def.timezone, def.workflow, input, now],
+                    &args![
+                        def.name,
+                        def.cron,
+                        def.timezone,
+                        def.workflow,
+                        input,
+                        now,
+                        latest
+                    ],
                 )
                 .await?
             }

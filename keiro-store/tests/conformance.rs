@@ -43,6 +43,7 @@ conformance!(
     writer_lands_200_concurrent_appends,
     racing_writers_converge_on_one_result,
     unpausing_a_schedule_records_the_tick_passed_over,
+    redefining_a_schedule_records_its_latest_tick,
 );
 
 // ---------------------------------------------------------------------------
@@ -1011,6 +1012,51 @@ async fn postgres_append_steps_lets_an_aborted_insert_go() {
     db.finish().await;
 }
 
+/// Changing a schedule's cron expression or time zone records the new
+/// definition's latest tick as its last (only ever forward), so a worker
+/// starting later does not run it as a missed tick; writing the same
+/// definition again, or changing only the call, keeps the last tick.
+async fn redefining_a_schedule_records_its_latest_tick(db: &TestDb) {
+    let store = &db.store;
+    let def = |name: &'static str, cron: &'static str, input, latest| keiro_store::ScheduleDef {
+        name,
+        cron,
+        timezone: "UTC",
+        workflow: "report",
+        input,
+        latest_tick: latest,
+    };
+    let last = |name: &'static str| async move {
+        store.schedule_named(name).await.unwrap().unwrap().last_tick
+    };
+    for (name, input) in [("dynamic", Some("[]")), ("static", None)] {
+        // A new schedule has no last tick, whatever it is given.
+        assert!(store
+            .put_schedule(&def(name, "0 0 2 * * *", input, Some(7_000_000)))
+            .await
+            .unwrap());
+        assert_eq!(last(name).await, None, "{name}");
+        store.record_schedule_tick(name, 5_000_000).await.unwrap();
+        // The same cron: kept (a dynamic one's new call too).
+        let same = def(name, "0 0 2 * * *", input.map(|_| "[1]"), Some(9_000_000));
+        store.put_schedule(&same).await.unwrap();
+        assert_eq!(last(name).await, Some(5_000_000), "{name}");
+        // A new cron: its latest tick, never back.
+        let earlier = def(name, "0 0 3 * * *", input, Some(4_000_000));
+        assert!(store.put_schedule(&earlier).await.unwrap());
+        assert_eq!(last(name).await, Some(5_000_000), "{name}");
+        let later = def(name, "0 0 6 * * *", input, Some(8_000_000));
+        assert!(store.put_schedule(&later).await.unwrap());
+        assert_eq!(last(name).await, Some(8_000_000), "{name}");
+        // None known: kept.
+        assert!(store
+            .put_schedule(&def(name, "0 0 7 * * *", input, None))
+            .await
+            .unwrap());
+        assert_eq!(last(name).await, Some(8_000_000), "{name}");
+    }
+}
+
 /// Resuming a schedule records the latest tick that fell while it was paused
 /// in the same statement, only ever moving `last_tick` forward; an unknown
 /// name changes nothing.
@@ -1022,6 +1068,7 @@ async fn unpausing_a_schedule_records_the_tick_passed_over(db: &TestDb) {
         timezone: "UTC",
         workflow: "report",
         input: Some("[]"),
+        latest_tick: None,
     };
     assert!(store.put_schedule(&def).await.unwrap());
     let row = || async { store.schedule_named("nightly").await.unwrap().unwrap() };

@@ -563,6 +563,163 @@ async fn a_tick_that_fell_while_paused_never_runs_after_a_resume(backend: Backen
     );
 }
 
+/// A dynamic schedule made by another process (no worker of its own) just
+/// before one of its ticks runs that tick: a worker that first sees it
+/// after the tick starts it from the schedule's creation, not from then.
+async fn a_schedule_made_elsewhere_just_before_a_tick_runs_it(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let running = worker(&keiro).await;
+    let elsewhere = db.keiro().await;
+    // 100 to 150 ms before a tick of `*/4`.
+    let tick = loop {
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        if (3850..3900).contains(&(ms % 4000)) {
+            break ms / 4000 * 4 + 4;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    elsewhere
+        .create_schedule("elsewhere", "*/4 * * * * *", greet("x".into()))
+        .await
+        .unwrap();
+    assert!(now_secs() < tick, "the schedule was made after its tick");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    running.stop().await;
+    let ran: Vec<i64> = ids(&keiro, "cron:elsewhere:")
+        .await
+        .iter()
+        .map(|id| tick_after("cron:elsewhere:", id))
+        .collect();
+    assert!(ran.contains(&tick), "tick {tick} did not run: {ran:?}");
+}
+
+/// A trigger runs the schedule once more, and is no tick: a tick that fell
+/// while no worker ran is still run as missed by the next worker to start.
+async fn a_trigger_does_not_pass_over_a_missed_tick(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    every4_with_a_last_tick(&keiro).await;
+    let fell = next_tick_of_every4(now_secs()).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let triggered = keiro.trigger_schedule("every4").await.unwrap();
+    assert!(triggered.starts_with("cron:every4:trigger:"), "{triggered}");
+    let second = worker(&keiro).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    second.stop().await;
+    assert!(
+        now_secs() < fell + 4,
+        "the test overran the next tick; its window is 4 s"
+    );
+    let ran: Vec<i64> = ids(&keiro, "cron:every4:")
+        .await
+        .iter()
+        .filter(|id| !id.contains(":trigger:"))
+        .map(|id| tick_after("cron:every4:", id))
+        .collect();
+    assert!(
+        ran.contains(&fell),
+        "tick {fell}, missed, did not run after a trigger: {ran:?}"
+    );
+}
+
+/// A tick that falls while paused is not run after a resume by a worker
+/// that ran throughout (whose last pass may have come before the tick).
+async fn a_running_worker_passes_over_a_tick_that_fell_while_paused(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    every4_with_a_last_tick(&keiro).await;
+    let running = worker(&keiro).await;
+    // Its passes then come every half second, not at each whole second
+    // (which would follow every tick of `every4` while paused).
+    keiro.pause_schedule("every_second").await.unwrap();
+    keiro.pause_schedule("every4").await.unwrap();
+    let fell = next_tick_of_every4(now_secs()).await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    keiro.resume_schedule("every4").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    running.stop().await;
+    assert!(
+        now_secs() < fell + 4,
+        "the test overran the next tick; its window is 4 s"
+    );
+    let ran: Vec<i64> = ids(&keiro, "cron:every4:")
+        .await
+        .iter()
+        .map(|id| tick_after("cron:every4:", id))
+        .collect();
+    assert!(
+        !ran.contains(&fell),
+        "tick {fell} fell while paused and ran after the resume: {ran:?}"
+    );
+}
+
+/// Changing a schedule's cron records the new definition's latest tick as
+/// passed over: a worker starting afterwards does not run it as a tick
+/// missed while no worker ran (it fell before the definition existed).
+async fn a_redefined_schedule_runs_no_tick_of_before_its_change(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    // Once a year, last run at the start of this year.
+    keiro
+        .create_schedule("redefined", "0 0 0 1 1 *", greet("x".into()))
+        .await
+        .unwrap();
+    let now = now_secs();
+    let year_start = now - now % 86_400 - 400 * 86_400;
+    let store = keiro::unstable::raw_store(&keiro);
+    store
+        .record_schedule_tick("redefined", year_start * 1_000_000)
+        .await
+        .unwrap();
+    // Now daily at midnight: today's midnight fell before the change.
+    keiro
+        .create_schedule("redefined", "0 0 0 * * *", greet("y".into()))
+        .await
+        .unwrap();
+    let midnight = now - now % 86_400;
+    let stored = store.schedule_named("redefined").await.unwrap().unwrap();
+    assert_eq!(stored.last_tick, Some(midnight * 1_000_000));
+    let started = worker(&keiro).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    started.stop().await;
+    assert_eq!(ids(&keiro, "cron:redefined:").await, Vec::<String>::new());
+}
+
+/// A dynamic schedule whose definition has no future tick, or whose name
+/// holds a `:` (which separates the parts of its ticks' ids), is refused.
+async fn a_schedule_that_never_ticks_or_a_name_with_a_colon_is_refused(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let never = keiro
+        .create_schedule("never", "0 0 0 30 2 *", greet("x".into()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&never, keiro::Error::InvalidSchedule { name, .. } if name == "never")
+            && never.to_string().contains("no tick after now"),
+        "{never}"
+    );
+    let colon = keiro
+        .create_schedule("x:trigger", "*/4 * * * * *", greet("x".into()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&colon, keiro::Error::InvalidSchedule { name, .. } if name == "x:trigger")
+            && colon.to_string().contains("`:`"),
+        "{colon}"
+    );
+    assert!(keiro
+        .schedules()
+        .await
+        .unwrap()
+        .iter()
+        .all(|s| s.name != "never"));
+}
+
 /// A trigger on `db` that refuses every tick instance of schedule `name`
 /// with a transient error (57P03, as a server starting up or failing over
 /// would), until `DROP TRIGGER refuse_ticks ON keiro.workflows` on the
@@ -674,6 +831,7 @@ async fn put_static(keiro: &Keiro, name: &str, cron: &str, timezone: &str) {
             timezone,
             workflow: name,
             input: None,
+            latest_tick: None,
         })
         .await
         .expect("write a schedule row");
@@ -823,6 +981,7 @@ async fn an_unreadable_schedule_leaves_the_others_running(backend: Backend) {
             timezone: "UTC",
             workflow: "greet",
             input: Some("[\"x\"]"),
+            latest_tick: None,
         })
         .await
         .unwrap();
@@ -859,6 +1018,11 @@ async fn an_unreadable_schedule_leaves_the_others_running(backend: Backend) {
 
 // Each case mostly waits for ticks: both backends run at once.
 keiro_tests::on_both_backends_at_once!(
+    a_trigger_does_not_pass_over_a_missed_tick,
+    a_schedule_made_elsewhere_just_before_a_tick_runs_it,
+    a_running_worker_passes_over_a_tick_that_fell_while_paused,
+    a_redefined_schedule_runs_no_tick_of_before_its_change,
+    a_schedule_that_never_ticks_or_a_name_with_a_colon_is_refused,
     an_unreadable_schedule_leaves_the_others_running,
     a_schedule_whose_attribute_was_removed_stops_and_goes,
     a_management_call_keeps_the_definition_workers_wrote,

@@ -23,7 +23,8 @@ pub(crate) enum Start<'a> {
 }
 
 /// Creates the instance of `row`'s tick at `tick_us` under `id` unless it
-/// exists already, starts it as `start` says, and records the tick. Returns
+/// exists already and starts it as `start` says ([`fire`] also records the
+/// tick; a trigger does not). Returns
 /// whether it was created. Workers racing on one tick create it once: the
 /// id is unique, and only the creator runs it.
 pub(crate) async fn fire_as(
@@ -87,10 +88,6 @@ pub(crate) async fn fire_as(
         }
         (false, _) => {}
     }
-    keiro
-        .raw_store()
-        .record_schedule_tick(&row.name, tick_us)
-        .await?;
     Ok(created)
 }
 
@@ -101,5 +98,11 @@ pub(crate) async fn fire(
     tick_us: i64,
     start: Start<'_>,
 ) -> Result<bool> {
-    fire_as(keiro, row, tick_us, tick_id(&row.name, tick_us), start).await
+    let created = fire_as(keiro, row, tick_us, tick_id(&row.name, tick_us), start).await?;
+    // (Not a trigger's run, which is no tick: a missed tick stays missed.)
+    keiro
+        .raw_store()
+        .record_schedule_tick(&row.name, tick_us)
+        .await?;
+    Ok(created)
 }

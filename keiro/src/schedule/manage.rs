@@ -32,7 +32,11 @@ pub const MAX_BACKFILL_TICKS: usize = 10_000;
 pub(crate) async fn write_linked(keiro: &Keiro) -> Result<()> {
     let store = keiro.raw_store();
     for registration in linked() {
-        store.put_schedule(&static_def(registration)).await?;
+        let def = ScheduleDef {
+            latest_tick: latest_tick(keiro, registration.cron, registration.timezone),
+            ..static_def(registration)
+        };
+        store.put_schedule(&def).await?;
     }
     // A row that does not read is the scheduler's to report.
     for row in store.schedules_each().await?.into_iter().flatten() {
@@ -107,7 +111,17 @@ fn static_def(registration: &'static CronRegistration) -> ScheduleDef<'static> {
         timezone: registration.timezone,
         workflow: registration.workflow,
         input: None,
+        latest_tick: None,
     }
+}
+
+/// The latest tick of `cron` read in `timezone` at or before `keiro`'s now,
+/// if it parses and has one: what a changed definition records as passed
+/// over (see [`ScheduleDef::latest_tick`]).
+fn latest_tick(keiro: &Keiro, cron: &str, timezone: &str) -> Option<i64> {
+    CronSpec::parse("", cron, timezone)
+        .ok()?
+        .latest_until(keiro.now_us())
 }
 
 /// Whether this binary declares `#[workflow(cron)]` schedule `name`.
@@ -143,6 +157,7 @@ impl Keiro {
                     input: None,
                     paused: false,
                     last_tick: None,
+                    updated_at: now,
                 };
                 listed.push(info(row, now));
             }
@@ -187,7 +202,8 @@ impl Keiro {
         Ok(())
     }
 
-    /// Runs schedule `name` once now (paused or not), as a tick at the
+    /// Runs schedule `name` once now (paused or not; not a tick, so a missed
+    /// tick still runs as missed after it), as a run at the
     /// store's current time, under the id `cron:<name>:trigger:<now, RFC
     /// 3339>` (with `-2`, `-3`, … for more triggers at the same instant, as
     /// on a test clock standing still). Returns the instance id; whichever resume worker serving the
@@ -279,8 +295,11 @@ impl Keiro {
     /// starts it with `call`'s arguments, under the id
     /// `cron:<name>:<tick, RFC 3339>`. `call`'s own id, if any, is not used.
     /// Stored in the database, so every worker sees it; redefining keeps its
-    /// paused state. A malformed expression is [`Error::InvalidSchedule`]; a
-    /// name held by a `#[workflow(cron)]` schedule is refused the same way. A
+    /// paused state, and a new expression's latest tick until now counts as
+    /// passed over (no worker runs it as missed). A malformed expression, one
+    /// with no tick after now, and a name holding a `:` are
+    /// [`Error::InvalidSchedule`]; a name held by a `#[workflow(cron)]`
+    /// schedule is refused the same way. A
     /// call given queue, debounce, timeout or deadline settings, which the
     /// schedule would not keep, is [`Error::InvalidOption`].
     pub async fn create_schedule<R>(
@@ -308,8 +327,27 @@ impl Keiro {
     where
         R: Serialize + DeserializeOwned + Send + 'static,
     {
-        CronSpec::parse_new(name, cron, timezone)?;
+        let spec = CronSpec::parse_new(name, cron, timezone)?;
+        if spec.next_after(self.now_us()).is_none() {
+            return Err(Error::InvalidSchedule {
+                name: name.to_owned(),
+                reason: format!(
+                    "`{cron}` (in {timezone}) has no tick after now, so it would never run; \
+                     check the day and month fields"
+                ),
+            });
+        }
         call.refuse_for_schedule(name)?;
+        if name.contains(':') {
+            return Err(Error::InvalidSchedule {
+                name: name.to_owned(),
+                reason: "the name holds a `:`, which separates the parts of the ids its ticks \
+                         and triggers run under (`cron:<name>:<tick>`, \
+                         `cron:<name>:trigger:<time>`), so two schedules' ids could meet; \
+                         choose a name without one (`-`, `.` and `/` are fine)"
+                    .to_owned(),
+            });
+        }
         // Room for the longest id derived from it, a trigger's:
         // `cron:<name>:trigger:<RFC 3339 with µs>-<n>`.
         Error::check_id_within(
@@ -333,6 +371,7 @@ impl Keiro {
                 timezone,
                 workflow: call.name,
                 input: Some(&input),
+                latest_tick: spec.latest_until(self.now_us()),
             })
             .await?;
         if !written {

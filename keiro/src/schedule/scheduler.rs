@@ -95,6 +95,8 @@ struct Cursor {
     /// The missed tick start-up runs (see [`MissedTicks::RunLatest`]) while
     /// the store refuses its start: tried again at each pass until it is.
     missed: Option<i64>,
+    /// Whether the last pass found the schedule paused.
+    paused: bool,
 }
 
 /// Starts a scheduler task, which runs until it is aborted (with its resume
@@ -198,7 +200,7 @@ async fn pass(
         {
             continue;
         }
-        let Some(cursor) = cursor(cursors, row, now, unreadable) else {
+        let Some(cursor) = cursor(cursors, row, now, first, unreadable) else {
             continue;
         };
         if row.paused {
@@ -206,7 +208,16 @@ async fn pass(
             // missed one not yet started.
             cursor.handled = now;
             cursor.missed = None;
+            cursor.paused = true;
             continue;
+        }
+        if std::mem::take(&mut cursor.paused) {
+            // Resumed since the last pass: the resume recorded the latest
+            // tick that fell while paused (perhaps after that pass) as the
+            // last one, which is not run either.
+            if let Some(last) = row.last_tick {
+                cursor.handled = cursor.handled.max(last);
+            }
         }
         if first && missed == MissedTicks::RunLatest {
             if let (Some(last), Some(latest)) = (row.last_tick, cursor.spec.latest_until(now)) {
@@ -310,12 +321,16 @@ impl Unreadable {
     }
 }
 
-/// The cursor of `row`, made (starting at `now`) or re-parsed when its
-/// definition changed; `None` when the stored definition does not parse.
+/// The cursor of `row`, made or re-parsed when its definition changed;
+/// `None` when the stored definition does not parse. A new one starts at
+/// `now` on the scheduler's `first` pass (missed ticks are start-up's), and
+/// on a later one at the row's last write, at most [`LATE_AFTER`] back: a
+/// schedule made by another process just before a tick still runs it.
 fn cursor<'c>(
     cursors: &'c mut HashMap<String, Cursor>,
     row: &ScheduleRow,
     now: i64,
+    first: bool,
     unreadable: &mut Unreadable,
 ) -> Option<&'c mut Cursor> {
     let definition = (row.cron.clone(), row.timezone.clone());
@@ -333,7 +348,13 @@ fn cursor<'c>(
     };
     // A redefined schedule keeps how far it was handled, not a missed tick
     // of its old definition.
-    let handled = cursors.get(&row.name).map_or(now, |c| c.handled);
+    let late = now.saturating_sub(crate::time::duration_us(LATE_AFTER));
+    let handled = match cursors.get(&row.name) {
+        Some(cursor) => cursor.handled,
+        None if first => now,
+        None => row.updated_at.saturating_sub(1).clamp(late, now),
+    };
+    let paused = cursors.get(&row.name).is_some_and(|c| c.paused);
     cursors.insert(
         row.name.clone(),
         Cursor {
@@ -341,6 +362,7 @@ fn cursor<'c>(
             spec,
             handled,
             missed: None,
+            paused,
         },
     );
     cursors.get_mut(&row.name)
