@@ -541,12 +541,7 @@ impl Store {
     ) -> Result<Vec<InstanceRow>> {
         const OP: &str = "claim_queue";
         let versions = crate::versions::versions_json(versions);
-        let now = self.now_us();
-        let (starts, window_start) = match limits.rate_limit {
-            Some((starts, period_us)) => (starts, now.saturating_sub(period_us)),
-            None => (i64::MAX, i64::MAX),
-        };
-        let expires = now + lease.ttl_us;
+        let clock = self.clock();
         dispatch!(Store, self, |s, sql| {
             let mut tx = s.begin(OP).await?;
             if let Some(lock) = sql.queue.lock {
@@ -556,6 +551,15 @@ impl Store {
                     .await
                     .map_err(StoreError::query(OP))?;
             }
+            // Read once the queue is this claim's alone (SQLite's write lock
+            // came with the `BEGIN`): a claim that waited for another counts
+            // the leases live now, and its leases and starts date from now.
+            let now = clock.now_us();
+            let (starts, window_start) = match limits.rate_limit {
+                Some((starts, period_us)) => (starts, now.saturating_sub(period_us)),
+                None => (i64::MAX, i64::MAX),
+            };
+            let expires = now + lease.ttl_us;
             let what = || format!("queue `{}`", limits.name);
             let rooms = bind_all!(
                 crate::prepared::query(&sql.queue.rooms),

@@ -488,7 +488,69 @@ async fn an_instance_of_another_workflow_due_first_stops_the_hand_over(db: &Test
     plan_settings_did_not_leak(store).await;
 }
 
+/// A claim that waits for its queue (another transaction holds it:
+/// SQLite's write lock, PostgreSQL's advisory lock on the queue) dates its
+/// leases from when it goes on, not from when it was asked: they do not
+/// lapse as it commits, where the next claim would count them free.
+async fn a_claim_that_waited_for_its_queue_leases_from_when_it_goes_on(db: &TestDb) {
+    use sqlx::Connection as _;
+    Job::new("waited", "").enqueue(&db.store).await;
+    let limits = QueueLimits {
+        name: QUEUE,
+        concurrency: Some(1),
+        worker_concurrency: None,
+        rate_limit: None,
+    };
+    let short = keiro_store::Lease {
+        owner: OWNER,
+        ttl_us: 500_000,
+    };
+    let held = std::time::Duration::from_millis(800);
+    let claim = db.store.claim_queue(short, &[FLOW], VERSIONS, &limits, 1);
+    let hold = async {
+        match db.backend {
+            support::Backend::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+                sqlx::query("BEGIN IMMEDIATE")
+                    .execute(&mut c)
+                    .await
+                    .unwrap();
+                tokio::time::sleep(held).await;
+                sqlx::query("COMMIT").execute(&mut c).await.unwrap();
+            }
+            support::Backend::Postgres => {
+                let mut tx = db.pg_pool().begin().await.unwrap();
+                sqlx::query("SELECT pg_advisory_xact_lock(1801808241, hashtext($1))")
+                    .bind(QUEUE)
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
+                tokio::time::sleep(held).await;
+                tx.commit().await.unwrap();
+            }
+        }
+    };
+    // The hold begins first: the claim then waits for it.
+    let (claimed, ()) = tokio::join!(
+        async {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            claim.await
+        },
+        hold
+    );
+    let after = db.store.now_us();
+    let claimed = claimed.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let expires = claimed[0].lease_expires_at.expect("a lease");
+    assert!(
+        expires > after,
+        "the lease lapsed {} µs before the claim returned",
+        after - expires
+    );
+}
+
 conformance!(
+    a_claim_that_waited_for_its_queue_leases_from_when_it_goes_on,
     an_instance_of_another_workflow_due_first_stops_the_hand_over,
     the_successor_is_the_next_of_the_partition_in_run_order,
     a_finish_that_does_not_apply_hands_nothing_over,

@@ -8,7 +8,9 @@
 //! - `concurrency`: at most N of the queue's instances running (leased) at
 //!   once across all worker processes, enforced in the claim itself (on
 //!   PostgreSQL under a per-queue advisory lock, so claims from many
-//!   processes never overshoot);
+//!   processes never overshoot one another; an instance counts while its
+//!   lease holds, and a run whose lease lapsed gives its slot up: see the
+//!   README's Queues section for the windows that remain);
 //! - `worker_concurrency`: at most N running under one worker process's
 //!   lease;
 //! - `rate_limit = (n, period)`: at most n first starts within any `period`

@@ -845,6 +845,129 @@ async fn an_instance_waiting_past_its_lease_is_not_run_twice(backend: Backend) {
     }
 }
 
+/// A worker's pass claims ahead beyond its free slots only on the default
+/// queue: a named queue's instance claimed there would wait for a slot
+/// while its queue counts it running, so another worker could not run it
+/// (and its lease might lapse meanwhile). Here a worker running one at a
+/// time is busy with a long default-queue run; a queued instance due beside
+/// it starts on a second worker before that run ends.
+async fn a_worker_claims_no_queued_instance_it_cannot_start(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let (_dir, file) = events_file();
+    let long = queue_job(text(&file), "long".into(), 1500)
+        .on(&keiro)
+        .id("default-long")
+        .enqueue()
+        .await
+        .unwrap();
+    let queued = queue_job(text(&file), "queued".into(), 0)
+        .on(&keiro)
+        .id("beside-queued")
+        .queue(&PLAIN)
+        .enqueue()
+        .await
+        .unwrap();
+    let busy = keiro
+        .resume_worker(
+            ResumeOptions::default()
+                .poll_interval(Duration::from_millis(20))
+                .concurrency(1),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    while !events(&file).iter().any(|e| e.tag == "long") {
+        assert!(Instant::now() < deadline, "the long run never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let other = db.keiro().await;
+    let free = worker_here(&other).await;
+    all_done(vec![long, queued]).await;
+    busy.stop().await;
+    free.stop().await;
+    let events = events(&file);
+    let at = |what: &str, tag: &str| {
+        events
+            .iter()
+            .find(|e| e.what == what && e.tag == tag)
+            .map(|e| e.at_us)
+            .unwrap_or_else(|| panic!("no {what} of {tag}: {events:?}"))
+    };
+    assert!(
+        at("start", "queued") < at("end", "long"),
+        "the queued instance waited for the long run: {events:?}"
+    );
+}
+
+/// PostgreSQL only: a queued run whose end cannot be recorded until after
+/// its lease lapsed (the store refused it for a while, as in a failover)
+/// does not hand its slot over: a claim counted the slot free once the
+/// lease lapsed and started another instance in it, so a hand-over would
+/// run two on a queue of one. The slot is freed instead, and the next
+/// instance waits for the one that took it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_an_end_recorded_after_its_lease_lapsed_hands_nothing_over() {
+    use sqlx::Connection as _;
+    let db = TestDb::new(Backend::Postgres).await;
+    let (_dir, file) = events_file();
+    let lease = Duration::from_millis(600);
+    let keiro = db.builder().lease_ttl(lease).connect().await.unwrap();
+    let mut admin = sqlx::PgConnection::connect(&db.direct_url).await.unwrap();
+    // Every instance's end is refused until the trigger goes.
+    sqlx::raw_sql(
+        "CREATE FUNCTION keiro.refuse_ends() RETURNS trigger AS $$ BEGIN \
+           RAISE EXCEPTION 'the server is starting up' USING ERRCODE = '57P03'; END $$ \
+         LANGUAGE plpgsql; \
+         CREATE TRIGGER refuse_ends BEFORE UPDATE ON keiro.workflows FOR EACH ROW \
+           WHEN (NEW.status = 'completed') EXECUTE FUNCTION keiro.refuse_ends();",
+    )
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let enqueue = |tag: &str, ms: u64, priority: i64| {
+        let call = queue_job(text(&file), tag.into(), ms).on(&keiro);
+        let call = call.id(format!("lapsed-{tag}")).queue(&ONE_AT_A_TIME);
+        call.priority(priority).enqueue()
+    };
+    let mut handles = vec![
+        enqueue("first", 100, 5).await.unwrap(),
+        enqueue("third", 100, 9).await.unwrap(),
+    ];
+    let options = ResumeOptions::default()
+        .poll_interval(Duration::from_millis(20))
+        .concurrency(1);
+    let one = keiro.resume_worker(options.clone()).await.unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    while !events(&file)
+        .iter()
+        .any(|e| e.what == "end" && e.tag == "first")
+    {
+        assert!(Instant::now() < deadline, "the first never ran");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The first run's end is refused past its lease's lapse; then another
+    // worker's claim counts the slot free and starts the second, ahead of
+    // the first in run order.
+    handles.push(enqueue("second", 2000, 0).await.unwrap());
+    let other = db.builder().lease_ttl(lease).connect().await.unwrap();
+    let two = other.resume_worker(options).await.unwrap();
+    while !events(&file).iter().any(|e| e.tag == "second") {
+        assert!(Instant::now() < deadline, "the second never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sqlx::raw_sql("DROP TRIGGER refuse_ends ON keiro.workflows")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    all_done(handles).await;
+    one.stop().await;
+    two.stop().await;
+    let events = events(&file);
+    assert_eq!(max_in_flight(&events).0, 1, "{events:?}");
+}
+
 async fn starting_or_awaiting_an_enqueued_id_leaves_it_to_its_queue(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
@@ -1152,6 +1275,7 @@ async fn a_retention_shorter_than_a_rate_window_is_refused(backend: Backend) {
 }
 
 on_both_backends!(
+    a_worker_claims_no_queued_instance_it_cannot_start,
     a_retention_shorter_than_a_rate_window_is_refused,
     a_rate_limit_holds_back_new_starts_not_resumes,
     a_worker_reports_a_live_worker_with_other_limits,

@@ -112,8 +112,9 @@ impl Keiro {
     /// advance each, and report what happened. The single testable unit
     /// behind [`Keiro::resume_worker`].
     pub async fn resume_once(&self, options: &ResumeOptions) -> Result<ResumeSummary> {
+        let runnable = options.concurrency as i64;
         let claimed = self
-            .claim_pass(options, true, options.claim_limit())
+            .claim_pass(options, true, options.claim_limit(), runnable)
             .await?;
         // Its runs are all it advances: a budget of its own.
         let held = Slots::new(options.concurrency).take(options.concurrency);
@@ -136,7 +137,10 @@ impl Keiro {
         passes: &mut tokio::task::JoinSet<()>,
     ) -> Result<bool> {
         let ask = (held.count() * 2).min(options.claim_limit() as usize);
-        let claimed = self.claim_pass(options, report_blocked, ask as i64).await?;
+        let runnable = held.count() as i64;
+        let claimed = self
+            .claim_pass(options, report_blocked, ask as i64, runnable)
+            .await?;
         let got = claimed.len();
         held.give_back(held.count().saturating_sub(got));
         if got == 0 {
@@ -155,12 +159,17 @@ impl Keiro {
     /// default queue and each queue within its limits, in turns: see
     /// [`super::turns`]), and
     /// looks for the due instances it cannot run (and reports them) only
-    /// when `report_blocked`.
+    /// when `report_blocked`. Of a named queue it claims only into the
+    /// `runnable` slots the pass runs at once: a queued instance claimed
+    /// beyond them would wait for a slot while its queue counts it running
+    /// (holding back the queue's other instances), and its lease could lapse
+    /// meanwhile and be counted free.
     pub(super) async fn claim_pass(
         &self,
         options: &ResumeOptions,
         report_blocked: bool,
         limit: i64,
+        runnable: i64,
     ) -> Result<Claimed> {
         options.validate()?;
         self.ensure_executor().await?;
@@ -188,6 +197,10 @@ impl Keiro {
                     rows.extend(claimed.await?.into_iter().map(|row| (None, row)));
                 }
                 Some(queue) => {
+                    let room = room.min(runnable - rows.len() as i64);
+                    if room <= 0 {
+                        continue;
+                    }
                     let claimed = scope.claim(self, queue, room).await?;
                     rows.extend(claimed.into_iter().map(|row| (Some(queue), row)));
                 }
@@ -622,15 +635,23 @@ impl Keiro {
     /// `row`, claimed by this worker, if it still holds it. A row claimed
     /// more than a lease renewal interval ago (it waited for a slot behind
     /// longer runs) may have lapsed and been taken by another run: its lease
-    /// is renewed first, and the row read again. `None` when the lease went
-    /// elsewhere or the instance moved on.
+    /// is renewed first, and the row read again. `None` when the lease
+    /// lapsed (by this process's clock), went elsewhere, or the instance
+    /// moved on.
     async fn still_held(&self, row: InstanceRow) -> Result<Option<InstanceRow>> {
         let ttl_us = duration_us(self.lease_ttl());
         let Some(expires) = row.lease_expires_at else {
             return Ok(Some(row));
         };
-        if self.now_us() < expires.saturating_sub(ttl_us) + ttl_us / 3 {
+        let now = self.now_us();
+        if now < expires.saturating_sub(ttl_us) + ttl_us / 3 {
             return Ok(Some(row));
+        }
+        if now >= expires {
+            // Lapsed: a claim may have counted it free (and, of a queue,
+            // started another in its slot), so it is not taken back; it is
+            // due for any claim, this worker's next included.
+            return Ok(None);
         }
         let lease = Lease {
             owner: self.owner(),

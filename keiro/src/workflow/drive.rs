@@ -80,7 +80,7 @@ pub(crate) async fn execute(
     run: RunFn,
     row: InstanceRow,
     stop: Stop,
-    handing: Option<&mut HandingOver>,
+    mut handing: Option<&mut HandingOver>,
     deferred: Option<keiro_store::CreateRequest>,
 ) -> Result<Option<InstanceRow>> {
     let journal = if row.fresh {
@@ -115,7 +115,15 @@ pub(crate) async fn execute(
     // Registered until the end is recorded, so a cancellation meanwhile
     // finds the run.
     let _live = keiro.inflight().enter(&cx);
-    let ended = drive(keiro, run, &row, &cx, aborted, keiro.lease_ttl(), stop).await;
+    let leased = std::sync::Mutex::new(tokio::time::Instant::now());
+    let ttl = keiro.lease_ttl();
+    let ended = drive(keiro, run, &row, &cx, aborted, stop, &leased).await;
+    if let Some(handing) = handing.as_deref_mut() {
+        // Its slot is still this run's to hand over only while its lease
+        // holds: once lapsed, a claim may have counted the slot free.
+        let renewed = *crate::runtime::lock(&leased);
+        handing.lease_holds_until = Some(renewed + ttl.mul_f64(0.9));
+    }
     if let Ended::TimedOut = ended {
         return Ok(keiro.raw_store().get_instance(&row.id).await?);
     }
@@ -171,7 +179,8 @@ async fn durable_first(cx: &WorkflowContext, ended: Ended) -> (Ended, Vec<(StepR
 
 /// Runs the body of `row`'s workflow with context `cx` until it returns, halts
 /// (`aborted`), is stopped or loses its lease, renewing the lease every third
-/// of `ttl`. A lease it could not renew for two thirds of `ttl` (a renewal
+/// of its `ttl` (keeping when the last renewal that held was sent in
+/// `leased`). A lease it could not renew for two thirds of `ttl` (a renewal
 /// that failed) counts as lost: the run stops before the lease may lapse.
 /// A renewal that hangs is given until the lease lapses, then counts as
 /// failed too; the body goes on meanwhile (it is polled beside the
@@ -182,9 +191,10 @@ async fn drive(
     row: &InstanceRow,
     cx: &Arc<WorkflowContext>,
     mut aborted: oneshot::Receiver<Halt>,
-    ttl: Duration,
     mut stop: Stop,
+    leased: &std::sync::Mutex<tokio::time::Instant>,
 ) -> Ended {
+    let ttl = keiro.lease_ttl();
     let input = WorkflowInput {
         name: row.name.clone(),
         id: row.id.clone(),
@@ -276,6 +286,7 @@ async fn drive(
                 // leases it afresh.
                 if cx.deferred.is_pending() {
                     renewed = tokio::time::Instant::now();
+                    *crate::runtime::lock(leased) = renewed;
                     continue;
                 }
                 let sent = tokio::time::Instant::now();
@@ -303,7 +314,10 @@ async fn drive(
                     return Ended::LeaseLost;
                 };
                 match renewal {
-                    Ok(true) => renewed = sent,
+                    Ok(true) => {
+                        renewed = sent;
+                        *crate::runtime::lock(leased) = renewed;
+                    }
                     Ok(false) => return Ended::LeaseLost,
                     // The lease may lapse before the next renewal: another
                     // executor may claim the instance then, so this run must

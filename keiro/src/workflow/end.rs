@@ -54,6 +54,12 @@ pub(crate) enum Ended {
 #[derive(Debug)]
 pub(crate) struct HandingOver {
     hand_over: HandOver,
+    /// Until when the run's lease surely holds (by this process's clock,
+    /// with a margin), once the run returned: the slot is handed over only
+    /// by a finish sent before then. Past it, a claim may have counted the
+    /// slot free and filled it, and a hand-over would run one more than
+    /// the queue's limit; the finish frees the slot instead.
+    pub(crate) lease_holds_until: Option<tokio::time::Instant>,
     /// Set once the finish that handed the slot over is durable.
     pub(crate) successor: Option<InstanceRow>,
 }
@@ -63,6 +69,7 @@ impl HandingOver {
     pub(crate) fn new(hand_over: HandOver) -> HandingOver {
         HandingOver {
             hand_over,
+            lease_holds_until: None,
             successor: None,
         }
     }
@@ -254,9 +261,16 @@ async fn finish(
     // the recorded end.
     let who = (row.name.as_str(), row.id.as_str());
     let hand_over = handing.as_ref().map(|handing| handing.hand_over.clone());
+    let holds_until = handing
+        .as_ref()
+        .and_then(|handing| handing.lease_holds_until);
     let writer = keiro.writer();
     let (finished, successor) = retrying(who, "recording a workflow's end", || {
-        writer.finish_after_steps(request.clone(), hand_over.clone(), steps.clone())
+        // Each try anew: one retried past the lease's lapse hands nothing
+        // over.
+        let live = holds_until.is_none_or(|until| tokio::time::Instant::now() < until);
+        let hand_over = hand_over.clone().filter(|_| live);
+        writer.finish_after_steps(request.clone(), hand_over, steps.clone())
     })
     .await
     .0?;
