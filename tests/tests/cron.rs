@@ -597,6 +597,30 @@ async fn a_schedule_made_elsewhere_just_before_a_tick_runs_it(backend: Backend) 
     assert!(ran.contains(&tick), "tick {tick} did not run: {ran:?}");
 }
 
+/// A worker draining its runs (`shutdown_within`) starts no tick meanwhile:
+/// the ticks that fall while its last run finishes are left to other
+/// workers.
+async fn a_draining_worker_starts_no_tick(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    slow_step().on(&keiro).id("slow").enqueue().await.unwrap();
+    let worker = worker(&keiro).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ids(&keiro, "cron:every_second:").await.is_empty() {
+        assert!(Instant::now() < deadline, "no tick ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let draining_from = now_secs();
+    worker.shutdown_within(Duration::from_secs(3)).await;
+    let after: Vec<i64> = ids(&db.keiro().await, "cron:every_second:")
+        .await
+        .iter()
+        .map(|id| tick_of(id))
+        .filter(|&tick| tick > draining_from)
+        .collect();
+    assert_eq!(after, Vec::<i64>::new(), "ticks started while draining");
+}
+
 /// A trigger runs the schedule once more, and is no tick: a tick that fell
 /// while no worker ran is still run as missed by the next worker to start.
 async fn a_trigger_does_not_pass_over_a_missed_tick(backend: Backend) {
@@ -1019,6 +1043,7 @@ async fn an_unreadable_schedule_leaves_the_others_running(backend: Backend) {
 // Each case mostly waits for ticks: both backends run at once.
 keiro_tests::on_both_backends_at_once!(
     a_trigger_does_not_pass_over_a_missed_tick,
+    a_draining_worker_starts_no_tick,
     a_schedule_made_elsewhere_just_before_a_tick_runs_it,
     a_running_worker_passes_over_a_tick_that_fell_while_paused,
     a_redefined_schedule_runs_no_tick_of_before_its_change,

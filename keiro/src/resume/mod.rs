@@ -140,6 +140,11 @@ impl Keiro {
                     _ = stop.draining() => break,
                 }
             }
+            // A stopping worker starts nothing more, ticks included. Ticks
+            // are created in the store: stopping between two loses none
+            // (another worker, or this one's successor, creates the next).
+            scheduler.abort();
+            let _ = scheduler.await;
             // What the passes claimed runs on: to its end while draining,
             // released when halted.
             while let Some(ended) = passes.join_next().await {
@@ -147,10 +152,6 @@ impl Keiro {
                     tracing::error!(%error, "keiro resume pass ended abnormally");
                 }
             }
-            // Ticks are created in the store: stopping between two loses none
-            // (another worker, or this one's successor, creates the next).
-            scheduler.abort();
-            let _ = scheduler.await;
             // The ticks it started run on like the pass's runs: to their end
             // while draining, released when halted.
             runs.wait().await;
