@@ -133,9 +133,13 @@ where
 
 /// [`Store::create_debounced`] on `conn`, a transaction, at the time
 /// `clock` reads once the burst is this call's alone: a call that waited
-/// for another's (PostgreSQL's lock; SQLite's `BEGIN IMMEDIATE` came
-/// before) counts from when it goes on, so the burst's start is never less
-/// than its delay after the call that committed last.
+/// for another's counts from when it goes on, so the burst's start is never
+/// less than its delay after the call that committed last. (PostgreSQL: the
+/// burst's lock, taken here. SQLite: the write lock, which a transaction
+/// begun with `BEGIN IMMEDIATE` holds from its start, as `enqueue_tx` asks
+/// of its caller; a deferred one takes it only at its first write, after
+/// the clock was read, and its extension is then only kept from moving the
+/// start forward.)
 async fn create_debounced_on(
     mut conn: Conn<'_>,
     new: &NewInstance<'_>,

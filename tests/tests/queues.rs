@@ -807,11 +807,12 @@ async fn an_instance_waiting_past_its_lease_is_not_run_twice(backend: Backend) {
     // Leases of 600 ms: a claimed instance waiting behind a 2.5 s run lapses.
     let lease = Duration::from_millis(600);
     let keiro = db.builder().lease_ttl(lease).connect().await.unwrap();
+    // On the default queue, which a pass claims ahead of its free slots (a
+    // named queue's instances it claims only into them).
     let handles = futures::future::try_join_all((0..2).map(|n| {
         queue_job(text(&file), format!("t{n}"), 2500)
             .on(&keiro)
             .id(format!("lapse-t{n}"))
-            .queue(&PLAIN)
             .enqueue()
     }))
     .await

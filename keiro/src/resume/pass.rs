@@ -98,6 +98,10 @@ impl ClaimLists<'_> {
 pub(super) struct Claimed {
     rows: Vec<(Option<&'static Queue>, InstanceRow)>,
     summary: ResumeSummary,
+    /// Whether a named queue was claimed for less than the pass's room (or
+    /// not at all), the pass's runnable slots being taken: it may have more
+    /// due, to claim as soon as slots free up.
+    held_back: bool,
 }
 
 impl Claimed {
@@ -127,7 +131,8 @@ impl Keiro {
     /// pass of `resume_once` claims up to twice the concurrency; those
     /// beyond the slots start as its first runs end), gives back the slots
     /// it has nothing for, and drives the rest in a task of `passes`.
-    /// Returns whether it got all it asked for: then more may be due.
+    /// Returns whether it got all it asked for, or held a named queue back
+    /// for want of slots: then more may be due.
     pub(super) async fn start_pass(
         &self,
         options: &ResumeOptions,
@@ -142,6 +147,7 @@ impl Keiro {
             .claim_pass(options, report_blocked, ask as i64, runnable)
             .await?;
         let got = claimed.len();
+        let held_back = claimed.held_back;
         held.give_back(held.count().saturating_sub(got));
         if got == 0 {
             // Nothing to drive: report the pass at once.
@@ -152,7 +158,7 @@ impl Keiro {
                 keiro.drive_pass(claimed, &options, &stop, held, true).await;
             });
         }
-        Ok(got >= ask)
+        Ok(got >= ask || held_back)
     }
 
     /// The first half of a pass: claims up to `limit` due instances (of the
@@ -185,6 +191,7 @@ impl Keiro {
         // their turns give, each for the room the ones before left.
         let queues = self.registry().queues();
         let mut rows: Vec<(Option<&'static Queue>, InstanceRow)> = Vec::new();
+        let mut held_back = false;
         for source in self.claim_turns().order(queues.len() + 1) {
             let room = limit - rows.len() as i64;
             if room <= 0 {
@@ -197,11 +204,19 @@ impl Keiro {
                     rows.extend(claimed.await?.into_iter().map(|row| (None, row)));
                 }
                 Some(queue) => {
-                    let room = room.min(runnable - rows.len() as i64);
-                    if room <= 0 {
+                    // Only into the slots left to start in: with none left
+                    // (every slot is taken, so the worker waits for one to
+                    // free up) the queue may have more due, and so it may
+                    // when it filled a room cut short.
+                    let runnable_room = runnable - rows.len() as i64;
+                    if runnable_room <= 0 {
+                        held_back = true;
                         continue;
                     }
+                    let cut = runnable_room < room;
+                    let room = room.min(runnable_room);
                     let claimed = scope.claim(self, queue, room).await?;
+                    held_back |= cut && claimed.len() as i64 == room;
                     rows.extend(claimed.into_iter().map(|row| (Some(queue), row)));
                 }
             }
@@ -251,7 +266,11 @@ impl Keiro {
                 own: self.app_version().to_owned(),
             });
         }
-        Ok(Claimed { rows, summary })
+        Ok(Claimed {
+            rows,
+            summary,
+            held_back,
+        })
     }
 
     /// The second half of a pass: drives what it `claimed` in the slots it
@@ -320,7 +339,9 @@ impl Keiro {
         mut held: Held,
         renews: bool,
     ) -> ResumeSummary {
-        let Claimed { rows, mut summary } = claimed;
+        let Claimed {
+            rows, mut summary, ..
+        } = claimed;
         let mut waiting: VecDeque<_> = rows.into();
         let mut active = FuturesUnordered::new();
         let run = |queue: Option<&'static Queue>, row: InstanceRow, hand_over: Option<HandOver>| {

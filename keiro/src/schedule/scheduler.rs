@@ -95,8 +95,9 @@ struct Cursor {
     /// The missed tick start-up runs (see [`MissedTicks::RunLatest`]) while
     /// the store refuses its start: tried again at each pass until it is.
     missed: Option<i64>,
-    /// Whether the last pass found the schedule paused.
-    paused: bool,
+    /// The row's `updated_at` when a pass last read it: a write since
+    /// (a resume, a redefinition) may have recorded a tick passed over.
+    seen: i64,
 }
 
 /// Starts a scheduler task, which runs until it is aborted (with its resume
@@ -208,16 +209,18 @@ async fn pass(
             // missed one not yet started.
             cursor.handled = now;
             cursor.missed = None;
-            cursor.paused = true;
+            cursor.seen = row.updated_at;
             continue;
         }
-        if std::mem::take(&mut cursor.paused) {
-            // Resumed since the last pass: the resume recorded the latest
-            // tick that fell while paused (perhaps after that pass) as the
-            // last one, which is not run either.
+        if cursor.seen != row.updated_at {
+            // Written since the last pass: a resume records the latest tick
+            // that fell while paused as the last one (perhaps after that
+            // pass, or with the pause unseen between two passes), and a
+            // redefinition its latest tick until then; neither is run.
             if let Some(last) = row.last_tick {
                 cursor.handled = cursor.handled.max(last);
             }
+            cursor.seen = row.updated_at;
         }
         if first && missed == MissedTicks::RunLatest {
             if let (Some(last), Some(latest)) = (row.last_tick, cursor.spec.latest_until(now)) {
@@ -354,7 +357,7 @@ fn cursor<'c>(
         None if first => now,
         None => row.updated_at.saturating_sub(1).clamp(late, now),
     };
-    let paused = cursors.get(&row.name).is_some_and(|c| c.paused);
+    let seen = cursors.get(&row.name).map_or(row.updated_at, |c| c.seen);
     cursors.insert(
         row.name.clone(),
         Cursor {
@@ -362,7 +365,7 @@ fn cursor<'c>(
             spec,
             handled,
             missed: None,
-            paused,
+            seen,
         },
     );
     cursors.get_mut(&row.name)

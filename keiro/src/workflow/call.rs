@@ -178,7 +178,7 @@ where
     /// call's queue settings holding. Refused with [`Error::InvalidOption`]
     /// naming the workflow and the option: an empty `key`, a zero `delay`,
     /// a timeout or deadline that would end the instance before the delay
-    /// lets it start, together with [`id`](WorkflowCall::id) (the burst picks the id),
+    /// lets it start (without a `max_wait`), together with [`id`](WorkflowCall::id) (the burst picks the id),
     /// [`delay`](WorkflowCall::delay) (the debounce says when it starts) or
     /// [`dedup`](WorkflowCall::dedup) (the burst is the deduplication),
     /// inside a workflow, and on [`start`](WorkflowCall::start) or an await
@@ -330,9 +330,12 @@ where
             &self.queue,
         )?;
         // The instance starts the debounce delay after the burst's last call
-        // at the earliest, and each call sets its deadline afresh.
+        // at the earliest, and each call sets its deadline afresh. (Under a
+        // `max_wait` a late call of a long burst may see it start sooner: no
+        // refusal then.)
         let earliest = keiro.now_us().saturating_add(debounce.delay_us);
         let ends_first = match self.deadline {
+            _ if debounce.max_wait_us.is_some() => None,
             None => None,
             Some(CallDeadline::After(timeout)) => (crate::time::duration_us(timeout)
                 <= debounce.delay_us)

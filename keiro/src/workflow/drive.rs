@@ -115,8 +115,16 @@ pub(crate) async fn execute(
     // Registered until the end is recorded, so a cancellation meanwhile
     // finds the run.
     let _live = keiro.inflight().enter(&cx);
-    let leased = std::sync::Mutex::new(tokio::time::Instant::now());
     let ttl = keiro.lease_ttl();
+    // When the lease the run starts under was granted (or last renewed), as
+    // this process's clock tells it from the expiry the row holds: a row
+    // claimed ahead of a free slot waited under it meanwhile.
+    let now = tokio::time::Instant::now();
+    let granted = row.lease_expires_at.and_then(|expires| {
+        let left = u64::try_from(expires.saturating_sub(keiro.now_us())).unwrap_or(0);
+        (now + Duration::from_micros(left)).checked_sub(ttl)
+    });
+    let leased = std::sync::Mutex::new(granted.map_or(now, |at| at.min(now)));
     let ended = drive(keiro, run, &row, &cx, aborted, stop, &leased).await;
     if let Some(handing) = handing.as_deref_mut() {
         // Its slot is still this run's to hand over only while its lease
