@@ -206,12 +206,8 @@ where
         // Nor one whose transaction rolled back under it, unless SQLite
         // rolled it back itself at the body's last statement: what the body
         // ran after a rollback committed on its own.
-        match tx.inner().check_open().await {
-            Err(error @ StoreError::TransactionEnded { .. }) => return Err(error),
-            Err(error @ StoreError::TransactionRolledBack { .. }) if !tx.sqlite_rolled_back() => {
-                return Err(error)
-            }
-            _ => {}
+        if let Some(error) = ended_under_body(&mut tx).await {
+            return Err(error);
         }
         if let Err(error) = tx.into_inner().rollback().await {
             if error.is_transient() {
@@ -313,16 +309,8 @@ where
                                 drop(value);
                                 // A body that ended keiro's transaction
                                 // itself is caught here too (see `attempt`).
-                                match tx.inner().check_open().await {
-                                    Err(error @ StoreError::TransactionEnded { .. }) => {
-                                        return halt(&cx, step_error(&cx, seq, name, error)).await;
-                                    }
-                                    Err(error @ StoreError::TransactionRolledBack { .. })
-                                        if !tx.sqlite_rolled_back() =>
-                                    {
-                                        return halt(&cx, step_error(&cx, seq, name, error)).await;
-                                    }
-                                    _ => {}
+                                if let Some(error) = ended_under_body(&mut tx).await {
+                                    return halt(&cx, step_error(&cx, seq, name, error)).await;
                                 }
                                 if let Err(error) = tx.into_inner().rollback().await {
                                     tracing::debug!(step = name, %error, "keiro transactional step rollback failed");
@@ -567,6 +555,21 @@ where
         won.journaled(winner);
     }
     Ok(value)
+}
+
+/// Why `tx` can be neither committed nor rolled back as the step's: its
+/// body committed or rolled back keiro's transaction itself (what it ran
+/// after that committed on its own), unless SQLite rolled it back by itself
+/// at the body's last statement. `None` otherwise (a transaction a failed
+/// statement aborted is still open: the caller rolls it back).
+async fn ended_under_body(tx: &mut Transaction<'static>) -> Option<StoreError> {
+    match tx.inner().check_open().await {
+        Err(error @ StoreError::TransactionEnded { .. }) => Some(error),
+        Err(error @ StoreError::TransactionRolledBack { .. }) if !tx.sqlite_rolled_back() => {
+            Some(error)
+        }
+        _ => None,
+    }
 }
 
 /// `error`, naming the body's statement that `failed` first (as its
