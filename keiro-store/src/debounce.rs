@@ -112,7 +112,10 @@ impl Store {
 /// [`Store::create_debounced`] (the time read off `clock`, the store clock
 /// of the caller's runtime). On PostgreSQL the burst's lock is held until
 /// `tx` ends, and workers are notified at commit when the call opened a
-/// burst.
+/// burst. A transaction whose snapshot is older than its burst's last
+/// change (PostgreSQL `REPEATABLE READ` or `SERIALIZABLE`, a deferred SQLite
+/// transaction that read before it) is refused with
+/// [`StoreError::BurstConflict`].
 pub async fn create_debounced_tx<'t, 'c>(
     tx: impl Into<crate::TimerTx<'t, 'c>>,
     new: &NewInstance<'_>,
@@ -141,6 +144,22 @@ where
 /// the clock was read, and its extension is then only kept from moving the
 /// start forward.)
 async fn create_debounced_on(
+    conn: Conn<'_>,
+    new: &NewInstance<'_>,
+    queued: &Queued<'_>,
+    debounce: &Debounce<'_>,
+    clock: &crate::Clock,
+) -> Result<(InstanceRow, bool)> {
+    crate::validate::validate_id("workflow id", new.id)?;
+    crate::validate::validate_id("workflow name", new.name)?;
+    crate::validate::validate_id("debounce key", debounce.key)?;
+    fold_into_burst(conn, new, queued, debounce, clock)
+        .await
+        .map_err(|error| burst_conflict(error, new.name, debounce.key))
+}
+
+/// [`create_debounced_on`] once its names are checked.
+async fn fold_into_burst(
     mut conn: Conn<'_>,
     new: &NewInstance<'_>,
     queued: &Queued<'_>,
@@ -148,9 +167,6 @@ async fn create_debounced_on(
     clock: &crate::Clock,
 ) -> Result<(InstanceRow, bool)> {
     const OP: &str = "create_debounced";
-    crate::validate::validate_id("workflow id", new.id)?;
-    crate::validate::validate_id("workflow name", new.name)?;
-    crate::validate::validate_id("debounce key", debounce.key)?;
     dispatch!(Conn, conn.reborrow(), |c, sql| {
         if let Some(lock) = sql.debounce.lock {
             crate::prepared::query(lock)
@@ -211,4 +227,25 @@ async fn create_debounced_on(
         row.wake_at = Some(due);
     }
     Ok((row, created))
+}
+
+/// `error` as [`StoreError::BurstConflict`] when it says the transaction
+/// could not see its burst's current state: a serialization failure or
+/// deadlock (PostgreSQL), BUSY or a stale snapshot (SQLite), or the open
+/// burst index refusing a second burst that the snapshot hid the first of.
+fn burst_conflict(error: StoreError, name: &str, key: &str) -> StoreError {
+    let StoreError::Query { source, .. } = &error else {
+        return error;
+    };
+    let hidden_burst = matches!(&**source, sqlx::Error::Database(db)
+        if db.is_unique_violation()
+            && db.constraint().is_some_and(|index| index.ends_with("debounce_open")));
+    if !hidden_burst && !crate::error::is_conflict(source) {
+        return error;
+    }
+    StoreError::BurstConflict {
+        name: name.to_owned(),
+        key: key.to_owned(),
+        reason: source.to_string(),
+    }
 }

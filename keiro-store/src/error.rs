@@ -117,6 +117,29 @@ pub enum StoreError {
         /// The unfinished instance holding it.
         existing_id: String,
     },
+    /// A debounced call made in the caller's transaction could not see the
+    /// current state of its burst: another transaction opened or claimed
+    /// the burst after this transaction's snapshot was taken (PostgreSQL
+    /// `REPEATABLE READ` or `SERIALIZABLE`; on SQLite a deferred transaction
+    /// that had read before the other committed). Joining a burst it cannot
+    /// see, or opening a second one, would fold the calls wrongly, so the
+    /// call wrote nothing; the database has aborted the transaction (or will
+    /// refuse its writes), and running it again from the start succeeds.
+    #[error(
+        "the debounced call of workflow `{name}` with key `{key}` cannot see its burst: another \
+         transaction opened or claimed it after this transaction's snapshot was taken \
+         ({reason}); roll this transaction back and run it again, and to avoid the race call \
+         enqueue_tx in a READ COMMITTED transaction (PostgreSQL) or one begun with \
+         BEGIN IMMEDIATE (SQLite)"
+    )]
+    BurstConflict {
+        /// The debounced workflow.
+        name: String,
+        /// The debounce key.
+        key: String,
+        /// The database's error.
+        reason: String,
+    },
     /// A transactional step's body ended keiro's transaction itself (it sent
     /// `COMMIT` or `ROLLBACK` on the step's connection): keiro found the
     /// savepoint it opens with the transaction gone when it came to write the

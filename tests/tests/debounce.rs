@@ -541,7 +541,78 @@ async fn a_call_on_an_earlier_clock_does_not_bring_the_start_forward(backend: Ba
     behind.close().await;
 }
 
+/// A call in a transaction whose snapshot was taken before another opened
+/// the burst (PostgreSQL `REPEATABLE READ`; SQLite, a deferred transaction
+/// that read first) can neither join the burst it cannot see nor open a
+/// second: it is refused naming the workflow and key, having written
+/// nothing, and the transaction run again joins the burst.
+async fn a_snapshot_older_than_the_burst_is_refused_clearly(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let delay = Duration::from_secs(30);
+    let debounced = |n: u32| {
+        sync_profile("snap".to_owned(), n)
+            .on(&keiro)
+            .debounce("snap", delay)
+    };
+    let timers = keiro.timers();
+    let (opened, error) = match keiro_tests::timers::pool(&timers) {
+        keiro_tests::timers::Pool::Sqlite(pool) => {
+            let mut tx = pool.begin().await.unwrap();
+            sqlx::query("SELECT count(*) FROM keiro_workflows")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            let opened = debounced(0).enqueue().await.unwrap();
+            let error = debounced(1).enqueue_tx(&mut tx).await.unwrap_err();
+            tx.rollback().await.unwrap();
+            (opened, error)
+        }
+        keiro_tests::timers::Pool::Postgres(pool) => {
+            let mut tx = pool.begin().await.unwrap();
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            sqlx::query("SELECT count(*) FROM keiro.workflows")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            let opened = debounced(0).enqueue().await.unwrap();
+            let error = debounced(1).enqueue_tx(&mut tx).await.unwrap_err();
+            tx.rollback().await.unwrap();
+            (opened, error)
+        }
+    };
+    assert!(
+        matches!(
+            &error,
+            Error::Store(keiro::StoreError::BurstConflict { name, key, .. })
+                if name == "sync_profile" && key == "snap"
+        ),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(message.contains("run it again"), "{message}");
+    assert_eq!(
+        instances(&keiro, "sync_profile").await,
+        1,
+        "nothing written"
+    );
+    let joined = in_tx!(keiro, true, |tx| debounced(2)
+        .enqueue_tx(&mut tx)
+        .await
+        .unwrap()
+        .id()
+        .to_owned());
+    assert_eq!(joined, opened.id(), "run again, the call joins the burst");
+    let store = keiro::unstable::raw_store(&keiro);
+    let row = store.get_instance(&joined).await.unwrap().unwrap();
+    assert_eq!(row.input, r#"["snap",2]"#);
+}
+
 on_both_backends!(
+    a_snapshot_older_than_the_burst_is_refused_clearly,
     a_retried_instance_takes_no_more_calls,
     a_call_waiting_for_the_burst_counts_from_when_it_goes_on,
     a_call_on_an_earlier_clock_does_not_bring_the_start_forward,

@@ -370,6 +370,13 @@ where
     /// finds the instance at its next poll. On SQLite begin the transaction
     /// with `BEGIN IMMEDIATE` (`pool.begin_with("BEGIN IMMEDIATE")`).
     ///
+    /// A [debounced](WorkflowCall::debounce) call must see its burst as it
+    /// is now: in a transaction whose snapshot is older than the burst's last
+    /// change (PostgreSQL `REPEATABLE READ` or `SERIALIZABLE`, a deferred
+    /// SQLite transaction that read first) it writes nothing and is refused
+    /// with [`StoreError::BurstConflict`](crate::StoreError::BurstConflict); run the transaction
+    /// again from the start.
+    ///
     /// ```no_run
     /// # #[keiro::workflow]
     /// # async fn ship(order: u64) -> u64 { order }
