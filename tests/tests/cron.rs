@@ -386,6 +386,57 @@ async fn a_tick_runs_at_once_without_waiting_for_a_pass(backend: Backend) {
     worker.stop().await;
 }
 
+/// A tick is run in one of the worker's `concurrency` slots: while a worker
+/// of concurrency 1 runs another instance, its ticks wait, pending, and run
+/// once the slot frees.
+async fn a_tick_waits_for_a_slot_of_a_full_worker(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let slow = slow_step().on(&keiro).id("slow").enqueue().await.unwrap();
+    let worker = keiro
+        .resume_worker(
+            ResumeOptions::default()
+                .poll_interval(Duration::from_millis(50))
+                .concurrency(1),
+        )
+        .await
+        .unwrap();
+    let ticks = |keiro: &Keiro| {
+        let keiro = keiro.clone();
+        async move {
+            keiro
+                .list(&ListFilter::default().id_prefix("cron:every_second:"))
+                .await
+                .unwrap()
+                .items
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let waiting = ticks(&keiro).await;
+    let slow_status = keiro.summary(slow.id()).await.unwrap().status;
+    assert_eq!(slow_status, WorkflowStatus::Running, "the slot is taken");
+    assert!(waiting.len() >= 2, "ticks are created: {waiting:?}");
+    assert!(
+        waiting
+            .iter()
+            .all(|row| row.status == WorkflowStatus::Pending),
+        "no tick runs beside the run holding the only slot: {waiting:?}"
+    );
+    slow.result().await.unwrap().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for row in &waiting {
+        while keiro.summary(&row.id).await.unwrap().status != WorkflowStatus::Completed {
+            assert!(
+                Instant::now() < deadline,
+                "{} runs once the slot frees",
+                row.id
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    worker.stop().await;
+}
+
 /// The tick (seconds since the Unix epoch) of an `every_second` instance id.
 fn tick_of(id: &str) -> i64 {
     let tick = id.strip_prefix("cron:every_second:").expect("a tick id");
@@ -1056,6 +1107,7 @@ keiro_tests::on_both_backends_at_once!(
     backfill_refuses_a_future_or_reversed_range,
     a_tick_that_fell_while_paused_never_runs_after_a_resume,
     a_tick_runs_at_once_without_waiting_for_a_pass,
+    a_tick_waits_for_a_slot_of_a_full_worker,
     missed_ticks_run_the_latest_once_or_none,
     two_worker_processes_run_every_tick_exactly_once,
     pause_stops_ticks_and_resume_restarts_them,

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::shutdown::{Phase, Stop};
 use crate::{Keiro, Result};
-use slots::Slots;
+pub(crate) use slots::{Held, Slots};
 
 /// How often a running worker looks for the due instances it cannot run
 /// (unknown names, other versions, live foreign leases) and reports them.
@@ -56,10 +56,11 @@ impl Keiro {
     /// Beside its passes it runs a cron scheduler: at each tick (by the
     /// store's clock) of a schedule whose workflow this binary links, it
     /// creates the tick's instance (see [`Keiro::schedules`]) and, when it
-    /// is the worker that created it, drives it at once, without waiting for
-    /// a pass (outside [`ResumeOptions::concurrency`]: one run per schedule
-    /// and tick); ticks missed while no worker ran follow
-    /// [`ResumeOptions::missed_ticks`].
+    /// is the worker that created it and one of its
+    /// [`ResumeOptions::concurrency`] slots is free, drives it at once in
+    /// that slot, without waiting for a pass (with none free, the instance
+    /// waits for a pass of any worker, like an enqueued one); ticks missed
+    /// while no worker ran follow [`ResumeOptions::missed_ticks`].
     pub async fn resume_worker(&self, options: ResumeOptions) -> Result<ResumeWorker> {
         options.validate()?;
         if let Some(retention) = &options.retention {
@@ -68,9 +69,15 @@ impl Keiro {
         self.ensure_executor().await?;
         let (phase, watched) = watch::channel(Phase::Running);
         self.listen_for_wakes();
+        // Passes overlap: each drives what it claimed in a task of its
+        // own, holding slots of the worker's budget, and the next pass
+        // claims into the slots left free, so a long run holds up its slot
+        // and nothing else. The scheduler's runs hold slots of it too.
+        let slots = Slots::new(options.concurrency);
         let runs = std::sync::Arc::new(crate::schedule::tick_runs::TickRuns::new(
             options.clone(),
             Stop::of_worker(self, watched.clone()),
+            slots.clone(),
         ));
         let scheduler = crate::schedule::scheduler::spawn(self, options.missed_ticks, runs.clone());
         let keiro = self.clone();
@@ -82,11 +89,6 @@ impl Keiro {
             let mut stop = Stop::of_worker(&keiro, watched);
             let mut reported: Option<tokio::time::Instant> = None;
             let mut failed = 0;
-            // Passes overlap: each drives what it claimed in a task of its
-            // own, holding slots of the worker's budget, and the next pass
-            // claims into the slots left free, so a long run holds up its
-            // slot and nothing else.
-            let slots = Slots::new(options.concurrency);
             let mut passes = tokio::task::JoinSet::new();
             loop {
                 keiro.listen_for_wakes();

@@ -13,7 +13,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The free slots of one worker (or of one [`crate::Keiro::resume_once`]).
 #[derive(Debug, Clone)]
-pub(super) struct Slots {
+pub(crate) struct Slots {
     free: Arc<Semaphore>,
     /// Set while the worker waits for free slots (more is due than it had
     /// room for): a pass that has refilled as many as a pass claims then
@@ -33,7 +33,7 @@ impl Slots {
 
     /// Takes up to `at_most` free slots, as many as are free (none when
     /// none is).
-    pub(super) fn take(&self, at_most: usize) -> Held {
+    pub(crate) fn take(&self, at_most: usize) -> Held {
         loop {
             let n = self.free.available_permits().min(at_most);
             let count = u32::try_from(n).unwrap_or(0);
@@ -61,14 +61,14 @@ impl Slots {
 /// Slots a pass holds (see [`Slots::take`]). Dropped, it gives back what it
 /// still holds, so a pass's task that panicked or was aborted keeps none.
 #[derive(Debug)]
-pub(super) struct Held {
+pub(crate) struct Held {
     permit: OwnedSemaphorePermit,
     wanted: Arc<AtomicBool>,
 }
 
 impl Held {
     /// How many it holds.
-    pub(super) fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.permit.num_permits()
     }
 

@@ -8,18 +8,18 @@ use keiro_store::{CreateRequest, ScheduleRow};
 
 use super::spec::tick_id;
 use super::tick_runs::TickRuns;
+use crate::resume::Held;
 use crate::{Error, Keiro, Result};
 
 /// Where a tick's new instance runs.
-#[derive(Clone, Copy)]
 pub(crate) enum Start<'a> {
     /// Pending, for whichever resume worker serving the workflow claims it
     /// first (a trigger or a backfill, from any process).
     Pending,
     /// Created under this process's lease and driven at once by the
-    /// scheduler's worker, so no claim and no resume pass stand between the
-    /// tick and its first step.
-    Here(&'a TickRuns),
+    /// scheduler's worker in the slot of its concurrency held here, so no
+    /// claim and no resume pass stand between the tick and its first step.
+    Here(&'a TickRuns, Held),
 }
 
 /// Creates the instance of `row`'s tick at `tick_us` under `id` unless it
@@ -43,10 +43,10 @@ pub(crate) async fn fire_as(
     let app_version = signature.as_ref().map(|_| keiro.app_version().to_owned());
     let skeleton_hash = registry.skeleton_hash(&row.workflow).map(str::to_owned);
     let runs = match start {
-        Start::Here(runs) if signature.is_some() => Some(runs),
+        Start::Here(runs, slot) if signature.is_some() => Some((runs, slot)),
         _ => None,
     };
-    let lease = runs.map(|_| {
+    let lease = runs.as_ref().map(|_| {
         (
             keiro.owner().to_owned(),
             crate::time::duration_us(keiro.lease_ttl()),
@@ -78,7 +78,7 @@ pub(crate) async fn fire_as(
         });
     }
     match (created, runs) {
-        (true, Some(runs)) => runs.start(keiro, existing),
+        (true, Some((runs, slot))) => runs.start(keiro, existing, slot),
         (true, None) => {
             keiro.wake_resume_worker();
             // The instance is committed: a lost notification only costs latency.

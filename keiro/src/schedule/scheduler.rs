@@ -383,7 +383,12 @@ enum Fired {
 }
 
 async fn fire_logged(keiro: &Keiro, runs: &TickRuns, row: &ScheduleRow, tick: i64) -> Fired {
-    match fire(keiro, row, tick, Start::Here(runs)).await {
+    // In one of the worker's slots, else left for a pass to claim.
+    let start = match runs.slot() {
+        Some(slot) => Start::Here(runs, slot),
+        None => Start::Pending,
+    };
+    match fire(keiro, row, tick, start).await {
         Ok(_) => Fired::Passed,
         Err(error) if error.is_transient() => {
             tracing::warn!(
