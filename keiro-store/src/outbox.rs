@@ -18,8 +18,7 @@ use crate::journal::{create_instance_on, get_step_on, resolve_on};
 use crate::messages::{send_message_on, validate_message};
 use crate::validate::validate_id;
 use crate::{
-    now_us, Conn, InstanceRow, NewInstance, NewMessage, Resolution, Result, SendOutcome, StepRow,
-    TimerTx,
+    Conn, InstanceRow, NewInstance, NewMessage, Resolution, Result, SendOutcome, StepRow, TimerTx,
 };
 
 impl<'c> TimerTx<'_, 'c> {
@@ -36,17 +35,20 @@ impl<'c> TimerTx<'_, 'c> {
 
 /// Queues a message in the caller's transaction, like
 /// [`Store::send_message`](crate::Store::send_message): it is sent when the
-/// transaction commits, and not at all when it rolls back.
+/// transaction commits, and not at all when it rolls back. `now` (µs since
+/// the Unix epoch, by the caller's clock: [`Store::now_us`](crate::Store::now_us))
+/// stamps it, and a suspended receiver is due then.
 pub async fn send_message_tx<'t, 'c>(
     tx: impl Into<TimerTx<'t, 'c>>,
     message: &NewMessage<'_>,
+    now: i64,
 ) -> Result<SendOutcome>
 where
     'c: 't,
 {
     validate_message(message)?;
     let mut tx = tx.into();
-    let outcome = send_message_on(tx.reborrow().into(), message, now_us()).await?;
+    let outcome = send_message_on(tx.reborrow().into(), message, now).await?;
     if let SendOutcome::Sent(_) = outcome {
         notify_on(tx.into(), message.workflow_id).await?;
     }
@@ -76,18 +78,20 @@ where
 }
 
 /// Records an awaitable's resolution in the caller's transaction, like
-/// [`Store::resolve`](crate::Store::resolve).
+/// [`Store::resolve`](crate::Store::resolve), at `now` (µs since the Unix
+/// epoch, by the caller's clock): a suspended workflow is due then.
 pub async fn resolve_tx<'t, 'c>(
     tx: impl Into<TimerTx<'t, 'c>>,
     created: i64,
     kind: &str,
     row: &StepRow,
+    now: i64,
 ) -> Result<Resolution>
 where
     'c: 't,
 {
     let mut tx = tx.into();
-    let resolution = resolve_on(tx.reborrow().into(), created, kind, row, now_us()).await?;
+    let resolution = resolve_on(tx.reborrow().into(), created, kind, row, now).await?;
     if resolution == Resolution::Recorded {
         notify_on(tx.into(), &row.workflow_id).await?;
     }

@@ -7,7 +7,7 @@ mod support;
 
 use keiro_store::{
     create_instance_tx, resolve_tx, send_message_tx, InstanceStatus, Lease, NewInstance,
-    NewMessage, Resolution, SendOutcome, StepRow, Store,
+    NewMessage, Resolution, SendOutcome, StepRow, Store, Suspend,
 };
 use support::TestDb;
 
@@ -74,23 +74,35 @@ async fn a_message_is_sent_only_when_the_callers_transaction_commits(db: &TestDb
         idempotency_key: None,
         journal: None,
     };
-    let sent = in_tx!(&db.store, false, |tx| send_message_tx(&mut tx, &message)
-        .await
-        .unwrap());
+    let sent = in_tx!(&db.store, false, |tx| send_message_tx(
+        &mut tx,
+        &message,
+        db.store.now_us()
+    )
+    .await
+    .unwrap());
     assert!(matches!(sent, SendOutcome::Sent(_)), "{sent:?}");
     assert_eq!(db.store.count_waiting_messages("rx", "t").await.unwrap(), 0);
-    let sent = in_tx!(&db.store, true, |tx| send_message_tx(&mut tx, &message)
-        .await
-        .unwrap());
+    let sent = in_tx!(&db.store, true, |tx| send_message_tx(
+        &mut tx,
+        &message,
+        db.store.now_us()
+    )
+    .await
+    .unwrap());
     assert!(matches!(sent, SendOutcome::Sent(_)), "{sent:?}");
     assert_eq!(db.store.count_waiting_messages("rx", "t").await.unwrap(), 1);
     let missing = NewMessage {
         workflow_id: "nobody",
         ..message
     };
-    let refused = in_tx!(&db.store, true, |tx| send_message_tx(&mut tx, &missing)
-        .await
-        .unwrap());
+    let refused = in_tx!(&db.store, true, |tx| send_message_tx(
+        &mut tx,
+        &missing,
+        db.store.now_us()
+    )
+    .await
+    .unwrap());
     assert_eq!(refused, SendOutcome::NotFound);
 }
 
@@ -144,12 +156,28 @@ async fn a_resolution_is_recorded_only_when_the_callers_transaction_commits(db: 
         .append_steps(&[step(0, "awakeable", "\"created\"")])
         .await
         .unwrap();
+    // Suspended awaiting the answer: the answer makes it due at the time
+    // the caller gives (its runtime's clock, maybe a test's virtual one).
+    assert!(db
+        .store
+        .suspend(&Suspend {
+            id: "waiter",
+            generation: 0,
+            owner: "w1",
+            wake_at: None,
+            awaiting: Some(1),
+            waiting: None,
+        })
+        .await
+        .unwrap());
+    let then = db.store.now_us() - 3_600_000_000;
     let answer = step(1, "resolution", "{\"Ok\":true}");
     let resolution = in_tx!(&db.store, false, |tx| resolve_tx(
         &mut tx,
         0,
         "awakeable",
-        &answer
+        &answer,
+        then
     )
     .await
     .unwrap());
@@ -159,7 +187,8 @@ async fn a_resolution_is_recorded_only_when_the_callers_transaction_commits(db: 
         &mut tx,
         0,
         "awakeable",
-        &answer
+        &answer,
+        then
     )
     .await
     .unwrap());
@@ -168,11 +197,14 @@ async fn a_resolution_is_recorded_only_when_the_callers_transaction_commits(db: 
         db.store.get_step("waiter", 0, 1).await.unwrap(),
         Some(answer.clone())
     );
+    let waiter = db.store.get_instance("waiter").await.unwrap().unwrap();
+    assert_eq!(waiter.wake_at, Some(then), "due at the caller's time");
     let again = in_tx!(&db.store, true, |tx| resolve_tx(
         &mut tx,
         0,
         "awakeable",
-        &answer
+        &answer,
+        then
     )
     .await
     .unwrap());

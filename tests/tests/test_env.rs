@@ -343,3 +343,78 @@ async fn an_enqueue_in_a_transaction_is_created_at_the_virtual_time() {
         assert_eq!(row.created_at, expected.as_micros() as i64, "{id}");
     }
 }
+
+/// Awakeable ids published by [`answer_published`].
+static PUBLISHED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Makes an id known outside the workflow.
+#[step]
+async fn publish(id: String) -> Result<(), String> {
+    PUBLISHED.lock().unwrap().push(id);
+    Ok(())
+}
+
+/// Publishes its awakeable's id, then waits up to an hour for the answer.
+#[workflow]
+async fn answer_published() -> Result<Option<u32>, String> {
+    let awakeable = keiro::awakeable::<u32>().await;
+    publish(awakeable.id().to_owned()).await?;
+    awakeable.timeout(HOUR).await.map_err(|e| e.to_string())
+}
+
+/// `future`'s output, if it comes within a few seconds of wall time.
+async fn within_seconds<F: std::future::Future>(future: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(5), future)
+        .await
+        .expect("the workflow goes on without time advanced")
+}
+
+/// The environment's SQLite pool, for a transaction of the caller's own.
+fn pool_of(env: &TestEnv) -> sqlx::SqlitePool {
+    let keiro_store::Store::Sqlite(store) = keiro::unstable::raw_store(env.keiro()) else {
+        unreachable!("a TestEnv runs on SQLite");
+    };
+    store.pool().clone()
+}
+
+/// A message sent and an awakeable answered in the caller's transaction
+/// through the environment's runtime make their workflows due at the
+/// virtual time, which is years before the wall clock here: both go on at
+/// once, with no time advanced.
+#[tokio::test]
+async fn sends_and_answers_in_a_transaction_are_due_at_the_virtual_time() {
+    let env = TestEnv::starting_at(epoch()).await;
+    let handle = env.start(approval("o-tx".into()).id("o-tx")).await.unwrap();
+    env.advance(3 * DAY).await;
+    assert_eq!(handle.status().await.unwrap(), WorkflowStatus::Suspended);
+    let mut tx = pool_of(&env).begin_with("BEGIN IMMEDIATE").await.unwrap();
+    env.keiro()
+        .send_tx(&mut tx, "o-tx", "approved", &true)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    env.advance(Duration::ZERO).await;
+    assert_eq!(
+        within_seconds(handle.result()).await.unwrap(),
+        Ok("o-tx: approved".into())
+    );
+    assert_eq!(
+        env.now(),
+        epoch() + 3 * DAY,
+        "no time passed for the answer"
+    );
+
+    let handle = env.start(answer_published().id("aw-tx")).await.unwrap();
+    env.advance(Duration::ZERO).await;
+    assert_eq!(handle.status().await.unwrap(), WorkflowStatus::Suspended);
+    let id = PUBLISHED.lock().unwrap().pop().expect("the awakeable's id");
+    let mut tx = pool_of(&env).begin_with("BEGIN IMMEDIATE").await.unwrap();
+    env.keiro()
+        .resolve_awakeable_tx(&mut tx, &id, &7_u32)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    env.advance(Duration::ZERO).await;
+    assert_eq!(within_seconds(handle.result()).await.unwrap(), Ok(Some(7)));
+    assert_eq!(env.now(), epoch() + 3 * DAY);
+}

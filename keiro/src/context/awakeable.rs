@@ -389,6 +389,10 @@ fn answered(id: &str, workflow: String, generation: i64, resolution: Resolution)
 /// looks (its poll interval). On SQLite begin the transaction with
 /// `BEGIN IMMEDIATE` (`pool.begin_with("BEGIN IMMEDIATE")`).
 ///
+/// The answer is recorded at the process-wide runtime's time when one is
+/// set up, else the system clock's; [`Keiro::resolve_awakeable_tx`] uses
+/// its runtime's (a [`TestEnv`](crate::testing::TestEnv)'s virtual one).
+///
 /// ```no_run
 /// # async fn demo(pool: sqlx::PgPool, id: String) -> Result<(), Box<dyn std::error::Error>> {
 /// let mut tx = pool.begin().await?;
@@ -398,6 +402,38 @@ fn answered(id: &str, workflow: String, generation: i64, resolution: Resolution)
 /// # Ok(()) }
 /// ```
 pub async fn resolve_awakeable_tx<'t, 'c, T: Serialize + ?Sized>(
+    tx: impl Into<keiro_store::TimerTx<'t, 'c>>,
+    id: &str,
+    value: &T,
+) -> Result<()>
+where
+    'c: 't,
+{
+    resolve_awakeable_tx_under(crate::runtime::try_global().as_ref(), tx, id, value).await
+}
+
+impl Keiro {
+    /// [`resolve_awakeable_tx`] under this runtime: the answer is recorded at
+    /// its clock's time (a [`TestEnv`](crate::testing::TestEnv)'s virtual
+    /// one, so the workflow is due at the environment's time) and held to
+    /// its payload limit.
+    pub async fn resolve_awakeable_tx<'t, 'c, T: Serialize + ?Sized>(
+        &self,
+        tx: impl Into<keiro_store::TimerTx<'t, 'c>>,
+        id: &str,
+        value: &T,
+    ) -> Result<()>
+    where
+        'c: 't,
+    {
+        resolve_awakeable_tx_under(Some(self), tx, id, value).await
+    }
+}
+
+/// [`resolve_awakeable_tx`] by `keiro`'s clock and payload limit, else the
+/// system clock and the process-wide limit.
+async fn resolve_awakeable_tx_under<'t, 'c, T: Serialize + ?Sized>(
+    keiro: Option<&Keiro>,
     tx: impl Into<keiro_store::TimerTx<'t, 'c>>,
     id: &str,
     value: &T,
@@ -415,7 +451,8 @@ where
         parsed.seq,
     )
     .await?;
-    let limit = crate::json::global_payload_limit();
+    let limit = keiro.map_or_else(crate::json::global_payload_limit, Keiro::max_payload_bytes);
+    let now = keiro.map_or_else(keiro_store::now_us, Keiro::now_us);
     let row = answer_row(
         id,
         &parsed,
@@ -425,7 +462,7 @@ where
         limit,
     )?;
     let resolution =
-        keiro_store::resolve_tx(tx, parsed.seq, StepKind::Awakeable.as_str(), &row).await?;
+        keiro_store::resolve_tx(tx, parsed.seq, StepKind::Awakeable.as_str(), &row, now).await?;
     answered(id, parsed.workflow, parsed.generation, resolution)
 }
 

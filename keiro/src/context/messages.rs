@@ -539,6 +539,10 @@ fn sent(workflow_id: &str, outcome: SendOutcome) -> Result<bool> {
 /// (`pool.begin_with("BEGIN IMMEDIATE")`), so it holds the write lock from
 /// its first statement.
 ///
+/// The message is stamped with the process-wide runtime's clock when one is
+/// set up, else the system clock; [`Keiro::send_tx`] uses its runtime's
+/// (a [`TestEnv`](crate::testing::TestEnv)'s virtual one).
+///
 /// ```no_run
 /// # async fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
 /// let mut tx = pool.begin().await?;
@@ -556,13 +560,52 @@ pub async fn send_tx<'t, 'c, T: Serialize + ?Sized>(
 where
     'c: 't,
 {
+    send_tx_under(
+        crate::runtime::try_global().as_ref(),
+        tx,
+        workflow_id,
+        topic,
+        value,
+    )
+    .await
+}
+
+impl Keiro {
+    /// [`send_tx`] under this runtime: the message is stamped with its clock
+    /// (a [`TestEnv`](crate::testing::TestEnv)'s virtual one, so a suspended
+    /// receiver is due at the environment's time) and held to its payload
+    /// limit.
+    pub async fn send_tx<'t, 'c, T: Serialize + ?Sized>(
+        &self,
+        tx: impl Into<keiro_store::TimerTx<'t, 'c>>,
+        workflow_id: &str,
+        topic: &str,
+        value: &T,
+    ) -> Result<()>
+    where
+        'c: 't,
+    {
+        send_tx_under(Some(self), tx, workflow_id, topic, value).await
+    }
+}
+
+/// [`send_tx`] by `keiro`'s clock and payload limit, else the system clock
+/// and the default limit.
+async fn send_tx_under<'t, 'c, T: Serialize + ?Sized>(
+    keiro: Option<&Keiro>,
+    tx: impl Into<keiro_store::TimerTx<'t, 'c>>,
+    workflow_id: &str,
+    topic: &str,
+    value: &T,
+) -> Result<()>
+where
+    'c: 't,
+{
     Error::check_id("workflow id", workflow_id)?;
     Error::check_id("message topic", topic)?;
     let payload = crate::json::to_json(value, || format!("the message on topic `{topic}`"))?;
-    let limit = match crate::runtime::try_global() {
-        Some(keiro) => keiro.max_payload_bytes(),
-        None => crate::DEFAULT_MAX_PAYLOAD_BYTES,
-    };
+    let limit = keiro.map_or(crate::DEFAULT_MAX_PAYLOAD_BYTES, Keiro::max_payload_bytes);
+    let now = keiro.map_or_else(keiro_store::now_us, Keiro::now_us);
     crate::json::check_size(&payload, limit, "(outside a workflow)", workflow_id, || {
         format!("the message on topic `{topic}`")
     })?;
@@ -576,7 +619,7 @@ where
     };
     sent(
         workflow_id,
-        keiro_store::send_message_tx(tx, &message).await?,
+        keiro_store::send_message_tx(tx, &message, now).await?,
     )?;
     Ok(())
 }
