@@ -34,6 +34,10 @@ pub struct Debounce<'a> {
     pub max_wait_us: Option<i64>,
 }
 
+/// How many times [`Store::create_debounced`] runs its transaction when its
+/// snapshot missed the burst (the second and later at READ COMMITTED).
+const STALE_TRIES: u32 = 3;
+
 /// Class `"keid"` in ASCII: bursts' advisory locks, apart from queues'.
 const LOCK: &str = "SELECT pg_advisory_xact_lock(1801808228, hashtext($1))";
 
@@ -98,13 +102,35 @@ impl Store {
     ) -> Result<(InstanceRow, bool)> {
         const OP: &str = "create_debounced";
         let clock = self.clock();
-        dispatch!(Store, self, |s| {
-            let mut tx = s.begin(OP).await?;
-            let debounced =
-                create_debounced_on((&mut *tx).into(), new, queued, debounce, clock).await?;
-            tx.commit().await.map_err(StoreError::query(OP))?;
-            Ok(debounced)
-        })
+        // The transaction is keiro's own: one whose snapshot missed the burst
+        // (a server whose default isolation is above READ COMMITTED) goes
+        // again at READ COMMITTED, where each statement reads what the
+        // burst's last call committed.
+        let mut tries = 1;
+        loop {
+            // (An async block: `?` inside ends this try, not the loop.)
+            let tried = async {
+                dispatch!(Store, self, |s, sql| {
+                    let mut tx = s.begin(OP).await?;
+                    if tries > 1 && sql.debounce.lock.is_some() {
+                        crate::prepared::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(StoreError::query(OP))?;
+                    }
+                    let debounced =
+                        create_debounced_on((&mut *tx).into(), new, queued, debounce, clock)
+                            .await?;
+                    tx.commit().await.map_err(StoreError::query(OP))?;
+                    Ok(debounced)
+                })
+            }
+            .await;
+            match tried {
+                Err(StoreError::BurstConflict { .. }) if tries < STALE_TRIES => tries += 1,
+                tried => return tried,
+            }
+        }
     }
 }
 
@@ -230,22 +256,26 @@ async fn fold_into_burst(
 }
 
 /// `error` as [`StoreError::BurstConflict`] when it says the transaction
-/// could not see its burst's current state: a serialization failure or
-/// deadlock (PostgreSQL), BUSY or a stale snapshot (SQLite), or the open
+/// could not see its burst's current state: a serialization failure
+/// (PostgreSQL `40001`: the burst's row changed after the snapshot), a stale
+/// snapshot (SQLite `SQLITE_BUSY_SNAPSHOT`), or, on PostgreSQL, the open
 /// burst index refusing a second burst that the snapshot hid the first of.
+/// A deadlock or a plain busy database is left as it is.
 fn burst_conflict(error: StoreError, name: &str, key: &str) -> StoreError {
     let StoreError::Query { source, .. } = &error else {
         return error;
     };
-    let hidden_burst = matches!(&**source, sqlx::Error::Database(db)
-        if db.is_unique_violation()
-            && db.constraint().is_some_and(|index| index.ends_with("debounce_open")));
-    if !hidden_burst && !crate::error::is_conflict(source) {
+    let stale = matches!(&**source, sqlx::Error::Database(db)
+        if (db.is_unique_violation()
+            && db.constraint().is_some_and(|index| index.ends_with("debounce_open")))
+            // 40001 on PostgreSQL; SQLITE_BUSY_SNAPSHOT (517) on SQLite.
+            || matches!(db.code().as_deref(), Some("40001" | "517")));
+    if !stale {
         return error;
     }
     StoreError::BurstConflict {
         name: name.to_owned(),
         key: key.to_owned(),
-        reason: source.to_string(),
+        source: source.clone(),
     }
 }

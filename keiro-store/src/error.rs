@@ -124,13 +124,14 @@ pub enum StoreError {
     /// that had read before the other committed). Joining a burst it cannot
     /// see, or opening a second one, would fold the calls wrongly, so the
     /// call wrote nothing; the database has aborted the transaction (or will
-    /// refuse its writes), and running it again from the start succeeds.
+    /// refuse its writes), and running it again from the start may succeed
+    /// (it is [transient](StoreError::is_transient) and a
+    /// [conflict](StoreError::is_conflict)).
     #[error(
         "the debounced call of workflow `{name}` with key `{key}` cannot see its burst: another \
          transaction opened or claimed it after this transaction's snapshot was taken \
-         ({reason}); roll this transaction back and run it again, and to avoid the race call \
-         enqueue_tx in a READ COMMITTED transaction (PostgreSQL) or one begun with \
-         BEGIN IMMEDIATE (SQLite)"
+         ({source}); roll the transaction back and run it again (a READ COMMITTED transaction \
+         on PostgreSQL, or one begun with BEGIN IMMEDIATE on SQLite, avoids this)"
     )]
     BurstConflict {
         /// The debounced workflow.
@@ -138,7 +139,8 @@ pub enum StoreError {
         /// The debounce key.
         key: String,
         /// The database's error.
-        reason: String,
+        #[source]
+        source: Arc<sqlx::Error>,
     },
     /// A transactional step's body ended keiro's transaction itself (it sent
     /// `COMMIT` or `ROLLBACK` on the step's connection): keiro found the
@@ -211,7 +213,9 @@ impl StoreError {
     /// would fail the same way, so they are reported.
     pub fn is_transient(&self) -> bool {
         match self {
-            StoreError::WriterStopped | StoreError::Conflict { .. } => true,
+            StoreError::WriterStopped
+            | StoreError::Conflict { .. }
+            | StoreError::BurstConflict { .. } => true,
             // A server that refuses or is starting up may come back; a file
             // that cannot be opened, bad credentials or a missing database
             // will not.

@@ -508,11 +508,12 @@ impl StoreError {
     /// from the start may succeed: a serialization failure or deadlock on
     /// PostgreSQL (SQLSTATE `40001`, `40P01`), SQLite's BUSY or LOCKED, met
     /// by a store operation or by a statement of the step's body
-    /// ([`StoreError::Conflict`]).
+    /// ([`StoreError::Conflict`]), or a debounced call's stale snapshot
+    /// ([`StoreError::BurstConflict`]).
     pub fn is_conflict(&self) -> bool {
         match self {
             StoreError::Query { source, .. } => is_conflict(source),
-            StoreError::Conflict { .. } => true,
+            StoreError::Conflict { .. } | StoreError::BurstConflict { .. } => true,
             _ => false,
         }
     }

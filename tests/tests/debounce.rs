@@ -249,6 +249,51 @@ async fn many_callers_at_once_share_one_burst(backend: Backend) {
     worker.stop().await;
 }
 
+/// On a server whose default isolation is REPEATABLE READ, a call's own
+/// transaction may miss the burst another caller opened meanwhile: keiro
+/// runs it again, so racing callers still share one burst and none fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_callers_share_one_burst_under_repeatable_read() {
+    use sqlx::Connection as _;
+    let db = TestDb::new(Backend::Postgres).await;
+    db.keiro().await; // migrates
+    let mut admin = sqlx::PgConnection::connect(&db.direct_url).await.unwrap();
+    sqlx::raw_sql(
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_isolation \
+           = ''repeatable read''', current_database()); END $$",
+    )
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    // Connected after the change: every session starts at that isolation.
+    let keiro = db.keiro().await;
+    let calls = (0..40).map(|n| {
+        let keiro = keiro.clone();
+        async move {
+            sync_profile("rr".to_owned(), n)
+                .on(&keiro)
+                .debounce("rr", Duration::from_secs(30))
+                .enqueue()
+                .await
+                .map(|handle| handle.id().to_owned())
+        }
+    });
+    let mut ids: Vec<String> = futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(|id| id.unwrap_or_else(|e| panic!("a racing call failed: {e}")))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "40 racing calls, one burst: {ids:?}");
+    let mut session = sqlx::PgConnection::connect(&db.direct_url).await.unwrap();
+    let isolation: String = sqlx::query_scalar("SHOW default_transaction_isolation")
+        .fetch_one(&mut session)
+        .await
+        .unwrap();
+    assert_eq!(isolation, "repeatable read");
+}
+
 async fn a_debounced_call_may_run_on_a_queue(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
