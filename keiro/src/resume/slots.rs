@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 /// The free slots of one worker (or of one [`crate::Keiro::resume_once`]).
 #[derive(Debug, Clone)]
@@ -20,6 +20,8 @@ pub(crate) struct Slots {
     /// refills no more, so its slots come back and the next pass claims
     /// from the default queue and every queue alike.
     wanted: Arc<AtomicBool>,
+    /// Told whenever slots go back, for [`Slots::until_free`].
+    freed: Arc<Notify>,
 }
 
 impl Slots {
@@ -28,6 +30,7 @@ impl Slots {
         Slots {
             free: Arc::new(Semaphore::new(n)),
             wanted: Arc::new(AtomicBool::new(false)),
+            freed: Arc::new(Notify::new()),
         }
     }
 
@@ -40,21 +43,44 @@ impl Slots {
             // Another taker may have raced in between: look again.
             if let Ok(permit) = self.free.clone().try_acquire_many_owned(count) {
                 return Held {
-                    permit,
+                    permit: Some(permit),
                     wanted: self.wanted.clone(),
+                    freed: self.freed.clone(),
                 };
             }
         }
     }
 
     /// Waits until at least `n` slots are free (taking none), asking the
-    /// passes for their slots meanwhile (see [`Held::wanted`]).
+    /// passes for their slots meanwhile (see [`Held::wanted`]). Slots stay
+    /// free for [`Slots::take`] while it waits: the wait holds none of them
+    /// (a semaphore's queued `acquire_many` would keep each one freed until
+    /// it had all, and a cron tick could take none meanwhile).
     pub(super) async fn until_free(&self, n: usize) {
-        let count = u32::try_from(n.max(1)).unwrap_or(u32::MAX);
+        let n = n.max(1);
         self.wanted.store(true, Ordering::SeqCst);
-        // The semaphore is never closed; the permits go back as they drop.
-        let _ = self.free.acquire_many(count).await;
-        self.wanted.store(false, Ordering::SeqCst);
+        // Cleared however the wait ends (it may be dropped for a stop).
+        let _wanted = Unwant(&self.wanted);
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            // Registered before the look: a slot going back in between
+            // wakes it.
+            freed.as_mut().enable();
+            if self.free.available_permits() >= n {
+                return;
+            }
+            freed.await;
+        }
+    }
+}
+
+/// Clears the worker's want of slots when dropped.
+struct Unwant<'a>(&'a AtomicBool);
+
+impl Drop for Unwant<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
     }
 }
 
@@ -62,25 +88,46 @@ impl Slots {
 /// still holds, so a pass's task that panicked or was aborted keeps none.
 #[derive(Debug)]
 pub(crate) struct Held {
-    permit: OwnedSemaphorePermit,
+    /// `None` once dropped.
+    permit: Option<OwnedSemaphorePermit>,
     wanted: Arc<AtomicBool>,
+    freed: Arc<Notify>,
 }
 
 impl Held {
     /// How many it holds.
     pub(crate) fn count(&self) -> usize {
-        self.permit.num_permits()
+        self.permit
+            .as_ref()
+            .map_or(0, OwnedSemaphorePermit::num_permits)
     }
 
     /// Gives `n` of them back (at most as many as it holds).
     pub(super) fn give_back(&mut self, n: usize) {
-        drop(self.permit.split(n.min(self.count())));
+        let n = n.min(self.count());
+        if let (Some(permit), true) = (&mut self.permit, n > 0) {
+            drop(permit.split(n));
+            self.freed.notify_waiters();
+        }
     }
 
     /// Whether the worker waits for slots: a pass then does not renew its
     /// refills.
     pub(super) fn wanted(&self) -> bool {
         self.wanted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // The slots go back first, then the waiters look.
+        if self
+            .permit
+            .take()
+            .is_some_and(|permit| permit.num_permits() > 0)
+        {
+            self.freed.notify_waiters();
+        }
     }
 }
 
@@ -133,5 +180,25 @@ mod tests {
         waiting.await.unwrap();
         // Waiting took nothing.
         assert_eq!(slots.take(5).count(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_free_slot_can_be_taken_while_the_worker_waits_for_more() {
+        let slots = Slots::new(3);
+        let held = slots.take(2);
+        let waiting = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.until_free(3).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished());
+        // As a cron tick takes one while the worker waits.
+        let tick = slots.take(1);
+        assert_eq!(tick.count(), 1, "the free slot is not held by the wait");
+        drop(held);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "two of three free");
+        drop(tick);
+        waiting.await.unwrap();
     }
 }
