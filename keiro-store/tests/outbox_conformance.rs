@@ -66,6 +66,24 @@ async fn a_message_is_sent_only_when_the_callers_transaction_commits(db: &TestDb
             .unwrap()
             .1
     );
+    // Suspended for the topic: the send makes it due at the time the caller
+    // gives (its runtime's clock, maybe a test's virtual one).
+    assert!(db
+        .store
+        .suspend_for_message(
+            &Suspend {
+                id: "rx",
+                generation: 0,
+                owner: "w1",
+                wake_at: None,
+                awaiting: None,
+                waiting: None,
+            },
+            "t",
+        )
+        .await
+        .unwrap());
+    let then = db.store.now_us() - 3_600_000_000;
     let message = NewMessage {
         workflow_id: "rx",
         topic: "t",
@@ -84,14 +102,14 @@ async fn a_message_is_sent_only_when_the_callers_transaction_commits(db: &TestDb
     assert!(matches!(sent, SendOutcome::Sent(_)), "{sent:?}");
     assert_eq!(db.store.count_waiting_messages("rx", "t").await.unwrap(), 0);
     let sent = in_tx!(&db.store, true, |tx| send_message_tx(
-        &mut tx,
-        &message,
-        db.store.now_us()
+        &mut tx, &message, then
     )
     .await
     .unwrap());
     assert!(matches!(sent, SendOutcome::Sent(_)), "{sent:?}");
     assert_eq!(db.store.count_waiting_messages("rx", "t").await.unwrap(), 1);
+    let rx = db.store.get_instance("rx").await.unwrap().unwrap();
+    assert_eq!(rx.wake_at, Some(then), "due at the caller's time");
     let missing = NewMessage {
         workflow_id: "nobody",
         ..message
