@@ -122,6 +122,20 @@ impl Store {
         Ok(())
     }
 
+    /// Drops the lease `owner`'s run kept on an instance of a named queue
+    /// that was cancelled or timed out while it ran: [`Store::cancel`] and
+    /// [`Store::time_out`] leave it, so the queue counts the instance as
+    /// running until its run has stopped. The run calls this once it has;
+    /// `true` when there was such a lease (its slot is free now: wake the
+    /// queue's workers).
+    pub async fn release_ended(&self, id: &str, owner: &str) -> Result<bool> {
+        let args = args![id, owner];
+        Ok(self
+            .execute("release_ended", |sql| &sql.release_ended, &args)
+            .await?
+            == 1)
+    }
+
     /// Reads every recorded step of one generation, in sequence order.
     pub async fn load_journal(&self, id: &str, generation: i64) -> Result<Vec<StepRow>> {
         let args = args![id, generation];

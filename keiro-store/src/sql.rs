@@ -171,6 +171,9 @@ pub(crate) struct Statements {
     pub(crate) claim: String,
     pub(crate) renew_lease: String,
     pub(crate) release: String,
+    /// Drops the lease a cancelled or timed-out run of a named queue kept
+    /// (see `cancel_one`).
+    pub(crate) release_ended: String,
     pub(crate) load_journal: String,
     pub(crate) get_step: String,
     pub(crate) insert_step: String,
@@ -350,6 +353,11 @@ impl Statements {
                  wake_at = CASE WHEN {UNFINISHED} THEN $3 ELSE NULL END, updated_at = $3 \
                  WHERE id = $1 AND lease_owner = $2"
             ),
+            release_ended: format!(
+                "UPDATE {w} SET lease_owner = NULL, lease_expires_at = NULL \
+                 WHERE id = $1 AND lease_owner = $2 AND queue IS NOT NULL \
+                 AND status IN ('cancelled', 'timed_out')"
+            ),
             load_journal: format!(
                 "SELECT {STEP_COLUMNS} FROM {s} WHERE workflow_id = $1 AND generation = $2 \
                  ORDER BY seq"
@@ -419,9 +427,17 @@ impl Statements {
                  ) \
                  SELECT w.id FROM tree CROSS JOIN {w} w WHERE w.id = tree.id AND w.{UNFINISHED}"
             ),
+            // A running instance of a named queue keeps its live lease: its
+            // run, maybe in another process, goes on until it finds out (at
+            // once in its own process, at its next renewal elsewhere), and
+            // the queue counts it as running until it lets the lease go
+            // (`release_ended`) or the lease lapses.
             cancel_one: format!(
-                "UPDATE {w} SET status = $3, error = $4, lease_owner = NULL, \
-                 lease_expires_at = NULL, wake_at = NULL, updated_at = $2 WHERE id = $1"
+                "UPDATE {w} SET status = $3, error = $4, \
+                 lease_owner = CASE WHEN {kept} THEN lease_owner END, \
+                 lease_expires_at = CASE WHEN {kept} THEN lease_expires_at END, \
+                 wake_at = NULL, updated_at = $2 WHERE id = $1",
+                kept = "queue IS NOT NULL AND status = 'running' AND lease_expires_at >= $2",
             ),
             status_for_time_out: format!(
                 "SELECT status, deadline FROM {w} WHERE id = $1{}",

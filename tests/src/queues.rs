@@ -83,6 +83,37 @@ pub async fn gated_job(file: String, tag: String, gate: String) -> Result<String
     Ok(tag)
 }
 
+/// Records `end` for its job when dropped: when the step returns, or when
+/// its run is stopped in the middle of it.
+struct RecordsEnd {
+    file: String,
+    tag: String,
+}
+
+impl Drop for RecordsEnd {
+    fn drop(&mut self) {
+        record(&self.file, "end", &self.tag);
+    }
+}
+
+/// Records its start, then holds until its run is stopped (a minute at
+/// most), recording the end either way.
+#[step]
+async fn until_stopped(file: String, tag: String) -> Result<(), String> {
+    record(&file, "start", &tag);
+    let _end = RecordsEnd { file, tag };
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    Ok(())
+}
+
+/// A queued job whose one step runs until the run is stopped (cancelled),
+/// recording its start and the moment it stopped.
+#[workflow]
+pub async fn held_job(file: String, tag: String) -> Result<String, String> {
+    until_stopped(file, tag.clone()).await?;
+    Ok(tag)
+}
+
 /// A queued job that records its first step, sleeps `sleep_ms` durably
 /// (suspending when that is longer than the runtime's `suspend_after`), then
 /// records a second step's start and end.

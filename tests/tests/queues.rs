@@ -11,8 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use keiro::{Error, Keiro, ResumeOptions, ResumeWorker, WorkflowHandle};
 use keiro_tests::process::CrashChild;
 use keiro_tests::queues::{
-    events, gated_job, max_in_flight, queue_job, sleeping_job, spawns_on_a_queue, CONCURRENCY_2,
-    ONE_AT_A_TIME, PER_WORKER_1, PLAIN, RATE_20,
+    events, gated_job, held_job, max_in_flight, queue_job, sleeping_job, spawns_on_a_queue,
+    CONCURRENCY_2, ONE_AT_A_TIME, PER_WORKER_1, PLAIN, RATE_20,
 };
 use keiro_tests::{on_both_backends, Backend, TestDb};
 
@@ -969,6 +969,64 @@ async fn postgres_an_end_recorded_after_its_lease_lapsed_hands_nothing_over() {
     assert_eq!(max_in_flight(&events).0, 1, "{events:?}");
 }
 
+/// A run cancelled from another process goes on until its next lease
+/// renewal finds out; until it has stopped, its instance still holds its
+/// slot, so the queue starts no other beside it.
+async fn a_cancelled_run_holds_its_slot_until_it_has_stopped(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (_dir, file) = events_file();
+    // Renewed every second: the run learns of the cancel within one.
+    let runner = db
+        .builder()
+        .lease_ttl(Duration::from_secs(3))
+        .connect()
+        .await
+        .unwrap();
+    // Another runtime, as another process: its cancel reaches the run only
+    // through the store.
+    let operator = db.keiro().await;
+    let job = |call: keiro::WorkflowCall<Result<String, String>>, id: &str| {
+        call.on(&operator).id(id.to_owned()).queue(&ONE_AT_A_TIME)
+    };
+    job(held_job(text(&file), "held".into()), "held")
+        .enqueue()
+        .await
+        .unwrap();
+    let worker = runner
+        .resume_worker(
+            ResumeOptions::default()
+                .poll_interval(Duration::from_millis(20))
+                .concurrency(4),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    while !events(&file).iter().any(|e| e.tag == "held") {
+        assert!(Instant::now() < deadline, "the held job never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    operator.cancel("held").await.unwrap();
+    let next = job(queue_job(text(&file), "next".into(), 1), "next")
+        .enqueue()
+        .await
+        .unwrap();
+    all_done(vec![next]).await;
+    worker.stop().await;
+    let events = events(&file);
+    let at = |what: &str, tag: &str| {
+        events
+            .iter()
+            .find(|e| e.what == what && e.tag == tag)
+            .unwrap_or_else(|| panic!("no {what} of {tag}: {events:?}"))
+            .at_us
+    };
+    assert!(
+        at("end", "held") <= at("start", "next"),
+        "the next job started before the cancelled run stopped: {events:?}"
+    );
+    assert_eq!(max_in_flight(&events).0, 1, "{events:?}");
+}
+
 async fn starting_or_awaiting_an_enqueued_id_leaves_it_to_its_queue(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
@@ -1276,6 +1334,7 @@ async fn a_retention_shorter_than_a_rate_window_is_refused(backend: Backend) {
 }
 
 on_both_backends!(
+    a_cancelled_run_holds_its_slot_until_it_has_stopped,
     a_worker_claims_no_queued_instance_it_cannot_start,
     a_retention_shorter_than_a_rate_window_is_refused,
     a_rate_limit_holds_back_new_starts_not_resumes,

@@ -104,10 +104,15 @@ pub(crate) async fn record(
         Ended::Aborted(error @ Error::NonDeterministic { .. }) => {
             set_aside(keiro, &row, error).await
         }
-        Ended::LeaseLost => Ok(None),
+        Ended::LeaseLost => {
+            // Lost, maybe, to a cancel or time-out in another process.
+            let_go_of_ended(keiro, &row).await;
+            Ok(None)
+        }
         // Recorded already by `Keiro::time_out`.
         Ended::TimedOut => {
             crate::telemetry::run_ended(&row.name, InstanceStatus::TimedOut.as_str());
+            let_go_of_ended(keiro, &row).await;
             Ok(None)
         }
         Ended::Stopped => {
@@ -164,6 +169,7 @@ pub(crate) async fn record(
         // Recorded already by whoever cancelled it; the caller re-reads the row.
         Ended::Cancelled => {
             crate::telemetry::run_ended(&row.name, "cancelled");
+            let_go_of_ended(keiro, &row).await;
             Ok(None)
         }
         Ended::ContinueAsNew(input) => {
@@ -553,5 +559,25 @@ mod tests {
         };
         keiro.inflight().release(driving);
         keiro.shutdown().await.unwrap();
+    }
+}
+
+/// Drops the lease this run kept on `row` if it is an instance of a named
+/// queue that was cancelled or timed out while it ran (the queue counted it
+/// as running until now), and wakes the workers to fill the slot. Failing
+/// that, the lease lapses by itself: logged, not returned.
+async fn let_go_of_ended(keiro: &Keiro, row: &InstanceRow) {
+    let store = keiro.raw_store();
+    match store.release_ended(&row.id, keiro.owner()).await {
+        Ok(false) => {}
+        Ok(true) => {
+            keiro.wake_resume_worker();
+            if let Err(error) = store.wake_workers("").await {
+                tracing::warn!(%error, id = %row.id, "keiro could not notify workers of a freed queue slot");
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%error, id = %row.id, "keiro could not give up an ended run's queue slot; it frees when the lease lapses");
+        }
     }
 }
