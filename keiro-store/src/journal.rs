@@ -122,14 +122,14 @@ impl Store {
         Ok(())
     }
 
-    /// Drops the lease `owner`'s run kept on an instance of a named queue
-    /// that was cancelled or timed out while it ran: [`Store::cancel`] and
-    /// [`Store::time_out`] leave it, so the queue counts the instance as
-    /// running until its run has stopped. The run calls this once it has;
-    /// `true` when there was such a lease (its slot is free now: wake the
-    /// queue's workers).
-    pub async fn release_ended(&self, id: &str, owner: &str) -> Result<bool> {
-        let args = args![id, owner];
+    /// Frees the slot of an instance of a named queue that was cancelled or
+    /// timed out while it ran: [`Store::cancel`] and [`Store::time_out`]
+    /// keep its lease's expiry (not its owner), so the queue counts it as
+    /// running until its run has stopped or that time passes. The run calls
+    /// this once it has stopped; `true` when there was such a hold (its slot
+    /// is free now: wake the queue's workers).
+    pub async fn release_ended(&self, id: &str) -> Result<bool> {
+        let args = args![id];
         Ok(self
             .execute("release_ended", |sql| &sql.release_ended, &args)
             .await?
@@ -825,19 +825,25 @@ async fn end_tree(
             .fetch_all(&mut *c)
             .await
             .map_err(StoreError::query(op))?;
-        for ended in &ids {
-            crate::prepared::query(&sql.cancel_one)
-                .bind(ended)
+        let mut ended_here = Vec::with_capacity(ids.len());
+        for ended in ids {
+            let changed = crate::prepared::query(&sql.cancel_one)
+                .bind(&ended)
                 .bind(now)
                 .bind(status.as_str())
                 .bind(error)
                 .execute(&mut *c)
                 .await
-                .map_err(StoreError::query(op))?;
-            report_to_parent((&mut *c).into(), ended, now).await?;
+                .map_err(StoreError::query(op))?
+                .rows_affected();
+            // (A descendant that ended since the tree was read keeps its end.)
+            if changed == 1 {
+                report_to_parent((&mut *c).into(), &ended, now).await?;
+                ended_here.push(ended);
+            }
         }
         let mut ordered = vec![id.to_owned()];
-        ordered.extend(ids.into_iter().filter(|e| e != id));
+        ordered.extend(ended_here.into_iter().filter(|e| e != id));
         Ok(ordered)
     })
 }

@@ -5,7 +5,7 @@
 //! `concurrency` counts the queue's instances running under a live lease in
 //! any process (one cancelled or timed out while it ran counts until its run
 //! has stopped: see `Store::release_ended`), `worker_concurrency` those under
-//! the claiming executor's lease, and the rate limit counts first starts (`queue_started_at`) in the
+//! the claiming executor's lease (an ended one no longer has an owner), and the rate limit counts first starts (`queue_started_at`) in the
 //! sliding window `(now - period, now]`. A suspended instance holds no slot:
 //! it gave up its lease, and when it is due again only the concurrency limits
 //! hold it back (it is no second start, and the rate limit does not apply);
@@ -158,13 +158,11 @@ impl QueueStatements {
         let ending = "x.status IN ('cancelled', 'timed_out') \
                       AND x.lease_expires_at IS NOT NULL AND x.lease_expires_at >= $2";
         let ending_index = d.index(&w, "queue_ending");
-        let running_or_ending = |cond: &str| {
-            format!(
-                "({} + {})",
-                count(&running_index, &format!("{running}{cond}")),
-                count(&ending_index, &format!("{ending}{cond}")),
-            )
-        };
+        let running_or_ending = format!(
+            "({} + {})",
+            count(&running_index, running),
+            count(&ending_index, ending),
+        );
         // A row the claiming owner ($1) may take now ($2), as `c`.
         let takeable = |now: &str| {
             format!(
@@ -294,8 +292,8 @@ impl QueueStatements {
                  ORDER BY (SELECT c.priority FROM {w} c WHERE c.id = f.first), \
                      (SELECT c.created_at FROM {w} c WHERE c.id = f.first), f.first",
                 takeable = takeable("$2"),
-                all = running_or_ending(""),
-                mine = running_or_ending(" AND x.lease_owner = $1"),
+                all = running_or_ending,
+                mine = count(&running_index, &format!("{running} AND x.lease_owner = $1")),
                 started = count(&started_index, "x.queue_started_at > $4"),
             ),
             claim_partition: claim(""),

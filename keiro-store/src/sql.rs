@@ -171,8 +171,8 @@ pub(crate) struct Statements {
     pub(crate) claim: String,
     pub(crate) renew_lease: String,
     pub(crate) release: String,
-    /// Drops the lease a cancelled or timed-out run of a named queue kept
-    /// (see `cancel_one`).
+    /// Drops the hold a cancelled or timed-out run of a named queue kept
+    /// on its slot (see `cancel_one`).
     pub(crate) release_ended: String,
     pub(crate) load_journal: String,
     pub(crate) get_step: String,
@@ -354,9 +354,9 @@ impl Statements {
                  WHERE id = $1 AND lease_owner = $2"
             ),
             release_ended: format!(
-                "UPDATE {w} SET lease_owner = NULL, lease_expires_at = NULL \
-                 WHERE id = $1 AND lease_owner = $2 AND queue IS NOT NULL \
-                 AND status IN ('cancelled', 'timed_out')"
+                "UPDATE {w} SET lease_expires_at = NULL \
+                 WHERE id = $1 AND queue IS NOT NULL AND status IN ('cancelled', 'timed_out') \
+                 AND lease_expires_at IS NOT NULL"
             ),
             load_journal: format!(
                 "SELECT {STEP_COLUMNS} FROM {s} WHERE workflow_id = $1 AND generation = $2 \
@@ -427,16 +427,18 @@ impl Statements {
                  ) \
                  SELECT w.id FROM tree CROSS JOIN {w} w WHERE w.id = tree.id AND w.{UNFINISHED}"
             ),
-            // A running instance of a named queue keeps its live lease: its
+            // A running instance of a named queue keeps its live lease's
+            // expiry (not its owner: nobody holds an ended instance): its
             // run, maybe in another process, goes on until it finds out (at
             // once in its own process, at its next renewal elsewhere), and
-            // the queue counts it as running until it lets the lease go
-            // (`release_ended`) or the lease lapses.
+            // the queue counts it as running until the run lets go
+            // (`release_ended`) or the expiry passes. Only an unfinished
+            // instance: a descendant that ended since the tree was read
+            // keeps its end.
             cancel_one: format!(
-                "UPDATE {w} SET status = $3, error = $4, \
-                 lease_owner = CASE WHEN {kept} THEN lease_owner END, \
+                "UPDATE {w} SET status = $3, error = $4, lease_owner = NULL, \
                  lease_expires_at = CASE WHEN {kept} THEN lease_expires_at END, \
-                 wake_at = NULL, updated_at = $2 WHERE id = $1",
+                 wake_at = NULL, updated_at = $2 WHERE id = $1 AND {UNFINISHED}",
                 kept = "queue IS NOT NULL AND status = 'running' AND lease_expires_at >= $2",
             ),
             status_for_time_out: format!(

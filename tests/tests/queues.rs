@@ -1027,6 +1027,44 @@ async fn a_cancelled_run_holds_its_slot_until_it_has_stopped(backend: Backend) {
     assert_eq!(max_in_flight(&events).0, 1, "{events:?}");
 }
 
+/// A run that times itself out at its deadline frees its queue slot as it
+/// stops, not when its lease would have lapsed.
+async fn a_timed_out_run_frees_its_slot_at_once(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (_dir, file) = events_file();
+    let lease = Duration::from_secs(30);
+    let keiro = db.builder().lease_ttl(lease).connect().await.unwrap();
+    let job = |call: keiro::WorkflowCall<Result<String, String>>, id: &str| {
+        call.on(&keiro).id(id.to_owned()).queue(&ONE_AT_A_TIME)
+    };
+    job(held_job(text(&file), "late".into()), "late")
+        .timeout(Duration::from_secs(1))
+        .enqueue()
+        .await
+        .unwrap();
+    let next = job(queue_job(text(&file), "next".into(), 1), "next")
+        .enqueue()
+        .await
+        .unwrap();
+    let worker = worker_here(&keiro).await;
+    all_done(vec![next]).await;
+    worker.stop().await;
+    let events = events(&file);
+    let at = |what: &str, tag: &str| {
+        events
+            .iter()
+            .find(|e| e.what == what && e.tag == tag)
+            .unwrap_or_else(|| panic!("no {what} of {tag}: {events:?}"))
+            .at_us
+    };
+    let (stopped, started) = (at("end", "late"), at("start", "next"));
+    assert!(stopped <= started, "{events:?}");
+    assert!(
+        started - at("start", "late") < 10_000_000,
+        "the next job waited for the timed-out one's lease: {events:?}"
+    );
+}
+
 async fn starting_or_awaiting_an_enqueued_id_leaves_it_to_its_queue(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
@@ -1335,6 +1373,7 @@ async fn a_retention_shorter_than_a_rate_window_is_refused(backend: Backend) {
 
 on_both_backends!(
     a_cancelled_run_holds_its_slot_until_it_has_stopped,
+    a_timed_out_run_frees_its_slot_at_once,
     a_worker_claims_no_queued_instance_it_cannot_start,
     a_retention_shorter_than_a_rate_window_is_refused,
     a_rate_limit_holds_back_new_starts_not_resumes,

@@ -104,15 +104,10 @@ pub(crate) async fn record(
         Ended::Aborted(error @ Error::NonDeterministic { .. }) => {
             set_aside(keiro, &row, error).await
         }
-        Ended::LeaseLost => {
-            // Lost, maybe, to a cancel or time-out in another process.
-            let_go_of_ended(keiro, &row).await;
-            Ok(None)
-        }
+        Ended::LeaseLost => Ok(None),
         // Recorded already by `Keiro::time_out`.
         Ended::TimedOut => {
             crate::telemetry::run_ended(&row.name, InstanceStatus::TimedOut.as_str());
-            let_go_of_ended(keiro, &row).await;
             Ok(None)
         }
         Ended::Stopped => {
@@ -169,7 +164,6 @@ pub(crate) async fn record(
         // Recorded already by whoever cancelled it; the caller re-reads the row.
         Ended::Cancelled => {
             crate::telemetry::run_ended(&row.name, "cancelled");
-            let_go_of_ended(keiro, &row).await;
             Ok(None)
         }
         Ended::ContinueAsNew(input) => {
@@ -484,6 +478,29 @@ fn crash_backoff(attempts: i64) -> Duration {
         .min(Duration::from_secs(60))
 }
 
+/// Frees the queue slot of instance `id` if it is an instance of a named
+/// queue that was cancelled or timed out while its run (this one, which has
+/// stopped) held it: the queue counted it as running until now. Then wakes
+/// the workers to fill the slot. Called whenever a run ends without a
+/// recorded end of its own; for any other instance it changes nothing.
+/// Failing that, the hold passes with the lease's expiry: logged, not
+/// returned.
+pub(super) async fn let_go_of_ended(keiro: &Keiro, id: &str) {
+    let store = keiro.raw_store();
+    match store.release_ended(id).await {
+        Ok(false) => {}
+        Ok(true) => {
+            keiro.wake_resume_worker();
+            if let Err(error) = store.wake_workers("").await {
+                tracing::warn!(%error, id, "keiro could not notify workers of a freed queue slot");
+            }
+        }
+        Err(error) => {
+            tracing::debug!(%error, id, "keiro could not free an ended run's queue slot; it frees when its lease would have lapsed");
+        }
+    }
+}
+
 #[cfg(all(test, feature = "sqlite"))]
 mod tests {
     use std::time::Duration;
@@ -559,25 +576,5 @@ mod tests {
         };
         keiro.inflight().release(driving);
         keiro.shutdown().await.unwrap();
-    }
-}
-
-/// Drops the lease this run kept on `row` if it is an instance of a named
-/// queue that was cancelled or timed out while it ran (the queue counted it
-/// as running until now), and wakes the workers to fill the slot. Failing
-/// that, the lease lapses by itself: logged, not returned.
-async fn let_go_of_ended(keiro: &Keiro, row: &InstanceRow) {
-    let store = keiro.raw_store();
-    match store.release_ended(&row.id, keiro.owner()).await {
-        Ok(false) => {}
-        Ok(true) => {
-            keiro.wake_resume_worker();
-            if let Err(error) = store.wake_workers("").await {
-                tracing::warn!(%error, id = %row.id, "keiro could not notify workers of a freed queue slot");
-            }
-        }
-        Err(error) => {
-            tracing::warn!(%error, id = %row.id, "keiro could not give up an ended run's queue slot; it frees when the lease lapses");
-        }
     }
 }
