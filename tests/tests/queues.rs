@@ -47,6 +47,24 @@ async fn worker_here(keiro: &Keiro) -> ResumeWorker {
         .unwrap()
 }
 
+/// Waits until a job tagged `tag` has recorded an event in `file`.
+async fn until_tagged(file: &Path, tag: &str) {
+    let deadline = Instant::now() + PATIENCE;
+    while !events(file).iter().any(|e| e.tag == tag) {
+        assert!(Instant::now() < deadline, "job {tag} never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// When job `tag` first recorded `what` (µs since the Unix epoch).
+fn first_at(events: &[keiro_tests::queues::Event], what: &str, tag: &str) -> i64 {
+    events
+        .iter()
+        .find(|e| e.what == what && e.tag == tag)
+        .unwrap_or_else(|| panic!("no {what} of {tag}: {events:?}"))
+        .at_us
+}
+
 /// Waits for every handle's result, which must be its tag.
 async fn all_done(handles: Vec<WorkflowHandle<Result<String, String>>>) {
     let results = tokio::time::timeout(
@@ -519,11 +537,7 @@ async fn a_busy_partition_does_not_block_another(backend: Backend) {
             .enqueue()
     };
     let busy = enqueue("busy", "a", 2_000).await.unwrap();
-    let deadline = Instant::now() + PATIENCE;
-    while !events(&file).iter().any(|e| e.tag == "busy") {
-        assert!(Instant::now() < deadline, "the busy job started");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_tagged(&file, "busy").await;
     let same = enqueue("same", "a", 10).await.unwrap();
     let other = enqueue("other", "b", 10).await.unwrap();
     all_done(vec![busy, same, other]).await;
@@ -877,11 +891,7 @@ async fn a_worker_claims_no_queued_instance_it_cannot_start(backend: Backend) {
         )
         .await
         .unwrap();
-    let deadline = Instant::now() + PATIENCE;
-    while !events(&file).iter().any(|e| e.tag == "long") {
-        assert!(Instant::now() < deadline, "the long run never started");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_tagged(&file, "long").await;
     let other = db.keiro().await;
     let free = worker_here(&other).await;
     all_done(vec![long, queued]).await;
@@ -953,10 +963,7 @@ async fn postgres_an_end_recorded_after_its_lease_lapsed_hands_nothing_over() {
     handles.push(enqueue("second", 2000, 0).await.unwrap());
     let other = db.builder().lease_ttl(lease).connect().await.unwrap();
     let two = other.resume_worker(options).await.unwrap();
-    while !events(&file).iter().any(|e| e.tag == "second") {
-        assert!(Instant::now() < deadline, "the second never started");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_tagged(&file, "second").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     sqlx::raw_sql("DROP TRIGGER refuse_ends ON keiro.workflows")
         .execute(&mut admin)
@@ -1000,11 +1007,7 @@ async fn a_cancelled_run_holds_its_slot_until_it_has_stopped(backend: Backend) {
         )
         .await
         .unwrap();
-    let deadline = Instant::now() + PATIENCE;
-    while !events(&file).iter().any(|e| e.tag == "held") {
-        assert!(Instant::now() < deadline, "the held job never started");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_tagged(&file, "held").await;
     operator.cancel("held").await.unwrap();
     let next = job(queue_job(text(&file), "next".into(), 1), "next")
         .enqueue()
@@ -1013,13 +1016,7 @@ async fn a_cancelled_run_holds_its_slot_until_it_has_stopped(backend: Backend) {
     all_done(vec![next]).await;
     worker.stop().await;
     let events = events(&file);
-    let at = |what: &str, tag: &str| {
-        events
-            .iter()
-            .find(|e| e.what == what && e.tag == tag)
-            .unwrap_or_else(|| panic!("no {what} of {tag}: {events:?}"))
-            .at_us
-    };
+    let at = |what: &str, tag: &str| first_at(&events, what, tag);
     assert!(
         at("end", "held") <= at("start", "next"),
         "the next job started before the cancelled run stopped: {events:?}"
@@ -1050,13 +1047,7 @@ async fn a_timed_out_run_frees_its_slot_at_once(backend: Backend) {
     all_done(vec![next]).await;
     worker.stop().await;
     let events = events(&file);
-    let at = |what: &str, tag: &str| {
-        events
-            .iter()
-            .find(|e| e.what == what && e.tag == tag)
-            .unwrap_or_else(|| panic!("no {what} of {tag}: {events:?}"))
-            .at_us
-    };
+    let at = |what: &str, tag: &str| first_at(&events, what, tag);
     let (stopped, started) = (at("end", "late"), at("start", "next"));
     assert!(stopped <= started, "{events:?}");
     assert!(
