@@ -5,8 +5,9 @@
 //! `concurrency` counts the queue's instances running under a live lease in
 //! any process (one cancelled or timed out while it ran counts until its run
 //! has stopped: see `Store::release_ended`), `worker_concurrency` those under
-//! the claiming executor's lease (an ended one no longer has an owner), and the rate limit counts first starts (`queue_started_at`) in the
-//! sliding window `(now - period, now]`. A suspended instance holds no slot:
+//! the claiming executor's lease (an ended one no longer has an owner), and
+//! the rate limit counts first starts (`queue_started_at`) in the sliding
+//! window `(now - period, now]`. A suspended instance holds no slot:
 //! it gave up its lease, and when it is due again only the concurrency limits
 //! hold it back (it is no second start, and the rate limit does not apply);
 //! on a queue with a rate limit the claim takes such instances first, then
