@@ -60,6 +60,13 @@ async fn worker_here(keiro: &Keiro) -> ResumeWorker {
 
 type Synced = Result<(String, u32, i64), String>;
 
+/// Call `n` for `user`, debounced by `user` with `delay`.
+fn debounced(keiro: &Keiro, user: &str, n: u32, delay: Duration) -> keiro::WorkflowCall<Synced> {
+    sync_profile(user.to_owned(), n)
+        .on(keiro)
+        .debounce(user, delay)
+}
+
 /// Enqueues call `n` for `user`, debounced by `user`.
 async fn call(
     keiro: &Keiro,
@@ -68,9 +75,7 @@ async fn call(
     delay: Duration,
     max_wait: Option<Duration>,
 ) -> WorkflowHandle<Synced> {
-    let mut call = sync_profile(user.to_owned(), n)
-        .on(keiro)
-        .debounce(user, delay);
+    let mut call = debounced(keiro, user, n, delay);
     if let Some(max) = max_wait {
         call = call.max_wait(max);
     }
@@ -270,9 +275,7 @@ async fn postgres_callers_share_one_burst_under_repeatable_read() {
     let calls = (0..40).map(|n| {
         let keiro = keiro.clone();
         async move {
-            sync_profile("rr".to_owned(), n)
-                .on(&keiro)
-                .debounce("rr", Duration::from_secs(30))
+            debounced(&keiro, "rr", n, Duration::from_secs(30))
                 .enqueue()
                 .await
                 .map(|handle| handle.id().to_owned())
@@ -467,11 +470,7 @@ async fn enqueue_tx_debounces_in_the_callers_transaction(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
     let delay = Duration::from_millis(300);
-    let debounced = |n: u32| {
-        sync_profile("tx".to_owned(), n)
-            .on(&keiro)
-            .debounce("tx", delay)
-    };
+    let debounced = |n: u32| debounced(&keiro, "tx", n, delay);
     let ids = in_tx!(keiro, true, |tx| {
         let mut ids = Vec::new();
         for n in 0..3 {
@@ -510,11 +509,7 @@ async fn a_call_waiting_for_the_burst_counts_from_when_it_goes_on(backend: Backe
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
     let delay = Duration::from_secs(1);
-    let debounced = |n: u32| {
-        sync_profile("waits".to_owned(), n)
-            .on(&keiro)
-            .debounce("waits", delay)
-    };
+    let debounced = |n: u32| debounced(&keiro, "waits", n, delay);
     let (id, waiting, committed_at) = in_tx!(keiro, true, |tx| {
         let handle = debounced(0).enqueue_tx(&mut tx).await.unwrap();
         // The next call waits for this transaction meanwhile.
@@ -595,11 +590,7 @@ async fn a_snapshot_older_than_the_burst_is_refused_clearly(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
     let delay = Duration::from_secs(30);
-    let debounced = |n: u32| {
-        sync_profile("snap".to_owned(), n)
-            .on(&keiro)
-            .debounce("snap", delay)
-    };
+    let debounced = |n: u32| debounced(&keiro, "snap", n, delay);
     let timers = keiro.timers();
     let (opened, error) = match keiro_tests::timers::pool(&timers) {
         keiro_tests::timers::Pool::Sqlite(pool) => {
