@@ -54,8 +54,13 @@ async fn ids(keiro: &Keiro, prefix: &str) -> Vec<String> {
 }
 
 async fn worker(keiro: &Keiro) -> keiro::ResumeWorker {
+    worker_with(keiro, ResumeOptions::default()).await
+}
+
+/// A resume worker with `options`, polling every 50 ms.
+async fn worker_with(keiro: &Keiro, options: ResumeOptions) -> keiro::ResumeWorker {
     keiro
-        .resume_worker(ResumeOptions::default().poll_interval(Duration::from_millis(50)))
+        .resume_worker(options.poll_interval(Duration::from_millis(50)))
         .await
         .expect("start a resume worker")
 }
@@ -393,14 +398,7 @@ async fn a_tick_waits_for_a_slot_of_a_full_worker(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
     let slow = slow_step().on(&keiro).id("slow").enqueue().await.unwrap();
-    let worker = keiro
-        .resume_worker(
-            ResumeOptions::default()
-                .poll_interval(Duration::from_millis(50))
-                .concurrency(1),
-        )
-        .await
-        .unwrap();
+    let worker = worker_with(&keiro, ResumeOptions::default().concurrency(1)).await;
     // From when `slow` holds the slot: a tick that fell before may have
     // run in it, or been claimed beside `slow` by the same pass.
     let deadline = Instant::now() + Duration::from_secs(30);
