@@ -34,10 +34,6 @@ pub struct Debounce<'a> {
     pub max_wait_us: Option<i64>,
 }
 
-/// How many times [`Store::create_debounced`] runs its transaction when its
-/// snapshot missed the burst (the second and later at READ COMMITTED).
-const STALE_TRIES: u32 = 3;
-
 /// Class `"keid"` in ASCII: bursts' advisory locks, apart from queues'.
 const LOCK: &str = "SELECT pg_advisory_xact_lock(1801808228, hashtext($1))";
 
@@ -102,35 +98,16 @@ impl Store {
     ) -> Result<(InstanceRow, bool)> {
         const OP: &str = "create_debounced";
         let clock = self.clock();
-        // The transaction is keiro's own: one whose snapshot missed the burst
-        // (a server whose default isolation is above READ COMMITTED) goes
-        // again at READ COMMITTED, where each statement reads what the
-        // burst's last call committed.
-        let mut tries = 1;
-        loop {
-            // (An async block: `?` inside ends this try, not the loop.)
-            let tried = async {
-                dispatch!(Store, self, |s, sql| {
-                    let mut tx = s.begin(OP).await?;
-                    if tries > 1 && sql.debounce.lock.is_some() {
-                        crate::prepared::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-                            .execute(&mut *tx)
-                            .await
-                            .map_err(StoreError::query(OP))?;
-                    }
-                    let debounced =
-                        create_debounced_on((&mut *tx).into(), new, queued, debounce, clock)
-                            .await?;
-                    tx.commit().await.map_err(StoreError::query(OP))?;
-                    Ok(debounced)
-                })
-            }
-            .await;
-            match tried {
-                Err(StoreError::BurstConflict { .. }) if tries < STALE_TRIES => tries += 1,
-                tried => return tried,
-            }
-        }
+        // keiro's own transactions run at READ COMMITTED (see
+        // `postgres::BEGIN`), so this one reads the burst as its last call
+        // committed it, whatever the server's default isolation.
+        dispatch!(Store, self, |s| {
+            let mut tx = s.begin(OP).await?;
+            let debounced =
+                create_debounced_on((&mut *tx).into(), new, queued, debounce, clock).await?;
+            tx.commit().await.map_err(StoreError::query(OP))?;
+            Ok(debounced)
+        })
     }
 }
 

@@ -254,9 +254,10 @@ async fn many_callers_at_once_share_one_burst(backend: Backend) {
     worker.stop().await;
 }
 
-/// On a server whose default isolation is REPEATABLE READ, a call's own
-/// transaction may miss the burst another caller opened meanwhile: keiro
-/// runs it again, so racing callers still share one burst and none fails.
+/// On a server whose default isolation is REPEATABLE READ, keiro's own
+/// transactions still run at READ COMMITTED: a call reads the burst as the
+/// caller before it committed it, so racing callers share one burst and
+/// none fails (at the server's level all but one failed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_callers_share_one_burst_under_repeatable_read() {
     use sqlx::Connection as _;

@@ -383,10 +383,17 @@ impl PostgresStore {
     }
 }
 
-/// What keiro begins its own transactions with: `BEGIN`, and a bound on how
-/// long the transaction may sit idle waiting for keiro's next statement
-/// before the server ends the session, rolling it back and releasing its
-/// locks.
+/// What keiro begins its own transactions with: `BEGIN` at READ COMMITTED,
+/// and a bound on how long the transaction may sit idle waiting for keiro's
+/// next statement before the server ends the session, rolling it back and
+/// releasing its locks.
+///
+/// READ COMMITTED whatever the server's default (a role set to
+/// `serializable` for its transactional steps, say): keiro's transactions
+/// that take a lock first (a queue's claims, a debounce burst) count and
+/// read what the lock's previous holder committed, which needs each
+/// statement to read a fresh snapshot; at a higher level the snapshot is
+/// taken while the lock is awaited, and misses it.
 ///
 /// keiro sends a transaction's statements back to back, so an idle one is a
 /// client that can no longer reach the server: its process stalled, or the
@@ -401,7 +408,7 @@ impl PostgresStore {
 /// transaction does not begin with it: the application's code runs inside
 /// it, as long as it needs (a step's time limit bounds it instead, see
 /// `StepTx::limit_statements`).
-pub(super) const BEGIN: &str = concat!("BEGIN; ", bound_idle!());
+pub(super) const BEGIN: &str = concat!("BEGIN ISOLATION LEVEL READ COMMITTED; ", bound_idle!());
 
 /// The statement bounding the idle time of the transaction it runs in to
 /// five seconds (see [`BEGIN`]).
@@ -415,7 +422,7 @@ pub(crate) use bound_idle;
 /// What [`PostgresStore::begin_batch`] begins a transaction with: [`BEGIN`]
 /// and a generic plan for each statement.
 const BEGIN_BATCH: &str = concat!(
-    "BEGIN; ",
+    "BEGIN ISOLATION LEVEL READ COMMITTED; ",
     bound_idle!(),
     "; SET LOCAL plan_cache_mode = force_generic_plan"
 );
