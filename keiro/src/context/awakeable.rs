@@ -431,7 +431,7 @@ impl Keiro {
 }
 
 /// [`resolve_awakeable_tx`] by `keiro`'s clock and payload limit, else the
-/// system clock and the process-wide limit.
+/// system clock and the default limit.
 async fn resolve_awakeable_tx_under<'t, 'c, T: Serialize + ?Sized>(
     keiro: Option<&Keiro>,
     tx: impl Into<keiro_store::TimerTx<'t, 'c>>,
@@ -451,7 +451,7 @@ where
         parsed.seq,
     )
     .await?;
-    let limit = keiro.map_or_else(crate::json::global_payload_limit, Keiro::max_payload_bytes);
+    let limit = keiro.map_or(crate::DEFAULT_MAX_PAYLOAD_BYTES, Keiro::max_payload_bytes);
     let now = keiro.map_or_else(keiro_store::now_us, Keiro::now_us);
     let row = answer_row(
         id,

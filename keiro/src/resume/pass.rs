@@ -348,7 +348,13 @@ impl Keiro {
             Either::Left(async move {
                 let mut handing = hand_over.map(HandingOver::new);
                 let one = self
-                    .advance_handing(row, options, stop.clone(), handing.as_mut())
+                    .advance_handing(
+                        row,
+                        options,
+                        stop.clone(),
+                        handing.as_mut(),
+                        queue.is_some(),
+                    )
                     .await;
                 Finished::Ran(queue, one, handing.and_then(|h| h.successor).map(Box::new))
             })
@@ -560,17 +566,21 @@ impl Keiro {
         options: &ResumeOptions,
         stop: Stop,
     ) -> ResumeSummary {
-        self.advance_handing(row, options, stop, None).await
+        self.advance_handing(row, options, stop, None, false).await
     }
 
     /// [`Keiro::advance`], handing the instance's queue slot over as
-    /// `handing` says when its run returns.
+    /// `handing` says when its run returns. Of an instance of a named queue
+    /// (`queued`), a run that stops without an end of its own recorded
+    /// frees the slot a cancel or time-out kept for it (see
+    /// `Store::release_ended`).
     async fn advance_handing(
         &self,
         row: InstanceRow,
         options: &ResumeOptions,
         stop: Stop,
         handing: Option<&mut HandingOver>,
+        queued: bool,
     ) -> ResumeSummary {
         let mut summary = ResumeSummary::default();
         if stop.is_halting() {
@@ -598,8 +608,12 @@ impl Keiro {
             Ok(Some(row)) => row,
             Ok(None) => {
                 // Its lease lapsed while it waited for a slot, and another
-                // run took it: running this copy would repeat its steps.
+                // run took it (running this copy would repeat its steps), or
+                // it was cancelled meanwhile.
                 self.inflight().release(driving);
+                if queued {
+                    crate::workflow::end::let_go_of_ended(self, &id).await;
+                }
                 summary.lease_skipped = 1;
                 return summary;
             }
@@ -613,6 +627,12 @@ impl Keiro {
         };
         summary.resumed = 1;
         let result = execute(self, registration.run, row, stop, handing, None).await;
+        // Cancelled, timed out, lost or refused: its end is not its own.
+        let own_end = matches!(&result, Ok(Some(done))
+            if !matches!(done.status, InstanceStatus::Cancelled | InstanceStatus::TimedOut));
+        if queued && !own_end {
+            crate::workflow::end::let_go_of_ended(self, &id).await;
+        }
         match &result {
             Ok(Some(done)) => match done.status {
                 InstanceStatus::Failed if done.output.is_none() => {

@@ -100,7 +100,6 @@ pub(crate) async fn execute(
         .is_some_and(|deadline| deadline <= keiro.now_us())
     {
         keiro.time_out(&row.id).await?;
-        end::let_go_of_ended(keiro, &row.id).await;
         return Ok(keiro.raw_store().get_instance(&row.id).await?);
     }
     let (cx, aborted) = WorkflowContext::new(
@@ -134,7 +133,6 @@ pub(crate) async fn execute(
         handing.lease_holds_until = Some(renewed + ttl.mul_f64(0.9));
     }
     if let Ended::TimedOut = ended {
-        end::let_go_of_ended(keiro, &row.id).await;
         return Ok(keiro.raw_store().get_instance(&row.id).await?);
     }
     let (ended, steps) = durable_first(&cx, ended).await;
@@ -147,15 +145,7 @@ pub(crate) async fn execute(
     }
     // Still pending only for a run that returned: its end records it.
     let create = cx.deferred.take();
-    let id = row.id.clone();
-    let recorded = end::record(keiro, row, ended, handing, create, steps).await;
-    // No end of its own recorded (cancelled, timed out or ended elsewhere,
-    // lost, refused): the run has stopped, so a queue slot its instance's
-    // cancel or time-out kept is free.
-    if !matches!(recorded, Ok(Some(_))) {
-        end::let_go_of_ended(keiro, &id).await;
-    }
-    recorded
+    end::record(keiro, row, ended, handing, create, steps).await
 }
 
 /// How a run that `ended` so may end once its instance is recorded (a run

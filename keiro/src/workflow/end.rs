@@ -479,13 +479,13 @@ fn crash_backoff(attempts: i64) -> Duration {
 }
 
 /// Frees the queue slot of instance `id` if it is an instance of a named
-/// queue that was cancelled or timed out while its run (this one, which has
+/// queue that was cancelled or timed out while its run (one that has
 /// stopped) held it: the queue counted it as running until now. Then wakes
-/// the workers to fill the slot. Called whenever a run ends without a
-/// recorded end of its own; for any other instance it changes nothing.
-/// Failing that, the hold passes with the lease's expiry: logged, not
-/// returned.
-pub(super) async fn let_go_of_ended(keiro: &Keiro, id: &str) {
+/// the workers to fill the slot. Called when a queued instance's run ends
+/// without an end of its own recorded; for any other instance it changes
+/// nothing. Failing that, the hold passes with the lease's expiry: logged,
+/// not returned.
+pub(crate) async fn let_go_of_ended(keiro: &Keiro, id: &str) {
     let store = keiro.raw_store();
     match store.release_ended(id).await {
         Ok(false) => {}
