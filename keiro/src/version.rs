@@ -180,10 +180,7 @@ impl Keiro {
         if moved > 0 {
             // The moved instances may be due: wake this process's worker and,
             // on PostgreSQL, the others (they poll otherwise).
-            self.wake_resume_worker();
-            if let Err(error) = self.raw_store().wake_workers("").await {
-                tracing::warn!(%error, "keiro could not notify workers of a retarget");
-            }
+            self.wake_all_workers("a retarget").await;
         }
         Ok(moved)
     }

@@ -216,6 +216,17 @@ impl Keiro {
         self.inner.wake.notify_one();
     }
 
+    /// Wakes this process's resume worker and, on PostgreSQL, every other
+    /// process's, after `what` (e.g. "an enqueue") committed work for them.
+    /// A lost notification only costs latency (workers poll): logged, never
+    /// an error.
+    pub(crate) async fn wake_all_workers(&self, what: &str) {
+        self.wake_resume_worker();
+        if let Err(error) = self.raw_store().wake_workers("").await {
+            tracing::warn!(%error, "keiro could not notify workers of {what}");
+        }
+    }
+
     /// Wakes the idle timer worker loops on this runtime's database.
     #[cfg(feature = "sqlite")]
     pub(crate) fn wake_timer_workers(&self) {

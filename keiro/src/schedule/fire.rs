@@ -79,13 +79,7 @@ pub(crate) async fn fire_as(
     }
     match (created, runs) {
         (true, Some((runs, slot))) => runs.start(keiro, existing, slot),
-        (true, None) => {
-            keiro.wake_resume_worker();
-            // The instance is committed: a lost notification only costs latency.
-            if let Err(error) = keiro.raw_store().wake_workers("").await {
-                tracing::warn!(%error, "keiro could not notify a cron tick");
-            }
-        }
+        (true, None) => keiro.wake_all_workers("a cron tick").await,
         (false, _) => {}
     }
     Ok(created)

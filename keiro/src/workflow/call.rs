@@ -540,10 +540,7 @@ where
     R: Serialize + DeserializeOwned + Send + 'static,
 {
     if created {
-        keiro.wake_resume_worker();
-        if let Err(error) = keiro.raw_store().wake_workers("").await {
-            tracing::warn!(%error, "keiro could not notify an enqueue");
-        }
+        keiro.wake_all_workers("an enqueue").await;
     }
     Ok(WorkflowHandle::new(keiro, id, None))
 }

@@ -486,15 +486,9 @@ fn crash_backoff(attempts: i64) -> Duration {
 /// nothing. Failing that, the hold passes with the lease's expiry: logged,
 /// not returned.
 pub(crate) async fn let_go_of_ended(keiro: &Keiro, id: &str) {
-    let store = keiro.raw_store();
-    match store.release_ended(id).await {
+    match keiro.raw_store().release_ended(id).await {
         Ok(false) => {}
-        Ok(true) => {
-            keiro.wake_resume_worker();
-            if let Err(error) = store.wake_workers("").await {
-                tracing::warn!(%error, id, "keiro could not notify workers of a freed queue slot");
-            }
-        }
+        Ok(true) => keiro.wake_all_workers("a freed queue slot").await,
         Err(error) => {
             tracing::debug!(%error, id, "keiro could not free an ended run's queue slot; it frees when its lease would have lapsed");
         }
