@@ -333,15 +333,17 @@ where
         // at the earliest, and each call sets its deadline afresh. (Under a
         // `max_wait` a late call of a long burst may see it start sooner: no
         // refusal then.)
-        let earliest = keiro.now_us().saturating_add(debounce.delay_us);
         let ends_first = match self.deadline {
             _ if debounce.max_wait_us.is_some() => None,
             None => None,
             Some(CallDeadline::After(timeout)) => (crate::time::duration_us(timeout)
                 <= debounce.delay_us)
                 .then(|| format!("`.timeout({timeout:?})`, no longer than its debounce delay")),
-            Some(CallDeadline::At(at)) => (crate::time::to_us(at) <= earliest)
-                .then(|| "a `.deadline(..)` before its debounce delay ends".to_owned()),
+            Some(CallDeadline::At(at)) => {
+                let earliest = keiro.now_us().saturating_add(debounce.delay_us);
+                (crate::time::to_us(at) <= earliest)
+                    .then(|| "a `.deadline(..)` before its debounce delay ends".to_owned())
+            }
         };
         match ends_first {
             Some(what) => Err(Error::invalid_option(
