@@ -612,7 +612,7 @@ impl Keiro {
                 // it was cancelled meanwhile.
                 self.inflight().release(driving);
                 if queued {
-                    crate::workflow::end::let_go_of_ended(self, &id).await;
+                    self.let_go_of_ended(&id).await;
                 }
                 summary.lease_skipped = 1;
                 return summary;
@@ -631,7 +631,7 @@ impl Keiro {
         let own_end = matches!(&result, Ok(Some(done))
             if !matches!(done.status, InstanceStatus::Cancelled | InstanceStatus::TimedOut));
         if queued && !own_end {
-            crate::workflow::end::let_go_of_ended(self, &id).await;
+            self.let_go_of_ended(&id).await;
         }
         match &result {
             Ok(Some(done)) => match done.status {
@@ -671,6 +671,22 @@ impl Keiro {
             _ => self.inflight().release(driving),
         }
         summary
+    }
+
+    /// Frees the slot of instance `id` of a named queue if it was
+    /// cancelled or timed out while its run (one that has stopped) held it:
+    /// the queue counted it as running until now (see
+    /// `Store::release_ended`). Then wakes the workers to fill the slot.
+    /// Failing that, the hold passes with the lease's expiry: logged, not
+    /// returned.
+    async fn let_go_of_ended(&self, id: &str) {
+        match self.raw_store().release_ended(id).await {
+            Ok(false) => {}
+            Ok(true) => self.wake_all_workers("a freed queue slot").await,
+            Err(error) => {
+                tracing::debug!(%error, id, "keiro could not free an ended run's queue slot; it frees when its lease would have lapsed");
+            }
+        }
     }
 
     /// `row`, claimed by this worker, if it still holds it. A row claimed

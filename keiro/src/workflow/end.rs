@@ -478,23 +478,6 @@ fn crash_backoff(attempts: i64) -> Duration {
         .min(Duration::from_secs(60))
 }
 
-/// Frees the queue slot of instance `id` if it is an instance of a named
-/// queue that was cancelled or timed out while its run (one that has
-/// stopped) held it: the queue counted it as running until now. Then wakes
-/// the workers to fill the slot. Called when a queued instance's run ends
-/// without an end of its own recorded; for any other instance it changes
-/// nothing. Failing that, the hold passes with the lease's expiry: logged,
-/// not returned.
-pub(crate) async fn let_go_of_ended(keiro: &Keiro, id: &str) {
-    match keiro.raw_store().release_ended(id).await {
-        Ok(false) => {}
-        Ok(true) => keiro.wake_all_workers("a freed queue slot").await,
-        Err(error) => {
-            tracing::debug!(%error, id, "keiro could not free an ended run's queue slot; it frees when its lease would have lapsed");
-        }
-    }
-}
-
 #[cfg(all(test, feature = "sqlite"))]
 mod tests {
     use std::time::Duration;
