@@ -922,7 +922,9 @@ async fn postgres_an_end_recorded_after_its_lease_lapsed_hands_nothing_over() {
     use sqlx::Connection as _;
     let db = TestDb::new(Backend::Postgres).await;
     let (_dir, file) = events_file();
-    let lease = Duration::from_millis(600);
+    // Long enough that a renewal delayed by a loaded machine does not lapse
+    // the second's lease while it runs (which would let the third start).
+    let lease = Duration::from_secs(2);
     let keiro = db.builder().lease_ttl(lease).connect().await.unwrap();
     let mut admin = sqlx::PgConnection::connect(&db.direct_url).await.unwrap();
     // Every instance's end is refused until the trigger goes.
@@ -960,7 +962,7 @@ async fn postgres_an_end_recorded_after_its_lease_lapsed_hands_nothing_over() {
     // The first run's end is refused past its lease's lapse; then another
     // worker's claim counts the slot free and starts the second, ahead of
     // the first in run order.
-    handles.push(enqueue("second", 2000, 0).await.unwrap());
+    handles.push(enqueue("second", 3000, 0).await.unwrap());
     let other = db.builder().lease_ttl(lease).connect().await.unwrap();
     let two = other.resume_worker(options).await.unwrap();
     until_tagged(&file, "second").await;
