@@ -125,11 +125,13 @@ impl Store {
     /// Frees the slot of an instance of a named queue that was cancelled or
     /// timed out while it ran: [`Store::cancel`] and [`Store::time_out`]
     /// keep its lease's expiry (not its owner), so the queue counts it as
-    /// running until its run has stopped or that time passes. The run calls
-    /// this once it has stopped; `true` when there was such a hold (its slot
-    /// is free now: wake the queue's workers).
+    /// running until its run has stopped or that time passes, and so does
+    /// [`Store::retry`] of it meanwhile (the retried instance is due when
+    /// the hold ends: now, if this frees it). The run calls this once it has
+    /// stopped; `true` when there was such a hold (its slot is free now:
+    /// wake the queue's workers).
     pub async fn release_ended(&self, id: &str) -> Result<bool> {
-        let args = args![id];
+        let args = args![id, self.now_us()];
         Ok(self
             .execute("release_ended", |sql| &sql.release_ended, &args)
             .await?

@@ -40,10 +40,16 @@ impl OperateStatements {
                  WHERE c.id = $1 AND EXISTS (SELECT 1 FROM {s} WHERE workflow_id = c.parent_id \
                  AND generation = c.parent_generation AND seq = c.parent_seq)"
             ),
+            // A named-queue instance whose cancelled run has not stopped
+            // yet keeps that run's hold on its slot (see `cancel_one`), and
+            // is due when the hold ends: when the run lets go
+            // (`Store::release_ended`) or at its expiry.
             retry: format!(
                 "UPDATE {w} SET status = 'pending', attempts = 0, error = NULL, output = NULL, \
-                 lease_owner = NULL, lease_expires_at = NULL, wake_at = $2, updated_at = $2, \
-                 debounce_key = NULL WHERE id = $1"
+                 lease_owner = NULL, lease_expires_at = CASE WHEN {held} THEN lease_expires_at END, \
+                 wake_at = CASE WHEN {held} THEN lease_expires_at ELSE $2 END, updated_at = $2, \
+                 debounce_key = NULL WHERE id = $1",
+                held = "queue IS NOT NULL AND lease_owner IS NULL AND lease_expires_at >= $2",
             ),
             fork_source: format!(
                 "SELECT name, generation FROM {w} WHERE id = $1{}",
@@ -157,7 +163,10 @@ impl Store {
     /// attempts, or by an error keiro raised: not by its workflow returning
     /// `Err`) or `cancelled`: `pending`, due now, attempts reset, error,
     /// output and lease cleared, its journal kept so recorded steps are not
-    /// run again. Anything else is left alone and named in the outcome, as
+    /// run again. An instance of a named queue cancelled while it ran, whose
+    /// run has not stopped yet, keeps that run's hold on its queue slot and
+    /// is due once the run lets go ([`Store::release_ended`]) or the hold's
+    /// expiry passes: it never runs beside its own cancelled run. Anything else is left alone and named in the outcome, as
     /// is a child whose parent's journal holds its result already. Refused
     /// with [`StoreError::Duplicate`] when another unfinished instance took
     /// its queue's dedup key since it ended.

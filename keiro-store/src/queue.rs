@@ -4,7 +4,8 @@
 //! A queue's limits hold per partition key (`''` when none was given):
 //! `concurrency` counts the queue's instances running under a live lease in
 //! any process (one cancelled or timed out while it ran counts until its run
-//! has stopped: see `Store::release_ended`), `worker_concurrency` those under
+//! has stopped, even once retried: see `Store::release_ended`),
+//! `worker_concurrency` those under
 //! the claiming executor's lease (an ended one no longer has an owner), and
 //! the rate limit counts first starts (`queue_started_at`) in the sliding
 //! window `(now - period, now]`. A suspended instance holds no slot:
@@ -155,9 +156,11 @@ impl QueueStatements {
         };
         let running = "x.status = 'running' AND x.lease_expires_at >= $2";
         // Cancelled or timed out while running, its run not yet stopped (see
-        // `Store::release_ended`): still running, for the limits.
-        let ending = "x.status IN ('cancelled', 'timed_out') \
-                      AND x.lease_expires_at IS NOT NULL AND x.lease_expires_at >= $2";
+        // `Store::release_ended`), whether or not a retry has put it back in
+        // line since: still running, for the limits. Such a hold is a lease
+        // expiry without an owner.
+        let ending = "x.lease_owner IS NULL AND x.lease_expires_at IS NOT NULL \
+                      AND x.lease_expires_at >= $2";
         let ending_index = d.index(&w, "queue_ending");
         let running_or_ending = format!(
             "({} + {})",

@@ -353,9 +353,13 @@ impl Statements {
                  wake_at = CASE WHEN {UNFINISHED} THEN $3 ELSE NULL END, updated_at = $3 \
                  WHERE id = $1 AND lease_owner = $2"
             ),
+            // A hold is a named-queue row's lease expiry without an owner
+            // (see `cancel_one`); one put back in line by a retry meanwhile
+            // is due now that the slot is free.
             release_ended: format!(
-                "UPDATE {w} SET lease_expires_at = NULL \
-                 WHERE id = $1 AND queue IS NOT NULL AND status IN ('cancelled', 'timed_out') \
+                "UPDATE {w} SET lease_expires_at = NULL, \
+                 wake_at = CASE WHEN status = 'pending' THEN $2 ELSE wake_at END \
+                 WHERE id = $1 AND queue IS NOT NULL AND lease_owner IS NULL \
                  AND lease_expires_at IS NOT NULL"
             ),
             load_journal: format!(
@@ -432,14 +436,16 @@ impl Statements {
             // run, maybe in another process, goes on until it finds out (at
             // once in its own process, at its next renewal elsewhere), and
             // the queue counts it as running until the run lets go
-            // (`release_ended`) or the expiry passes. Only an unfinished
-            // instance: a descendant that ended since the tree was read
-            // keeps its end.
+            // (`release_ended`) or the expiry passes. So does one put back
+            // in line (`Store::retry`) while such a run still went on, and
+            // cancelled again. Only an unfinished instance: a descendant
+            // that ended since the tree was read keeps its end.
             cancel_one: format!(
                 "UPDATE {w} SET status = $3, error = $4, lease_owner = NULL, \
                  lease_expires_at = CASE WHEN {kept} THEN lease_expires_at END, \
                  wake_at = NULL, updated_at = $2 WHERE id = $1 AND {UNFINISHED}",
-                kept = "queue IS NOT NULL AND status = 'running' AND lease_expires_at >= $2",
+                kept = "queue IS NOT NULL AND status IN ('running', 'pending') \
+                        AND lease_expires_at >= $2",
             ),
             status_for_time_out: format!(
                 "SELECT status, deadline FROM {w} WHERE id = $1{}",

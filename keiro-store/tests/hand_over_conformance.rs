@@ -8,7 +8,7 @@ mod support;
 
 use keiro_store::{
     Finish, HandOver, InstanceRow, InstanceStatus, NewInstance, ParentLink, QueueLimits, Queued,
-    Registered, Store,
+    Registered, Retry, Store,
 };
 use support::{lease, TestDb, OWNER};
 
@@ -582,7 +582,49 @@ async fn a_cancelled_run_holds_its_slot_until_it_lets_go(db: &TestDb) {
     assert_eq!((c.lease_owner, c.lease_expires_at), (None, None));
 }
 
+/// A retry of an instance whose cancelled run has not let go yet keeps that
+/// run's hold: the instance is pending but neither it nor another of its
+/// queue starts until the run lets go (its old run and its new one would
+/// run side by side, one over the queue's limit), and it is due at once
+/// when the run does. Cancelled again meanwhile, it still holds the slot.
+async fn a_retried_instance_waits_for_its_cancelled_run_to_let_go(db: &TestDb) {
+    Job::new("a", "").enqueue(&db.store).await;
+    Job::new("b", "").enqueue(&db.store).await;
+    assert_eq!(claim(&db.store, 1).await, vec!["a".to_owned()]);
+    db.store.cancel("a").await.unwrap();
+    assert_eq!(db.store.retry("a").await.unwrap(), Retry::Retried);
+    let a = db.store.get_instance("a").await.unwrap().unwrap();
+    assert_eq!(a.status, InstanceStatus::Pending);
+    assert_eq!(a.lease_owner, None);
+    assert!(a.lease_expires_at.is_some(), "the run's hold is kept");
+    assert!(
+        claim(&db.store, 1).await.is_empty(),
+        "the cancelled run still holds the slot"
+    );
+    // Cancelled again before the run stopped: still held.
+    db.store.cancel("a").await.unwrap();
+    assert!(claim(&db.store, 1).await.is_empty(), "still held");
+    assert_eq!(db.store.retry("a").await.unwrap(), Retry::Retried);
+    assert!(claim(&db.store, 1).await.is_empty(), "still held");
+    // With room for one more, the next in run order starts, not `a`.
+    assert_eq!(claim(&db.store, 2).await, vec!["b".to_owned()]);
+    assert!(db.store.release_ended("a").await.unwrap());
+    let a = db.store.get_instance("a").await.unwrap().unwrap();
+    assert_eq!((a.lease_owner, a.lease_expires_at), (None, None));
+    assert_eq!(a.status, InstanceStatus::Pending);
+    assert_eq!(
+        claim(&db.store, 3).await,
+        vec!["a".to_owned()],
+        "due now that the old run let go"
+    );
+    // Its new run holds a lease of its own, which a late release of the
+    // old run leaves alone.
+    assert!(!db.store.release_ended("a").await.unwrap());
+    assert!(db.store.renew_lease("a", lease()).await.unwrap());
+}
+
 conformance!(
+    a_retried_instance_waits_for_its_cancelled_run_to_let_go,
     a_cancelled_run_holds_its_slot_until_it_lets_go,
     a_claim_that_waited_for_its_queue_leases_from_when_it_goes_on,
     an_instance_of_another_workflow_due_first_stops_the_hand_over,

@@ -1026,6 +1026,75 @@ async fn a_cancelled_run_holds_its_slot_until_it_has_stopped(backend: Backend) {
     assert_eq!(max_in_flight(&events).0, 1, "{events:?}");
 }
 
+/// Waits until `file` holds `n` events `what` of job `tag`.
+async fn until_seen(file: &Path, what: &str, tag: &str, n: usize) {
+    let deadline = Instant::now() + PATIENCE;
+    while events(file)
+        .iter()
+        .filter(|e| e.what == what && e.tag == tag)
+        .count()
+        < n
+    {
+        assert!(
+            Instant::now() < deadline,
+            "job {tag} never reached {what} {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Retried at once after a cancel, an instance does not run again until
+/// its cancelled run (in another process, which learns of the cancel only
+/// at its next lease renewal) has stopped: the two runs of one instance
+/// never overlap, nor run two on a queue of one.
+async fn a_retried_instance_waits_for_its_cancelled_run_to_stop(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (_dir, file) = events_file();
+    // Two runtimes with workers, as two processes (either may take the
+    // retried instance), renewing every second.
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        let runner = db
+            .builder()
+            .lease_ttl(Duration::from_secs(3))
+            .connect()
+            .await
+            .unwrap();
+        let options = ResumeOptions::default()
+            .poll_interval(Duration::from_millis(20))
+            .concurrency(4);
+        workers.push(runner.resume_worker(options).await.unwrap());
+    }
+    let operator = db.keiro().await;
+    held_job(text(&file), "held".into())
+        .on(&operator)
+        .id("held")
+        .queue(&ONE_AT_A_TIME)
+        .enqueue()
+        .await
+        .unwrap();
+    until_tagged(&file, "held").await;
+    operator.cancel("held").await.unwrap();
+    operator.retry("held").await.unwrap();
+    until_seen(&file, "start", "held", 2).await;
+    operator.cancel("held").await.unwrap();
+    until_seen(&file, "end", "held", 2).await;
+    for worker in workers {
+        worker.stop().await;
+    }
+    let events = events(&file);
+    let starts: Vec<i64> = events
+        .iter()
+        .filter(|e| e.what == "start")
+        .map(|e| e.at_us)
+        .collect();
+    assert!(
+        first_at(&events, "end", "held") <= starts[1],
+        "the retried run started before the cancelled one stopped: {events:?}"
+    );
+    assert_eq!(max_in_flight(&events).0, 1, "{events:?}");
+}
+
 /// A run that times itself out at its deadline frees its queue slot as it
 /// stops, not when its lease would have lapsed.
 async fn a_timed_out_run_frees_its_slot_at_once(backend: Backend) {
@@ -1367,6 +1436,7 @@ async fn a_retention_shorter_than_a_rate_window_is_refused(backend: Backend) {
 on_both_backends!(
     a_cancelled_run_holds_its_slot_until_it_has_stopped,
     a_timed_out_run_frees_its_slot_at_once,
+    a_retried_instance_waits_for_its_cancelled_run_to_stop,
     a_worker_claims_no_queued_instance_it_cannot_start,
     a_retention_shorter_than_a_rate_window_is_refused,
     a_rate_limit_holds_back_new_starts_not_resumes,
