@@ -128,10 +128,12 @@ impl Store {
     /// running until its run has stopped or that time passes, and so does
     /// [`Store::retry`] of it meanwhile (the retried instance is due when
     /// the hold ends: now, if this frees it). The run calls this once it has
-    /// stopped; `true` when there was such a hold (its slot is free now:
-    /// wake the queue's workers).
-    pub async fn release_ended(&self, id: &str) -> Result<bool> {
-        let args = args![id, self.now_us()];
+    /// stopped, with its lease's `owner`: only the run that held the lease
+    /// when the cancel came frees the hold (a stale run whose lease lapsed
+    /// before another took the instance over does not). `true` when there
+    /// was such a hold (its slot is free now: wake the queue's workers).
+    pub async fn release_ended(&self, id: &str, owner: &str) -> Result<bool> {
+        let args = args![id, self.now_us(), owner];
         Ok(self
             .execute("release_ended", |sql| &sql.release_ended, &args)
             .await?

@@ -47,6 +47,7 @@ impl OperateStatements {
             retry: format!(
                 "UPDATE {w} SET status = 'pending', attempts = 0, error = NULL, output = NULL, \
                  lease_owner = NULL, lease_expires_at = CASE WHEN {held} THEN lease_expires_at END, \
+                 held_by = CASE WHEN {held} THEN held_by END, \
                  wake_at = CASE WHEN {held} THEN lease_expires_at ELSE $2 END, updated_at = $2, \
                  debounce_key = NULL WHERE id = $1",
                 held = "queue IS NOT NULL AND lease_owner IS NULL AND lease_expires_at >= $2",

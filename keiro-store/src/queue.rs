@@ -5,8 +5,8 @@
 //! `concurrency` counts the queue's instances running under a live lease in
 //! any process (one cancelled or timed out while it ran counts until its run
 //! has stopped, even once retried: see `Store::release_ended`),
-//! `worker_concurrency` those under
-//! the claiming executor's lease (an ended one no longer has an owner), and
+//! `worker_concurrency` those under the claiming executor's lease (and those
+//! of its runs still holding a slot so), and
 //! the rate limit counts first starts (`queue_started_at`) in the sliding
 //! window `(now - period, now]`. A suspended instance holds no slot:
 //! it gave up its lease, and when it is due again only the concurrency limits
@@ -167,6 +167,16 @@ impl QueueStatements {
             count(&running_index, running),
             count(&ending_index, ending),
         );
+        // Under the claiming executor's ($1) lease, or held by its run.
+        let (running_mine, ending_mine) = (
+            format!("{running} AND x.lease_owner = $1"),
+            format!("{ending} AND x.held_by = $1"),
+        );
+        let mine = format!(
+            "({} + {})",
+            count(&running_index, &running_mine),
+            count(&ending_index, &ending_mine),
+        );
         // A row the claiming owner ($1) may take now ($2), as `c`.
         let takeable = |now: &str| {
             format!(
@@ -297,7 +307,7 @@ impl QueueStatements {
                      (SELECT c.created_at FROM {w} c WHERE c.id = f.first), f.first",
                 takeable = takeable("$2"),
                 all = running_or_ending,
-                mine = count(&running_index, &format!("{running} AND x.lease_owner = $1")),
+                mine = mine,
                 started = count(&started_index, "x.queue_started_at > $4"),
             ),
             claim_partition: claim(""),

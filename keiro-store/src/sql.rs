@@ -354,13 +354,16 @@ impl Statements {
                  WHERE id = $1 AND lease_owner = $2"
             ),
             // A hold is a named-queue row's lease expiry without an owner
-            // (see `cancel_one`); one put back in line by a retry meanwhile
-            // is due now that the slot is free.
+            // (see `cancel_one`), freed only by the executor whose run it
+            // is ($3: a stale run of another, whose lease lapsed before
+            // this one took the instance over, leaves it alone); one put
+            // back in line by a retry meanwhile is due now that the slot is
+            // free.
             release_ended: format!(
-                "UPDATE {w} SET lease_expires_at = NULL, \
+                "UPDATE {w} SET lease_expires_at = NULL, held_by = NULL, \
                  wake_at = CASE WHEN status = 'pending' THEN $2 ELSE wake_at END \
                  WHERE id = $1 AND queue IS NOT NULL AND lease_owner IS NULL \
-                 AND lease_expires_at IS NOT NULL"
+                 AND lease_expires_at IS NOT NULL AND held_by = $3"
             ),
             load_journal: format!(
                 "SELECT {STEP_COLUMNS} FROM {s} WHERE workflow_id = $1 AND generation = $2 \
@@ -432,7 +435,9 @@ impl Statements {
                  SELECT w.id FROM tree CROSS JOIN {w} w WHERE w.id = tree.id AND w.{UNFINISHED}"
             ),
             // A running instance of a named queue keeps its live lease's
-            // expiry (not its owner: nobody holds an ended instance): its
+            // expiry (not its owner: nobody holds an ended instance; the
+            // owner moves to `held_by`, for its worker's count and its
+            // run's release): its
             // run, maybe in another process, goes on until it finds out (at
             // once in its own process, at its next renewal elsewhere), and
             // the queue counts it as running until the run lets go
@@ -443,6 +448,7 @@ impl Statements {
             cancel_one: format!(
                 "UPDATE {w} SET status = $3, error = $4, lease_owner = NULL, \
                  lease_expires_at = CASE WHEN {kept} THEN lease_expires_at END, \
+                 held_by = CASE WHEN {kept} THEN COALESCE(lease_owner, held_by) END, \
                  wake_at = NULL, updated_at = $2 WHERE id = $1 AND {UNFINISHED}",
                 kept = "queue IS NOT NULL AND status IN ('running', 'pending') \
                         AND lease_expires_at >= $2",

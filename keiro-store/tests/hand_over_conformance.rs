@@ -12,6 +12,9 @@ use keiro_store::{
 };
 use support::{lease, TestDb, OWNER};
 
+/// An executor other than [`OWNER`].
+const OTHER: &str = "w2";
+
 const QUEUE: &str = "q";
 const FLOW: Registered<'static> = Registered {
     name: "flow",
@@ -568,9 +571,30 @@ async fn a_cancelled_run_holds_its_slot_until_it_lets_go(db: &TestDb) {
         claim(&db.store, 1).await.is_empty(),
         "a still holds the slot"
     );
-    assert!(!db.store.release_ended("b").await.unwrap(), "b is pending");
-    assert!(db.store.release_ended("a").await.unwrap());
-    assert!(!db.store.release_ended("a").await.unwrap(), "once");
+    // Its worker counts it against `worker_concurrency` (of 1, with no
+    // queue-wide limit).
+    let per_worker = QueueLimits {
+        name: QUEUE,
+        concurrency: None,
+        worker_concurrency: Some(1),
+        rate_limit: None,
+    };
+    let mine = db
+        .store
+        .claim_queue(lease(), &[FLOW], VERSIONS, &per_worker, 1)
+        .await
+        .unwrap();
+    assert!(mine.is_empty(), "a's worker is full: {mine:?}");
+    assert!(
+        !db.store.release_ended("a", OTHER).await.unwrap(),
+        "a stale run of another executor does not free the hold"
+    );
+    assert!(
+        !db.store.release_ended("b", OWNER).await.unwrap(),
+        "b is pending"
+    );
+    assert!(db.store.release_ended("a", OWNER).await.unwrap());
+    assert!(!db.store.release_ended("a", OWNER).await.unwrap(), "once");
     let a = db.store.get_instance("a").await.unwrap().unwrap();
     assert_eq!((a.lease_owner, a.lease_expires_at), (None, None));
     assert_eq!(a.status, InstanceStatus::Cancelled);
@@ -608,7 +632,7 @@ async fn a_retried_instance_waits_for_its_cancelled_run_to_let_go(db: &TestDb) {
     assert!(claim(&db.store, 1).await.is_empty(), "still held");
     // With room for one more, the next in run order starts, not `a`.
     assert_eq!(claim(&db.store, 2).await, vec!["b".to_owned()]);
-    assert!(db.store.release_ended("a").await.unwrap());
+    assert!(db.store.release_ended("a", OWNER).await.unwrap());
     let a = db.store.get_instance("a").await.unwrap().unwrap();
     assert_eq!((a.lease_owner, a.lease_expires_at), (None, None));
     assert_eq!(a.status, InstanceStatus::Pending);
@@ -619,7 +643,7 @@ async fn a_retried_instance_waits_for_its_cancelled_run_to_let_go(db: &TestDb) {
     );
     // Its new run holds a lease of its own, which a late release of the
     // old run leaves alone.
-    assert!(!db.store.release_ended("a").await.unwrap());
+    assert!(!db.store.release_ended("a", OWNER).await.unwrap());
     assert!(db.store.renew_lease("a", lease()).await.unwrap());
 }
 

@@ -982,6 +982,19 @@ async fn postgres_an_end_recorded_after_its_lease_lapsed_hands_nothing_over() {
 /// renewal finds out; until it has stopped, its instance still holds its
 /// slot, so the queue starts no other beside it.
 async fn a_cancelled_run_holds_its_slot_until_it_has_stopped(backend: Backend) {
+    cancelled_run_holds_its_slot(backend, &ONE_AT_A_TIME).await;
+}
+
+/// As above, of a worker's slot on a queue limited per worker: the worker
+/// counts its cancelled run until it has stopped.
+async fn a_cancelled_run_holds_its_worker_slot_until_it_has_stopped(backend: Backend) {
+    cancelled_run_holds_its_slot(backend, &PER_WORKER_1).await;
+}
+
+/// Runs a job on `queue` (one slot) in a worker, cancels it from another
+/// runtime and enqueues another: the second starts only after the first
+/// has stopped.
+async fn cancelled_run_holds_its_slot(backend: Backend, queue: &'static keiro::Queue) {
     let db = TestDb::new(backend).await;
     let (_dir, file) = events_file();
     // Renewed every second: the run learns of the cancel within one.
@@ -995,7 +1008,7 @@ async fn a_cancelled_run_holds_its_slot_until_it_has_stopped(backend: Backend) {
     // through the store.
     let operator = db.keiro().await;
     let job = |call: keiro::WorkflowCall<Result<String, String>>, id: &str| {
-        call.on(&operator).id(id.to_owned()).queue(&ONE_AT_A_TIME)
+        call.on(&operator).id(id.to_owned()).queue(queue)
     };
     job(held_job(text(&file), "held".into()), "held")
         .enqueue()
@@ -1435,6 +1448,7 @@ async fn a_retention_shorter_than_a_rate_window_is_refused(backend: Backend) {
 
 on_both_backends!(
     a_cancelled_run_holds_its_slot_until_it_has_stopped,
+    a_cancelled_run_holds_its_worker_slot_until_it_has_stopped,
     a_timed_out_run_frees_its_slot_at_once,
     a_retried_instance_waits_for_its_cancelled_run_to_stop,
     a_worker_claims_no_queued_instance_it_cannot_start,

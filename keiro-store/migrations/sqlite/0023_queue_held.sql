@@ -7,3 +7,8 @@ DROP INDEX keiro_workflows_queue_ending;
 CREATE INDEX keiro_workflows_queue_ending
     ON keiro_workflows (queue, partition_key, lease_expires_at)
     WHERE queue IS NOT NULL AND lease_owner IS NULL AND lease_expires_at IS NOT NULL;
+-- The executor whose run holds it: its worker counts the hold against the
+-- queue's `worker_concurrency`, and only that run frees it (a stale run of
+-- another executor, whose lease lapsed before this one took the instance
+-- over, does not).
+ALTER TABLE keiro_workflows ADD COLUMN held_by TEXT;

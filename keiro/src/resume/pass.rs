@@ -674,13 +674,14 @@ impl Keiro {
     }
 
     /// Frees the slot of instance `id` of a named queue if it was
-    /// cancelled or timed out while its run (one that has stopped) held it:
+    /// cancelled or timed out while its run (one of this executor's, which
+    /// has stopped) held it:
     /// the queue counted it as running until now (see
     /// `Store::release_ended`). Then wakes the workers to fill the slot.
     /// Failing that, the hold passes with the lease's expiry: logged, not
     /// returned.
     async fn let_go_of_ended(&self, id: &str) {
-        match self.raw_store().release_ended(id).await {
+        match self.raw_store().release_ended(id, self.owner()).await {
             Ok(false) => {}
             Ok(true) => self.wake_all_workers("a freed queue slot").await,
             Err(error) => {
