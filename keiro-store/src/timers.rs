@@ -35,9 +35,8 @@ use crate::rows::FromRow;
 use crate::sql::TIMER_COLUMNS;
 use crate::validate::validate_id;
 use crate::{
-    now_us, rows, Conn, NewTimer, ReasonMatch, Result, ResumeClaimOutcome, ResumeUpdate,
-    ScheduleOutcome, Store, StoreError, TimerListKind, TimerQuery, TimerRow, TimerStatus,
-    TimerUpdate,
+    rows, Conn, NewTimer, ReasonMatch, Result, ResumeClaimOutcome, ResumeUpdate, ScheduleOutcome,
+    Store, StoreError, TimerListKind, TimerQuery, TimerRow, TimerStatus, TimerUpdate,
 };
 
 /// A transaction of the caller's, on either backend, that a timer write joins.
@@ -83,40 +82,46 @@ impl<'t> From<TimerTx<'t, '_>> for Conn<'t> {
 }
 
 /// Schedules a timer inside the caller's transaction: it exists exactly when
-/// that transaction commits. Same semantics as [`Store::schedule_timer`].
+/// that transaction commits. Same semantics as [`Store::schedule_timer`],
+/// stamped at `now` (µs since the Unix epoch: the caller's clock, which
+/// [`Store::now_us`] reads for a store).
 pub async fn schedule_timer_tx<'t, 'c>(
     tx: impl Into<TimerTx<'t, 'c>>,
     timer: &NewTimer<'_>,
+    now: i64,
 ) -> Result<ScheduleOutcome>
 where
     'c: 't,
 {
-    schedule(tx.into().into(), timer, false, now_us()).await
+    schedule(tx.into().into(), timer, false, now).await
 }
 
 /// Schedules a timer inside the caller's transaction unless one with its id
-/// exists (whatever its status). Returns whether it was created.
+/// exists (whatever its status), stamped at `now`. Returns whether it was
+/// created.
 pub async fn schedule_timer_once_tx<'t, 'c>(
     tx: impl Into<TimerTx<'t, 'c>>,
     timer: &NewTimer<'_>,
+    now: i64,
 ) -> Result<bool>
 where
     'c: 't,
 {
-    let outcome = schedule(tx.into().into(), timer, true, now_us()).await?;
+    let outcome = schedule(tx.into().into(), timer, true, now).await?;
     Ok(outcome == ScheduleOutcome::Created)
 }
 
-/// Cancels a timer inside the caller's transaction. Same semantics as
-/// [`Store::cancel_timer`].
+/// Cancels a timer inside the caller's transaction, stamped at `now`. Same
+/// semantics as [`Store::cancel_timer`].
 pub async fn cancel_timer_tx<'t, 'c>(
     tx: impl Into<TimerTx<'t, 'c>>,
     id: &str,
+    now: i64,
 ) -> Result<TimerUpdate>
 where
     'c: 't,
 {
-    let args = args![id, now_us()];
+    let args = args![id, now];
     update(
         tx.into().into(),
         "cancel_timer",

@@ -241,33 +241,48 @@ async fn schedule_refuses_a_payload_that_is_not_json(db: &TestDb) {
 async fn schedule_in_the_callers_transaction_follows_it(db: &TestDb) {
     on_pool!(db, |pool, begin| {
         let mut tx = pool.begin_with(begin).await.unwrap();
-        let created = keiro_store::schedule_timer_tx(&mut tx, &timer("rolled-back", 1))
-            .await
-            .unwrap();
+        let created =
+            keiro_store::schedule_timer_tx(&mut tx, &timer("rolled-back", 1), db.store.now_us())
+                .await
+                .unwrap();
         assert_eq!(created, ScheduleOutcome::Created);
         tx.rollback().await.unwrap();
 
         let mut tx = pool.begin_with(begin).await.unwrap();
-        keiro_store::schedule_timer_tx(&mut tx, &timer("committed", 1))
+        keiro_store::schedule_timer_tx(&mut tx, &timer("committed", 1), STAMP)
             .await
             .unwrap();
-        assert!(
-            !keiro_store::schedule_timer_once_tx(&mut tx, &timer("committed", 2))
-                .await
-                .unwrap()
-        );
+        assert!(!keiro_store::schedule_timer_once_tx(
+            &mut tx,
+            &timer("committed", 2),
+            db.store.now_us()
+        )
+        .await
+        .unwrap());
         tx.commit().await.unwrap();
     });
     assert_eq!(db.store.get_timer("rolled-back").await.unwrap(), None);
-    assert_eq!(get(db, "committed").await.fire_at, 1);
+    let committed = get(db, "committed").await;
+    assert_eq!(committed.fire_at, 1);
+    assert_eq!(
+        (committed.created_at, committed.updated_at),
+        (STAMP, STAMP),
+        "stamped at the time given"
+    );
 }
+
+/// A time far from the store's clock, as the `now` of a write in the
+/// caller's transaction.
+const STAMP: i64 = 1_234_567;
 
 async fn cancel_in_the_callers_transaction_follows_it(db: &TestDb) {
     schedule(db, "t-1", 1_000).await;
     for commit in [false, true] {
         let update = on_pool!(db, |pool, begin| {
             let mut tx = pool.begin_with(begin).await.unwrap();
-            let update = keiro_store::cancel_timer_tx(&mut tx, "t-1").await.unwrap();
+            let update = keiro_store::cancel_timer_tx(&mut tx, "t-1", STAMP)
+                .await
+                .unwrap();
             if commit {
                 tx.commit().await.unwrap()
             } else {
@@ -283,6 +298,11 @@ async fn cancel_in_the_callers_transaction_follows_it(db: &TestDb) {
         };
         assert_eq!(get(db, "t-1").await.status, expected);
     }
+    assert_eq!(
+        get(db, "t-1").await.updated_at,
+        STAMP,
+        "stamped at the time given"
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -922,10 +942,10 @@ async fn postgres_schedules_notify_workers_on_commit() {
     let quiet = std::time::Duration::from_millis(300);
 
     let mut tx = db.pg_pool().begin().await.unwrap();
-    keiro_store::schedule_timer_tx(&mut tx, &timer("t-1", 10))
+    keiro_store::schedule_timer_tx(&mut tx, &timer("t-1", 10), db.store.now_us())
         .await
         .unwrap();
-    keiro_store::schedule_timer_tx(&mut tx, &timer("t-2", 20))
+    keiro_store::schedule_timer_tx(&mut tx, &timer("t-2", 20), db.store.now_us())
         .await
         .unwrap();
     assert!(

@@ -418,3 +418,26 @@ async fn sends_and_answers_in_a_transaction_are_due_at_the_virtual_time() {
     assert_eq!(within_seconds(handle.result()).await.unwrap(), Ok(Some(7)));
     assert_eq!(env.now(), epoch() + 3 * DAY);
 }
+
+/// Timers scheduled and cancelled in the caller's transaction through the
+/// runtime's timers are stamped at the virtual time, not the wall clock's.
+#[tokio::test]
+async fn timers_written_in_a_transaction_are_stamped_at_the_virtual_time() {
+    let env = TestEnv::starting_at(epoch()).await;
+    let timers = env.keiro().timers();
+    let request = TimerRequest::new("t-tx", "test", "t-tx", env.now() + HOUR);
+    let mut tx = pool_of(&env).begin_with("BEGIN IMMEDIATE").await.unwrap();
+    timers.schedule_tx(&mut tx, &request).await.unwrap();
+    assert!(!timers.schedule_once_tx(&mut tx, &request).await.unwrap());
+    tx.commit().await.unwrap();
+    let id = keiro::timers::TimerId::new("t-tx");
+    let row = timers.get(&id).await.unwrap().expect("the timer");
+    assert_eq!((row.created_at, row.updated_at), (epoch(), epoch()));
+
+    env.advance(Duration::from_secs(60)).await;
+    let mut tx = pool_of(&env).begin_with("BEGIN IMMEDIATE").await.unwrap();
+    timers.cancel_tx(&mut tx, &id).await.unwrap();
+    tx.commit().await.unwrap();
+    let row = timers.get(&id).await.unwrap().expect("the timer");
+    assert_eq!(row.updated_at, epoch() + Duration::from_secs(60));
+}

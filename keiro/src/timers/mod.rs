@@ -297,7 +297,8 @@ pub async fn schedule_tx<'t, 'c: 't>(
     request: &TimerRequest,
 ) -> Result<ScheduleOutcome, TimerError> {
     let payload = encode(request, crate::json::global_payload_limit())?;
-    Ok(keiro_store::schedule_timer_tx(tx, &new_timer(request, &payload)).await?)
+    let timer = new_timer(request, &payload);
+    Ok(keiro_store::schedule_timer_tx(tx, &timer, global_now_us()).await?)
 }
 
 /// Schedules a timer inside the caller's own transaction unless one with its
@@ -307,7 +308,8 @@ pub async fn schedule_once_tx<'t, 'c: 't>(
     request: &TimerRequest,
 ) -> Result<bool, TimerError> {
     let payload = encode(request, crate::json::global_payload_limit())?;
-    Ok(keiro_store::schedule_timer_once_tx(tx, &new_timer(request, &payload)).await?)
+    let timer = new_timer(request, &payload);
+    Ok(keiro_store::schedule_timer_once_tx(tx, &timer, global_now_us()).await?)
 }
 
 /// Cancels a `scheduled`, `firing` or `dead` timer inside the caller's own
@@ -316,7 +318,61 @@ pub async fn cancel_tx<'t, 'c: 't>(
     tx: impl Into<TimerTx<'t, 'c>>,
     id: &TimerId,
 ) -> Result<TimerChange, TimerError> {
-    change(id, keiro_store::cancel_timer_tx(tx, id.as_str()).await?)
+    change(
+        id,
+        keiro_store::cancel_timer_tx(tx, id.as_str(), global_now_us()).await?,
+    )
+}
+
+/// Now by the process-wide runtime's clock (a [`TestEnv`]'s virtual one)
+/// when one is set up, else the system clock: the stamp of the free
+/// functions' writes. [`Timers`]' own `_tx` methods use their store's.
+///
+/// [`TestEnv`]: crate::testing::TestEnv
+fn global_now_us() -> i64 {
+    crate::runtime::try_global().map_or_else(keiro_store::now_us, |keiro| keiro.now_us())
+}
+
+impl Timers {
+    /// [`schedule_tx`] stamped by this store's clock (a
+    /// [`TestEnv`](crate::testing::TestEnv)'s virtual one) and held to this
+    /// handle's payload limit.
+    pub async fn schedule_tx<'t, 'c: 't>(
+        &self,
+        tx: impl Into<TimerTx<'t, 'c>>,
+        request: &TimerRequest,
+    ) -> Result<ScheduleOutcome, TimerError> {
+        let payload = encode(request, self.max_payload_bytes)?;
+        let timer = new_timer(request, &payload);
+        let now = self.store.now_us();
+        Ok(keiro_store::schedule_timer_tx(tx, &timer, now).await?)
+    }
+
+    /// [`schedule_once_tx`] stamped by this store's clock and held to this
+    /// handle's payload limit.
+    pub async fn schedule_once_tx<'t, 'c: 't>(
+        &self,
+        tx: impl Into<TimerTx<'t, 'c>>,
+        request: &TimerRequest,
+    ) -> Result<bool, TimerError> {
+        let payload = encode(request, self.max_payload_bytes)?;
+        let timer = new_timer(request, &payload);
+        let now = self.store.now_us();
+        Ok(keiro_store::schedule_timer_once_tx(tx, &timer, now).await?)
+    }
+
+    /// [`cancel_tx`] stamped by this store's clock.
+    pub async fn cancel_tx<'t, 'c: 't>(
+        &self,
+        tx: impl Into<TimerTx<'t, 'c>>,
+        id: &TimerId,
+    ) -> Result<TimerChange, TimerError> {
+        let now = self.store.now_us();
+        change(
+            id,
+            keiro_store::cancel_timer_tx(tx, id.as_str(), now).await?,
+        )
+    }
 }
 
 /// `request`'s payload as stored, refused when invalid or over `limit` bytes.
