@@ -167,8 +167,10 @@ impl Store {
     /// run again. An instance of a named queue cancelled while it ran, whose
     /// run has not stopped yet, keeps that run's hold on its queue slot and
     /// is due once the run lets go ([`Store::release_ended`]) or the hold's
-    /// expiry passes: it never runs beside its own cancelled run. Anything else is left alone and named in the outcome, as
-    /// is a child whose parent's journal holds its result already. Refused
+    /// expiry passes: it does not start while its old run holds the slot,
+    /// and that run cannot record an end for it. Anything else is left alone
+    /// and named in the outcome, as is a child whose parent's journal holds
+    /// its result already. Refused
     /// with [`StoreError::Duplicate`] when another unfinished instance took
     /// its queue's dedup key since it ended.
     pub async fn retry(&self, id: &str) -> Result<Retry> {

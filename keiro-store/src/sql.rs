@@ -278,12 +278,14 @@ impl Statements {
         // off the index).
         let (unfinished_index, default_due_index) =
             (d.index(&w, "unfinished"), d.index(&w, "default_due"));
-        // Ends an unfinished instance while its lease is `$3`'s or nobody's.
+        // Ends an unfinished instance while its lease is `$3`'s or nobody's
+        // (not a queue slot's hold, see `cancel_one`: a retried instance
+        // whose cancelled run has not stopped yet is that run's no more).
         let finish = format!(
             "UPDATE {w} SET status = $4, output = $5, error = $6, lease_owner = NULL, \
              lease_expires_at = NULL, wake_at = NULL, updated_at = $7 \
              WHERE id = $1 AND generation = $2 AND {UNFINISHED} \
-             AND (lease_owner IS NULL OR lease_owner = $3)"
+             AND (lease_owner = $3 OR (lease_owner IS NULL AND lease_expires_at IS NULL))"
         );
         let notify = |write: String| match d.timer_channel {
             // `SELECT` reports its row count, so `rows_affected` still says
@@ -358,12 +360,13 @@ impl Statements {
             // is ($3: a stale run of another, whose lease lapsed before
             // this one took the instance over, leaves it alone); one put
             // back in line by a retry meanwhile is due now that the slot is
-            // free.
+            // free. (A hold kept before `held_by` existed names nobody: any
+            // run of the instance frees it, as then.)
             release_ended: format!(
                 "UPDATE {w} SET lease_expires_at = NULL, held_by = NULL, \
                  wake_at = CASE WHEN status = 'pending' THEN $2 ELSE wake_at END \
                  WHERE id = $1 AND queue IS NOT NULL AND lease_owner IS NULL \
-                 AND lease_expires_at IS NOT NULL AND held_by = $3"
+                 AND lease_expires_at IS NOT NULL AND (held_by = $3 OR held_by IS NULL)"
             ),
             load_journal: format!(
                 "SELECT {STEP_COLUMNS} FROM {s} WHERE workflow_id = $1 AND generation = $2 \

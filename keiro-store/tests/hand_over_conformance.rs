@@ -621,6 +621,16 @@ async fn a_retried_instance_waits_for_its_cancelled_run_to_let_go(db: &TestDb) {
     assert_eq!(a.status, InstanceStatus::Pending);
     assert_eq!(a.lease_owner, None);
     assert!(a.lease_expires_at.is_some(), "the run's hold is kept");
+    // The old run's end applies to it no more, alone or beside another's.
+    let old_end = [completed("a", OWNER), completed("none", OWNER)];
+    assert_eq!(
+        db.store.finish_many(&old_end[..1]).await.unwrap(),
+        vec![false]
+    );
+    assert_eq!(
+        db.store.finish_many(&old_end).await.unwrap(),
+        vec![false, false]
+    );
     assert!(
         claim(&db.store, 1).await.is_empty(),
         "the cancelled run still holds the slot"

@@ -604,3 +604,99 @@ async fn a_start_blackholed_holding_the_schema_lock_holds_no_other_start_back() 
         .expect("A's start returns once the partition healed")
         .unwrap();
 }
+
+/// A queued instance's end whose commit took effect but whose answer was
+/// lost (the connection broke while the commit ran): that commit also
+/// handed the instance's queue slot to the next instance, leased to this
+/// worker, which never heard of it. The worker's retry finds the end
+/// recorded and runs that successor at once, not after its lease lapses
+/// (a minute here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_whose_commit_answer_is_lost_still_runs_its_successor() {
+    use keiro::ResumeOptions;
+    use keiro_tests::queues::{queue_job, ONE_AT_A_TIME};
+    use sqlx::Connection;
+
+    let Some(cluster) =
+        cluster_or_skip("a_hand_over_whose_commit_answer_is_lost_still_runs_its_successor")
+    else {
+        return;
+    };
+    let url = cluster.keiro_url();
+    let proxy = TcpProxy::start(([127, 0, 0, 1], cluster.port()).into()).await;
+    let proxied = format!("postgres://postgres@{}/keiro_fault", proxy.addr());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events").to_str().unwrap().to_owned();
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let a = Keiro::builder(&proxied)
+        .executor_id(format!("hand-over-a-{run}"))
+        .lease_ttl(Duration::from_secs(60))
+        .connect()
+        .await
+        .unwrap();
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    // The first instance's end waits at its commit on a lock the test holds.
+    sqlx::raw_sql(
+        "CREATE FUNCTION keiro.hold_end() RETURNS trigger AS $$ BEGIN \
+         IF NEW.id = 'lost-first' AND NEW.status = 'completed' THEN \
+         PERFORM pg_advisory_xact_lock(4243); END IF; \
+         RETURN NULL; END $$ LANGUAGE plpgsql; \
+         CREATE CONSTRAINT TRIGGER hold_end AFTER UPDATE ON keiro.workflows \
+         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION keiro.hold_end(); \
+         SELECT pg_advisory_lock(4243)",
+    )
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let mut handles = Vec::new();
+    for tag in ["first", "second"] {
+        let call = queue_job(file.clone(), tag.to_owned(), 1).on(&a);
+        let call = call.id(format!("lost-{tag}")).queue(&ONE_AT_A_TIME);
+        handles.push(call.enqueue().await.unwrap());
+    }
+    let worker = a
+        .resume_worker(
+            ResumeOptions::default()
+                .poll_interval(Duration::from_millis(20))
+                .concurrency(4),
+        )
+        .await
+        .unwrap();
+    let held = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory' \
+                AND pid <> pg_backend_pid()";
+    wait_for_rows(
+        &mut admin,
+        held,
+        Duration::from_secs(30),
+        "the first end's commit never waited on the test's lock",
+    )
+    .await;
+    // The connection breaks before the answer; then the commit completes,
+    // handing the slot to the second.
+    proxy.cut();
+    sqlx::query("SELECT pg_advisory_unlock(4243)")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let handed = "SELECT count(*) FROM keiro.workflows w JOIN keiro.workflows s \
+                  ON s.id = 'lost-second' WHERE w.id = 'lost-first' \
+                  AND w.status = 'completed' AND s.status = 'running'";
+    wait_for_rows(
+        &mut admin,
+        handed,
+        Duration::from_secs(30),
+        "the end never committed with its hand-over",
+    )
+    .await;
+    proxy.resume();
+    for handle in &handles {
+        let result = tokio::time::timeout(Duration::from_secs(20), handle.result())
+            .await
+            .unwrap_or_else(|_| panic!("{} ran within 20 s, not a lease later", handle.id()));
+        assert_eq!(
+            result.unwrap().unwrap(),
+            handle.id().trim_start_matches("lost-")
+        );
+    }
+    worker.stop().await;
+}

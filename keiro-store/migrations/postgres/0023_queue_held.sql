@@ -1,10 +1,12 @@
 -- A hold on a queue slot (an instance cancelled or timed out while it ran,
 -- whose run has not stopped yet: see 0022) is its lease's expiry without an
 -- owner, whatever its status: a retry puts such an instance back in line
--- as `pending` while its old run may still go on, and the hold must keep
--- counting until that run lets go. The index now holds every such row.
-DROP INDEX keiro.workflows_queue_ending;
-CREATE INDEX workflows_queue_ending
+-- as `pending` while its old run may still go on, and the hold keeps
+-- counting until that run lets go. The queue's claims count holds off this
+-- index, which holds every such row. (workflows_queue_ending stays, as on
+-- SQLite, where processes of the previous release name it, until a later
+-- migration drops it.)
+CREATE INDEX workflows_queue_held
     ON keiro.workflows (queue, partition_key, lease_expires_at)
     WHERE queue IS NOT NULL AND lease_owner IS NULL AND lease_expires_at IS NOT NULL;
 -- The executor whose run holds it: its worker counts the hold against the

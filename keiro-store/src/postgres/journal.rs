@@ -127,8 +127,8 @@ static READ_INSTANCES: LazyLock<String> = LazyLock::new(|| {
 
 /// Finishes a batch of instances given as parallel arrays (id, generation,
 /// lease owner, status, output, error; `$7` now): each applies only while
-/// unfinished and unleased or leased by its owner, like the one-instance
-/// finish. Returns the batch position (from 1) of each that applied, and
+/// unfinished and unleased (no queue slot's hold either) or leased by its
+/// owner, like the one-instance finish. Returns the batch position (from 1) of each that applied, and
 /// whether it has a parent to report to.
 const FINISH_MANY: &str = "UPDATE keiro.workflows w SET status = f.status, output = f.output, \
      error = f.error, lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, \
@@ -137,7 +137,8 @@ const FINISH_MANY: &str = "UPDATE keiro.workflows w SET status = f.status, outpu
      WITH ORDINALITY AS f(id, generation, owner, status, output, error, ord) \
      WHERE w.id = f.id AND w.generation = f.generation \
      AND w.status IN ('pending', 'running', 'suspended') \
-     AND (w.lease_owner IS NULL OR w.lease_owner = f.owner) \
+     AND (w.lease_owner = f.owner \
+         OR (w.lease_owner IS NULL AND w.lease_expires_at IS NULL)) \
      RETURNING f.ord, w.parent_id IS NOT NULL AS has_parent, w.partition_key";
 
 /// Reads back the recorded steps of the step ids given as parallel arrays.

@@ -319,8 +319,9 @@ fn finish_many_sql(rows: usize, and: &str) -> String {
          FROM f WHERE keiro_workflows.id = f.id \
              AND keiro_workflows.generation = f.generation \
              AND keiro_workflows.status IN ('pending', 'running', 'suspended') \
-             AND (keiro_workflows.lease_owner IS NULL \
-                 OR keiro_workflows.lease_owner = f.owner){and} \
+             AND (keiro_workflows.lease_owner = f.owner \
+                 OR (keiro_workflows.lease_owner IS NULL \
+                     AND keiro_workflows.lease_expires_at IS NULL)){and} \
          RETURNING id, parent_id IS NOT NULL AS has_parent, partition_key",
         anonymous_rows(6, rows)
     )

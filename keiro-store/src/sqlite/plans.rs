@@ -51,7 +51,7 @@ fn checked() -> Vec<Checked> {
         "keiro_workflows_queue_order",
         "keiro_workflows_queue_unfinished",
         "keiro_workflows_queue_running",
-        "keiro_workflows_queue_ending",
+        "keiro_workflows_queue_held",
         "keiro_workflows_queue_started",
         ID,
     ];

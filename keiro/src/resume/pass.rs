@@ -630,9 +630,6 @@ impl Keiro {
         // Cancelled, timed out, lost or refused: its end is not its own.
         let own_end = matches!(&result, Ok(Some(done))
             if !matches!(done.status, InstanceStatus::Cancelled | InstanceStatus::TimedOut));
-        if queued && !own_end {
-            self.let_go_of_ended(&id).await;
-        }
         match &result {
             Ok(Some(done)) => match done.status {
                 InstanceStatus::Failed if done.output.is_none() => {
@@ -669,6 +666,12 @@ impl Keiro {
         match result {
             Ok(Some(done)) => self.inflight().publish(driving, Ok(done)),
             _ => self.inflight().release(driving),
+        }
+        // Once this process drives it no more: a retry may have put it back
+        // in line, due as the hold goes, and a pass of this process that
+        // claims it then must find it free to drive.
+        if queued && !own_end {
+            self.let_go_of_ended(&id).await;
         }
         summary
     }
