@@ -170,9 +170,9 @@ impl Store {
     /// expiry passes: it does not start while its old run holds the slot,
     /// and that run cannot record an end for it. Anything else is left alone
     /// and named in the outcome, as is a child whose parent's journal holds
-    /// its result already. Refused
-    /// with [`StoreError::Duplicate`] when another unfinished instance took
-    /// its queue's dedup key since it ended.
+    /// its result already. Refused with [`StoreError::Duplicate`] when
+    /// another unfinished instance took its queue's dedup key since it
+    /// ended.
     pub async fn retry(&self, id: &str) -> Result<Retry> {
         const OP: &str = "retry";
         validate_id("workflow id", id)?;

@@ -440,14 +440,13 @@ impl Statements {
             // A running instance of a named queue keeps its live lease's
             // expiry (not its owner: nobody holds an ended instance; the
             // owner moves to `held_by`, for its worker's count and its
-            // run's release): its
-            // run, maybe in another process, goes on until it finds out (at
-            // once in its own process, at its next renewal elsewhere), and
-            // the queue counts it as running until the run lets go
-            // (`release_ended`) or the expiry passes. So does one put back
-            // in line (`Store::retry`) while such a run still went on, and
-            // cancelled again. Only an unfinished instance: a descendant
-            // that ended since the tree was read keeps its end.
+            // run's release): its run, maybe in another process, goes on
+            // until it finds out (at once in its own process, at its next
+            // renewal elsewhere), and the queue counts it as running until
+            // the run lets go (`release_ended`) or the expiry passes. So does
+            // one put back in line (`Store::retry`) while such a run still
+            // went on, and cancelled again. Only an unfinished instance: a
+            // descendant that ended since the tree was read keeps its end.
             cancel_one: format!(
                 "UPDATE {w} SET status = $3, error = $4, lease_owner = NULL, \
                  lease_expires_at = CASE WHEN {kept} THEN lease_expires_at END, \

@@ -128,8 +128,8 @@ static READ_INSTANCES: LazyLock<String> = LazyLock::new(|| {
 /// Finishes a batch of instances given as parallel arrays (id, generation,
 /// lease owner, status, output, error; `$7` now): each applies only while
 /// unfinished and unleased (no queue slot's hold either) or leased by its
-/// owner, like the one-instance finish. Returns the batch position (from 1) of each that applied, and
-/// whether it has a parent to report to.
+/// owner, like the one-instance finish. Returns the batch position (from 1)
+/// of each that applied, and whether it has a parent to report to.
 const FINISH_MANY: &str = "UPDATE keiro.workflows w SET status = f.status, output = f.output, \
      error = f.error, lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, \
      updated_at = $7 \
