@@ -276,7 +276,8 @@ impl QueueStatements {
             lock: d.queue_lock,
             mark_queued: format!(
                 "UPDATE {w} SET queue = $2, priority = $3, partition_key = $4, dedup_key = $5, \
-                 wake_at = COALESCE($6, wake_at) WHERE id = $1"
+                 wake_at = COALESCE($6, wake_at), created_at = COALESCE($7, created_at) \
+                 WHERE id = $1"
             ),
             // Not when the new id exists already: that call attaches to it
             // (or is refused as another call), whoever holds the key now.
@@ -478,6 +479,12 @@ impl Store {
         order.sort_by_key(|&i| batch[i].0.id);
         let news: Vec<crate::NewInstance<'_>> = order.iter().map(|&i| batch[i].0.clone()).collect();
         let queued: Vec<&Queued<'_>> = order.iter().map(|&i| &batch[i].1).collect();
+        // Created a microsecond apart in batch order (the order the calls
+        // were made), so the queue's run order (priority, then creation)
+        // keeps it among equals, not the ids' order. (A later batch reads
+        // the clock after this one committed, well past these stamps.)
+        let stamp = |i: usize| now + i as i64;
+        let stamps: Vec<i64> = order.iter().map(|&i| stamp(i)).collect();
         dispatch!(Store, self, |s| {
             let mut tx = s.begin_batch(OP).await?;
             for (new, queued) in batch {
@@ -492,26 +499,31 @@ impl Store {
             }
             // One outcome per instance (or an error), in `news` order: put
             // back in batch order.
-            let inserted = insert_queued((&mut *tx).into(), &news, &queued, now).await?;
+            let inserted = insert_queued((&mut *tx).into(), &news, &queued, &stamps, now).await?;
             let mut placed: Vec<(usize, (InstanceRow, bool))> =
                 order.iter().copied().zip(inserted).collect();
             placed.sort_by_key(|(i, _)| *i);
             let mut created: Vec<(InstanceRow, bool)> =
                 placed.into_iter().map(|(_, outcome)| outcome).collect();
             // The dedup keys, one at a time in key order.
-            let mut keyed: Vec<(&str, &Queued<'_>)> = batch
+            let mut keyed: Vec<(&str, &Queued<'_>, i64)> = batch
                 .iter()
                 .zip(&created)
-                .filter(|((_, queued), (_, created))| *created && queued.dedup.is_some())
-                .map(|((new, queued), _)| (new.id, queued))
+                .enumerate()
+                .filter(|(_, ((_, queued), (_, created)))| *created && queued.dedup.is_some())
+                .map(|(i, ((new, queued), _))| (new.id, queued, stamp(i)))
                 .collect();
-            keyed.sort_by_key(|(id, queued)| (queued.queue, queued.dedup, *id));
-            for (id, queued) in keyed {
-                mark_queued((&mut *tx).into(), id, queued).await?;
+            keyed.sort_by_key(|(id, queued, _)| (queued.queue, queued.dedup, *id));
+            for (id, queued, at) in keyed {
+                mark_queued((&mut *tx).into(), id, queued, Some(at)).await?;
             }
             tx.commit().await.map_err(StoreError::query(OP))?;
-            for ((_, queued), (row, created)) in batch.iter().zip(&mut created) {
-                if let (true, Some(at)) = (*created, queued.not_before) {
+            for (i, ((_, queued), (row, created))) in batch.iter().zip(&mut created).enumerate() {
+                if !*created {
+                    continue;
+                }
+                row.created_at = stamp(i);
+                if let Some(at) = queued.not_before {
                     row.wake_at = Some(at);
                 }
             }
@@ -833,7 +845,7 @@ async fn create_queued_on(
     }
     let (mut row, created) = crate::journal::create_instance_on(conn.reborrow(), new, now).await?;
     if created {
-        mark_queued(conn, new.id, queued).await?;
+        mark_queued(conn, new.id, queued, None).await?;
         if let Some(at) = queued.not_before {
             row.wake_at = Some(at);
         }
@@ -842,8 +854,13 @@ async fn create_queued_on(
 }
 
 /// Puts instance `id` (just created on `conn`, a transaction) on its queue
-/// as `queued` says, dedup key included.
-async fn mark_queued(conn: Conn<'_>, id: &str, queued: &Queued<'_>) -> Result<()> {
+/// as `queued` says, dedup key included, created at `created_at` when given.
+async fn mark_queued(
+    conn: Conn<'_>,
+    id: &str,
+    queued: &Queued<'_>,
+    created_at: Option<i64>,
+) -> Result<()> {
     let args = args![
         id,
         queued.queue,
@@ -851,6 +868,7 @@ async fn mark_queued(conn: Conn<'_>, id: &str, queued: &Queued<'_>) -> Result<()
         queued.partition,
         queued.dedup,
         queued.not_before,
+        created_at,
     ];
     dispatch!(Conn, conn, |c, sql| {
         bind_all!(crate::prepared::query(&sql.queue.mark_queued), &args)
@@ -863,40 +881,44 @@ async fn mark_queued(conn: Conn<'_>, id: &str, queued: &Queued<'_>) -> Result<()
 
 /// Inserts `news` on `conn` (a transaction), those it creates placed on
 /// their queues as `queued` (same position) says, all but their dedup keys
-/// (the caller takes those in key order): one outcome per instance, in
+/// (the caller takes those in key order), and created at `stamps` (same
+/// position; `now` is the batch's time): one outcome per instance, in
 /// `news` order. PostgreSQL places them in the insert itself; SQLite marks
 /// them after it, in one statement per [`MARK_CHUNK`].
 async fn insert_queued(
     conn: Conn<'_>,
     news: &[crate::NewInstance<'_>],
     queued: &[&Queued<'_>],
+    stamps: &[i64],
     now: i64,
 ) -> Result<Vec<(InstanceRow, bool)>> {
     match conn {
         #[cfg(feature = "postgres")]
         Conn::Postgres(c) => {
-            crate::postgres::journal::create_many_queued_on(c, news, queued, now).await
+            crate::postgres::journal::create_many_queued_on(c, news, queued, stamps, now).await
         }
         #[cfg(feature = "sqlite")]
         Conn::Sqlite(c) => {
             let created = crate::sqlite::journal::create_many_on(c, news, now).await?;
-            let plain: Vec<(&str, &Queued<'_>)> = news
+            let plain: Vec<(&str, &Queued<'_>, i64)> = news
                 .iter()
                 .zip(queued)
+                .zip(stamps)
                 .zip(&created)
-                .filter(|((_, queued), (_, created))| *created && queued.dedup.is_none())
-                .map(|((new, queued), _)| (new.id, *queued))
+                .filter(|(((_, queued), _), (_, created))| *created && queued.dedup.is_none())
+                .map(|(((new, queued), at), _)| (new.id, *queued, *at))
                 .collect();
             for chunk in plain.chunks(MARK_CHUNK) {
                 let mut query = crate::prepared::query(sqlite_mark_many(chunk.len()));
-                for (id, queued) in chunk {
+                for (id, queued, at) in chunk {
                     query = query
                         .bind(*id)
                         .bind(queued.queue)
                         .bind(queued.priority)
                         .bind(queued.partition)
                         .bind(queued.dedup)
-                        .bind(queued.not_before);
+                        .bind(queued.not_before)
+                        .bind(*at);
                 }
                 query
                     .execute(&mut *c)
@@ -908,26 +930,28 @@ async fn insert_queued(
     }
 }
 
-/// Instances per statement of [`insert_queued`]'s marks on SQLite (six
+/// Instances per statement of [`insert_queued`]'s marks on SQLite (seven
 /// parameters each).
 #[cfg(feature = "sqlite")]
 const MARK_CHUNK: usize = 64;
 
 /// SQLite's statement marking `rows` instances queued (1 ..= [`MARK_CHUNK`]):
-/// six parameters a row (id, queue, priority, partition, dedup key, not
-/// before), as `mark_queued` takes them.
+/// seven parameters a row (id, queue, priority, partition, dedup key, not
+/// before, creation time), as `mark_queued` takes them.
 #[cfg(feature = "sqlite")]
 fn sqlite_mark_many(rows: usize) -> &'static str {
     static MARK_MANY: [std::sync::OnceLock<String>; MARK_CHUNK] =
         [const { std::sync::OnceLock::new() }; MARK_CHUNK];
     MARK_MANY[rows - 1].get_or_init(|| {
         format!(
-            "WITH q(id, queue, priority, partition_key, dedup_key, not_before) AS (VALUES {}) \
+            "WITH q(id, queue, priority, partition_key, dedup_key, not_before, created_at) \
+                 AS (VALUES {}) \
              UPDATE keiro_workflows SET queue = q.queue, priority = q.priority, \
                  partition_key = q.partition_key, dedup_key = q.dedup_key, \
-                 wake_at = COALESCE(q.not_before, keiro_workflows.wake_at) \
+                 wake_at = COALESCE(q.not_before, keiro_workflows.wake_at), \
+                 created_at = q.created_at \
              FROM q WHERE keiro_workflows.id = q.id",
-            crate::sqlite::journal::anonymous_rows(6, rows)
+            crate::sqlite::journal::anonymous_rows(7, rows)
         )
     })
 }

@@ -465,6 +465,39 @@ async fn lower_priority_runs_first_fifo_among_equals(backend: Backend) {
     worker.stop().await;
 }
 
+/// Enqueues made at once (their records share a commit) run in the order
+/// they were made, not in the order of their ids.
+async fn enqueues_made_at_once_run_in_the_order_made(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let (_dir, file) = events_file();
+    // Ids falling in order as they are made; every other one with a dedup
+    // key (recorded by a path of its own).
+    let tags: Vec<String> = (0..24).map(|n| format!("{}", 99 - n)).collect();
+    let calls = tags.iter().enumerate().map(|(n, tag)| {
+        let call = queue_job(text(&file), tag.clone(), 1).on(&keiro);
+        let call = call.id(format!("at-once-{tag}")).queue(&PER_WORKER_1);
+        match n % 2 {
+            0 => call.dedup(format!("key-{tag}")).enqueue(),
+            _ => call.enqueue(),
+        }
+    });
+    let handles: Vec<_> = futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let worker = worker_here(&keiro).await;
+    all_done(handles).await;
+    worker.stop().await;
+    let started: Vec<String> = events(&file)
+        .into_iter()
+        .filter(|e| e.what == "start")
+        .map(|e| e.tag)
+        .collect();
+    assert_eq!(started, tags);
+}
+
 /// An instance stopped between its steps is later handed a slot by the end
 /// of the instance before it (not claimed): it resumes from its journal,
 /// never running its journaled step again.
@@ -1451,6 +1484,7 @@ on_both_backends!(
     a_cancelled_run_holds_its_worker_slot_until_it_has_stopped,
     a_timed_out_run_frees_its_slot_at_once,
     a_retried_instance_waits_for_its_cancelled_run_to_stop,
+    enqueues_made_at_once_run_in_the_order_made,
     a_worker_claims_no_queued_instance_it_cannot_start,
     a_retention_shorter_than_a_rate_window_is_refused,
     a_rate_limit_holds_back_new_starts_not_resumes,

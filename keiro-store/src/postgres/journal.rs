@@ -75,9 +75,10 @@ static FINISH_ALONE_AFTER_STEPS: LazyLock<String> = LazyLock::new(|| {
 /// the rows it inserted.
 static CREATE_MANY: LazyLock<String> = LazyLock::new(|| create_many_sql(false));
 
-/// [`CREATE_MANY`] for instances enqueued on named queues: four more arrays
-/// (`$16` queue, `$17` priority, `$18` partition key, `$19` not before) set
-/// each inserted row's place in line in the insert itself, where marking
+/// [`CREATE_MANY`] for instances enqueued on named queues: five more arrays
+/// (`$16` queue, `$17` priority, `$18` partition key, `$19` not before,
+/// `$20` creation time) set each inserted row's place in line in the insert
+/// itself, where marking
 /// them afterwards took a second statement, whose join on the ids a
 /// generic plan made while the table was small ran as a scan of the whole
 /// table.
@@ -86,15 +87,16 @@ static CREATE_MANY_QUEUED: LazyLock<String> = LazyLock::new(|| create_many_sql(t
 /// The text of [`CREATE_MANY`] (`queued`: of [`CREATE_MANY_QUEUED`]).
 fn create_many_sql(queued: bool) -> String {
     let parent_deadline = "(SELECT p.deadline FROM keiro.workflows p WHERE p.id = t.parent_id)";
-    let (columns, values, wake_at, arrays, names) = match queued {
+    let (columns, values, wake_at, created_at, arrays, names) = match queued {
         true => (
             ", queue, priority, partition_key",
             ", t.queue, t.priority, t.partition_key",
             "COALESCE(t.not_before, t.lease_expires_at, $15)",
-            ", $16::text[], $17::int8[], $18::text[], $19::int8[]",
-            ", queue, priority, partition_key, not_before",
+            "t.created_at",
+            ", $16::text[], $17::int8[], $18::text[], $19::int8[], $20::int8[]",
+            ", queue, priority, partition_key, not_before, created_at",
         ),
-        false => ("", "", "COALESCE(t.lease_expires_at, $15)", "", ""),
+        false => ("", "", "COALESCE(t.lease_expires_at, $15)", "$15", "", ""),
     };
     format!(
         "INSERT INTO keiro.workflows (id, name, generation, status, input, attempts, \
@@ -103,7 +105,7 @@ fn create_many_sql(queued: bool) -> String {
              skeleton_hash{columns}) \
          SELECT t.id, t.name, 0, t.status, t.input, 0, t.lease_owner, t.lease_expires_at, \
              {wake_at}, t.parent_id, t.parent_seq, \
-             t.parent_generation, $15, $15, t.signature, \
+             t.parent_generation, {created_at}, $15, t.signature, \
              CASE WHEN {parent_deadline} IS NOT NULL \
                  AND (t.deadline IS NULL OR {parent_deadline} < t.deadline) \
                  THEN {parent_deadline} ELSE t.deadline END, \
@@ -469,27 +471,29 @@ pub(crate) async fn create_many_on<'a>(
 /// [`create_many_on`] for instances enqueued on named queues, each inserted
 /// row placed in line as `queued` (same position) says: its queue,
 /// priority, partition and not-before time, but not its dedup key, which
-/// the caller takes afterwards in key order.
+/// the caller takes afterwards in key order; created at `stamps` (same
+/// position).
 pub(crate) async fn create_many_queued_on<'a>(
     conn: &mut PgConnection,
     news: &[NewInstance<'a>],
     queued: &[&crate::Queued<'a>],
+    stamps: &[i64],
     now: i64,
 ) -> Result<Vec<(InstanceRow, bool)>> {
     debug_assert_eq!(
-        queued.len(),
-        news.len(),
-        "one place on a queue per instance"
+        (queued.len(), stamps.len()),
+        (news.len(), news.len()),
+        "one place on a queue and one creation time per instance"
     );
-    create_placed_on(conn, news, Some(queued), now).await
+    create_placed_on(conn, news, Some((queued, stamps)), now).await
 }
 
-/// [`create_many_on`], with each inserted row placed in line as `queued`
-/// says when it is given.
+/// [`create_many_on`], with each inserted row placed in line and created
+/// at the time `queued` (same position) says when it is given.
 async fn create_placed_on<'a>(
     conn: &mut PgConnection,
     news: &[NewInstance<'a>],
-    queued: Option<&[&crate::Queued<'a>]>,
+    queued: Option<(&[&crate::Queued<'a>], &[i64])>,
     now: i64,
 ) -> Result<Vec<(InstanceRow, bool)>> {
     const OP: &str = "create_instance";
@@ -531,12 +535,13 @@ async fn create_placed_on<'a>(
         .bind(column(|n| n.app_version))
         .bind(column(|n| n.skeleton_hash))
         .bind(now);
-    if let Some(queued) = queued {
+    if let Some((queued, stamps)) = queued {
         query = query
             .bind(queued.iter().map(|q| q.queue).collect::<Vec<_>>())
             .bind(queued.iter().map(|q| q.priority).collect::<Vec<_>>())
             .bind(queued.iter().map(|q| q.partition).collect::<Vec<_>>())
-            .bind(queued.iter().map(|q| q.not_before).collect::<Vec<_>>());
+            .bind(queued.iter().map(|q| q.not_before).collect::<Vec<_>>())
+            .bind(stamps);
     }
     let inserted = query
         .fetch_all(&mut *conn)
