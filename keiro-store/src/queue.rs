@@ -129,8 +129,6 @@ pub(crate) struct QueueStatements {
     /// A lone finish of an instance without a parent and its hand-over in
     /// one autocommitted statement (where `WITH` may hold `UPDATE`s).
     pub(crate) finish_handing_over: Option<String>,
-    /// See [`Store::leased_in_partition`].
-    pub(crate) leased_in_partition: String,
 }
 
 impl QueueStatements {
@@ -264,15 +262,6 @@ impl QueueStatements {
             )))
         };
         QueueStatements {
-            // $1 queue, $2 owner, $3 the instance whose partition, $4 now:
-            // read off the queue's running rows.
-            leased_in_partition: format!(
-                "SELECT {columns} FROM {w}{running_index} WHERE queue = $1 \
-                 AND partition_key = (SELECT p.partition_key FROM {w} p WHERE p.id = $3) \
-                 AND status = 'running' AND lease_owner = $2 AND lease_expires_at >= $4 \
-                 AND id <> $3 ORDER BY priority, created_at, id",
-                columns = crate::sql::claimed_columns(d),
-            ),
             lock: d.queue_lock,
             mark_queued: format!(
                 "UPDATE {w} SET queue = $2, priority = $3, partition_key = $4, dedup_key = $5, \
@@ -482,7 +471,9 @@ impl Store {
         // Created a microsecond apart in batch order (the order the calls
         // were made), so the queue's run order (priority, then creation)
         // keeps it among equals, not the ids' order. (A later batch reads
-        // the clock after this one committed, well past these stamps.)
+        // the system clock after this one committed, well past these
+        // stamps; a manual clock that stands still, as a `TestEnv`'s, lets
+        // two batches interleave.)
         let stamp = |i: usize| now + i as i64;
         let stamps: Vec<i64> = order.iter().map(|&i| stamp(i)).collect();
         dispatch!(Store, self, |s| {
@@ -680,32 +671,6 @@ impl Store {
             tx.commit().await.map_err(StoreError::query(OP))?;
             Ok(claimed)
         })
-    }
-}
-
-impl Store {
-    /// The instances of queue `queue` in instance `id`'s partition (other
-    /// than `id`) running under `owner`'s live lease, in run order, with
-    /// their `fresh` flag. A finish whose first try's reply was lost, and
-    /// which a retry then found recorded, handed its slot over in that
-    /// first try to a successor leased to `owner` that nobody runs: it is
-    /// among these (those `owner`'s process runs already are too).
-    pub async fn leased_in_partition(
-        &self,
-        owner: &str,
-        queue: &str,
-        id: &str,
-    ) -> Result<Vec<InstanceRow>> {
-        let args = args![queue, owner, id, self.now_us()];
-        let rows: Vec<Claimed> = self
-            .fetch_all(
-                "leased_in_partition",
-                |sql| &sql.queue.leased_in_partition,
-                &args,
-                None,
-            )
-            .await?;
-        Ok(rows.into_iter().map(|Claimed(row)| row).collect())
     }
 }
 

@@ -265,24 +265,17 @@ async fn finish(
         .as_ref()
         .and_then(|handing| handing.lease_holds_until);
     let writer = keiro.writer();
-    let (written, uncertain) = retrying(who, "recording a workflow's end", || {
+    let (finished, successor) = retrying(who, "recording a workflow's end", || {
         // Each try anew: one retried past the lease's lapse hands nothing
         // over.
         let live = holds_until.is_none_or(|until| tokio::time::Instant::now() < until);
         let hand_over = hand_over.clone().filter(|_| live);
         writer.finish_after_steps(request.clone(), hand_over, steps.clone())
     })
-    .await;
-    let (finished, successor) = written?;
+    .await
+    .0?;
     if let Some(handing) = handing {
-        handing.successor = match successor {
-            // A first try that failed may have committed, its reply lost,
-            // and handed the slot over to a successor no run here knows of.
-            None if !finished && uncertain => {
-                unknown_successor(keiro, &row, &handing.hand_over).await
-            }
-            successor => successor,
-        };
+        handing.successor = successor;
     }
     if !finished {
         // A row of it another run journaled first stops the end, and this
@@ -297,34 +290,6 @@ async fn finish(
     done.output = Some(output.json);
     wake_parent(keiro, &done).await;
     Ok(Some(done))
-}
-
-/// The successor of queued instance `row` that a finish's first try, whose
-/// reply was lost, may have handed its slot to: an instance of its
-/// partition leased to this process that no run here drives. Nobody else
-/// runs it before its lease lapses, so the caller runs it, as it would a
-/// successor the finish returned. (One that a pass of this process claimed
-/// and is about to run may be picked too: whichever of the two drives it
-/// first runs it, the other finds it driven and leaves it.) A failed read
-/// is logged: the instance then waits for its lease to lapse.
-async fn unknown_successor(
-    keiro: &Keiro,
-    row: &InstanceRow,
-    hand_over: &HandOver,
-) -> Option<InstanceRow> {
-    let leased = keiro
-        .raw_store()
-        .leased_in_partition(keiro.owner(), &hand_over.queue, &row.id)
-        .await;
-    match leased {
-        Ok(rows) => rows
-            .into_iter()
-            .find(|leased| keiro.inflight().attach(&leased.id).is_none()),
-        Err(error) => {
-            tracing::warn!(%error, id = %row.id, "keiro could not look for the successor of a finish whose reply was lost; it runs once its lease lapses");
-            None
-        }
-    }
 }
 
 /// Releases the lease of run `name` `id` that a journal write found
