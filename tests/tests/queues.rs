@@ -37,11 +37,17 @@ async fn worker_processes(db: &TestDb, count: usize, concurrency: usize) -> Vec<
 
 /// A resume worker in this process, polling often, running up to 32 at once.
 async fn worker_here(keiro: &Keiro) -> ResumeWorker {
+    worker_of(keiro, 32).await
+}
+
+/// A resume worker of `keiro`, polling often, running up to `concurrency`
+/// at once.
+async fn worker_of(keiro: &Keiro, concurrency: usize) -> ResumeWorker {
     keiro
         .resume_worker(
             ResumeOptions::default()
                 .poll_interval(Duration::from_millis(20))
-                .concurrency(32),
+                .concurrency(concurrency),
         )
         .await
         .unwrap()
@@ -785,14 +791,7 @@ async fn one_beside_a_backlog(
         };
         queued.push(call.enqueue().await.unwrap());
     }
-    let worker = keiro
-        .resume_worker(
-            ResumeOptions::default()
-                .poll_interval(Duration::from_millis(20))
-                .concurrency(2),
-        )
-        .await
-        .unwrap();
+    let worker = worker_of(&keiro, 2).await;
     tokio::time::sleep(Duration::from_millis(150)).await;
     let call = queue_job(text(&file), "beside".into(), 0)
         .on(&keiro)
@@ -916,14 +915,7 @@ async fn a_worker_claims_no_queued_instance_it_cannot_start(backend: Backend) {
         .enqueue()
         .await
         .unwrap();
-    let busy = keiro
-        .resume_worker(
-            ResumeOptions::default()
-                .poll_interval(Duration::from_millis(20))
-                .concurrency(1),
-        )
-        .await
-        .unwrap();
+    let busy = worker_of(&keiro, 1).await;
     until_tagged(&file, "long").await;
     let other = db.keiro().await;
     let free = worker_here(&other).await;
@@ -1047,14 +1039,7 @@ async fn cancelled_run_holds_its_slot(backend: Backend, queue: &'static keiro::Q
         .enqueue()
         .await
         .unwrap();
-    let worker = runner
-        .resume_worker(
-            ResumeOptions::default()
-                .poll_interval(Duration::from_millis(20))
-                .concurrency(4),
-        )
-        .await
-        .unwrap();
+    let worker = worker_of(&runner, 4).await;
     until_tagged(&file, "held").await;
     operator.cancel("held").await.unwrap();
     let next = job(queue_job(text(&file), "next".into(), 1), "next")
@@ -1106,10 +1091,7 @@ async fn a_retried_instance_waits_for_its_cancelled_run_to_stop(backend: Backend
             .connect()
             .await
             .unwrap();
-        let options = ResumeOptions::default()
-            .poll_interval(Duration::from_millis(20))
-            .concurrency(4);
-        workers.push(runner.resume_worker(options).await.unwrap());
+        workers.push(worker_of(&runner, 4).await);
     }
     let operator = db.keiro().await;
     held_job(text(&file), "held".into())

@@ -296,9 +296,8 @@ pub async fn schedule_tx<'t, 'c: 't>(
     tx: impl Into<TimerTx<'t, 'c>>,
     request: &TimerRequest,
 ) -> Result<ScheduleOutcome, TimerError> {
-    let payload = encode(request, crate::json::global_payload_limit())?;
-    let timer = new_timer(request, &payload);
-    Ok(keiro_store::schedule_timer_tx(tx, &timer, global_now_us()).await?)
+    let limit = crate::json::global_payload_limit();
+    schedule_tx_at(tx, request, limit, global_now_us()).await
 }
 
 /// Schedules a timer inside the caller's own transaction unless one with its
@@ -307,9 +306,8 @@ pub async fn schedule_once_tx<'t, 'c: 't>(
     tx: impl Into<TimerTx<'t, 'c>>,
     request: &TimerRequest,
 ) -> Result<bool, TimerError> {
-    let payload = encode(request, crate::json::global_payload_limit())?;
-    let timer = new_timer(request, &payload);
-    Ok(keiro_store::schedule_timer_once_tx(tx, &timer, global_now_us()).await?)
+    let limit = crate::json::global_payload_limit();
+    schedule_once_tx_at(tx, request, limit, global_now_us()).await
 }
 
 /// Cancels a `scheduled`, `firing` or `dead` timer inside the caller's own
@@ -333,6 +331,31 @@ fn global_now_us() -> i64 {
     crate::runtime::try_global().map_or_else(keiro_store::now_us, |keiro| keiro.now_us())
 }
 
+/// [`schedule_tx`] with its payload held to `limit` bytes, stamped at `now`.
+async fn schedule_tx_at<'t, 'c: 't>(
+    tx: impl Into<TimerTx<'t, 'c>>,
+    request: &TimerRequest,
+    limit: usize,
+    now: i64,
+) -> Result<ScheduleOutcome, TimerError> {
+    let payload = encode(request, limit)?;
+    let timer = new_timer(request, &payload);
+    Ok(keiro_store::schedule_timer_tx(tx, &timer, now).await?)
+}
+
+/// [`schedule_once_tx`] with its payload held to `limit` bytes, stamped at
+/// `now`.
+async fn schedule_once_tx_at<'t, 'c: 't>(
+    tx: impl Into<TimerTx<'t, 'c>>,
+    request: &TimerRequest,
+    limit: usize,
+    now: i64,
+) -> Result<bool, TimerError> {
+    let payload = encode(request, limit)?;
+    let timer = new_timer(request, &payload);
+    Ok(keiro_store::schedule_timer_once_tx(tx, &timer, now).await?)
+}
+
 impl Timers {
     /// [`schedule_tx`] stamped by this store's clock (a
     /// [`TestEnv`](crate::testing::TestEnv)'s virtual one) and held to this
@@ -342,10 +365,7 @@ impl Timers {
         tx: impl Into<TimerTx<'t, 'c>>,
         request: &TimerRequest,
     ) -> Result<ScheduleOutcome, TimerError> {
-        let payload = encode(request, self.max_payload_bytes)?;
-        let timer = new_timer(request, &payload);
-        let now = self.store.now_us();
-        Ok(keiro_store::schedule_timer_tx(tx, &timer, now).await?)
+        schedule_tx_at(tx, request, self.max_payload_bytes, self.store.now_us()).await
     }
 
     /// [`schedule_once_tx`] stamped by this store's clock and held to this
@@ -355,10 +375,7 @@ impl Timers {
         tx: impl Into<TimerTx<'t, 'c>>,
         request: &TimerRequest,
     ) -> Result<bool, TimerError> {
-        let payload = encode(request, self.max_payload_bytes)?;
-        let timer = new_timer(request, &payload);
-        let now = self.store.now_us();
-        Ok(keiro_store::schedule_timer_once_tx(tx, &timer, now).await?)
+        schedule_once_tx_at(tx, request, self.max_payload_bytes, self.store.now_us()).await
     }
 
     /// [`cancel_tx`] stamped by this store's clock.
