@@ -67,6 +67,7 @@ mod retention;
 mod rows;
 mod schedules;
 mod schema;
+mod server_clock;
 mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -125,6 +126,7 @@ pub use queue::{create_queued_tx, HandOver, QueueLimits, Queued};
 pub use resume::OtherQueueLimits;
 pub use retention::{GcCursor, GcPolicy, GcProgress, GcRequest, GcSummary};
 pub use schedules::{ScheduleDef, ScheduleRow};
+pub use server_clock::ClockReading;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SQLITE_MIGRATOR};
 pub use step_tx::StepTx;

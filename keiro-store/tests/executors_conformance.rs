@@ -1,6 +1,7 @@
 //! Conformance of executor identities, on both backends: the numbered default
 //! identities of one program are read together, and giving up an identity
-//! releases its leases in the same transaction.
+//! releases its leases in the same transaction; a worker reads the database
+//! server's clock to learn whether its own is off.
 
 #[macro_use]
 mod support;
@@ -12,6 +13,7 @@ conformance!(
     list_executors_reads_a_base_and_its_numbered_slots_only,
     remove_executor_releases_the_leases_it_held,
     remove_executor_with_a_stale_token_changes_nothing,
+    the_server_clock_is_read_where_the_database_has_one,
 );
 
 fn executor(id: &str, token: &str) -> ExecutorRow {
@@ -102,4 +104,23 @@ async fn remove_executor_with_a_stale_token_changes_nothing(db: &TestDb) {
     );
     let mine = db.store.get_instance("mine").await.unwrap().unwrap();
     assert_eq!(mine.lease_owner.as_deref(), Some("w1"));
+}
+
+async fn the_server_clock_is_read_where_the_database_has_one(db: &TestDb) {
+    let reading = db.store.read_server_clock().await.unwrap();
+    if db.store.backend() == "sqlite" {
+        assert_eq!(reading, None, "a SQLite file has no clock but this host's");
+        return;
+    }
+    let reading = reading.expect("PostgreSQL has a clock of its own");
+    // The test server runs on this host, on this host's clock.
+    assert!(
+        reading.uncertainty_us >= 0 && reading.uncertainty_us < 1_000_000,
+        "{reading:?}"
+    );
+    assert!(
+        reading.offset_us.abs() <= reading.uncertainty_us + 50_000,
+        "the server's clock read {} us off this host's: {reading:?}",
+        reading.offset_us
+    );
 }

@@ -318,6 +318,27 @@ pub enum Error {
         /// Its process id.
         pid: i64,
     },
+    /// This process's clock is further from the database server's than
+    /// [`crate::KeiroBuilder::max_clock_skew`] allows (PostgreSQL): it takes no
+    /// executor identity, and a running worker claims nothing, until its
+    /// clock is back.
+    #[error(
+        "this process's clock (executor `{executor}`) is {} the database server's, more than \
+         max_clock_skew ({limit:?}) allows: workers compare lease and wake times by their own \
+         clocks, so a worker whose clock is off takes live instances' leases, or has its own \
+         taken, and steps run twice; synchronise this host's clock (NTP), or raise lease_ttl \
+         and max_clock_skew together",
+        clock_offset_words(*.offset_ms)
+    )]
+    ClockSkew {
+        /// The executor identity the process takes or holds.
+        executor: String,
+        /// This process's clock minus the server's, in ms: positive when it
+        /// runs ahead.
+        offset_ms: i64,
+        /// The limit it is beyond.
+        limit: std::time::Duration,
+    },
     /// The run was stopped by a clean shutdown of this process
     /// ([`crate::Keiro::shutdown`], [`crate::ResumeWorker::shutdown`]). Its
     /// lease was released with its journal, status and attempts untouched, so
@@ -753,3 +774,12 @@ fn retry_hint(status: &str) -> &'static str {
 /// How [`Error::NotRetryable`]'s status says that a child's parent recorded
 /// its result already.
 pub(crate) const PARENT_RECORDED: &str = "already recorded this child's result";
+
+/// "1234 ms ahead of" / "1234 ms behind": how far a clock is off, in words.
+fn clock_offset_words(offset_ms: i64) -> String {
+    if offset_ms >= 0 {
+        format!("{offset_ms} ms ahead of")
+    } else {
+        format!("{} ms behind", offset_ms.unsigned_abs())
+    }
+}

@@ -88,6 +88,16 @@ impl CrashChild {
         .await
     }
 
+    /// Reads stdout until a line starting with any of `prefixes` (60 s at
+    /// most): for a process that says one of several things.
+    pub async fn line_starting_any(&mut self, prefixes: &[&str]) -> String {
+        self.line_where(
+            |line| prefixes.iter().any(|prefix| line.starts_with(prefix)),
+            &format!("a line starting with one of {prefixes:?}"),
+        )
+        .await
+    }
+
     /// Reads stdout until a line containing `text` (60 s at most): for log
     /// lines, which start with a timestamp.
     pub async fn line_containing(&mut self, text: &str) -> String {

@@ -143,6 +143,7 @@ fn classify(error: &Error) -> (StatusCode, &'static str) {
         Error::NoWorker { .. } => (S::SERVICE_UNAVAILABLE, "no_worker"),
         Error::NoQueueWorker { .. } => (S::SERVICE_UNAVAILABLE, "no_queue_worker"),
         Error::ShutDown { .. } => (S::SERVICE_UNAVAILABLE, "shut_down"),
+        Error::ClockSkew { .. } => (S::SERVICE_UNAVAILABLE, "clock_skew"),
         Error::Decode { .. } => (S::INTERNAL_SERVER_ERROR, "decode"),
         Error::DuplicateWorkflow { .. } => (S::INTERNAL_SERVER_ERROR, "duplicate_workflow"),
         Error::ExecutorIdInUse { .. } => (S::INTERNAL_SERVER_ERROR, "executor_id_in_use"),

@@ -179,6 +179,7 @@ impl Keiro {
     ) -> Result<Claimed> {
         options.validate()?;
         self.ensure_executor().await?;
+        self.refuse_claims_if_clock_off()?;
         self.serve_registered(options).await?;
         let store = self.raw_store();
         let owner = self.owner();

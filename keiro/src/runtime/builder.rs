@@ -45,6 +45,7 @@ impl Keiro {
             url: url.into(),
             executor_id: None,
             lease_ttl: Duration::from_secs(10),
+            max_clock_skew: None,
             max_attempts: 5,
             suspend_after: Duration::from_secs(1),
             no_worker_timeout: Duration::from_secs(30),
@@ -67,6 +68,7 @@ pub struct KeiroBuilder {
     url: String,
     executor_id: Option<String>,
     lease_ttl: Duration,
+    max_clock_skew: Option<Duration>,
     max_attempts: u32,
     suspend_after: Duration,
     no_worker_timeout: Duration,
@@ -83,6 +85,7 @@ impl std::fmt::Debug for KeiroBuilder {
             .field("url", &keiro_store::redact_url(&self.url))
             .field("executor_id", &self.executor_id)
             .field("lease_ttl", &self.lease_ttl)
+            .field("max_clock_skew", &self.max_clock_skew)
             .field("max_attempts", &self.max_attempts)
             .field("suspend_after", &self.suspend_after)
             .field("no_worker_timeout", &self.no_worker_timeout)
@@ -121,6 +124,27 @@ impl KeiroBuilder {
     /// claims lapse.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl = ttl;
+        self
+    }
+
+    /// How far this process's clock may be from the database server's
+    /// (default: a quarter of [`lease_ttl`](Self::lease_ttl)). Workers compare
+    /// lease expiries and wake times by their own clocks, so one whose clock
+    /// is off by more than two thirds of the TTL takes live instances'
+    /// leases (or has its own taken) and a step body runs twice; a quarter
+    /// per worker keeps any two workers within half the TTL of each other.
+    ///
+    /// On PostgreSQL a process reads the server's clock when it takes its
+    /// executor identity and refuses to run workflows with
+    /// [`Error::ClockSkew`] when its clock is further off than this; it reads
+    /// it again at every executor heartbeat (2.5 s), and while its clock is
+    /// off its resume worker claims nothing (its passes fail with
+    /// `ClockSkew`, logged) until the clock is back. SQLite has no second
+    /// clock: its database is a file on this host. A runtime on a manual
+    /// clock ([`crate::testing::TestEnv`]) is not checked. `Duration::MAX`
+    /// turns the check off.
+    pub fn max_clock_skew(mut self, skew: Duration) -> Self {
+        self.max_clock_skew = Some(skew);
         self
     }
 
@@ -271,6 +295,14 @@ impl KeiroBuilder {
                 ),
             ));
         }
+        if self.max_clock_skew == Some(Duration::ZERO) {
+            return Err(Error::invalid_option(
+                "max_clock_skew",
+                "0 would refuse every clock that can be measured off by a microsecond; use at \
+                 least a few ms (default a quarter of the lease TTL), or Duration::MAX to turn \
+                 the check off",
+            ));
+        }
         if self.max_attempts == 0 {
             return Err(Error::invalid_option(
                 "max_attempts",
@@ -317,6 +349,8 @@ impl KeiroBuilder {
                 requested_id,
                 exclusive,
                 lease_ttl: self.lease_ttl,
+                max_clock_skew: self.max_clock_skew.unwrap_or(self.lease_ttl / 4),
+                clock_off_us: Default::default(),
                 max_attempts: self.max_attempts,
                 suspend_after: self.suspend_after,
                 journal: self.journal,

@@ -108,6 +108,11 @@ impl Me {
 
 async fn register(keiro: &Keiro) -> Result<Registration> {
     let store = &keiro.inner.store;
+    // Before taking anything over: a process whose clock is off would take
+    // leases that are not lapsed.
+    keiro
+        .check_clock_at_start(&keiro.inner.requested_id)
+        .await?;
     let me = Me {
         token: uuid::Uuid::new_v4().to_string(),
         host: host_name(),
@@ -253,6 +258,8 @@ async fn heartbeat(inner: Weak<Inner>, id: String, token: String, mut stop: watc
             }
             Err(error) => tracing::warn!(%error, "keiro executor heartbeat failed; retrying"),
         }
+        // After the heartbeat, so a slow reading never delays it.
+        Keiro { inner }.recheck_clock(&id).await;
     }
 }
 

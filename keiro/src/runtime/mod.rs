@@ -14,6 +14,7 @@
 //! methods.
 
 mod builder;
+mod clock_check;
 mod global;
 pub(crate) mod identity;
 pub(crate) mod inflight;
@@ -56,6 +57,13 @@ struct Inner {
     /// Whether `requested_id` was set explicitly, so no other is taken.
     exclusive: bool,
     lease_ttl: Duration,
+    /// How far this process's clock may be from the database server's
+    /// (`KeiroBuilder::max_clock_skew`).
+    max_clock_skew: Duration,
+    /// How far this process's clock was off the server's at the last
+    /// reading that found it beyond `max_clock_skew` (µs, signed); 0 while
+    /// it is within (see [`clock_check`]).
+    clock_off_us: std::sync::atomic::AtomicI64,
     max_attempts: u32,
     /// Waits longer than this suspend the workflow instead of holding memory.
     suspend_after: Duration,

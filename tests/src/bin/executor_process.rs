@@ -2,13 +2,15 @@
 //!
 //! ```text
 //! executor_process worker <lease_ms>  run a resume worker claiming one instance at a
-//!                                     time under leases of <lease_ms>; print
+//!                                     time under leases of <lease_ms>, logging
+//!                                     keiro's `info` to stdout; print
 //!                                     `READY <executor id>`; run until killed
 //! executor_process run <marker>       run held(marker) in-process; print
 //!                                     `DONE <process id> <executor id>`
 //! ```
 //! The database is `KEIRO_DATABASE_URL`; the identity `KEIRO_EXECUTOR_ID`
-//! when set, else the default one.
+//! when set, else the default one. An error ends the process with status 1
+//! after `error: <message>` on stdout.
 
 use std::time::Duration;
 
@@ -18,7 +20,7 @@ use keiro_tests::executors::held;
 #[tokio::main]
 async fn main() {
     if let Err(error) = run().await {
-        eprintln!("error: {error}");
+        println!("error: {error}");
         std::process::exit(1);
     }
 }
@@ -33,6 +35,11 @@ async fn run() -> Result<(), keiro::Error> {
     {
         ["worker", lease_ms] => {
             let lease_ms: u64 = lease_ms.parse().expect("worker <lease_ms>");
+            tracing_subscriber::fmt()
+                .with_env_filter("keiro=info")
+                .with_writer(std::io::stdout)
+                .with_ansi(false)
+                .init();
             // One instance per pass and at a time, so that several workers
             // share a handful of instances instead of one taking them all.
             // The lease TTL is the runtime's; the identity comes from the

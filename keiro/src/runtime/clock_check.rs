@@ -1,0 +1,145 @@
+//! Whether this process's clock agrees with the database server's.
+//!
+//! Workers compare lease expiries and wake times by their own clocks, so a
+//! worker whose clock runs ahead takes live instances' leases and one whose
+//! clock runs behind has its own taken; either way a step body runs twice.
+//! On PostgreSQL a process reads the server's clock when it takes its
+//! executor identity (and is refused beyond `max_clock_skew`), then at every
+//! heartbeat; while its clock is off its resume passes claim nothing.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use keiro_store::ClockReading;
+
+use crate::{Error, Keiro, Result};
+
+/// What one reading says of this process's clock.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// No second clock (SQLite), a manual clock, or within the limit.
+    Within,
+    /// Off by more than the limit: this process's clock minus the
+    /// server's, in µs.
+    Off(i64),
+}
+
+/// Judges `reading` against `limit`, giving it the benefit of its
+/// uncertainty.
+pub(crate) fn judge(reading: Option<ClockReading>, limit: Duration) -> Verdict {
+    let limit_us = i64::try_from(limit.as_micros()).unwrap_or(i64::MAX);
+    match reading {
+        Some(reading) if reading.certain_skew_us() > limit_us => Verdict::Off(reading.offset_us),
+        _ => Verdict::Within,
+    }
+}
+
+impl Keiro {
+    /// Reads the server's clock and judges this process's against it; a
+    /// runtime on a manual clock is not checked.
+    pub(crate) async fn read_clock_verdict(&self) -> Result<Verdict> {
+        let store = self.raw_store();
+        if store.clock().is_manual() {
+            return Ok(Verdict::Within);
+        }
+        let reading = store.read_server_clock().await?;
+        Ok(judge(reading, self.inner.max_clock_skew))
+    }
+
+    /// Refuses to take an executor identity with a clock that is off.
+    pub(crate) async fn check_clock_at_start(&self, executor: &str) -> Result<()> {
+        match self.read_clock_verdict().await? {
+            Verdict::Within => Ok(()),
+            Verdict::Off(offset_us) => Err(self.clock_skew_error(executor, offset_us)),
+        }
+    }
+
+    /// Reads the server's clock again (at a heartbeat), remembering the
+    /// verdict for [`Keiro::refuse_claims_if_clock_off`] and logging when it
+    /// changes. A failed reading leaves the last verdict standing.
+    pub(crate) async fn recheck_clock(&self, executor: &str) {
+        let verdict = match self.read_clock_verdict().await {
+            Ok(verdict) => verdict,
+            Err(error) => {
+                // The heartbeat beside it has said the database is unreachable.
+                tracing::debug!(%error, "keiro could not read the database server's clock");
+                return;
+            }
+        };
+        let now_off = match verdict {
+            Verdict::Within => 0,
+            // 0 means "within": an offset beyond any limit is never 0.
+            Verdict::Off(offset_us) => offset_us,
+        };
+        let was_off = self.inner.clock_off_us.swap(now_off, Ordering::SeqCst);
+        match (was_off, now_off) {
+            (0, 0) => {}
+            (_, 0) => tracing::info!(
+                executor,
+                "keiro: this process's clock is back within max_clock_skew of the database \
+                 server's; its resume worker claims work again"
+            ),
+            (_, off) => {
+                if was_off == 0 {
+                    let error = self.clock_skew_error(executor, off);
+                    tracing::error!(%error, "keiro stops claiming work");
+                }
+            }
+        }
+    }
+
+    /// `Err(ClockSkew)` while the last reading found this process's clock
+    /// off: a resume pass claims nothing then.
+    pub(crate) fn refuse_claims_if_clock_off(&self) -> Result<()> {
+        match self.inner.clock_off_us.load(Ordering::SeqCst) {
+            0 => Ok(()),
+            off => Err(self.clock_skew_error(self.owner(), off)),
+        }
+    }
+
+    fn clock_skew_error(&self, executor: &str, offset_us: i64) -> Error {
+        Error::ClockSkew {
+            executor: executor.to_owned(),
+            offset_ms: offset_us / 1000,
+            limit: self.inner.max_clock_skew,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(offset_us: i64, uncertainty_us: i64) -> Option<ClockReading> {
+        Some(ClockReading {
+            offset_us,
+            uncertainty_us,
+        })
+    }
+
+    #[test]
+    fn a_clock_is_off_only_when_it_is_certainly_beyond_the_limit() {
+        let limit = Duration::from_millis(2_500);
+        assert_eq!(judge(None, limit), Verdict::Within, "no second clock");
+        assert_eq!(judge(reading(2_400_000, 50_000), limit), Verdict::Within);
+        assert_eq!(
+            judge(reading(2_540_000, 50_000), limit),
+            Verdict::Within,
+            "the uncertainty may cover the excess"
+        );
+        assert_eq!(
+            judge(reading(2_600_000, 50_000), limit),
+            Verdict::Off(2_600_000)
+        );
+        assert_eq!(
+            judge(reading(-30_000_000, 1_000), limit),
+            Verdict::Off(-30_000_000),
+            "behind counts as much as ahead"
+        );
+        assert_eq!(
+            judge(reading(-30_000_000, 1_000), Duration::MAX),
+            Verdict::Within,
+            "Duration::MAX turns the check off"
+        );
+    }
+}

@@ -1,0 +1,191 @@
+//! A worker whose clock is off the database server's (real child processes,
+//! their clocks shifted by libfaketime): on PostgreSQL it refuses to start,
+//! and one whose clock drifts off while it runs claims nothing until its
+//! clock is back. On SQLite, whose database is a file on this host, there
+//! is no second clock and a shifted worker starts.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use keiro::Keiro;
+use keiro_store::InstanceStatus;
+use keiro_tests::executors::brief;
+use keiro_tests::process::CrashChild;
+use keiro_tests::{on_both_backends, Backend, TestDb};
+
+const BIN: &str = env!("CARGO_BIN_EXE_executor_process");
+
+/// libfaketime's thread-safe build (Debian's `faketime` package): preloaded,
+/// it shifts the child's wall clock (and not its monotonic one) by the
+/// offset in a file it re-reads at every reading.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// The worker's lease TTL: 10 s, so `max_clock_skew` is 2.5 s.
+const LEASE_MS: &str = "10000";
+
+on_both_backends!(
+    a_worker_whose_clock_is_off_refuses_to_start_where_the_server_has_a_clock,
+    a_skew_limit_of_zero_is_refused,
+);
+
+mod postgres_only {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_worker_whose_clock_drifts_off_claims_nothing_until_it_is_back() {
+        super::a_worker_whose_clock_drifts_off_claims_nothing_until_it_is_back().await
+    }
+}
+
+/// A worker child under libfaketime, its clock shifted by what `offset`
+/// holds (`+30s`, `-1m`, `+0s`, …).
+fn shifted_worker(db: &TestDb, offset: &Path) -> CrashChild {
+    assert!(
+        Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} is missing: install Debian's `faketime` (.ci/run does)"
+    );
+    let offset = offset.to_str().unwrap();
+    CrashChild::start_with_env(
+        BIN,
+        db,
+        &[
+            ("LD_PRELOAD", LIBFAKETIME),
+            ("FAKETIME_TIMESTAMP_FILE", offset),
+            ("FAKETIME_NO_CACHE", "1"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ],
+        &["worker", LEASE_MS],
+    )
+}
+
+/// Whichever comes first of `READY …` and `error: …`.
+async fn outcome(child: &mut CrashChild) -> String {
+    let line = child.line_starting_any(&["READY ", "error: "]).await;
+    line.trim().to_owned()
+}
+
+async fn a_worker_whose_clock_is_off_refuses_to_start_where_the_server_has_a_clock(
+    backend: Backend,
+) {
+    let db = TestDb::new(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let offset = dir.path().join("offset");
+    for (shift, words) in [("+30s", "ahead of"), ("-30s", "behind")] {
+        std::fs::write(&offset, shift).unwrap();
+        let mut child = shifted_worker(&db, &offset);
+        let said = outcome(&mut child).await;
+        if backend.is_postgres() {
+            assert!(
+                said.starts_with("error: this process's clock")
+                    && said.contains(&format!(" ms {words} the database server's"))
+                    && said.contains("max_clock_skew (2.5s)"),
+                "a worker {shift} off the server started or said something else: {said}"
+            );
+            let off_ms: i64 = said
+                .split(" ms ")
+                .next()
+                .and_then(|head| head.rsplit(' ').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no offset in: {said}"));
+            assert!(
+                (29_000..=31_000).contains(&off_ms),
+                "measured {off_ms} ms for a {shift} shift: {said}"
+            );
+            assert!(
+                !child.exit_success().await,
+                "a refused worker exits non-zero"
+            );
+        } else {
+            assert!(said.starts_with("READY "), "{said}");
+            child.kill().await;
+        }
+    }
+    // The same worker on a clock that agrees starts everywhere.
+    std::fs::write(&offset, "+0s").unwrap();
+    let mut child = shifted_worker(&db, &offset);
+    let said = outcome(&mut child).await;
+    assert!(said.starts_with("READY "), "{said}");
+    child.kill().await;
+}
+
+async fn a_worker_whose_clock_drifts_off_claims_nothing_until_it_is_back() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let dir = tempfile::tempdir().unwrap();
+    let offset = dir.path().join("offset");
+    std::fs::write(&offset, "+0s").unwrap();
+    let mut child = shifted_worker(&db, &offset);
+    let said = outcome(&mut child).await;
+    assert!(said.starts_with("READY "), "{said}");
+
+    let keiro = Keiro::connect(&db.url).await.unwrap();
+    // Runs while the clocks agree.
+    brief(10).id("before").on(&keiro).enqueue().await.unwrap();
+    assert_eq!(
+        wait_final(&keiro, "before").await,
+        InstanceStatus::Completed
+    );
+
+    // The worker's clock jumps 40 s ahead: it would take any lease within
+    // 40 s of lapsing. It notices at its next heartbeat (2.5 s).
+    std::fs::write(&offset, "+40s").unwrap();
+    let stopped = child.line_containing("keiro stops claiming work").await;
+    assert!(
+        stopped.contains("ms ahead of the database server's"),
+        "{stopped}"
+    );
+    brief(10)
+        .id("while-off")
+        .on(&keiro)
+        .enqueue()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let row = keiro
+        .store()
+        .get_instance("while-off")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.status, InstanceStatus::Pending, "{row:?}");
+    assert_eq!(
+        row.lease_owner, None,
+        "a worker whose clock is off claimed: {row:?}"
+    );
+
+    // Back in agreement: it claims again.
+    std::fs::write(&offset, "+0s").unwrap();
+    child.line_containing("is back within max_clock_skew").await;
+    assert_eq!(
+        wait_final(&keiro, "while-off").await,
+        InstanceStatus::Completed
+    );
+    child.kill().await;
+}
+
+async fn a_skew_limit_of_zero_is_refused(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let error = db
+        .builder()
+        .max_clock_skew(Duration::ZERO)
+        .connect()
+        .await
+        .unwrap_err();
+    match &error {
+        keiro::Error::InvalidOption { option, reason } => {
+            assert_eq!(*option, "max_clock_skew");
+            assert!(reason.contains("Duration::MAX"), "{reason}");
+        }
+        other => panic!("expected InvalidOption, got {other:?}"),
+    }
+}
+
+/// Polls until instance `id` is final (30 s at most); its status.
+async fn wait_final(keiro: &Keiro, id: &str) -> InstanceStatus {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let row = keiro.store().get_instance(id).await.unwrap().unwrap();
+        if row.status.is_final() {
+            return row.status;
+        }
+        assert!(Instant::now() < deadline, "{id} is still {:?}", row.status);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
