@@ -421,12 +421,14 @@ impl Store {
         crate::validate::validate_id("workflow id", new.id)?;
         crate::validate::validate_id("workflow name", new.name)?;
         let now = self.now_us();
+        let created_at = self.clock().creation_stamps(1);
         // In a block of its own, so that an error inside (`?`) reaches the
         // duplicate check below instead of returning past it.
         let created = async {
             dispatch!(Store, self, |s| {
                 let mut tx = s.begin(OP).await?;
-                let created = create_queued_on((&mut *tx).into(), new, queued, now).await?;
+                let created =
+                    create_queued_on((&mut *tx).into(), new, queued, now, created_at).await?;
                 tx.commit().await.map_err(StoreError::query(OP))?;
                 Ok::<_, StoreError>(created)
             })
@@ -469,12 +471,11 @@ impl Store {
         let news: Vec<crate::NewInstance<'_>> = order.iter().map(|&i| batch[i].0.clone()).collect();
         let queued: Vec<&Queued<'_>> = order.iter().map(|&i| &batch[i].1).collect();
         // Created a microsecond apart in batch order (the order the calls
-        // were made), so the queue's run order (priority, then creation)
-        // keeps it among equals, not the ids' order. (A later batch reads
-        // the system clock after this one committed, well past these
-        // stamps; a manual clock that stands still, as a `TestEnv`'s, lets
-        // two batches interleave.)
-        let stamp = |i: usize| now + i as i64;
+        // were made), after every instance this process created before, so
+        // the queue's run order (priority, then creation) keeps it among
+        // equals, not the ids' order.
+        let first = self.clock().creation_stamps(batch.len());
+        let stamp = |i: usize| first + i as i64;
         let stamps: Vec<i64> = order.iter().map(|&i| stamp(i)).collect();
         dispatch!(Store, self, |s| {
             let mut tx = s.begin_batch(OP).await?;
@@ -725,8 +726,9 @@ impl Store {
 }
 
 /// Records `new` on its queue in the caller's transaction, like
-/// [`Store::create_queued`], created at `now` (µs since the Unix epoch, by
-/// the caller's clock: [`Store::now_us`]). With a dedup key the writes run
+/// [`Store::create_queued`], at `clock`'s time (the store's:
+/// [`Store::clock`]), its creation stamped by
+/// [`Clock::creation_stamps`](crate::Clock::creation_stamps). With a dedup key the writes run
 /// under a savepoint: an enqueue that commits the same key while this one
 /// waits (PostgreSQL) is refused with [`StoreError::Duplicate`] naming it,
 /// and the caller's transaction stays usable, holding nothing of this call.
@@ -734,19 +736,20 @@ pub async fn create_queued_tx<'t, 'c>(
     tx: impl Into<crate::TimerTx<'t, 'c>>,
     new: &crate::NewInstance<'_>,
     queued: &Queued<'_>,
-    now: i64,
+    clock: &crate::Clock,
 ) -> Result<(InstanceRow, bool)>
 where
     'c: 't,
 {
     crate::validate::validate_id("workflow id", new.id)?;
     crate::validate::validate_id("workflow name", new.name)?;
+    let (now, created_at) = (clock.now_us(), clock.creation_stamps(1));
     let mut tx = tx.into();
     let created = match queued.dedup {
-        None => create_queued_on(tx.reborrow().into(), new, queued, now).await?,
+        None => create_queued_on(tx.reborrow().into(), new, queued, now, created_at).await?,
         Some(key) => {
             savepoint(tx.reborrow().into(), "SAVEPOINT keiro_enqueue").await?;
-            match create_queued_on(tx.reborrow().into(), new, queued, now).await {
+            match create_queued_on(tx.reborrow().into(), new, queued, now, created_at).await {
                 Ok(created) => {
                     savepoint(tx.reborrow().into(), "RELEASE SAVEPOINT keiro_enqueue").await?;
                     created
@@ -802,6 +805,7 @@ async fn create_queued_on(
     new: &crate::NewInstance<'_>,
     queued: &Queued<'_>,
     now: i64,
+    created_at: i64,
 ) -> Result<(InstanceRow, bool)> {
     if let Some(key) = queued.dedup {
         if let Some(duplicate) = find_duplicate(conn.reborrow(), new, queued, key).await? {
@@ -810,7 +814,8 @@ async fn create_queued_on(
     }
     let (mut row, created) = crate::journal::create_instance_on(conn.reborrow(), new, now).await?;
     if created {
-        mark_queued(conn, new.id, queued, None).await?;
+        mark_queued(conn, new.id, queued, Some(created_at)).await?;
+        row.created_at = created_at;
         if let Some(at) = queued.not_before {
             row.wake_at = Some(at);
         }

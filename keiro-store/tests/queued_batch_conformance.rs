@@ -295,8 +295,8 @@ async fn keyed_create<'t, 'c: 't>(tx: impl Into<keiro_store::TimerTx<'t, 'c>>, i
         dedup: Some("k"),
         ..on("q")
     };
-    let now = keiro_store::now_us();
-    let (_, created) = keiro_store::create_queued_tx(tx, &instance(id), &keyed, now)
+    let clock = keiro_store::Clock::system();
+    let (_, created) = keiro_store::create_queued_tx(tx, &instance(id), &keyed, &clock)
         .await
         .unwrap();
     assert!(created);

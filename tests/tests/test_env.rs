@@ -308,6 +308,40 @@ async fn enqueued_in_a_transaction(n: u32) -> u32 {
     n
 }
 
+/// The order [`noted`] instances started in.
+static STARTED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+#[step]
+async fn note_start(n: u32) -> u32 {
+    STARTED.lock().unwrap().push(n);
+    n
+}
+
+#[workflow]
+async fn noted(n: u32) -> u32 {
+    note_start(n).await
+}
+
+/// While the virtual clock stands still, enqueues made one after another (a
+/// commit each) still run in the order they were made, not in id order:
+/// each is created after the one before.
+#[tokio::test]
+async fn a_queue_runs_enqueues_in_the_order_made_while_the_clock_stands_still() {
+    let env = TestEnv::starting_at(epoch()).await;
+    let mut handles = Vec::new();
+    for n in 0..10u32 {
+        // Ids falling as they are made; all due at once, an hour on.
+        let call = noted(n).id(format!("made-{}", 9 - n)).queue(&ENV_QUEUE);
+        let handle = call.delay(HOUR).on(env.keiro()).enqueue().await.unwrap();
+        handles.push(handle);
+    }
+    env.advance(HOUR).await;
+    for handle in handles {
+        handle.result().await.unwrap();
+    }
+    assert_eq!(*STARTED.lock().unwrap(), (0..10).collect::<Vec<u32>>());
+}
+
 /// An instance enqueued in the caller's transaction is created at the
 /// environment's virtual time, like one enqueued on its own, on a queue or
 /// not: a queue runs its instances in order of creation.

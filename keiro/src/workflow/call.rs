@@ -412,7 +412,7 @@ where
         let now_us = keiro.now_us();
         let (row, _) = if self.queue.is_set() {
             let queued = self.queue.queued(self.name, now_us)?;
-            keiro_store::create_queued_tx(tx, &new, &queued, now_us)
+            keiro_store::create_queued_tx(tx, &new, &queued, keiro.clock())
                 .await
                 .map_err(Error::from_store)?
         } else {
