@@ -26,6 +26,11 @@ pub const OTHER_VERSION: &str = "keiro_resume_other_version_total";
 pub const TRANSIENT_ERRORS: &str = "keiro_resume_transient_errors_total";
 /// Awakeables created and not yet answered, as of the last resume pass.
 pub const AWAKEABLES_PENDING: &str = "keiro_awakeables_pending";
+/// This process's clock minus the database server's, in seconds (positive:
+/// it runs ahead), as of its last reading: on PostgreSQL, when the process
+/// takes its executor identity and at every executor heartbeat (see
+/// [`crate::KeiroBuilder::max_clock_skew`]). Alert on it well below that limit.
+pub const CLOCK_OFFSET: &str = "keiro_clock_offset_seconds";
 
 pub(crate) fn step(name: &'static str, replayed: bool) {
     let outcome = if replayed { "replayed" } else { "executed" };
@@ -47,4 +52,8 @@ pub(crate) fn pass(summary: &ResumeSummary) {
 
 pub(crate) fn awakeables_pending(n: u64) {
     gauge!(AWAKEABLES_PENDING).set(n as f64);
+}
+
+pub(crate) fn clock_offset(offset_us: i64) {
+    gauge!(CLOCK_OFFSET).set(offset_us as f64 / 1e6);
 }

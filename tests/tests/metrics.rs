@@ -1,6 +1,6 @@
 //! The runtime's metrics through the `metrics` facade: steps executed and
 //! replayed, run outcomes, and a resume pass's gauges — labelled by names and
-//! outcomes only, never by ids.
+//! outcomes only, never by ids — and, on PostgreSQL, the clock's offset.
 
 use std::time::Duration;
 
@@ -116,4 +116,19 @@ async fn steps_runs_and_passes_are_measured_with_bounded_labels() {
             assert!(!v.contains("m-1"), "{name} carries an id: {labels:?}");
         }
     }
+
+    // SQLite has no second clock to be off; a PostgreSQL runtime reads the
+    // server's as it takes its identity (this server shares the host's).
+    let offset = |reading: &[Reading]| {
+        reading
+            .iter()
+            .find(|(name, _, _)| name == telemetry::CLOCK_OFFSET)
+            .map(|(_, _, value)| *value)
+    };
+    assert_eq!(offset(&first), None, "a clock offset on SQLite");
+    let db = TestDb::new(Backend::Postgres).await;
+    let keiro = keiro::Keiro::connect(&db.url).await.unwrap();
+    keiro.resume_once(&quiet).await.unwrap();
+    let measured = offset(&read(&snapshotter)).expect("no clock offset on PostgreSQL");
+    assert!(measured.abs() < 0.05, "{measured} s off the server's clock");
 }

@@ -43,6 +43,9 @@ impl Keiro {
             return Ok(Verdict::Within);
         }
         let reading = store.read_server_clock().await?;
+        if let Some(reading) = reading {
+            crate::telemetry::clock_offset(reading.offset_us);
+        }
         Ok(judge(reading, self.inner.max_clock_skew))
     }
 
