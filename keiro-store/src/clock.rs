@@ -66,10 +66,11 @@ impl Clock {
     /// `n` consecutive creation stamps (µs since the Unix epoch), returning
     /// the first: at or after now, and after every stamp this clock or a
     /// clone of it handed out before. A queue runs equal priorities in
-    /// creation order, so two enqueues of one process never share a stamp,
-    /// however close together, across a large batch's commit, or while a
-    /// manual clock stands still. At most a few µs ahead of now under
-    /// load; as far ahead as the calls a standing manual clock saw.
+    /// creation order, so two enqueues of one store (every clone of a
+    /// store shares its clock) never share a stamp, however close
+    /// together, across a large batch's commit, or while a manual clock
+    /// stands still. At most a few µs ahead of now under load; as far
+    /// ahead as the calls a standing manual clock saw.
     pub fn creation_stamps(&self, n: usize) -> i64 {
         let n = i64::try_from(n.max(1)).unwrap_or(i64::MAX);
         let now = self.now_us();

@@ -76,7 +76,7 @@ impl DebounceStatements {
             // $7 the burst's latest start.
             open: format!(
                 "UPDATE {w} SET queue = $2, priority = $3, partition_key = $4, wake_at = $5, \
-                 debounce_key = $6, debounce_until = $7 WHERE id = $1"
+                 debounce_key = $6, debounce_until = $7, created_at = $8 WHERE id = $1"
             ),
         }
     }
@@ -211,6 +211,8 @@ async fn fold_into_burst(
     let (mut row, created) = crate::journal::create_instance_on(conn.reborrow(), new, now).await?;
     if created {
         let until = debounce.max_wait_us.map(|max| now.saturating_add(max));
+        // A burst's instance takes its place in its queue when it opens.
+        let created_at = clock.creation_stamps(1);
         let open = args![
             new.id,
             queued.queue,
@@ -219,6 +221,7 @@ async fn fold_into_burst(
             due,
             debounce.key,
             until,
+            created_at,
         ];
         dispatch!(Conn, conn, |c, sql| {
             bind_all!(crate::prepared::query(&sql.debounce.open), &open)
@@ -228,6 +231,7 @@ async fn fold_into_burst(
                 .map_err(StoreError::query(OP))
         })?;
         row.wake_at = Some(due);
+        row.created_at = created_at;
     }
     Ok((row, created))
 }

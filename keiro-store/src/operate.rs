@@ -63,7 +63,7 @@ impl OperateStatements {
                 "INSERT INTO {w} (id, name, generation, status, input, attempts, wake_at, \
                  created_at, updated_at, signature, app_version, skeleton_hash, queue, \
                  priority, partition_key) \
-                 SELECT $2, name, 0, 'pending', input, 0, $3, $3, $3, signature, app_version, \
+                 SELECT $2, name, 0, 'pending', input, 0, $3, $4, $3, signature, app_version, \
                  skeleton_hash, queue, priority, partition_key \
                  FROM {w} WHERE id = $1 \
                  ON CONFLICT (id) DO NOTHING"
@@ -278,10 +278,13 @@ impl Store {
             let Some((_name, generation)) = source else {
                 return crate::query::rolled_back(tx, OP, Fork::NotFound).await;
             };
+            // A fork takes its place on its source's queue as it is made.
+            let created_at = self.clock().creation_stamps(1);
             let inserted = crate::prepared::query(&sql.operate.fork_instance)
                 .bind(id)
                 .bind(new_id)
                 .bind(now)
+                .bind(created_at)
                 .execute(&mut *tx)
                 .await
                 .map_err(StoreError::query(OP))?

@@ -43,17 +43,19 @@ impl Store {
             Store::Postgres(s) => {
                 let mut best: Option<ClockReading> = None;
                 for _ in 0..READINGS {
-                    let before = now_us();
+                    // The round trip timed by the monotonic clock: a step of
+                    // the wall clock meanwhile (NTP) cannot make it negative.
+                    let (before, sent) = (now_us(), std::time::Instant::now());
                     let server: i64 = crate::prepared::query_scalar(
                         "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8",
                     )
                     .fetch_one(s.exec())
                     .await
                     .map_err(crate::StoreError::query("read_server_clock"))?;
-                    let after = now_us();
+                    let round_trip = i64::try_from(sent.elapsed().as_micros()).unwrap_or(i64::MAX);
                     let reading = ClockReading {
-                        offset_us: before + (after - before) / 2 - server,
-                        uncertainty_us: (after - before + 1) / 2,
+                        offset_us: before.saturating_add(round_trip / 2) - server,
+                        uncertainty_us: round_trip / 2 + 1,
                     };
                     if best.is_none_or(|b| reading.uncertainty_us < b.uncertainty_us) {
                         best = Some(reading);

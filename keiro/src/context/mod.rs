@@ -10,6 +10,7 @@ mod awakeable_id;
 mod awakeable_record;
 pub(crate) mod deferred;
 mod events;
+pub(crate) mod lease_watch;
 mod messages;
 mod patch;
 pub(crate) mod pipeline;
@@ -241,6 +242,8 @@ pub(crate) struct WorkflowContext {
     /// Transactional steps of this run between their `BEGIN` and their
     /// commit or rollback.
     transactions: std::sync::atomic::AtomicUsize,
+    /// When the run last renewed its lease, while it is driven.
+    pub(crate) lease: lease_watch::LeaseWatch,
 }
 
 /// A transactional step of a run holding its transaction open (see
@@ -306,6 +309,7 @@ impl WorkflowContext {
             pipeline: pipelined.then(pipeline::Pipeline::default),
             deferred: deferred::Deferred::default(),
             transactions: std::sync::atomic::AtomicUsize::new(0),
+            lease: lease_watch::LeaseWatch::default(),
         };
         (Arc::new(cx), aborted)
     }

@@ -48,6 +48,11 @@ impl QueueClaim<'_> {
         queue: &'static Queue,
         room: i64,
     ) -> keiro_store::Result<Vec<InstanceRow>> {
+        // While this process's clock is off the server's it claims nothing,
+        // in a running pass either.
+        if keiro.clock_is_off() {
+            return Ok(Vec::new());
+        }
         keiro
             .raw_store()
             .claim_queue(
@@ -361,10 +366,11 @@ impl Keiro {
             })
         };
         // What a run of `row` from `queue` hands its slot over with, if it
-        // may: the pass still refills, and the queue has no rate limit.
+        // may: the pass still refills, the queue has no rate limit, and this
+        // process's clock is not off (a hand-over claims by it).
         let hand_over = |queue: Option<&'static Queue>, row: &InstanceRow, refills_left: i64| {
             let queue = queue.filter(|q| q.limits().rate_limit.is_none())?;
-            if refills_left <= 0 || stop.is_draining() {
+            if refills_left <= 0 || stop.is_draining() || self.clock_is_off() {
                 return None;
             }
             let signature = self.registry().signature(&row.name)?;

@@ -138,11 +138,13 @@ impl KeiroBuilder {
     /// executor identity and refuses to run workflows with
     /// [`Error::ClockSkew`] when its clock is further off than this; it reads
     /// it again at every executor heartbeat (2.5 s), and while its clock is
-    /// off its resume worker claims nothing (its passes fail with
-    /// `ClockSkew`, logged) until the clock is back. SQLite has no second
-    /// clock: its database is a file on this host. A runtime on a manual
-    /// clock ([`crate::testing::TestEnv`]) is not checked. `Duration::MAX`
-    /// turns the check off.
+    /// off its resume worker claims nothing (no pass, refill or queue
+    /// hand-over; its passes fail with `ClockSkew`, logged) until the clock
+    /// is back; runs in flight go on. SQLite has no second clock: its
+    /// database is a file on this host. A runtime on a manual clock
+    /// ([`crate::testing::TestEnv`]) is not checked. `Duration::MAX` turns
+    /// the refusal off (the clock is still read, for
+    /// [`crate::telemetry::CLOCK_OFFSET`]).
     pub fn max_clock_skew(mut self, skew: Duration) -> Self {
         self.max_clock_skew = Some(skew);
         self

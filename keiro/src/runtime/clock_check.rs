@@ -91,6 +91,12 @@ impl Keiro {
         }
     }
 
+    /// Whether the last reading found this process's clock off: it claims
+    /// nothing then (no pass, refill or hand-over).
+    pub(crate) fn clock_is_off(&self) -> bool {
+        self.inner.clock_off_us.load(Ordering::SeqCst) != 0
+    }
+
     /// `Err(ClockSkew)` while the last reading found this process's clock
     /// off: a resume pass claims nothing then.
     pub(crate) fn refuse_claims_if_clock_off(&self) -> Result<()> {

@@ -28,6 +28,9 @@ use crate::{Error, Keiro, Result};
 /// An identity whose holder has not sent a heartbeat for this long is free.
 pub(crate) const EXECUTOR_TTL: Duration = Duration::from_secs(10);
 
+/// How long a heartbeat waits for its reading of the server's clock.
+const CLOCK_READING: Duration = Duration::from_secs(1);
+
 /// How many default identities (`{host}/{program}`, then `#2` …) one program
 /// may hold on one host at once.
 pub(crate) const MAX_SLOTS: u32 = 64;
@@ -258,8 +261,35 @@ async fn heartbeat(inner: Weak<Inner>, id: String, token: String, mut stop: watc
             }
             Err(error) => tracing::warn!(%error, "keiro executor heartbeat failed; retrying"),
         }
-        // After the heartbeat, so a slow reading never delays it.
-        Keiro { inner }.recheck_clock(&id).await;
+        let keiro = Keiro { inner };
+        keiro.warn_of_starved_runs();
+        // After the heartbeat, and bounded, so that a slow reading delays
+        // the next heartbeat by a second at most (a timed-out reading leaves
+        // the last verdict standing).
+        let _ = tokio::time::timeout(CLOCK_READING, keiro.recheck_clock(&id)).await;
+    }
+}
+
+impl Keiro {
+    /// Warns, once per run, of each live run whose lease went unrenewed
+    /// past its TTL while it is driven (see [`crate::context::lease_watch`]).
+    fn warn_of_starved_runs(&self) {
+        let ttl = self.lease_ttl();
+        let now = tokio::time::Instant::now();
+        for cx in self.inflight().live_runs() {
+            if let Some(silent) = cx.lease.starved_once(ttl, now) {
+                tracing::warn!(
+                    workflow = %cx.name,
+                    id = %cx.id,
+                    "keiro: this run has not renewed its lease for {silent:.1?}, past its TTL of \
+                     {ttl:?}, and another worker may take the instance over and run its steps \
+                     again. Its task is not being polled: most likely a step body blocks the \
+                     async runtime's thread (std::thread::sleep, blocking I/O, a long \
+                     computation; run it in tokio::task::spawn_blocking), or a transactional \
+                     step has held its transaction that long"
+                );
+            }
+        }
     }
 }
 

@@ -121,6 +121,15 @@ impl InFlight {
         }
     }
 
+    /// Every live run in this process.
+    pub(crate) fn live_runs(&self) -> Vec<Arc<WorkflowContext>> {
+        lock(&self.state)
+            .contexts
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
     /// The live run of instance `id` in this process, if any.
     pub(crate) fn live(&self, id: &str) -> Option<Arc<WorkflowContext>> {
         lock(&self.state).contexts.get(id).and_then(Weak::upgrade)

@@ -124,12 +124,13 @@ pub(crate) async fn execute(
         let left = u64::try_from(expires.saturating_sub(keiro.now_us())).unwrap_or(0);
         (now + Duration::from_micros(left)).checked_sub(ttl)
     });
-    let leased = std::sync::Mutex::new(granted.map_or(now, |at| at.min(now)));
-    let ended = drive(keiro, run, &row, &cx, aborted, stop, &leased).await;
+    let leased = granted.map_or(now, |at| at.min(now));
+    cx.lease.renewed(leased);
+    let ended = drive(keiro, run, &row, &cx, aborted, stop).await;
+    let renewed = cx.lease.finish().unwrap_or(leased);
     if let Some(handing) = handing.as_deref_mut() {
         // Its slot is still this run's to hand over only while its lease
         // holds: once lapsed, a claim may have counted the slot free.
-        let renewed = *crate::runtime::lock(&leased);
         handing.lease_holds_until = Some(renewed + ttl.mul_f64(0.9));
     }
     if let Ended::TimedOut = ended {
@@ -188,7 +189,7 @@ async fn durable_first(cx: &WorkflowContext, ended: Ended) -> (Ended, Vec<(StepR
 /// Runs the body of `row`'s workflow with context `cx` until it returns, halts
 /// (`aborted`), is stopped or loses its lease, renewing the lease every third
 /// of its `ttl` (keeping when the last renewal that held was sent in
-/// `leased`). A lease it could not renew for two thirds of `ttl` (a renewal
+/// `cx.lease`, which the executor heartbeat watches). A lease it could not renew for two thirds of `ttl` (a renewal
 /// that failed) counts as lost: the run stops before the lease may lapse.
 /// A renewal that hangs is given until the lease lapses, then counts as
 /// failed too; the body goes on meanwhile (it is polled beside the
@@ -200,7 +201,6 @@ async fn drive(
     cx: &Arc<WorkflowContext>,
     mut aborted: oneshot::Receiver<Halt>,
     mut stop: Stop,
-    leased: &std::sync::Mutex<tokio::time::Instant>,
 ) -> Ended {
     let ttl = keiro.lease_ttl();
     let input = WorkflowInput {
@@ -294,7 +294,7 @@ async fn drive(
                 // leases it afresh.
                 if cx.deferred.is_pending() {
                     renewed = tokio::time::Instant::now();
-                    *crate::runtime::lock(leased) = renewed;
+                    cx.lease.renewed(renewed);
                     continue;
                 }
                 let sent = tokio::time::Instant::now();
@@ -324,7 +324,7 @@ async fn drive(
                 match renewal {
                     Ok(true) => {
                         renewed = sent;
-                        *crate::runtime::lock(leased) = renewed;
+                        cx.lease.renewed(renewed);
                     }
                     Ok(false) => return Ended::LeaseLost,
                     // The lease may lapse before the next renewal: another
