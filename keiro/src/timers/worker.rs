@@ -718,6 +718,8 @@ impl Timers {
             // (in this process, or on PostgreSQL in any) wakes the wait to
             // re-check the earliest fire time.
             let deadline = Instant::now() + options.poll_interval;
+            // Whether a wake came since the claims above found nothing.
+            let mut woken_since = false;
             loop {
                 let woken = self.wakes.timers_notified();
                 tokio::pin!(woken);
@@ -727,9 +729,17 @@ impl Timers {
                     (false, true) => deadline.saturating_duration_since(Instant::now()),
                     // Right after finding nothing to claim, never less than
                     // a few ms, so a due timer that cannot be claimed yet is
-                    // no busy loop.
+                    // no busy loop; but a timer found due after a wake (a
+                    // schedule, or a manual clock moved) is claimed at once:
+                    // wakes coming faster than the floor would otherwise
+                    // keep it waiting for as long as they come.
                     (false, false) if !claimed => {
-                        self.pause(deadline).await.max(Duration::from_millis(5))
+                        let pause = self.pause(deadline).await;
+                        if pause.is_zero() && woken_since {
+                            pause
+                        } else {
+                            pause.max(Duration::from_millis(5))
+                        }
                     }
                     (false, false) => self.pause(deadline).await,
                 };
@@ -739,7 +749,7 @@ impl Timers {
                 tokio::select! {
                     _ = tokio::time::sleep(pause) => break,
                     Some(_) = firing.set.join_next(), if !firing.is_empty() => break,
-                    _ = &mut woken, if !full => {}
+                    _ = &mut woken, if !full => woken_since = true,
                     changed = stopped.changed() => {
                         // The handle was dropped without a shutdown: stop too.
                         if changed.is_err() {
