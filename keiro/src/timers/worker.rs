@@ -727,19 +727,11 @@ impl Timers {
                 let pause = match (full, failed) {
                     (true, _) => options.poll_interval,
                     (false, true) => deadline.saturating_duration_since(Instant::now()),
-                    // Right after finding nothing to claim, never less than
-                    // a few ms, so a due timer that cannot be claimed yet is
-                    // no busy loop; but a timer found due after a wake (a
-                    // schedule, or a manual clock moved) is claimed at once:
-                    // wakes coming faster than the floor would otherwise
-                    // keep it waiting for as long as they come.
+                    // Right after finding nothing to claim: see
+                    // `idle_after_nothing` (a wake may be a schedule, or a
+                    // manual clock moved).
                     (false, false) if !claimed => {
-                        let pause = self.pause(deadline).await;
-                        if pause.is_zero() && woken_since {
-                            pause
-                        } else {
-                            pause.max(Duration::from_millis(5))
-                        }
+                        idle_after_nothing(self.pause(deadline).await, woken_since)
                     }
                     (false, false) => self.pause(deadline).await,
                 };
@@ -774,6 +766,23 @@ impl Timers {
         }
     }
 }
+
+/// How long a worker whose claims just found nothing waits, when the
+/// earliest timer is due in `until_due` (capped at the poll interval's
+/// end): never less than [`IDLE_FLOOR`], so a due timer it cannot claim is
+/// no busy loop, unless a wake came since (`woken_since`) and a timer is
+/// due now: then it claims at once. Wakes coming faster than the floor
+/// would otherwise keep such a timer waiting for as long as they come.
+fn idle_after_nothing(until_due: Duration, woken_since: bool) -> Duration {
+    if until_due.is_zero() && woken_since {
+        Duration::ZERO
+    } else {
+        until_due.max(IDLE_FLOOR)
+    }
+}
+
+/// The shortest idle wait after claims that found nothing.
+const IDLE_FLOOR: Duration = Duration::from_millis(5);
 
 /// The fires a worker loop has in flight, each in a task of its own, and
 /// when each was claimed.
@@ -878,4 +887,23 @@ where
     Ok(keiro
         .timers()
         .spawn_worker(TimerWorkerOptions::default(), fire)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timer_found_due_after_a_wake_is_claimed_at_once() {
+        let ms = Duration::from_millis;
+        assert_eq!(idle_after_nothing(Duration::ZERO, true), Duration::ZERO);
+        assert_eq!(
+            idle_after_nothing(Duration::ZERO, false),
+            IDLE_FLOOR,
+            "a due timer just found unclaimable is no busy loop"
+        );
+        assert_eq!(idle_after_nothing(ms(1), true), IDLE_FLOOR);
+        assert_eq!(idle_after_nothing(ms(300), true), ms(300));
+        assert_eq!(idle_after_nothing(ms(300), false), ms(300));
+    }
 }
