@@ -417,11 +417,21 @@ impl Store {
         new: &crate::NewInstance<'_>,
         queued: &Queued<'_>,
     ) -> Result<(InstanceRow, bool)> {
+        let created_at = self.clock().creation_stamps(1);
+        self.create_queued_at(new, queued, created_at).await
+    }
+
+    /// [`Store::create_queued`] with its creation stamp taken already.
+    async fn create_queued_at(
+        &self,
+        new: &crate::NewInstance<'_>,
+        queued: &Queued<'_>,
+        created_at: i64,
+    ) -> Result<(InstanceRow, bool)> {
         const OP: &str = "create_queued";
         crate::validate::validate_id("workflow id", new.id)?;
         crate::validate::validate_id("workflow name", new.name)?;
         let now = self.now_us();
-        let created_at = self.clock().creation_stamps(1);
         // In a block of its own, so that an error inside (`?`) reaches the
         // duplicate check below instead of returning past it.
         let created = async {
@@ -452,9 +462,27 @@ impl Store {
         &self,
         batch: &[(crate::NewInstance<'_>, Queued<'_>)],
     ) -> Result<Vec<(InstanceRow, bool)>> {
+        // Created a microsecond apart in batch order (the order the calls
+        // were made), after every instance this store created before, so
+        // the queue's run order (priority, then creation) keeps it among
+        // equals, not the ids' order.
+        let first = self.clock().creation_stamps(batch.len());
+        let stamps: Vec<i64> = (0..batch.len() as i64).map(|i| first + i).collect();
+        self.create_queued_stamped(batch, &stamps).await
+    }
+
+    /// [`Store::create_queued_many`] with each member's creation stamp
+    /// taken already (`stamps[i]` for `batch[i]`), as the writer takes them
+    /// when each call is made.
+    pub(crate) async fn create_queued_stamped(
+        &self,
+        batch: &[(crate::NewInstance<'_>, Queued<'_>)],
+        stamps: &[i64],
+    ) -> Result<Vec<(InstanceRow, bool)>> {
         const OP: &str = "create_queued";
-        if let [(new, queued)] = batch {
-            return Ok(vec![self.create_queued(new, queued).await?]);
+        debug_assert_eq!(batch.len(), stamps.len());
+        if let ([(new, queued)], [created_at]) = (batch, stamps) {
+            return Ok(vec![self.create_queued_at(new, queued, *created_at).await?]);
         }
         for (new, _) in batch {
             crate::validate::validate_id("workflow id", new.id)?;
@@ -470,13 +498,8 @@ impl Store {
         order.sort_by_key(|&i| batch[i].0.id);
         let news: Vec<crate::NewInstance<'_>> = order.iter().map(|&i| batch[i].0.clone()).collect();
         let queued: Vec<&Queued<'_>> = order.iter().map(|&i| &batch[i].1).collect();
-        // Created a microsecond apart in batch order (the order the calls
-        // were made), after every instance this process created before, so
-        // the queue's run order (priority, then creation) keeps it among
-        // equals, not the ids' order.
-        let first = self.clock().creation_stamps(batch.len());
-        let stamp = |i: usize| first + i as i64;
-        let stamps: Vec<i64> = order.iter().map(|&i| stamp(i)).collect();
+        let stamp = |i: usize| stamps[i];
+        let ordered_stamps: Vec<i64> = order.iter().map(|&i| stamp(i)).collect();
         dispatch!(Store, self, |s| {
             let mut tx = s.begin_batch(OP).await?;
             for (new, queued) in batch {
@@ -491,7 +514,8 @@ impl Store {
             }
             // One outcome per instance (or an error), in `news` order: put
             // back in batch order.
-            let inserted = insert_queued((&mut *tx).into(), &news, &queued, &stamps, now).await?;
+            let inserted =
+                insert_queued((&mut *tx).into(), &news, &queued, &ordered_stamps, now).await?;
             let mut placed: Vec<(usize, (InstanceRow, bool))> =
                 order.iter().copied().zip(inserted).collect();
             placed.sort_by_key(|(i, _)| *i);

@@ -150,6 +150,8 @@ pub struct JournalWriter {
     sender: mpsc::UnboundedSender<Op>,
     /// Rounds that committed workflow writes (see [`JournalWriter::rounds`]).
     rounds: Arc<AtomicU64>,
+    /// The store's clock, for the creation stamps of queued instances.
+    clock: crate::Clock,
 }
 
 impl JournalWriter {
@@ -158,8 +160,13 @@ impl JournalWriter {
     pub fn spawn(store: Store) -> JournalWriter {
         let (sender, receiver) = mpsc::unbounded_channel();
         let rounds = Arc::new(AtomicU64::new(0));
+        let clock = store.clock().clone();
         tokio::spawn(run(store, receiver, rounds.clone()));
-        JournalWriter { sender, rounds }
+        JournalWriter {
+            sender,
+            rounds,
+            clock,
+        }
     }
 
     /// How many rounds of workflow writes (anything but gc batches) the
@@ -239,7 +246,16 @@ impl JournalWriter {
         queued: QueuedRequest,
     ) -> Result<(InstanceRow, bool)> {
         let (reply, answer) = oneshot::channel();
-        self.send(Op::CreateQueued(CreateQueued { request, queued }, reply))?;
+        // Stamped as the call is made: PostgreSQL commits several rounds at
+        // once, in whatever order their tasks run, and a queue runs equal
+        // priorities in the order their calls were made.
+        let created_at = self.clock.creation_stamps(1);
+        let create = CreateQueued {
+            request,
+            queued,
+            created_at,
+        };
+        self.send(Op::CreateQueued(create, reply))?;
         answer.await.map_err(|_| StoreError::WriterStopped)?
     }
 
@@ -579,6 +595,8 @@ impl BatchWrite for CreateRequest {
 struct CreateQueued {
     request: CreateRequest,
     queued: QueuedRequest,
+    /// Its creation stamp, taken as the call was made.
+    created_at: i64,
 }
 
 impl BatchWrite for CreateQueued {
@@ -589,7 +607,8 @@ impl BatchWrite for CreateQueued {
             .iter()
             .map(|c| (c.request.new_instance(), c.queued.queued()))
             .collect();
-        store.create_queued_many(&batch).await
+        let stamps: Vec<i64> = members.iter().map(|c| c.created_at).collect();
+        store.create_queued_stamped(&batch, &stamps).await
     }
 }
 

@@ -25,7 +25,10 @@ async fn mark(id: String) -> String {
         .append(true)
         .open(effects)
         .expect("open the effects file");
-    writeln!(file, "{version} {id}").expect("record the effect");
+    // One write with O_APPEND: `writeln!` on a file writes each piece of the
+    // format on its own, and the other worker's line could land in between.
+    file.write_all(format!("{version} {id}\n").as_bytes())
+        .expect("record the effect");
     file.sync_all().expect("sync the effects file");
     version.clone()
 }
