@@ -17,6 +17,7 @@ pub mod tcp_proxy;
 pub mod timers;
 pub mod tls;
 pub mod transactional;
+pub mod warnings;
 pub mod workflows;
 
 use keiro::Keiro;

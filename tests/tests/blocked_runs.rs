@@ -3,7 +3,6 @@
 //! may run its steps again. The executor heartbeat names such a run in a
 //! warning, once per run, and never a run that waits without blocking.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use keiro::{step, workflow};
@@ -42,7 +41,7 @@ async fn awaits(ms: u64) -> u64 {
 }
 
 async fn a_run_blocking_its_thread_past_its_lease_is_named(backend: Backend) {
-    capture_warnings();
+    keiro_tests::warnings::capture();
     let db = TestDb::new(backend).await;
     let keiro = db.builder().lease_ttl(LEASE).connect().await.unwrap();
     let ms = BLOCK.as_millis() as u64;
@@ -59,7 +58,7 @@ async fn a_run_blocking_its_thread_past_its_lease_is_named(backend: Backend) {
     assert_eq!(blocked.await.unwrap().unwrap(), ms);
     // One more heartbeat: a run that ended is never named.
     tokio::time::sleep(Duration::from_millis(2_600)).await;
-    let warnings = String::from_utf8(WARNINGS.lock().unwrap().clone()).unwrap();
+    let warnings = keiro_tests::warnings::logged();
     let named = |id: &str| {
         warnings
             .lines()
@@ -79,35 +78,5 @@ fn backend_name(backend: Backend) -> &'static str {
     match backend {
         Backend::Sqlite => "sqlite",
         _ => "postgres",
-    }
-}
-
-/// The warnings logged in this test binary, once [`capture_warnings`] ran.
-static WARNINGS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
-
-/// Sends every warning of this process to [`WARNINGS`] (once; the
-/// runtime's tasks run on any thread, so the subscriber is global).
-fn capture_warnings() {
-    static INSTALLED: std::sync::Once = std::sync::Once::new();
-    INSTALLED.call_once(|| {
-        tracing_subscriber::fmt()
-            .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
-            .with_ansi(false)
-            .with_writer(|| Captured)
-            .init();
-    });
-}
-
-/// Appends what it is given to [`WARNINGS`].
-struct Captured;
-
-impl std::io::Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        WARNINGS.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }

@@ -447,36 +447,6 @@ async fn serializable_conflicts_are_retried(backend: Backend) {
     eprintln!("{runs} bodies ran for 40 serializable debits");
 }
 
-/// The warnings logged in this test binary, once [`capture_warnings`] ran.
-static WARNINGS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
-
-/// Appends what it is given to [`WARNINGS`].
-struct Captured;
-
-impl std::io::Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        WARNINGS.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Sends every warning of this process to [`WARNINGS`] (once; the
-/// runtime's tasks run on any thread, so the subscriber is global).
-fn capture_warnings() {
-    static INSTALLED: std::sync::Once = std::sync::Once::new();
-    INSTALLED.call_once(|| {
-        tracing_subscriber::fmt()
-            .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
-            .with_ansi(false)
-            .with_writer(|| Captured)
-            .init();
-    });
-}
-
 /// Counts its run, sends instance `key` a message (on PostgreSQL that locks
 /// the instance's row), then holds the transaction (and on SQLite the write
 /// lock) for 1.2 s.
@@ -496,7 +466,7 @@ async fn holds_the_lock(key: String) -> Result<String, String> {
 }
 
 async fn a_body_holding_sqlites_write_lock_long_is_warned_about(backend: Backend) {
-    capture_warnings();
+    keiro_tests::warnings::capture();
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
     let key = format!("lock-{backend:?}");
@@ -507,7 +477,7 @@ async fn a_body_holding_sqlites_write_lock_long_is_warned_about(backend: Backend
         .unwrap();
     assert_eq!(out, Ok(key.clone()));
     let out_key = key;
-    let logged = String::from_utf8_lossy(&WARNINGS.lock().unwrap()).into_owned();
+    let logged = keiro_tests::warnings::logged();
     let warning = format!(
         "`hold_the_lock` of workflow `holds_the_lock` id `{out_key}` held SQLite's only write lock"
     );
@@ -543,7 +513,7 @@ async fn hold_and_look(
     };
     wrote.map_err(|e| e.to_string())?;
     tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-    let logged = String::from_utf8_lossy(&WARNINGS.lock().unwrap()).into_owned();
+    let logged = keiro_tests::warnings::logged();
     let named = format!("`hold_and_look` of workflow `holds_and_looks` id `{key}` has ");
     let held = match tx.sqlite() {
         Some(_) => "held SQLite's only write lock for",
@@ -564,7 +534,7 @@ async fn holds_and_looks(key: String, ms: u64) -> Result<bool, String> {
 /// it runs (a body stuck forever would otherwise never be named), not only
 /// once it returns; one that returns a little earlier is not.
 async fn a_body_still_holding_its_transaction_is_warned_about_while_it_runs(backend: Backend) {
-    capture_warnings();
+    keiro_tests::warnings::capture();
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
     let key = uuid::Uuid::new_v4().to_string();
