@@ -752,8 +752,8 @@ impl Store {
 /// Records `new` on its queue in the caller's transaction, like
 /// [`Store::create_queued`], at `clock`'s time (the store's:
 /// [`Store::clock`]), its creation stamped by
-/// [`Clock::creation_stamps`](crate::Clock::creation_stamps). With a dedup key the writes run
-/// under a savepoint: an enqueue that commits the same key while this one
+/// [`Clock::creation_stamps`](crate::Clock::creation_stamps). With a dedup
+/// key the writes run under a savepoint: an enqueue that commits the same key while this one
 /// waits (PostgreSQL) is refused with [`StoreError::Duplicate`] naming it,
 /// and the caller's transaction stays usable, holding nothing of this call.
 pub async fn create_queued_tx<'t, 'c>(

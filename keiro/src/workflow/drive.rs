@@ -189,8 +189,9 @@ async fn durable_first(cx: &WorkflowContext, ended: Ended) -> (Ended, Vec<(StepR
 /// Runs the body of `row`'s workflow with context `cx` until it returns, halts
 /// (`aborted`), is stopped or loses its lease, renewing the lease every third
 /// of its `ttl` (keeping when the last renewal that held was sent in
-/// `cx.lease`, which the executor heartbeat watches). A lease it could not renew for two thirds of `ttl` (a renewal
-/// that failed) counts as lost: the run stops before the lease may lapse.
+/// `cx.lease`, which the executor heartbeat watches). A lease it could not
+/// renew for two thirds of `ttl` (a renewal that failed) counts as lost:
+/// the run stops before the lease may lapse.
 /// A renewal that hangs is given until the lease lapses, then counts as
 /// failed too; the body goes on meanwhile (it is polled beside the
 /// renewal). The body's future is dropped before this returns.
