@@ -2,10 +2,11 @@
 //! how a worker on PostgreSQL learns whether its own clock is off (workers
 //! compare lease and wake times by their own clocks, so they must agree).
 
-use crate::{now_us, Result, Store};
+use crate::{Result, Store};
 
 /// How many times [`Store::read_server_clock`] reads the server's clock; it
 /// keeps the reading with the shortest round trip.
+#[cfg(feature = "postgres")]
 const READINGS: usize = 3;
 
 /// One reading of the database server's clock against this process's
@@ -43,20 +44,7 @@ impl Store {
             Store::Postgres(s) => {
                 let mut best: Option<ClockReading> = None;
                 for _ in 0..READINGS {
-                    // The round trip timed by the monotonic clock: a step of
-                    // the wall clock meanwhile (NTP) cannot make it negative.
-                    let (before, sent) = (now_us(), std::time::Instant::now());
-                    let server: i64 = crate::prepared::query_scalar(
-                        "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8",
-                    )
-                    .fetch_one(s.exec())
-                    .await
-                    .map_err(crate::StoreError::query("read_server_clock"))?;
-                    let round_trip = i64::try_from(sent.elapsed().as_micros()).unwrap_or(i64::MAX);
-                    let reading = ClockReading {
-                        offset_us: before.saturating_add(round_trip / 2) - server,
-                        uncertainty_us: round_trip / 2 + 1,
-                    };
+                    let reading = read_once(s).await?;
                     if best.is_none_or(|b| reading.uncertainty_us < b.uncertainty_us) {
                         best = Some(reading);
                     }
@@ -65,6 +53,26 @@ impl Store {
             }
         }
     }
+}
+
+/// One reading of PostgreSQL's clock, placed at the midpoint of its round
+/// trip.
+#[cfg(feature = "postgres")]
+async fn read_once(s: &crate::PostgresStore) -> Result<ClockReading> {
+    // The round trip timed by the monotonic clock: a step of the wall clock
+    // meanwhile (NTP) cannot make it negative.
+    let (before, sent) = (crate::now_us(), std::time::Instant::now());
+    let server: i64 = crate::prepared::query_scalar(
+        "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8",
+    )
+    .fetch_one(s.exec())
+    .await
+    .map_err(crate::StoreError::query("read_server_clock"))?;
+    let round_trip = i64::try_from(sent.elapsed().as_micros()).unwrap_or(i64::MAX);
+    Ok(ClockReading {
+        offset_us: before.saturating_add(round_trip / 2) - server,
+        uncertainty_us: round_trip / 2 + 1,
+    })
 }
 
 #[cfg(test)]
