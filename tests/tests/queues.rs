@@ -40,6 +40,16 @@ async fn worker_here(keiro: &Keiro) -> ResumeWorker {
     worker_of(keiro, 32).await
 }
 
+/// A runtime on `db` whose runs renew their leases every second (a 3 s
+/// TTL), so they learn of a cancel within one.
+async fn renewing_every_second(db: &TestDb) -> Keiro {
+    db.builder()
+        .lease_ttl(Duration::from_secs(3))
+        .connect()
+        .await
+        .unwrap()
+}
+
 /// A resume worker of `keiro`, polling often, running up to `concurrency`
 /// at once.
 async fn worker_of(keiro: &Keiro, concurrency: usize) -> ResumeWorker {
@@ -1023,12 +1033,7 @@ async fn cancelled_run_holds_its_slot(backend: Backend, queue: &'static keiro::Q
     let db = TestDb::new(backend).await;
     let (_dir, file) = events_file();
     // Renewed every second: the run learns of the cancel within one.
-    let runner = db
-        .builder()
-        .lease_ttl(Duration::from_secs(3))
-        .connect()
-        .await
-        .unwrap();
+    let runner = renewing_every_second(&db).await;
     // Another runtime, as another process: its cancel reaches the run only
     // through the store.
     let operator = db.keiro().await;
@@ -1085,12 +1090,7 @@ async fn a_retried_instance_waits_for_its_cancelled_run_to_stop(backend: Backend
     // retried instance), renewing every second.
     let mut workers = Vec::new();
     for _ in 0..2 {
-        let runner = db
-            .builder()
-            .lease_ttl(Duration::from_secs(3))
-            .connect()
-            .await
-            .unwrap();
+        let runner = renewing_every_second(&db).await;
         workers.push(worker_of(&runner, 4).await);
     }
     let operator = db.keiro().await;

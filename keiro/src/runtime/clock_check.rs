@@ -77,17 +77,17 @@ impl Keiro {
         let was_off = self.inner.clock_off_us.swap(now_off, Ordering::SeqCst);
         match (was_off, now_off) {
             (0, 0) => {}
+            (0, off) => {
+                let error = self.clock_skew_error(executor, off);
+                tracing::error!(%error, "keiro stops claiming work");
+            }
             (_, 0) => tracing::info!(
                 executor,
                 "keiro: this process's clock is back within max_clock_skew of the database \
                  server's; its resume worker claims work again"
             ),
-            (_, off) => {
-                if was_off == 0 {
-                    let error = self.clock_skew_error(executor, off);
-                    tracing::error!(%error, "keiro stops claiming work");
-                }
-            }
+            // Still off: said when it went off.
+            _ => {}
         }
     }
 

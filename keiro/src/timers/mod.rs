@@ -316,10 +316,7 @@ pub async fn cancel_tx<'t, 'c: 't>(
     tx: impl Into<TimerTx<'t, 'c>>,
     id: &TimerId,
 ) -> Result<TimerChange, TimerError> {
-    change(
-        id,
-        keiro_store::cancel_timer_tx(tx, id.as_str(), global_now_us()).await?,
-    )
+    cancel_tx_at(tx, id, global_now_us()).await
 }
 
 /// Now by the process-wide runtime's clock (a [`TestEnv`]'s virtual one)
@@ -356,6 +353,18 @@ async fn schedule_once_tx_at<'t, 'c: 't>(
     Ok(keiro_store::schedule_timer_once_tx(tx, &timer, now).await?)
 }
 
+/// [`cancel_tx`] stamped at `now`.
+async fn cancel_tx_at<'t, 'c: 't>(
+    tx: impl Into<TimerTx<'t, 'c>>,
+    id: &TimerId,
+    now: i64,
+) -> Result<TimerChange, TimerError> {
+    change(
+        id,
+        keiro_store::cancel_timer_tx(tx, id.as_str(), now).await?,
+    )
+}
+
 impl Timers {
     /// [`schedule_tx`] stamped by this store's clock (a
     /// [`TestEnv`](crate::testing::TestEnv)'s virtual one) and held to this
@@ -384,11 +393,7 @@ impl Timers {
         tx: impl Into<TimerTx<'t, 'c>>,
         id: &TimerId,
     ) -> Result<TimerChange, TimerError> {
-        let now = self.store.now_us();
-        change(
-            id,
-            keiro_store::cancel_timer_tx(tx, id.as_str(), now).await?,
-        )
+        cancel_tx_at(tx, id, self.store.now_us()).await
     }
 }
 
