@@ -1,14 +1,20 @@
 //! A run whose step body blocks the async runtime's thread cannot renew its
 //! lease (the renewals run in its task): the lease lapses and another worker
 //! may run its steps again. The executor heartbeat names such a run in a
-//! warning, once per run, and never a run that waits without blocking.
+//! warning, once per run, and never a run that waits without blocking. When
+//! nobody took the lease meanwhile, the run goes on once the block ends: it
+//! is not stopped and replayed, and the step it blocked in runs once.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use keiro::{step, workflow};
 use keiro_tests::{on_both_backends, Backend, TestDb};
 
-on_both_backends!(a_run_blocking_its_thread_past_its_lease_is_named);
+on_both_backends!(
+    a_run_blocking_its_thread_past_its_lease_is_named,
+    a_run_whose_lapsed_lease_was_taken_stops_after_its_block
+);
 
 /// Short, so that a block of a few seconds outlasts it; long enough that
 /// a loaded machine's scheduling delays do not.
@@ -16,16 +22,28 @@ const LEASE: Duration = Duration::from_secs(1);
 /// Longer than the lease plus the heartbeat's period (2.5 s).
 const BLOCK: Duration = Duration::from_millis(4_500);
 
+/// Each start of a blocking step body and of a blocking workflow's body
+/// (a replay included), by the tag its test gave: the backends' tests run
+/// at once in this binary.
+static STEP_RUNS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static BODY_RUNS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn count(runs: &Mutex<Vec<String>>, tag: &str) -> usize {
+    runs.lock().unwrap().iter().filter(|t| *t == tag).count()
+}
+
 /// Blocks its thread, as a careless step body does.
 #[step]
-async fn block_the_thread(ms: u64) -> u64 {
+async fn block_the_thread(ms: u64, tag: String) -> u64 {
+    STEP_RUNS.lock().unwrap().push(tag);
     std::thread::sleep(Duration::from_millis(ms));
     ms
 }
 
 #[workflow]
-async fn blocks(ms: u64) -> u64 {
-    block_the_thread(ms).await
+async fn blocks(ms: u64, tag: String) -> u64 {
+    BODY_RUNS.lock().unwrap().push(tag.clone());
+    block_the_thread(ms, tag).await
 }
 
 /// Waits as long without blocking.
@@ -51,7 +69,7 @@ async fn a_run_blocking_its_thread_past_its_lease_is_named(backend: Backend) {
     // heartbeat keep theirs.
     let blocked = {
         let (keiro, id) = (keiro.clone(), blocked_id.clone());
-        tokio::spawn(async move { blocks(ms).id(id).on(&keiro).await })
+        tokio::spawn(async move { blocks(ms, id.clone()).id(id).on(&keiro).await })
     };
     let awaited = awaits(ms).id(awaiting_id.as_str()).on(&keiro).await;
     assert_eq!(awaited.unwrap(), ms);
@@ -65,13 +83,82 @@ async fn a_run_blocking_its_thread_past_its_lease_is_named(backend: Backend) {
             .filter(|line| line.contains("has not renewed its lease") && line.contains(id))
             .count()
     };
-    // Once per run: the run that blocked may have stopped on its first
-    // renewal after the block (its lease may have lapsed), unjournaled, and
-    // a second run blocked again.
-    assert!(named(&blocked_id) >= 1, "{warnings}");
+    assert_eq!(named(&blocked_id), 1, "{warnings}");
+    // Nobody took the lapsed lease (this process drives the instance; its
+    // own resume worker leaves it be): the run asked the store, went on, and
+    // was neither stopped nor replayed.
+    assert_eq!(count(&STEP_RUNS, &blocked_id), 1, "{warnings}");
+    assert_eq!(count(&BODY_RUNS, &blocked_id), 1, "{warnings}");
     assert!(warnings.contains("spawn_blocking"), "{warnings}");
     assert_eq!(named(&awaiting_id), 0, "{warnings}");
     keiro.shutdown().await.unwrap();
+}
+
+/// Each start of the step after the block, by tag.
+static AFTER_RUNS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Blocks its thread the first time it runs for `tag` only, so the
+/// executor that takes the instance over runs it at once.
+#[step]
+async fn block_the_first_time(ms: u64, tag: String) -> u64 {
+    let first = {
+        let mut runs = STEP_RUNS.lock().unwrap();
+        runs.push(tag.clone());
+        runs.iter().filter(|t| **t == tag).count() == 1
+    };
+    if first {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+    ms
+}
+
+#[step]
+async fn after_the_block(tag: String) -> u32 {
+    AFTER_RUNS.lock().unwrap().push(tag);
+    7
+}
+
+#[workflow]
+async fn blocks_then_goes_on(ms: u64, tag: String) -> u32 {
+    block_the_first_time(ms, tag.clone()).await;
+    after_the_block(tag).await
+}
+
+async fn a_run_whose_lapsed_lease_was_taken_stops_after_its_block(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let a = db.builder().lease_ttl(LEASE).connect().await.unwrap();
+    let b = db.builder().lease_ttl(LEASE).connect().await.unwrap();
+    let ms = BLOCK.as_millis() as u64;
+    let id = format!("taken-{}", backend_name(backend));
+    let blocked = {
+        let (a, id) = (a.clone(), id.clone());
+        tokio::spawn(async move { blocks_then_goes_on(ms, id.clone()).id(id).on(&a).await })
+    };
+    // Past the lease while the run blocks: another executor takes the
+    // instance over and runs it to its end.
+    let deadline = std::time::Instant::now() + Duration::from_millis(ms - 1_000);
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let pass = b
+            .resume_once(&keiro::ResumeOptions::default().log(|_| {}))
+            .await
+            .unwrap();
+        if pass.completed == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "b never took the instance over"
+        );
+    }
+    // The blocked run, asking the store once the block ends, finds the
+    // lease gone and does not go on to the next step.
+    let output = blocked.await.unwrap();
+    assert_eq!(output.unwrap(), 7);
+    assert_eq!(count(&STEP_RUNS, &id), 2, "the block, then b's run");
+    assert_eq!(count(&AFTER_RUNS, &id), 1, "b's run only");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
 }
 
 fn backend_name(backend: Backend) -> &'static str {

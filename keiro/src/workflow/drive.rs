@@ -194,7 +194,9 @@ async fn durable_first(cx: &WorkflowContext, ended: Ended) -> (Ended, Vec<(StepR
 /// the run stops before the lease may lapse.
 /// A renewal that hangs is given until the lease lapses, then counts as
 /// failed too; the body goes on meanwhile (it is polled beside the
-/// renewal). The body's future is dropped before this returns.
+/// renewal). A run whose task went unpolled past its lease asks the store
+/// whether the lease is still its own before polling its body again, and
+/// goes on if it is. The body's future is dropped before this returns.
 async fn drive(
     keiro: &Keiro,
     run: RunFn,
@@ -246,6 +248,23 @@ async fn drive(
     let mut renewing: Option<BoxFuture<'_, (Instant, Option<Result<bool>>)>> = None;
     let mut timing_out: Option<BoxFuture<'_, Result<bool>>> = None;
     loop {
+        // This task went unpolled past the lease (a step body blocking its
+        // thread, a starved runtime): the lease may have lapsed, and only the
+        // store knows whether another executor took the instance meanwhile.
+        // Ask it before the body goes on, leaving the body unpolled (no step
+        // body starts on a lease that may be another's). A transactional
+        // step holding its transaction open is left to its commit, which is
+        // first-wins.
+        let now = Instant::now();
+        if renewed + ttl <= now && !cx.in_transaction() && !cx.deferred.is_pending() {
+            // It supersedes a renewal sent before the hold-up.
+            renewing = None;
+            if !still_held_after_lapse(keiro, &row.id, lease, ttl / 3, &span).await {
+                return Ended::LeaseLost;
+            }
+            renewed = now;
+            cx.lease.renewed(renewed);
+        }
         tokio::select! {
             biased;
             halt = &mut aborted => {
@@ -299,6 +318,11 @@ async fn drive(
                     continue;
                 }
                 let sent = tokio::time::Instant::now();
+                if renewed + ttl <= sent && !cx.in_transaction() {
+                    // Held up past the lease within this turn of the loop:
+                    // confirmed at the top of the next.
+                    continue;
+                }
                 let store = keiro.raw_store();
                 // A renewal still unanswered when the lease lapses (by this
                 // process's clock) has failed: the run stops there, wherever
@@ -338,6 +362,39 @@ async fn drive(
                     Err(error) => tracing::warn!(parent: &span, %error, "keiro could not renew a lease; retrying"),
                 }
             }
+        }
+    }
+}
+
+/// Whether the lease of a run whose task went unpolled until it may have
+/// lapsed is still its own: renewed now, within `wait`. A take changes the
+/// lease's owner and this process drives an instance once at a time, so a
+/// lease still held was not taken meanwhile, and the run goes on without
+/// repeating the step it was held up in. Lost, refused or unanswered: the
+/// run stops (it resumes from its journal wherever the instance is run next).
+async fn still_held_after_lapse(
+    keiro: &Keiro,
+    id: &str,
+    lease: Lease<'_>,
+    wait: Duration,
+    span: &tracing::Span,
+) -> bool {
+    match tokio::time::timeout(wait, keiro.raw_store().renew_lease(id, lease)).await {
+        Ok(Ok(true)) => {
+            tracing::info!(parent: span, "keiro: this run went unpolled past its lease, which nobody took meanwhile; it goes on");
+            true
+        }
+        Ok(Ok(false)) => {
+            tracing::warn!(parent: span, "keiro: this run went unpolled past its lease and another executor took the instance meanwhile (or it ended); stopping the run");
+            false
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(parent: span, %error, "keiro: this run went unpolled past its lease and the store could not confirm it; stopping the run (it resumes once the store is back)");
+            false
+        }
+        Err(_) => {
+            tracing::warn!(parent: span, "keiro: this run went unpolled past its lease and the store did not confirm it in time; stopping the run (it resumes once the store answers)");
+            false
         }
     }
 }
