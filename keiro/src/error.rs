@@ -776,7 +776,7 @@ fn retry_hint(status: &str) -> &'static str {
 pub(crate) const PARENT_RECORDED: &str = "already recorded this child's result";
 
 /// "1234 ms ahead of" / "1234 ms behind": how far a clock is off, in words.
-fn clock_offset_words(offset_ms: i64) -> String {
+pub(crate) fn clock_offset_words(offset_ms: i64) -> String {
     if offset_ms >= 0 {
         format!("{offset_ms} ms ahead of")
     } else {

@@ -1,12 +1,14 @@
 //! A worker whose clock is off the database server's (real child processes,
 //! their clocks shifted by libfaketime): on PostgreSQL it refuses to start,
-//! and one whose clock drifts off while it runs claims nothing until its
-//! clock is back. On SQLite, whose database is a file on this host, there
-//! is no second clock and a shifted worker starts.
+//! and one whose clock drifts off while it runs claims nothing, starts no
+//! cron tick and fires no timer until its clock is back. On SQLite, whose
+//! database is a file on this host, there is no second clock and a shifted
+//! worker starts.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use keiro::timers::{TimerRequest, TimerStatus};
 use keiro::Keiro;
 use keiro_store::InstanceStatus;
 use keiro_tests::executors::brief;
@@ -33,27 +35,37 @@ mod postgres_only {
     async fn a_worker_whose_clock_drifts_off_claims_nothing_until_it_is_back() {
         super::a_worker_whose_clock_drifts_off_claims_nothing_until_it_is_back().await
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_scheduler_whose_clock_drifts_off_starts_no_tick_until_it_is_back() {
+        super::a_scheduler_whose_clock_drifts_off_starts_no_tick_until_it_is_back().await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_timer_worker_whose_clock_drifts_off_fires_nothing_until_it_is_back() {
+        super::a_timer_worker_whose_clock_drifts_off_fires_nothing_until_it_is_back().await
+    }
+}
+
+/// The environment that shifts a child's clock by what `offset` holds
+/// (`+30s`, `-1m`, `+0s`, …).
+fn shifted_env(offset: &Path) -> [(&'static str, &str); 4] {
+    assert!(
+        Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} is missing: install Debian's `faketime` (.ci/run does)"
+    );
+    [
+        ("LD_PRELOAD", LIBFAKETIME),
+        ("FAKETIME_TIMESTAMP_FILE", offset.to_str().unwrap()),
+        ("FAKETIME_NO_CACHE", "1"),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ]
 }
 
 /// A worker child under libfaketime, its clock shifted by what `offset`
 /// holds (`+30s`, `-1m`, `+0s`, …).
 fn shifted_worker(db: &TestDb, offset: &Path) -> CrashChild {
-    assert!(
-        Path::new(LIBFAKETIME).exists(),
-        "{LIBFAKETIME} is missing: install Debian's `faketime` (.ci/run does)"
-    );
-    let offset = offset.to_str().unwrap();
-    CrashChild::start_with_env(
-        BIN,
-        db,
-        &[
-            ("LD_PRELOAD", LIBFAKETIME),
-            ("FAKETIME_TIMESTAMP_FILE", offset),
-            ("FAKETIME_NO_CACHE", "1"),
-            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-        ],
-        &["worker", LEASE_MS],
-    )
+    CrashChild::start_with_env(BIN, db, &shifted_env(offset), &["worker", LEASE_MS])
 }
 
 /// Whichever comes first of `READY …` and `error: …`.
@@ -159,6 +171,124 @@ async fn a_worker_whose_clock_drifts_off_claims_nothing_until_it_is_back() {
         wait_final(&keiro, "while-off").await,
         InstanceStatus::Completed
     );
+    child.kill().await;
+}
+
+async fn a_scheduler_whose_clock_drifts_off_starts_no_tick_until_it_is_back() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (offset, effects) = (dir.path().join("offset"), dir.path().join("effects"));
+    std::fs::write(&offset, "+0s").unwrap();
+    // Its default lease of 10 s allows 2.5 s of skew.
+    let mut child = CrashChild::start_with_env(
+        env!("CARGO_BIN_EXE_cron_worker"),
+        &db,
+        &shifted_env(&offset),
+        &[effects.to_str().unwrap()],
+    );
+    child.line_containing("keiro resume worker serves").await;
+    let ran = || keiro_tests::process::lines_of(&effects).len();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ran() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no tick ran while the clocks agree"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // 40 s ahead, it would start the ticks of the next 40 s at once.
+    std::fs::write(&offset, "+40s").unwrap();
+    child.line_containing("keiro stops claiming work").await;
+    // A scheduler pass that read the clock just before ends.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let before = ran();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let lines = keiro_tests::process::lines_of(&effects);
+    assert_eq!(
+        lines.len(),
+        before,
+        "a scheduler whose clock is off started ticks: {lines:?}"
+    );
+
+    std::fs::write(&offset, "+0s").unwrap();
+    child.line_containing("is back within max_clock_skew").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ran() < before + 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no tick ran once the clock was back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    child.kill().await;
+    // No tick ran early, and none twice.
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut ticks: Vec<u64> = keiro_tests::process::lines_of(&effects)
+        .iter()
+        .map(|line| line.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        ticks.iter().all(|&tick| tick <= now + 1),
+        "{ticks:?} by {now}"
+    );
+    let all = ticks.len();
+    ticks.sort_unstable();
+    ticks.dedup();
+    assert_eq!(ticks.len(), all, "a tick ran twice");
+}
+
+async fn a_timer_worker_whose_clock_drifts_off_fires_nothing_until_it_is_back() {
+    let db = TestDb::new(Backend::Postgres).await;
+    let timers = keiro_tests::timers::timers(&db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (offset, effects) = (dir.path().join("offset"), dir.path().join("effects"));
+    std::fs::write(&offset, "+0s").unwrap();
+    let mut child = CrashChild::start_with_env(
+        env!("CARGO_BIN_EXE_timer_worker"),
+        &db,
+        &shifted_env(&offset),
+        &[effects.to_str().unwrap()],
+    );
+    child.line_starting_any(&["READY"]).await;
+    keiro_tests::timers::schedule(&timers, keiro_tests::timers::past("before")).await;
+    child.line_starting_any(&["FIRED before 1"]).await;
+
+    // 40 s ahead: a timer due in 20 s would fire at once.
+    std::fs::write(&offset, "+40s").unwrap();
+    let stopped = child.line_containing("stops claiming timers").await;
+    assert!(
+        stopped.contains("ms ahead of the database server's"),
+        "{stopped}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let soon = TimerRequest::new(
+        "soon",
+        keiro_tests::timers::PM,
+        "order-soon",
+        SystemTime::now() + Duration::from_secs(20),
+    );
+    keiro_tests::timers::schedule(&timers, soon).await;
+    keiro_tests::timers::schedule(&timers, keiro_tests::timers::past("due")).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for id in ["soon", "due"] {
+        let row = keiro_tests::timers::row(&timers, id).await;
+        assert_eq!(
+            (row.status, row.attempts),
+            (TimerStatus::Scheduled, 0),
+            "a timer worker whose clock is off claimed {id}: {row:?}"
+        );
+    }
+
+    // Back in agreement: the due timer fires, the other waits for its time.
+    std::fs::write(&offset, "+0s").unwrap();
+    child.line_containing("claims timers again").await;
+    child.line_starting_any(&["FIRED due 1"]).await;
+    let soon = keiro_tests::timers::row(&timers, "soon").await;
+    assert_eq!(soon.status, TimerStatus::Scheduled, "{soon:?}");
     child.kill().await;
 }
 

@@ -353,6 +353,7 @@ impl KeiroBuilder {
                 lease_ttl: self.lease_ttl,
                 max_clock_skew: self.max_clock_skew.unwrap_or(self.lease_ttl / 4),
                 clock_off_us: Default::default(),
+                last_clock_reading: Default::default(),
                 max_attempts: self.max_attempts,
                 suspend_after: self.suspend_after,
                 journal: self.journal,

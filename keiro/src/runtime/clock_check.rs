@@ -5,12 +5,16 @@
 //! clock runs behind has its own taken; either way a step body runs twice.
 //! On PostgreSQL a process reads the server's clock when it takes its
 //! executor identity (and is refused beyond `max_clock_skew`), then at every
-//! heartbeat; while its clock is off its resume passes claim nothing.
+//! heartbeat; while its clock is off its resume passes claim nothing and its
+//! cron scheduler starts no tick. Between readings, a step of this process's
+//! wall clock (an operator, NTP stepping it, a suspended VM) shows at once:
+//! measured against the monotonic clock, it moves the last reading's offset.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use keiro_store::ClockReading;
+use keiro_store::{now_us, ClockReading};
 
 use crate::{Error, Keiro, Result};
 
@@ -34,6 +38,32 @@ pub(crate) fn judge(reading: Option<ClockReading>, limit: Duration) -> Verdict {
     }
 }
 
+/// The last reading of the server's clock, with this process's wall and
+/// monotonic clocks when it was taken.
+#[derive(Debug, Default)]
+pub(crate) struct LastReading(Mutex<Option<(ClockReading, i64, Instant)>>);
+
+impl LastReading {
+    /// Keeps `reading`, taken just now.
+    pub(crate) fn record(&self, reading: ClockReading) {
+        *crate::runtime::lock(&self.0) = Some((reading, now_us(), Instant::now()));
+    }
+
+    /// The offset now, as far as this process can tell without reading the
+    /// server's clock again: the last reading's, moved by however far the
+    /// wall clock moved apart from the monotonic one since. `None` before
+    /// any reading.
+    pub(crate) fn estimate(&self) -> Option<ClockReading> {
+        let (reading, wall, mono) = (*crate::runtime::lock(&self.0))?;
+        let elapsed = i64::try_from(mono.elapsed().as_micros()).unwrap_or(i64::MAX);
+        let step = now_us().saturating_sub(wall).saturating_sub(elapsed);
+        Some(ClockReading {
+            offset_us: reading.offset_us.saturating_add(step),
+            uncertainty_us: reading.uncertainty_us,
+        })
+    }
+}
+
 impl Keiro {
     /// Reads the server's clock and judges this process's against it; a
     /// runtime on a manual clock is not checked.
@@ -45,6 +75,7 @@ impl Keiro {
         let reading = store.read_server_clock().await?;
         if let Some(reading) = reading {
             crate::telemetry::clock_offset(reading.offset_us);
+            self.inner.last_clock_reading.record(reading);
         }
         Ok(judge(reading, self.inner.max_clock_skew))
     }
@@ -84,25 +115,48 @@ impl Keiro {
             (_, 0) => tracing::info!(
                 executor,
                 "keiro: this process's clock is back within max_clock_skew of the database \
-                 server's; its resume worker claims work again"
+                 server's; its resume worker claims work and its cron scheduler starts ticks again"
             ),
             // Still off: said when it went off.
             _ => {}
         }
     }
 
-    /// Whether the last reading found this process's clock off: it claims
-    /// nothing then (no pass, refill or hand-over).
-    pub(crate) fn clock_is_off(&self) -> bool {
-        self.inner.clock_off_us.load(Ordering::SeqCst) != 0
+    /// How far this process's clock may be off the database server's
+    /// (`KeiroBuilder::max_clock_skew`).
+    pub(crate) fn max_clock_skew(&self) -> Duration {
+        self.inner.max_clock_skew
     }
 
-    /// `Err(ClockSkew)` while the last reading found this process's clock
-    /// off: a resume pass claims nothing then.
-    pub(crate) fn refuse_claims_if_clock_off(&self) -> Result<()> {
+    /// How far this process's clock is off the server's (µs) when it is
+    /// beyond `max_clock_skew`: as the last reading found it, or as a step
+    /// of the wall clock since has put it (until the next reading says).
+    fn clock_off_by(&self) -> Option<i64> {
         match self.inner.clock_off_us.load(Ordering::SeqCst) {
-            0 => Ok(()),
-            off => Err(self.clock_skew_error(self.owner(), off)),
+            0 => match judge(
+                self.inner.last_clock_reading.estimate(),
+                self.inner.max_clock_skew,
+            ) {
+                Verdict::Within => None,
+                Verdict::Off(offset_us) => Some(offset_us),
+            },
+            off => Some(off),
+        }
+    }
+
+    /// Whether this process's clock is off ([`Keiro::clock_off_by`]): it
+    /// claims nothing then (no pass, refill or hand-over) and starts no cron
+    /// tick.
+    pub(crate) fn clock_is_off(&self) -> bool {
+        self.clock_off_by().is_some()
+    }
+
+    /// `Err(ClockSkew)` while this process's clock is off: a resume pass
+    /// claims nothing then.
+    pub(crate) fn refuse_claims_if_clock_off(&self) -> Result<()> {
+        match self.clock_off_by() {
+            None => Ok(()),
+            Some(off) => Err(self.clock_skew_error(self.owner(), off)),
         }
     }
 

@@ -14,7 +14,7 @@
 //! methods.
 
 mod builder;
-mod clock_check;
+pub(crate) mod clock_check;
 mod global;
 pub(crate) mod identity;
 pub(crate) mod inflight;
@@ -64,6 +64,9 @@ struct Inner {
     /// reading that found it beyond `max_clock_skew` (µs, signed); 0 while
     /// it is within (see [`clock_check`]).
     clock_off_us: std::sync::atomic::AtomicI64,
+    /// The last reading of the server's clock, from which a step of this
+    /// process's clock shows before the next reading.
+    last_clock_reading: clock_check::LastReading,
     max_attempts: u32,
     /// Waits longer than this suspend the workflow instead of holding memory.
     suspend_after: Duration,

@@ -123,14 +123,24 @@ async fn run(keiro: Keiro, missed: MissedTicks, runs: std::sync::Arc<TickRuns>, 
     let mut first = true;
     loop {
         let seen = state.requested.load(Ordering::SeqCst);
-        let next = match pass(&keiro, &runs, &mut cursors, &mut unreadable, missed, first).await {
-            Ok(next) => {
-                first = false;
-                next
-            }
-            Err(error) => {
-                tracing::warn!(%error, "keiro's cron scheduler could not read its schedules");
-                None
+        let next = if keiro.clock_is_off() {
+            // Ticks fall due by this process's clock, which is off the
+            // database server's (see `runtime::clock_check`): they would
+            // start early or late. They are left to workers whose clocks
+            // agree, or to this one once its clock is back (its cursors
+            // stay where they are, so ticks that fell meanwhile are caught
+            // up as a held-up scheduler's are).
+            None
+        } else {
+            match pass(&keiro, &runs, &mut cursors, &mut unreadable, missed, first).await {
+                Ok(next) => {
+                    first = false;
+                    next
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "keiro's cron scheduler could not read its schedules");
+                    None
+                }
             }
         };
         state

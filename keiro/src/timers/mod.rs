@@ -61,6 +61,7 @@
 //!   through the `metrics` facade (see [`metrics`]), labelled
 //!   only by process manager and outcome.
 
+mod clock_guard;
 mod error;
 mod inspect;
 pub mod metrics;
@@ -100,12 +101,22 @@ pub struct Timers {
     wakes: Arc<Wakes>,
     /// The largest payload a timer may carry, in bytes.
     max_payload_bytes: usize,
+    /// How far a worker loop's clock may be off the database server's
+    /// before it stops claiming (PostgreSQL).
+    max_clock_skew: Duration,
 }
 
+/// [`Timers::max_clock_skew`]'s default: a quarter of the runtime's default
+/// lease TTL, the runtime's own default limit.
+pub const DEFAULT_TIMER_MAX_CLOCK_SKEW: Duration = Duration::from_millis(2_500);
+
 impl crate::Keiro {
-    /// The timers stored alongside this runtime's journal.
+    /// The timers stored alongside this runtime's journal, with its payload
+    /// and clock-skew limits.
     pub fn timers(&self) -> Timers {
-        Timers::new(self.raw_store().clone()).max_payload_bytes(self.max_payload_bytes())
+        Timers::new(self.raw_store().clone())
+            .max_payload_bytes(self.max_payload_bytes())
+            .max_clock_skew(self.max_clock_skew())
     }
 }
 
@@ -118,7 +129,23 @@ impl Timers {
             store,
             wakes,
             max_payload_bytes: crate::DEFAULT_MAX_PAYLOAD_BYTES,
+            max_clock_skew: DEFAULT_TIMER_MAX_CLOCK_SKEW,
         }
+    }
+
+    /// How far the clock of a [`Timers::spawn_worker`] loop may be off the
+    /// database server's (PostgreSQL): the loop reads the server's clock
+    /// every 2.5 s and, while its own is further off, claims no timer and
+    /// requeues no stale claim (an error is logged when it stops, an info
+    /// line when it resumes), since timers fall due by the claiming worker's
+    /// clock. Default [`DEFAULT_TIMER_MAX_CLOCK_SKEW`]; the runtime's
+    /// `max_clock_skew` for [`crate::Keiro::timers`]; `Duration::MAX` turns
+    /// the refusal off. [`Timers::run_once`] and [`Timers::drain`], called
+    /// by the application's own loop, do not read the clock. SQLite's
+    /// database is a file on this host: there is no second clock.
+    pub fn max_clock_skew(mut self, skew: Duration) -> Timers {
+        self.max_clock_skew = skew;
+        self
     }
 
     /// Refuses a payload longer than `bytes` when scheduling, with

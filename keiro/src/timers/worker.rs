@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
+use super::clock_guard::ClockGuard;
 use super::{metrics, TimerError, TimerRow, Timers};
 use crate::panic::panic_message;
 use crate::runtime::lock;
@@ -675,12 +676,17 @@ impl Timers {
         // Claims since the preamble last ran, and when it is due again.
         let (mut since_preamble, mut preamble_at) = (0usize, Instant::now());
         let mut dropped = false;
+        let mut clock = ClockGuard::new(self.max_clock_skew);
         loop {
             self.wakes.listen(&self.store);
             if dropped || *stopped.borrow() {
                 break;
             }
-            if since_preamble >= options.batch_size || Instant::now() >= preamble_at {
+            // While this process's clock is off the server's, neither claims
+            // nor the stale-claim requeue (both go by this clock).
+            let clock_off = clock.is_off(&self.store).await;
+            if !clock_off && (since_preamble >= options.batch_size || Instant::now() >= preamble_at)
+            {
                 let now = self.store.now_us();
                 if let Err(error) = self.preamble(&options, now, firing.oldest()).await {
                     tracing::warn!(%error, "keiro timer worker could not requeue stale claims");
@@ -689,7 +695,7 @@ impl Timers {
             }
             // Fill the free slots with timers due now.
             let (mut failed, mut claimed) = (false, false);
-            while firing.len() < options.concurrency && !*stopped.borrow() {
+            while !clock_off && firing.len() < options.concurrency && !*stopped.borrow() {
                 let now = self.store.now_us();
                 match self.claim_to_fire(now).await {
                     Ok(Some(Ok((timer, lag)))) => {
@@ -725,6 +731,7 @@ impl Timers {
                 tokio::pin!(woken);
                 woken.as_mut().enable();
                 let pause = match (full, failed) {
+                    _ if clock_off => clock.until_next_reading().min(options.poll_interval),
                     (true, _) => options.poll_interval,
                     (false, true) => deadline.saturating_duration_since(Instant::now()),
                     // Right after finding nothing to claim: see

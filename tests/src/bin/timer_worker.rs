@@ -8,7 +8,8 @@
 //! requeued. Each fire appends `<id> <attempt>` to the effects file and
 //! prints `FIRING <id> <attempt>`; with `TIMER_BLOCK=1` the fire action then
 //! blocks forever (the test SIGKILLs the process there), else it completes
-//! and prints `FIRED <id> <attempt>`.
+//! and prints `FIRED <id> <attempt>`. keiro's own log (`info`) goes to
+//! stdout too.
 
 use std::io::Write;
 use std::time::Duration;
@@ -36,6 +37,11 @@ async fn run() -> Result<(), keiro::Error> {
         .unwrap_or(1_000);
     let block = std::env::var("TIMER_BLOCK").is_ok_and(|v| v == "1");
     let effects = effects.clone();
+    tracing_subscriber::fmt()
+        .with_env_filter("keiro=info")
+        .with_writer(std::io::stdout)
+        .with_ansi(false)
+        .init();
 
     let timers = Timers::connect(&url).await?;
     let worker = timers.spawn_worker(
