@@ -13,7 +13,9 @@ use keiro_tests::{on_both_backends, Backend, TestDb};
 
 on_both_backends!(
     a_run_blocking_its_thread_past_its_lease_is_named,
-    a_run_whose_lapsed_lease_was_taken_stops_after_its_block
+    a_run_whose_lapsed_lease_was_taken_stops_after_its_block,
+    a_pipelined_run_whose_lapsed_lease_was_taken_starts_no_further_step,
+    a_run_whose_instance_was_run_further_and_claimed_back_stops
 );
 
 /// Short, so that a block of a few seconds outlasts it; long enough that
@@ -84,9 +86,8 @@ async fn a_run_blocking_its_thread_past_its_lease_is_named(backend: Backend) {
             .count()
     };
     assert_eq!(named(&blocked_id), 1, "{warnings}");
-    // Nobody took the lapsed lease (this process drives the instance; its
-    // own resume worker leaves it be): the run asked the store, went on, and
-    // was neither stopped nor replayed.
+    // Nobody took the lapsed lease (no other executor runs here): the run
+    // asked the store, went on, and was neither stopped nor replayed.
     assert_eq!(count(&STEP_RUNS, &blocked_id), 1, "{warnings}");
     assert_eq!(count(&BODY_RUNS, &blocked_id), 1, "{warnings}");
     assert!(warnings.contains("spawn_blocking"), "{warnings}");
@@ -136,21 +137,7 @@ async fn a_run_whose_lapsed_lease_was_taken_stops_after_its_block(backend: Backe
     };
     // Past the lease while the run blocks: another executor takes the
     // instance over and runs it to its end.
-    let deadline = std::time::Instant::now() + Duration::from_millis(ms - 1_000);
-    loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let pass = b
-            .resume_once(&keiro::ResumeOptions::default().log(|_| {}))
-            .await
-            .unwrap();
-        if pass.completed == 1 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "b never took the instance over"
-        );
-    }
+    resume_until(&b, ms, |pass| pass.completed == 1).await;
     // The blocked run, asking the store once the block ends, finds the
     // lease gone and does not go on to the next step.
     let output = blocked.await.unwrap();
@@ -159,6 +146,115 @@ async fn a_run_whose_lapsed_lease_was_taken_stops_after_its_block(backend: Backe
     assert_eq!(count(&AFTER_RUNS, &id), 1, "b's run only");
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
+}
+
+#[workflow(journal = "pipelined")]
+async fn pipelined_blocks_then_goes_on(ms: u64, tag: String) -> u32 {
+    block_the_first_time(ms, tag.clone()).await;
+    after_the_block(tag).await
+}
+
+/// A pipelined step's row is journaled later, so the body goes on to its
+/// next step in the same poll: that step waits for the lease to be checked.
+async fn a_pipelined_run_whose_lapsed_lease_was_taken_starts_no_further_step(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let a = db.builder().lease_ttl(LEASE).connect().await.unwrap();
+    let b = db.builder().lease_ttl(LEASE).connect().await.unwrap();
+    let ms = BLOCK.as_millis() as u64;
+    let id = format!("pipelined-{}", backend_name(backend));
+    let blocked = {
+        let (a, id) = (a.clone(), id.clone());
+        tokio::spawn(async move {
+            pipelined_blocks_then_goes_on(ms, id.clone())
+                .id(id)
+                .on(&a)
+                .await
+        })
+    };
+    resume_until(&b, ms, |pass| pass.completed == 1).await;
+    assert_eq!(blocked.await.unwrap().unwrap(), 7);
+    assert_eq!(count(&STEP_RUNS, &id), 2, "the block, then b's run");
+    assert_eq!(count(&AFTER_RUNS, &id), 1, "b's run only");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// Each start of the step after the durable sleep, by tag.
+static LAST_RUNS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+#[step]
+async fn after_the_sleep(tag: String) -> u32 {
+    LAST_RUNS.lock().unwrap().push(tag);
+    9
+}
+
+#[workflow]
+async fn blocks_then_sleeps(ms: u64, tag: String) -> u32 {
+    block_the_first_time(ms, tag.clone()).await;
+    after_the_block(tag.clone()).await;
+    // Longer than `suspend_after` (1 s): the run suspends, letting go.
+    keiro::sleep(Duration::from_millis(1_500)).await;
+    after_the_sleep(tag).await
+}
+
+/// Another executor runs the instance further while the run blocks, then
+/// suspends it; this process's own resume worker claims it back, under the
+/// same lease owner. The renewal holds, but the journal went past the run:
+/// it stops, and the instance resumes from the journal, each step once.
+async fn a_run_whose_instance_was_run_further_and_claimed_back_stops(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let a = db.builder().lease_ttl(LEASE).connect().await.unwrap();
+    let b = db.builder().lease_ttl(LEASE).connect().await.unwrap();
+    let ms = BLOCK.as_millis() as u64;
+    let id = format!("further-{}", backend_name(backend));
+    let blocked = {
+        let (a, id) = (a.clone(), id.clone());
+        tokio::spawn(async move { blocks_then_sleeps(ms, id.clone()).id(id).on(&a).await })
+    };
+    resume_until(&b, ms, |pass| pass.resumed == 1).await;
+    assert_eq!(count(&AFTER_RUNS, &id), 1, "b ran the step after the block");
+    let status = b.store().get_instance(&id).await.unwrap().unwrap().status;
+    assert!(
+        !status.is_final(),
+        "b suspended it in its sleep: {status:?}"
+    );
+    // Claims it back once its sleep is over, while the run still blocks.
+    let worker = a
+        .resume_worker(keiro::ResumeOptions::default().poll_interval(Duration::from_millis(50)))
+        .await
+        .unwrap();
+    assert_eq!(blocked.await.unwrap().unwrap(), 9);
+    assert_eq!(count(&STEP_RUNS, &id), 2, "the block, then b's run");
+    assert_eq!(count(&AFTER_RUNS, &id), 1, "b's run only");
+    assert_eq!(count(&LAST_RUNS, &id), 1);
+    worker.shutdown().await;
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// Resume passes of `b` every 200 ms until one satisfies `done`; the blocked
+/// run's lease lapses after a second, so one does well before the block of
+/// `block_ms` ends.
+async fn resume_until(
+    b: &keiro::Keiro,
+    block_ms: u64,
+    done: impl Fn(&keiro::ResumeSummary) -> bool,
+) {
+    let deadline = std::time::Instant::now() + Duration::from_millis(block_ms - 1_000);
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let pass = b
+            .resume_once(&keiro::ResumeOptions::default().log(|_| {}))
+            .await
+            .unwrap();
+        if done(&pass) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "b never took the instance over"
+        );
+    }
 }
 
 fn backend_name(backend: Backend) -> &'static str {

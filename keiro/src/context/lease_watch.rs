@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::runtime::lock;
@@ -25,12 +26,33 @@ pub(crate) struct LeaseWatch {
     renewed: Mutex<Option<Instant>>,
     /// Whether the watch has warned of this run already.
     warned: AtomicBool,
+    /// Wakes the steps waiting in [`LeaseWatch::unless_lapsed`].
+    renewals: Notify,
 }
 
 impl LeaseWatch {
     /// The lease was granted or renewed at `at` (the run is being driven).
     pub(crate) fn renewed(&self, at: Instant) {
         *lock(&self.renewed) = Some(at);
+        self.renewals.notify_waiters();
+    }
+
+    /// Returns at once unless the lease went unrenewed for `ttl` while the
+    /// run is driven (its task was held up: the lease may be another's);
+    /// then waits until the run's drive loop, which checks such a lease
+    /// before polling the body on, has renewed it. A body that goes on
+    /// without awaiting (a pipelined step's row is journaled later) starts
+    /// no step body on a lease that may have lapsed. If the lease is lost,
+    /// the run ends and this is dropped with the body.
+    pub(crate) async fn unless_lapsed(&self, ttl: Duration) {
+        loop {
+            let renewal = self.renewals.notified();
+            let lapsed = lock(&self.renewed).is_some_and(|at| at + ttl <= Instant::now());
+            if !lapsed {
+                return;
+            }
+            renewal.await;
+        }
     }
 
     /// When the lease was last renewed; the run is no longer driven.

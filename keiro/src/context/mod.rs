@@ -362,6 +362,13 @@ impl WorkflowContext {
         self.next_seq.load(Ordering::SeqCst)
     }
 
+    /// The first seq this run has neither allocated nor loaded: a row at
+    /// or beyond it was journaled by another run.
+    pub(crate) fn known_frontier(&self) -> i64 {
+        let loaded = lock(&self.journal).keys().max().map_or(0, |seq| seq + 1);
+        self.allocated().max(loaded)
+    }
+
     /// The recorded row for `seq`, if the journal has one.
     pub(crate) fn recorded(&self, seq: i64) -> Option<StepRow> {
         lock(&self.journal).get(&seq).cloned()

@@ -206,6 +206,7 @@ where
     // Two callers racing on one id never both run a step: the first step
     // body runs only once the run's instance is recorded.
     super::deferred::created(&cx).await;
+    cx.lease.unless_lapsed(cx.keiro.lease_ttl()).await;
     let span = tracing::debug_span!("keiro.step", name, seq, replayed = false);
     async move {
         let started_at = cx.keiro.now_us();

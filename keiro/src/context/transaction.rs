@@ -262,6 +262,7 @@ where
             // Its row commits in the application's transaction: after the
             // rows a pipelined run queued before it.
             super::pipeline::barrier(&cx).await;
+            cx.lease.unless_lapsed(cx.keiro.lease_ttl()).await;
             loop {
                 runs += 1;
                 let timing = StepTiming {

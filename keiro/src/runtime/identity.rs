@@ -59,6 +59,15 @@ impl Keiro {
             .map(|_| ())
     }
 
+    /// The token proving this runtime holds its executor identity, once it
+    /// took one.
+    pub(crate) fn executor_token(&self) -> Option<&str> {
+        self.inner
+            .executor
+            .get()
+            .map(|registration| registration.token.as_str())
+    }
+
     /// The owner name on this runtime's leases: the identity it took, or
     /// before it took one, the identity it asks for first.
     pub(crate) fn owner(&self) -> &str {

@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use super::end::{self, Ended, HandingOver};
+use super::lapsed_lease;
 use crate::context::{self, Halt, WorkflowContext};
 use crate::panic::panic_message;
 use crate::registry::{RunFn, WorkflowInput};
@@ -259,11 +260,24 @@ async fn drive(
         if renewed + ttl <= now && !cx.in_transaction() && !cx.deferred.is_pending() {
             // It supersedes a renewal sent before the hold-up.
             renewing = None;
-            if !still_held_after_lapse(keiro, &row.id, lease, ttl / 3, &span).await {
+            // A time-out begun before the hold-up may hold the instance's
+            // row (the check below would wait on it): it ends first.
+            if let Some(timing) = timing_out.take() {
+                if let Ok(Ok(true)) = tokio::time::timeout(ttl, timing).await {
+                    return Ended::TimedOut;
+                }
+                deadline.as_mut().reset(Instant::now() + RETRY_TIME_OUT);
+            }
+            // The body is not polled meanwhile, so no step starts on a
+            // lease that may be another's; a step the body starts later
+            // waits for this (see `LeaseWatch::unless_lapsed`).
+            if !lapsed_lease::still_held(keiro, cx, lease, ttl, &span).await {
                 return Ended::LeaseLost;
             }
             renewed = now;
             cx.lease.renewed(renewed);
+            // Not the ticks missed during the hold-up, one after another.
+            renew.reset();
         }
         tokio::select! {
             biased;
@@ -362,39 +376,6 @@ async fn drive(
                     Err(error) => tracing::warn!(parent: &span, %error, "keiro could not renew a lease; retrying"),
                 }
             }
-        }
-    }
-}
-
-/// Whether the lease of a run whose task went unpolled until it may have
-/// lapsed is still its own: renewed now, within `wait`. A take changes the
-/// lease's owner and this process drives an instance once at a time, so a
-/// lease still held was not taken meanwhile, and the run goes on without
-/// repeating the step it was held up in. Lost, refused or unanswered: the
-/// run stops (it resumes from its journal wherever the instance is run next).
-async fn still_held_after_lapse(
-    keiro: &Keiro,
-    id: &str,
-    lease: Lease<'_>,
-    wait: Duration,
-    span: &tracing::Span,
-) -> bool {
-    match tokio::time::timeout(wait, keiro.raw_store().renew_lease(id, lease)).await {
-        Ok(Ok(true)) => {
-            tracing::info!(parent: span, "keiro: this run went unpolled past its lease, which nobody took meanwhile; it goes on");
-            true
-        }
-        Ok(Ok(false)) => {
-            tracing::warn!(parent: span, "keiro: this run went unpolled past its lease and another executor took the instance meanwhile (or it ended); stopping the run");
-            false
-        }
-        Ok(Err(error)) => {
-            tracing::warn!(parent: span, %error, "keiro: this run went unpolled past its lease and the store could not confirm it; stopping the run (it resumes once the store is back)");
-            false
-        }
-        Err(_) => {
-            tracing::warn!(parent: span, "keiro: this run went unpolled past its lease and the store did not confirm it in time; stopping the run (it resumes once the store answers)");
-            false
         }
     }
 }

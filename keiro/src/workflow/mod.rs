@@ -8,6 +8,7 @@ pub(crate) mod child;
 pub(crate) mod drive;
 pub(crate) mod end;
 mod handle;
+mod lapsed_lease;
 pub(crate) mod launch;
 mod lifecycle;
 mod operate;
