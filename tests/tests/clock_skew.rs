@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use keiro::timers::{TimerRequest, TimerStatus};
+use keiro::timers::{FireOutcome, TimerRequest, TimerStatus, TimerWorkerOptions};
 use keiro::Keiro;
 use keiro_store::InstanceStatus;
 use keiro_tests::executors::brief;
@@ -47,6 +47,15 @@ mod postgres_only {
     }
 }
 
+/// Makes `offset` say `shift` in one step (written beside it, then renamed
+/// over it): libfaketime re-reads it at every reading of the clock and
+/// must never find it empty or half written.
+fn set_offset(offset: &Path, shift: &str) {
+    let next = offset.with_extension("next");
+    std::fs::write(&next, shift).unwrap();
+    std::fs::rename(&next, offset).unwrap();
+}
+
 /// The environment that shifts a child's clock by what `offset` holds
 /// (`+30s`, `-1m`, `+0s`, …).
 fn shifted_env(offset: &Path) -> [(&'static str, &str); 4] {
@@ -81,7 +90,7 @@ async fn a_worker_whose_clock_is_off_refuses_to_start_where_the_server_has_a_clo
     let dir = tempfile::tempdir().unwrap();
     let offset = dir.path().join("offset");
     for (shift, words) in [("+30s", "ahead of"), ("-30s", "behind")] {
-        std::fs::write(&offset, shift).unwrap();
+        set_offset(&offset, shift);
         let mut child = shifted_worker(&db, &offset);
         let said = outcome(&mut child).await;
         if backend.is_postgres() {
@@ -111,7 +120,7 @@ async fn a_worker_whose_clock_is_off_refuses_to_start_where_the_server_has_a_clo
         }
     }
     // The same worker on a clock that agrees starts everywhere.
-    std::fs::write(&offset, "+0s").unwrap();
+    set_offset(&offset, "+0s");
     let mut child = shifted_worker(&db, &offset);
     let said = outcome(&mut child).await;
     assert!(said.starts_with("READY "), "{said}");
@@ -122,7 +131,7 @@ async fn a_worker_whose_clock_drifts_off_claims_nothing_until_it_is_back() {
     let db = TestDb::new(Backend::Postgres).await;
     let dir = tempfile::tempdir().unwrap();
     let offset = dir.path().join("offset");
-    std::fs::write(&offset, "+0s").unwrap();
+    set_offset(&offset, "+0s");
     let mut child = shifted_worker(&db, &offset);
     let said = outcome(&mut child).await;
     assert!(said.starts_with("READY "), "{said}");
@@ -137,7 +146,7 @@ async fn a_worker_whose_clock_drifts_off_claims_nothing_until_it_is_back() {
 
     // The worker's clock jumps 40 s ahead: it would take any lease within
     // 40 s of lapsing. It notices at its next heartbeat (2.5 s).
-    std::fs::write(&offset, "+40s").unwrap();
+    set_offset(&offset, "+40s");
     let stopped = child.line_containing("keiro stops claiming work").await;
     assert!(
         stopped.contains("ms ahead of the database server's"),
@@ -165,7 +174,7 @@ async fn a_worker_whose_clock_drifts_off_claims_nothing_until_it_is_back() {
     );
 
     // Back in agreement: it claims again.
-    std::fs::write(&offset, "+0s").unwrap();
+    set_offset(&offset, "+0s");
     child.line_containing("is back within max_clock_skew").await;
     assert_eq!(
         wait_final(&keiro, "while-off").await,
@@ -178,7 +187,7 @@ async fn a_scheduler_whose_clock_drifts_off_starts_no_tick_until_it_is_back() {
     let db = TestDb::new(Backend::Postgres).await;
     let dir = tempfile::tempdir().unwrap();
     let (offset, effects) = (dir.path().join("offset"), dir.path().join("effects"));
-    std::fs::write(&offset, "+0s").unwrap();
+    set_offset(&offset, "+0s");
     // Its default lease of 10 s allows 2.5 s of skew.
     let mut child = CrashChild::start_with_env(
         env!("CARGO_BIN_EXE_cron_worker"),
@@ -198,7 +207,7 @@ async fn a_scheduler_whose_clock_drifts_off_starts_no_tick_until_it_is_back() {
     }
 
     // 40 s ahead, it would start the ticks of the next 40 s at once.
-    std::fs::write(&offset, "+40s").unwrap();
+    set_offset(&offset, "+40s");
     child.line_containing("keiro stops claiming work").await;
     // A scheduler pass that read the clock just before ends.
     tokio::time::sleep(Duration::from_millis(600)).await;
@@ -211,7 +220,7 @@ async fn a_scheduler_whose_clock_drifts_off_starts_no_tick_until_it_is_back() {
         "a scheduler whose clock is off started ticks: {lines:?}"
     );
 
-    std::fs::write(&offset, "+0s").unwrap();
+    set_offset(&offset, "+0s");
     child.line_containing("is back within max_clock_skew").await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while ran() < before + 2 {
@@ -246,7 +255,7 @@ async fn a_timer_worker_whose_clock_drifts_off_fires_nothing_until_it_is_back() 
     let timers = keiro_tests::timers::timers(&db).await;
     let dir = tempfile::tempdir().unwrap();
     let (offset, effects) = (dir.path().join("offset"), dir.path().join("effects"));
-    std::fs::write(&offset, "+0s").unwrap();
+    set_offset(&offset, "+0s");
     let mut child = CrashChild::start_with_env(
         env!("CARGO_BIN_EXE_timer_worker"),
         &db,
@@ -258,7 +267,7 @@ async fn a_timer_worker_whose_clock_drifts_off_fires_nothing_until_it_is_back() 
     child.line_starting_any(&["FIRED before 1"]).await;
 
     // 40 s ahead: a timer due in 20 s would fire at once.
-    std::fs::write(&offset, "+40s").unwrap();
+    set_offset(&offset, "+40s");
     let stopped = child.line_containing("stops claiming timers").await;
     assert!(
         stopped.contains("ms ahead of the database server's"),
@@ -284,7 +293,7 @@ async fn a_timer_worker_whose_clock_drifts_off_fires_nothing_until_it_is_back() 
     }
 
     // Back in agreement: the due timer fires, the other waits for its time.
-    std::fs::write(&offset, "+0s").unwrap();
+    set_offset(&offset, "+0s");
     child.line_containing("claims timers again").await;
     child.line_starting_any(&["FIRED due 1"]).await;
     let soon = keiro_tests::timers::row(&timers, "soon").await;
@@ -306,6 +315,21 @@ async fn a_skew_limit_of_zero_is_refused(backend: Backend) {
             assert!(reason.contains("Duration::MAX"), "{reason}");
         }
         other => panic!("expected InvalidOption, got {other:?}"),
+    }
+    // A timer worker's limit likewise.
+    let refused = keiro_tests::timers::timers(&db)
+        .await
+        .max_clock_skew(Duration::ZERO)
+        .spawn_worker(TimerWorkerOptions::default(), |_| async {
+            FireOutcome::completed("never")
+        });
+    match refused {
+        Err(keiro::timers::TimerError::InvalidOption { option, reason }) => {
+            assert_eq!(option, "max_clock_skew");
+            assert!(reason.contains("Duration::MAX"), "{reason}");
+        }
+        Err(other) => panic!("expected InvalidOption, got {other:?}"),
+        Ok(_) => panic!("a timer worker with a zero skew limit started"),
     }
 }
 

@@ -7,12 +7,12 @@
 //! executor identity (and is refused beyond `max_clock_skew`), then at every
 //! heartbeat; while its clock is off its resume passes claim nothing and its
 //! cron scheduler starts no tick. Between readings, a step of this process's
-//! wall clock (an operator, NTP stepping it, a suspended VM) shows at once:
-//! measured against the monotonic clock, it moves the last reading's offset.
+//! wall clock (an operator, NTP stepping it) shows at once: measured against
+//! a clock no one sets ([`steady_us`]), it moves the last reading's offset.
 
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use keiro_store::{now_us, ClockReading};
 
@@ -38,29 +38,49 @@ pub(crate) fn judge(reading: Option<ClockReading>, limit: Duration) -> Verdict {
     }
 }
 
-/// The last reading of the server's clock, with this process's wall and
-/// monotonic clocks when it was taken.
+/// The last reading of the server's clock, with this process's wall clock
+/// and [`steady_us`] when it was taken.
 #[derive(Debug, Default)]
-pub(crate) struct LastReading(Mutex<Option<(ClockReading, i64, Instant)>>);
+pub(crate) struct LastReading(Mutex<Option<(ClockReading, i64, i64)>>);
 
 impl LastReading {
     /// Keeps `reading`, taken just now.
     pub(crate) fn record(&self, reading: ClockReading) {
-        *crate::runtime::lock(&self.0) = Some((reading, now_us(), Instant::now()));
+        *crate::runtime::lock(&self.0) = Some((reading, now_us(), steady_us()));
     }
 
     /// The offset now, as far as this process can tell without reading the
     /// server's clock again: the last reading's, moved by however far the
-    /// wall clock moved apart from the monotonic one since. `None` before
-    /// any reading.
+    /// wall clock moved apart from [`steady_us`] since. `None` before any
+    /// reading.
     pub(crate) fn estimate(&self) -> Option<ClockReading> {
-        let (reading, wall, mono) = (*crate::runtime::lock(&self.0))?;
-        let elapsed = i64::try_from(mono.elapsed().as_micros()).unwrap_or(i64::MAX);
+        let (reading, wall, steady) = (*crate::runtime::lock(&self.0))?;
+        let elapsed = steady_us().saturating_sub(steady);
         let step = now_us().saturating_sub(wall).saturating_sub(elapsed);
         Some(ClockReading {
             offset_us: reading.offset_us.saturating_add(step),
             uncertainty_us: reading.uncertainty_us,
         })
+    }
+}
+
+/// A clock no one sets, in µs from an arbitrary start: Linux's
+/// `CLOCK_BOOTTIME`, which goes on counting while the machine is suspended
+/// (as the wall clock does once it resumes, so a suspend is no step), and
+/// the monotonic clock elsewhere. NTP slews it as it slews the wall clock.
+fn steady_us() -> i64 {
+    #[cfg(target_os = "linux")]
+    {
+        let at = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        at.tv_sec
+            .saturating_mul(1_000_000)
+            .saturating_add(at.tv_nsec / 1_000)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        let start = *START.get_or_init(std::time::Instant::now);
+        i64::try_from(start.elapsed().as_micros()).unwrap_or(i64::MAX)
     }
 }
 

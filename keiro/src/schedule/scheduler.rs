@@ -123,24 +123,15 @@ async fn run(keiro: Keiro, missed: MissedTicks, runs: std::sync::Arc<TickRuns>, 
     let mut first = true;
     loop {
         let seen = state.requested.load(Ordering::SeqCst);
-        let next = if keiro.clock_is_off() {
-            // Ticks fall due by this process's clock, which is off the
-            // database server's (see `runtime::clock_check`): they would
-            // start early or late. They are left to workers whose clocks
-            // agree, or to this one once its clock is back (its cursors
-            // stay where they are, so ticks that fell meanwhile are caught
-            // up as a held-up scheduler's are).
-            None
-        } else {
-            match pass(&keiro, &runs, &mut cursors, &mut unreadable, missed, first).await {
-                Ok(next) => {
-                    first = false;
-                    next
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "keiro's cron scheduler could not read its schedules");
-                    None
-                }
+        let next = match pass(&keiro, &runs, &mut cursors, &mut unreadable, missed, first).await {
+            Ok(Pass::Done(next)) => {
+                first = false;
+                next
+            }
+            Ok(Pass::ClockOff) => None,
+            Err(error) => {
+                tracing::warn!(%error, "keiro's cron scheduler could not read its schedules");
+                None
             }
         };
         state
@@ -174,6 +165,19 @@ impl Drop for Running {
     }
 }
 
+/// What one [`pass`] did.
+enum Pass {
+    /// Fired every due tick; the earliest next one.
+    Done(Option<i64>),
+    /// Fired nothing: ticks fall due by this process's clock, which is off
+    /// the database server's (see `runtime::clock_check`), so they would
+    /// start early or late. They are left to workers whose clocks agree, or
+    /// to this one once its clock is back (its cursors stay where they are,
+    /// so ticks that fell meanwhile are caught up as a held-up scheduler's
+    /// are; a first pass stays the first).
+    ClockOff,
+}
+
 /// One pass: fires every due tick, returns the earliest next one. `first`:
 /// the scheduler's first pass, which runs the ticks missed while no worker
 /// ran per `missed`; every pass treats the ticks more than [`LATE_AFTER`]
@@ -185,7 +189,7 @@ async fn pass(
     unreadable: &mut Unreadable,
     missed: MissedTicks,
     first: bool,
-) -> Result<Option<i64>> {
+) -> Result<Pass> {
     if first {
         super::manage::write_linked(keiro).await?;
     }
@@ -200,6 +204,10 @@ async fn pass(
     }
     cursors.retain(|name, _| rows.iter().any(|row| row.name == *name));
     let now = keiro.now_us();
+    // Judged after `now` is read: a step of the clock before it counts.
+    if keiro.clock_is_off() {
+        return Ok(Pass::ClockOff);
+    }
     let mut next: Option<i64> = None;
     for row in &rows {
         // A workflow this binary does not link is another binary's to run,
@@ -302,7 +310,7 @@ async fn pass(
         }
     }
     unreadable.pass_done();
-    Ok(next)
+    Ok(Pass::Done(next))
 }
 
 /// The schedules a scheduler could not read, so each is logged once while

@@ -655,6 +655,13 @@ impl Timers {
         Fut: Future<Output = FireOutcome> + Send + 'static,
     {
         options.validate()?;
+        if self.max_clock_skew.is_zero() {
+            return Err(TimerError::InvalidOption {
+                option: "max_clock_skew",
+                reason: "no two clocks agree to the microsecond, so a limit of zero would stop                          every claim; use a positive limit (default 2.5 s), or Duration::MAX to                          turn the refusal off"
+                    .into(),
+            });
+        }
         let (stop, stopped) = watch::channel(false);
         self.wakes.listen(&self.store);
         let timers = self.clone();
@@ -684,7 +691,7 @@ impl Timers {
             }
             // While this process's clock is off the server's, neither claims
             // nor the stale-claim requeue (both go by this clock).
-            let clock_off = clock.is_off(&self.store).await;
+            let mut clock_off = clock.is_off(&self.store).await;
             if !clock_off && (since_preamble >= options.batch_size || Instant::now() >= preamble_at)
             {
                 let now = self.store.now_us();
@@ -697,6 +704,12 @@ impl Timers {
             let (mut failed, mut claimed) = (false, false);
             while !clock_off && firing.len() < options.concurrency && !*stopped.borrow() {
                 let now = self.store.now_us();
+                // Judged again at each claim's `now`: a step of the clock
+                // since the last claim counts.
+                if clock.is_off(&self.store).await {
+                    clock_off = true;
+                    break;
+                }
                 match self.claim_to_fire(now).await {
                     Ok(Some(Ok((timer, lag)))) => {
                         (since_preamble, claimed) = (since_preamble + 1, true);
