@@ -28,6 +28,9 @@ pub(crate) struct LeaseWatch {
     warned: AtomicBool,
     /// Wakes the steps waiting in [`LeaseWatch::unless_lapsed`].
     renewals: Notify,
+    /// Whether the run stopped because another run moved the instance on
+    /// while this one was held up, the lease renewed to this process.
+    overtaken: AtomicBool,
 }
 
 impl LeaseWatch {
@@ -37,6 +40,17 @@ impl LeaseWatch {
         self.renewals.notify_waiters();
     }
 
+    /// The run stops because another run moved the instance on while this
+    /// one was held up; this process holds the lease it just renewed.
+    pub(crate) fn set_overtaken(&self) {
+        self.overtaken.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`LeaseWatch::set_overtaken`] was called.
+    pub(crate) fn overtaken(&self) -> bool {
+        self.overtaken.load(Ordering::SeqCst)
+    }
+
     /// Returns at once unless the lease went unrenewed for `ttl` while the
     /// run is driven (its task was held up: the lease may be another's);
     /// then waits until the run's drive loop, which checks such a lease
@@ -44,13 +58,16 @@ impl LeaseWatch {
     /// without awaiting (a pipelined step's row is journaled later) starts
     /// no step body on a lease that may have lapsed. If the lease is lost,
     /// the run ends and this is dropped with the body.
-    pub(crate) async fn unless_lapsed(&self, ttl: Duration) {
+    /// `true` when it returned at once.
+    pub(crate) async fn unless_lapsed(&self, ttl: Duration) -> bool {
+        let mut at_once = true;
         loop {
             let renewal = self.renewals.notified();
             let lapsed = lock(&self.renewed).is_some_and(|at| at + ttl <= Instant::now());
             if !lapsed {
-                return;
+                return at_once;
             }
+            at_once = false;
             renewal.await;
         }
     }

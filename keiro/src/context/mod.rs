@@ -369,6 +369,15 @@ impl WorkflowContext {
         self.allocated().max(loaded)
     }
 
+    /// Takes `rows` of this run's instance and generation, read from the
+    /// store, into the journal it replays from, keeping the rows it has.
+    pub(crate) fn adopt(&self, rows: Vec<StepRow>) {
+        let mut journal = lock(&self.journal);
+        for row in rows {
+            journal.entry(row.seq).or_insert(row);
+        }
+    }
+
     /// The recorded row for `seq`, if the journal has one.
     pub(crate) fn recorded(&self, seq: i64) -> Option<StepRow> {
         lock(&self.journal).get(&seq).cloned()

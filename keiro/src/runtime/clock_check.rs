@@ -65,18 +65,18 @@ impl LastReading {
 }
 
 /// A clock no one sets, in µs from an arbitrary start: Linux's
-/// `CLOCK_BOOTTIME`, which goes on counting while the machine is suspended
+/// (and Android's) `CLOCK_BOOTTIME`, which goes on counting while the machine is suspended
 /// (as the wall clock does once it resumes, so a suspend is no step), and
 /// the monotonic clock elsewhere. NTP slews it as it slews the wall clock.
 fn steady_us() -> i64 {
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         let at = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
-        at.tv_sec
-            .saturating_mul(1_000_000)
-            .saturating_add(at.tv_nsec / 1_000)
+        Duration::try_from(at).map_or(0, |since| {
+            i64::try_from(since.as_micros()).unwrap_or(i64::MAX)
+        })
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
     {
         static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
         let start = *START.get_or_init(std::time::Instant::now);

@@ -174,7 +174,8 @@ enum Pass {
     /// start early or late. They are left to workers whose clocks agree, or
     /// to this one once its clock is back (its cursors stay where they are,
     /// so ticks that fell meanwhile are caught up as a held-up scheduler's
-    /// are; a first pass stays the first).
+    /// are; a first pass, which writes the linked schedules, stays the
+    /// first).
     ClockOff,
 }
 
@@ -190,6 +191,11 @@ async fn pass(
     missed: MissedTicks,
     first: bool,
 ) -> Result<Pass> {
+    // Judged before anything is written: a redefined schedule's latest
+    // tick comes from this clock too.
+    if keiro.clock_is_off() {
+        return Ok(Pass::ClockOff);
+    }
     if first {
         super::manage::write_linked(keiro).await?;
     }
@@ -204,7 +210,8 @@ async fn pass(
     }
     cursors.retain(|name, _| rows.iter().any(|row| row.name == *name));
     let now = keiro.now_us();
-    // Judged after `now` is read: a step of the clock before it counts.
+    // Judged again after `now` is read: a step of the clock before it
+    // counts.
     if keiro.clock_is_off() {
         return Ok(Pass::ClockOff);
     }

@@ -658,7 +658,9 @@ impl Timers {
         if self.max_clock_skew.is_zero() {
             return Err(TimerError::InvalidOption {
                 option: "max_clock_skew",
-                reason: "no two clocks agree to the microsecond, so a limit of zero would stop                          every claim; use a positive limit (default 2.5 s), or Duration::MAX to                          turn the refusal off"
+                reason: "no two clocks agree to the microsecond, so a limit of zero would stop \
+                         every claim; use a positive limit (default 2.5 s), or Duration::MAX to \
+                         turn the refusal off"
                     .into(),
             });
         }
@@ -695,10 +697,14 @@ impl Timers {
             if !clock_off && (since_preamble >= options.batch_size || Instant::now() >= preamble_at)
             {
                 let now = self.store.now_us();
-                if let Err(error) = self.preamble(&options, now, firing.oldest()).await {
-                    tracing::warn!(%error, "keiro timer worker could not requeue stale claims");
+                // Judged again at the requeue's `now`, as each claim is.
+                clock_off = clock.is_off(&self.store).await;
+                if !clock_off {
+                    if let Err(error) = self.preamble(&options, now, firing.oldest()).await {
+                        tracing::warn!(%error, "keiro timer worker could not requeue stale claims");
+                    }
+                    (since_preamble, preamble_at) = (0, Instant::now() + options.poll_interval);
                 }
-                (since_preamble, preamble_at) = (0, Instant::now() + options.poll_interval);
             }
             // Fill the free slots with timers due now.
             let (mut failed, mut claimed) = (false, false);

@@ -127,7 +127,7 @@ pub(crate) async fn execute(
     });
     let leased = granted.map_or(now, |at| at.min(now));
     cx.lease.renewed(leased);
-    let ended = drive(keiro, run, &row, &cx, aborted, stop).await;
+    let ended = drive(keiro, run, &row, &cx, leased, aborted, stop).await;
     let renewed = cx.lease.finish().unwrap_or(leased);
     if let Some(handing) = handing.as_deref_mut() {
         // Its slot is still this run's to hand over only while its lease
@@ -140,8 +140,10 @@ pub(crate) async fn execute(
     let (ended, steps) = durable_first(&cx, ended).await;
     // Lost to a row another run journaled first (not to a renewal): see
     // `end::release_overtaken`.
+    // Or to another run that moved the instance on while this one was held
+    // up, the lease renewed to this process: see `lapsed_lease`.
     if let Ended::LeaseLost = ended {
-        if context::pipeline::lost_lease(&cx) {
+        if context::pipeline::lost_lease(&cx) || cx.lease.overtaken() {
             end::release_overtaken(keiro, &cx.name, &cx.id).await;
         }
     }
@@ -203,6 +205,7 @@ async fn drive(
     run: RunFn,
     row: &InstanceRow,
     cx: &Arc<WorkflowContext>,
+    leased: Instant,
     mut aborted: oneshot::Receiver<Halt>,
     mut stop: Stop,
 ) -> Ended {
@@ -231,7 +234,7 @@ async fn drive(
     );
     let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + ttl / 3, ttl / 3);
     // When the last renewal that succeeded was sent (the claim, at first).
-    let mut renewed = tokio::time::Instant::now();
+    let mut renewed = leased;
     let lease = Lease {
         owner: keiro.owner(),
         ttl_us: duration_us(ttl),
@@ -271,10 +274,10 @@ async fn drive(
             // The body is not polled meanwhile, so no step starts on a
             // lease that may be another's; a step the body starts later
             // waits for this (see `LeaseWatch::unless_lapsed`).
-            if !lapsed_lease::still_held(keiro, cx, lease, ttl, &span).await {
+            let Some(sent) = lapsed_lease::still_held(keiro, cx, lease, ttl, &span).await else {
                 return Ended::LeaseLost;
-            }
-            renewed = now;
+            };
+            renewed = sent;
             cx.lease.renewed(renewed);
             // Not the ticks missed during the hold-up, one after another.
             renew.reset();
@@ -361,6 +364,11 @@ async fn drive(
                     return Ended::LeaseLost;
                 };
                 match renewal {
+                    // Sent after the lease may have lapsed (a transactional
+                    // step held its transaction open past it): it keeps the
+                    // lease, but proves too little (see `lapsed_lease`). The
+                    // check runs once the transaction has closed.
+                    Ok(true) if renewed + ttl <= sent => {}
                     Ok(true) => {
                         renewed = sent;
                         cx.lease.renewed(renewed);

@@ -8,35 +8,55 @@
 use std::time::Duration;
 
 use keiro_store::Lease;
+use tokio::time::Instant;
 
 use crate::context::WorkflowContext;
 use crate::Keiro;
 
-/// Whether the run of `cx` may go on under `lease` after a hold-up past it,
-/// asked of the store within `wait`; says why not in a warning.
+/// What the store says of a run held up past its lease.
+enum Verdict {
+    /// Nothing moved: the lease, renewed when this instant was sent, is
+    /// the run's.
+    Held(Instant),
+    /// The lease is not the run's (taken, or the instance ended).
+    Lost(&'static str),
+    /// The lease is renewed to this process, but another run moved the
+    /// instance on meanwhile: this run must not go on, and the lease is
+    /// let go so that a run from the journal can start at once.
+    Overtaken(&'static str),
+}
+
+/// When the run of `cx` may go on under `lease` after a hold-up past it
+/// (the lease renewed then), asked of the store within `wait`; `None`, and
+/// why in a warning, when it may not.
 pub(super) async fn still_held(
     keiro: &Keiro,
     cx: &WorkflowContext,
     lease: Lease<'_>,
     wait: Duration,
     span: &tracing::Span,
-) -> bool {
+) -> Option<Instant> {
     match tokio::time::timeout(wait, moved_under(keiro, cx, lease)).await {
-        Ok(Ok(None)) => {
+        Ok(Ok(Verdict::Held(sent))) => {
             tracing::info!(parent: span, "keiro: this run went unpolled past its lease, which nobody took meanwhile; it goes on");
-            true
+            Some(sent)
         }
-        Ok(Ok(Some(why))) => {
+        Ok(Ok(Verdict::Lost(why))) => {
             tracing::warn!(parent: span, "keiro: this run went unpolled past its lease and {why}; stopping the run");
-            false
+            None
+        }
+        Ok(Ok(Verdict::Overtaken(why))) => {
+            tracing::warn!(parent: span, "keiro: this run went unpolled past its lease and {why}; stopping the run (the instance resumes from its journal)");
+            cx.lease.set_overtaken();
+            None
         }
         Ok(Err(error)) => {
             tracing::warn!(parent: span, %error, "keiro: this run went unpolled past its lease and the store could not confirm it; stopping the run (it resumes once the store is back)");
-            false
+            None
         }
         Err(_) => {
             tracing::warn!(parent: span, "keiro: this run went unpolled past its lease and the store did not confirm it in time; stopping the run (it resumes once the store answers)");
-            false
+            None
         }
     }
 }
@@ -48,14 +68,18 @@ pub(super) async fn still_held(
 /// suspension, a release); a process that took over this one's identity
 /// claims under the same name. Once renewed, the lease is this run's for a
 /// TTL, so what is read after the renewal stays true while the run goes on.
+/// The journal's rows the run did not load are taken into its journal: a
+/// step it allocated but did not start yet (a `join!`'s) then replays the
+/// row another run wrote instead of running again.
 async fn moved_under(
     keiro: &Keiro,
     cx: &WorkflowContext,
     lease: Lease<'_>,
-) -> keiro_store::Result<Option<&'static str>> {
+) -> keiro_store::Result<Verdict> {
     let store = keiro.raw_store();
+    let sent = Instant::now();
     if !store.renew_lease(&cx.id, lease).await? {
-        return Ok(Some(
+        return Ok(Verdict::Lost(
             "another executor took the instance meanwhile (or it ended)",
         ));
     }
@@ -65,19 +89,25 @@ async fn moved_under(
             .await?
             .is_some_and(|row| row.token == token);
         if !ours {
-            return Ok(Some(
+            // The lease's name is that process's now: nothing to let go of.
+            return Ok(Verdict::Lost(
                 "another process took over this process's executor identity meanwhile",
             ));
         }
     }
     let generation = store.get_instance(&cx.id).await?.map(|row| row.generation);
     if generation != Some(cx.generation) {
-        return Ok(Some("the instance was continued as new meanwhile"));
+        return Ok(Verdict::Overtaken(
+            "the instance was continued as new meanwhile",
+        ));
     }
     let frontier = cx.known_frontier();
     let journal = store.load_journal(&cx.id, cx.generation).await?;
     if journal.iter().any(|step| step.seq >= frontier) {
-        return Ok(Some("another executor ran the instance further meanwhile"));
+        return Ok(Verdict::Overtaken(
+            "another executor ran the instance further meanwhile",
+        ));
     }
-    Ok(None)
+    cx.adopt(journal);
+    Ok(Verdict::Held(sent))
 }
