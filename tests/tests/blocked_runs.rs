@@ -15,7 +15,8 @@ on_both_backends!(
     a_run_blocking_its_thread_past_its_lease_is_named,
     a_run_whose_lapsed_lease_was_taken_stops_after_its_block,
     a_pipelined_run_whose_lapsed_lease_was_taken_starts_no_further_step,
-    a_run_whose_instance_was_run_further_and_claimed_back_stops
+    a_run_whose_instance_was_run_further_and_claimed_back_stops,
+    a_run_held_up_replays_the_steps_another_ran_meanwhile
 );
 
 /// Short, so that a block of a few seconds outlasts it; long enough that
@@ -230,6 +231,81 @@ async fn a_run_whose_instance_was_run_further_and_claimed_back_stops(backend: Ba
     worker.shutdown().await;
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
+}
+
+/// Each start of the step that waits for the other executor's shutdown.
+static WAIT_RUNS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Waits 3 s (asynchronously) the first time it runs for `tag`.
+#[step]
+async fn waits_the_first_time(tag: String) -> u32 {
+    let first = {
+        let mut runs = WAIT_RUNS.lock().unwrap();
+        runs.push(tag.clone());
+        runs.iter().filter(|t| **t == tag).count() == 1
+    };
+    if first {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+    5
+}
+
+#[workflow]
+async fn joins_then_waits(ms: u64, tag: String) -> u32 {
+    // Both steps take their ids at the call: the second is allocated, not
+    // started, while the first blocks.
+    let (_, after) = tokio::join!(
+        block_the_first_time(ms, tag.clone()),
+        after_the_block(tag.clone())
+    );
+    after + waits_the_first_time(tag).await
+}
+
+/// Another executor runs both steps of a `join!` while the run blocks in
+/// the first, then is shut down mid-way through the next step (its lease
+/// released, no row past the join); this process's resume worker claims
+/// the instance back. Nothing was journaled beyond the run's frontier, so
+/// it goes on, and the join's second step, which it had not started,
+/// replays the other run's row instead of running again.
+async fn a_run_held_up_replays_the_steps_another_ran_meanwhile(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let a = db.builder().lease_ttl(LEASE).connect().await.unwrap();
+    let b = db.builder().lease_ttl(LEASE).connect().await.unwrap();
+    let ms = BLOCK.as_millis() as u64;
+    let id = format!("joined-{}", backend_name(backend));
+    let blocked = {
+        let (a, id) = (a.clone(), id.clone());
+        tokio::spawn(async move { joins_then_waits(ms, id.clone()).id(id).on(&a).await })
+    };
+    tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
+    let b_pass = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.resume_once(&keiro::ResumeOptions::default().log(|_| {}))
+                .await
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_millis(ms - 2_000);
+    while count(&WAIT_RUNS, &id) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "b never reached the step after the join"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    b.shutdown().await.unwrap();
+    let _ = b_pass.await.unwrap();
+    assert_eq!(count(&AFTER_RUNS, &id), 1, "b ran the join's second step");
+    let worker = a
+        .resume_worker(keiro::ResumeOptions::default().poll_interval(Duration::from_millis(50)))
+        .await
+        .unwrap();
+    assert_eq!(blocked.await.unwrap().unwrap(), 12);
+    assert_eq!(count(&STEP_RUNS, &id), 2, "the block, then b's run");
+    assert_eq!(count(&AFTER_RUNS, &id), 1, "b's run only");
+    assert_eq!(count(&WAIT_RUNS, &id), 2, "b's, stopped, then the run's");
+    worker.shutdown().await;
+    a.shutdown().await.unwrap();
 }
 
 /// Resume passes of `b` every 200 ms until one satisfies `done`; the blocked

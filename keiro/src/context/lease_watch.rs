@@ -58,16 +58,13 @@ impl LeaseWatch {
     /// without awaiting (a pipelined step's row is journaled later) starts
     /// no step body on a lease that may have lapsed. If the lease is lost,
     /// the run ends and this is dropped with the body.
-    /// `true` when it returned at once.
-    pub(crate) async fn unless_lapsed(&self, ttl: Duration) -> bool {
-        let mut at_once = true;
+    pub(crate) async fn unless_lapsed(&self, ttl: Duration) {
         loop {
             let renewal = self.renewals.notified();
             let lapsed = lock(&self.renewed).is_some_and(|at| at + ttl <= Instant::now());
             if !lapsed {
-                return at_once;
+                return;
             }
-            at_once = false;
             renewal.await;
         }
     }

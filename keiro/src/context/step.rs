@@ -206,13 +206,12 @@ where
     // Two callers racing on one id never both run a step: the first step
     // body runs only once the run's instance is recorded.
     super::deferred::created(&cx).await;
-    if !cx.lease.unless_lapsed(cx.keiro.lease_ttl()).await {
-        // Waited while the lease was checked, which may have found the step
-        // journaled by another run meanwhile.
-        if let Some(recorded) = cx.recorded(seq) {
-            crate::telemetry::step(name, true);
-            return replay(&cx, seq, kind, name, &recorded).await;
-        }
+    cx.lease.unless_lapsed(cx.keiro.lease_ttl()).await;
+    // A check of a lapsed lease, while this waited above, may have taken in
+    // the row another run journaled for this step meanwhile.
+    if let Some(recorded) = cx.recorded(seq) {
+        crate::telemetry::step(name, true);
+        return replay(&cx, seq, kind, name, &recorded).await;
     }
     let span = tracing::debug_span!("keiro.step", name, seq, replayed = false);
     async move {

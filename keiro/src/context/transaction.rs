@@ -262,12 +262,12 @@ where
             // Its row commits in the application's transaction: after the
             // rows a pipelined run queued before it.
             super::pipeline::barrier(&cx).await;
-            if !cx.lease.unless_lapsed(cx.keiro.lease_ttl()).await {
-                // The check may have found the step journaled meanwhile.
-                if let Some(recorded) = cx.recorded(seq) {
-                    crate::telemetry::step(name, true);
-                    return replay(&cx, seq, StepKind::Step, name, &recorded).await;
-                }
+            cx.lease.unless_lapsed(cx.keiro.lease_ttl()).await;
+            // A check of a lapsed lease, while this waited above, may have
+            // taken in the row another run journaled for this step.
+            if let Some(recorded) = cx.recorded(seq) {
+                crate::telemetry::step(name, true);
+                return replay(&cx, seq, StepKind::Step, name, &recorded).await;
             }
             loop {
                 runs += 1;
