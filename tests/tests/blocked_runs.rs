@@ -127,11 +127,8 @@ async fn blocks_then_goes_on(ms: u64, tag: String) -> u32 {
 }
 
 async fn a_run_whose_lapsed_lease_was_taken_stops_after_its_block(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let a = db.builder().lease_ttl(LEASE).connect().await.unwrap();
-    let b = db.builder().lease_ttl(LEASE).connect().await.unwrap();
+    let (_db, a, b, id) = two_executors(backend, "taken").await;
     let ms = BLOCK.as_millis() as u64;
-    let id = format!("taken-{}", backend_name(backend));
     let blocked = {
         let (a, id) = (a.clone(), id.clone());
         tokio::spawn(async move { blocks_then_goes_on(ms, id.clone()).id(id).on(&a).await })
@@ -158,11 +155,8 @@ async fn pipelined_blocks_then_goes_on(ms: u64, tag: String) -> u32 {
 /// A pipelined step's row is journaled later, so the body goes on to its
 /// next step in the same poll: that step waits for the lease to be checked.
 async fn a_pipelined_run_whose_lapsed_lease_was_taken_starts_no_further_step(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let a = db.builder().lease_ttl(LEASE).connect().await.unwrap();
-    let b = db.builder().lease_ttl(LEASE).connect().await.unwrap();
+    let (_db, a, b, id) = two_executors(backend, "pipelined").await;
     let ms = BLOCK.as_millis() as u64;
-    let id = format!("pipelined-{}", backend_name(backend));
     let blocked = {
         let (a, id) = (a.clone(), id.clone());
         tokio::spawn(async move {
@@ -203,11 +197,8 @@ async fn blocks_then_sleeps(ms: u64, tag: String) -> u32 {
 /// same lease owner. The renewal holds, but the journal went past the run:
 /// it stops, and the instance resumes from the journal, each step once.
 async fn a_run_whose_instance_was_run_further_and_claimed_back_stops(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let a = db.builder().lease_ttl(LEASE).connect().await.unwrap();
-    let b = db.builder().lease_ttl(LEASE).connect().await.unwrap();
+    let (_db, a, b, id) = two_executors(backend, "further").await;
     let ms = BLOCK.as_millis() as u64;
-    let id = format!("further-{}", backend_name(backend));
     let blocked = {
         let (a, id) = (a.clone(), id.clone());
         tokio::spawn(async move { blocks_then_sleeps(ms, id.clone()).id(id).on(&a).await })
@@ -268,11 +259,8 @@ async fn joins_then_waits(ms: u64, tag: String) -> u32 {
 /// it goes on, and the join's second step, which it had not started,
 /// replays the other run's row instead of running again.
 async fn a_run_held_up_replays_the_steps_another_ran_meanwhile(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let a = db.builder().lease_ttl(LEASE).connect().await.unwrap();
-    let b = db.builder().lease_ttl(LEASE).connect().await.unwrap();
+    let (_db, a, b, id) = two_executors(backend, "joined").await;
     let ms = BLOCK.as_millis() as u64;
-    let id = format!("joined-{}", backend_name(backend));
     let blocked = {
         let (a, id) = (a.clone(), id.clone());
         tokio::spawn(async move { joins_then_waits(ms, id.clone()).id(id).on(&a).await })
@@ -306,6 +294,19 @@ async fn a_run_held_up_replays_the_steps_another_ran_meanwhile(backend: Backend)
     assert_eq!(count(&WAIT_RUNS, &id), 2, "b's, stopped, then the run's");
     worker.shutdown().await;
     a.shutdown().await.unwrap();
+}
+
+/// Two executors (`a`, `b`) with a lease of [`LEASE`] on a fresh database,
+/// and an instance id starting with `kind`, one per backend.
+async fn two_executors(
+    backend: Backend,
+    kind: &str,
+) -> (TestDb, keiro::Keiro, keiro::Keiro, String) {
+    let db = TestDb::new(backend).await;
+    let a = db.builder().lease_ttl(LEASE).connect().await.unwrap();
+    let b = db.builder().lease_ttl(LEASE).connect().await.unwrap();
+    let id = format!("{kind}-{}", backend_name(backend));
+    (db, a, b, id)
 }
 
 /// Resume passes of `b` every 200 ms until one satisfies `done`; the blocked
