@@ -242,6 +242,8 @@ pub(crate) struct WorkflowContext {
     /// Transactional steps of this run between their `BEGIN` and their
     /// commit or rollback.
     transactions: std::sync::atomic::AtomicUsize,
+    /// Told when the last open transactional step of the run closes.
+    transactions_closed: tokio::sync::Notify,
     /// When the run last renewed its lease, while it is driven.
     pub(crate) lease: lease_watch::LeaseWatch,
 }
@@ -252,9 +254,15 @@ pub(crate) struct InTransaction<'a>(&'a WorkflowContext);
 
 impl Drop for InTransaction<'_> {
     fn drop(&mut self) {
-        self.0
+        let open = self
+            .0
             .transactions
             .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        if open == 1 {
+            // A permit when nobody waits: a wait begun later returns at once
+            // and looks again.
+            self.0.transactions_closed.notify_one();
+        }
     }
 }
 
@@ -309,6 +317,7 @@ impl WorkflowContext {
             pipeline: pipelined.then(pipeline::Pipeline::default),
             deferred: deferred::Deferred::default(),
             transactions: std::sync::atomic::AtomicUsize::new(0),
+            transactions_closed: tokio::sync::Notify::new(),
             lease: lease_watch::LeaseWatch::default(),
         };
         (Arc::new(cx), aborted)
@@ -327,6 +336,14 @@ impl WorkflowContext {
     /// (on SQLite the body has the only write lock) may wait for it.
     pub(crate) fn in_transaction(&self) -> bool {
         self.transactions.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+
+    /// Returns once no transactional step of the run is open (perhaps
+    /// early: callers look again).
+    pub(crate) async fn transactions_closed(&self) {
+        if self.in_transaction() {
+            self.transactions_closed.notified().await;
+        }
     }
 
     /// Whether a row of `kind` queues behind the run's next steps instead of

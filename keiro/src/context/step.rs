@@ -210,8 +210,11 @@ where
     // A check of a lapsed lease, while this waited above, may have taken in
     // the row another run journaled for this step meanwhile.
     if let Some(recorded) = cx.recorded(seq) {
+        let span = tracing::debug_span!("keiro.step", name, seq, replayed = true);
         crate::telemetry::step(name, true);
-        return replay(&cx, seq, kind, name, &recorded).await;
+        return replay(&cx, seq, kind, name, &recorded)
+            .instrument(span)
+            .await;
     }
     let span = tracing::debug_span!("keiro.step", name, seq, replayed = false);
     async move {

@@ -266,6 +266,7 @@ where
             // A check of a lapsed lease, while this waited above, may have
             // taken in the row another run journaled for this step.
             if let Some(recorded) = cx.recorded(seq) {
+                tracing::Span::current().record("replayed", true);
                 crate::telemetry::step(name, true);
                 return replay(&cx, seq, StepKind::Step, name, &recorded).await;
             }

@@ -232,9 +232,14 @@ async fn drive(
         )
         .instrument(span.clone()),
     );
-    let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + ttl / 3, ttl / 3);
+    let mut renew = tokio::time::interval_at(leased + ttl / 3, ttl / 3);
     // When the last renewal that succeeded was sent (the claim, at first).
     let mut renewed = leased;
+    // A renewal sent from inside a transactional step after the lease may
+    // have lapsed kept the lease but proves too little (see
+    // `lapsed_lease`): the check runs once the transaction has closed, and
+    // steps wait for it meanwhile (`cx.lease` is left as it was).
+    let mut check_due = false;
     let lease = Lease {
         owner: keiro.owner(),
         ttl_us: duration_us(ttl),
@@ -260,7 +265,8 @@ async fn drive(
         // step holding its transaction open is left to its commit, which is
         // first-wins.
         let now = Instant::now();
-        if renewed + ttl <= now && !cx.in_transaction() && !cx.deferred.is_pending() {
+        if (renewed + ttl <= now || check_due) && !cx.in_transaction() && !cx.deferred.is_pending()
+        {
             // It supersedes a renewal sent before the hold-up.
             renewing = None;
             // A time-out begun before the hold-up may hold the instance's
@@ -278,6 +284,7 @@ async fn drive(
                 return Ended::LeaseLost;
             };
             renewed = sent;
+            check_due = false;
             cx.lease.renewed(renewed);
             // Not the ticks missed during the hold-up, one after another.
             renew.reset();
@@ -311,6 +318,7 @@ async fn drive(
                 };
             }
             _ = stop.wait() => return Ended::Stopped,
+            _ = cx.transactions_closed(), if check_due && cx.in_transaction() => {}
             _ = &mut deadline, if timing_out.is_none() => {
                 timing_out = Some(Box::pin(keiro.time_out(&row.id)));
             }
@@ -364,14 +372,18 @@ async fn drive(
                     return Ended::LeaseLost;
                 };
                 match renewal {
-                    // Sent after the lease may have lapsed (a transactional
-                    // step held its transaction open past it): it keeps the
-                    // lease, but proves too little (see `lapsed_lease`). The
-                    // check runs once the transaction has closed.
-                    Ok(true) if renewed + ttl <= sent => {}
+                    Ok(true) if renewed + ttl <= sent => {
+                        // Sent after the lease may have lapsed (a
+                        // transactional step held its transaction open past
+                        // it): see `check_due`.
+                        renewed = sent;
+                        check_due = true;
+                    }
                     Ok(true) => {
                         renewed = sent;
-                        cx.lease.renewed(renewed);
+                        if !check_due {
+                            cx.lease.renewed(renewed);
+                        }
                     }
                     Ok(false) => return Ended::LeaseLost,
                     // The lease may lapse before the next renewal: another

@@ -11,7 +11,7 @@ use keiro_store::Lease;
 use tokio::time::Instant;
 
 use crate::context::WorkflowContext;
-use crate::Keiro;
+use crate::{Keiro, Result};
 
 /// What the store says of a run held up past its lease.
 enum Verdict {
@@ -71,11 +71,18 @@ pub(super) async fn still_held(
 /// The journal's rows the run did not load are taken into its journal: a
 /// step it allocated but did not start yet (a `join!`'s) then replays the
 /// row another run wrote instead of running again.
-async fn moved_under(
-    keiro: &Keiro,
-    cx: &WorkflowContext,
-    lease: Lease<'_>,
-) -> keiro_store::Result<Verdict> {
+async fn moved_under(keiro: &Keiro, cx: &WorkflowContext, lease: Lease<'_>) -> Result<Verdict> {
+    // A pipelined run's rows still queued go first: one another run
+    // journaled differently meanwhile means the run went on from a value
+    // the journal does not hold.
+    if crate::context::pipeline::settle(cx).await.is_err() {
+        if crate::context::pipeline::lost_lease(cx) {
+            return Ok(Verdict::Overtaken(
+                "another executor journaled one of its steps differently meanwhile",
+            ));
+        }
+        return Ok(Verdict::Lost("its journal writes failed meanwhile"));
+    }
     let store = keiro.raw_store();
     let sent = Instant::now();
     if !store.renew_lease(&cx.id, lease).await? {
