@@ -160,6 +160,19 @@ where
     }
 }
 
+/// [`replay`] of a step found journaled, in its own `replayed` span.
+async fn replay_recorded<R: DeserializeOwned>(
+    cx: &WorkflowContext,
+    seq: i64,
+    kind: StepKind,
+    name: &'static str,
+    recorded: &StepRow,
+) -> R {
+    let span = tracing::debug_span!("keiro.step", name, seq, replayed = true);
+    crate::telemetry::step(name, true);
+    replay(cx, seq, kind, name, recorded).instrument(span).await
+}
+
 /// Replays step `seq` from the journal, or runs `execute` (with no workflow
 /// context, so nothing inside it is journaled) and records its result.
 ///
@@ -194,11 +207,7 @@ where
     Fut: Future<Output = (R, Option<u32>)>,
 {
     if let Some(recorded) = cx.recorded(seq) {
-        let span = tracing::debug_span!("keiro.step", name, seq, replayed = true);
-        crate::telemetry::step(name, true);
-        return replay(&cx, seq, kind, name, &recorded)
-            .instrument(span)
-            .await;
+        return replay_recorded(&cx, seq, kind, name, &recorded).await;
     }
     if cx.replay_only {
         return super::beyond_history(&cx).await;
@@ -210,11 +219,7 @@ where
     // A check of a lapsed lease, while this waited above, may have taken in
     // the row another run journaled for this step meanwhile.
     if let Some(recorded) = cx.recorded(seq) {
-        let span = tracing::debug_span!("keiro.step", name, seq, replayed = true);
-        crate::telemetry::step(name, true);
-        return replay(&cx, seq, kind, name, &recorded)
-            .instrument(span)
-            .await;
+        return replay_recorded(&cx, seq, kind, name, &recorded).await;
     }
     let span = tracing::debug_span!("keiro.step", name, seq, replayed = false);
     async move {
