@@ -351,9 +351,9 @@ impl KeiroBuilder {
                 requested_id,
                 exclusive,
                 lease_ttl: self.lease_ttl,
-                max_clock_skew: self.max_clock_skew.unwrap_or(self.lease_ttl / 4),
-                clock_off_us: Default::default(),
-                last_clock_reading: Default::default(),
+                clock: super::clock_check::ClockVerdict::new(
+                    self.max_clock_skew.unwrap_or(self.lease_ttl / 4),
+                ),
                 max_attempts: self.max_attempts,
                 suspend_after: self.suspend_after,
                 journal: self.journal,

@@ -10,11 +10,11 @@
 //! wall clock (an operator, NTP stepping it) shows at once: measured against
 //! a clock no one sets ([`steady_us`]), it moves the last reading's offset.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use keiro_store::{now_us, ClockReading};
+use keiro_store::{now_us, ClockReading, Store};
 
 use crate::{Error, Keiro, Result};
 
@@ -41,11 +41,11 @@ pub(crate) fn judge(reading: Option<ClockReading>, limit: Duration) -> Verdict {
 /// The last reading of the server's clock, with this process's wall clock
 /// and [`steady_us`] when it was taken.
 #[derive(Debug, Default)]
-pub(crate) struct LastReading(Mutex<Option<(ClockReading, i64, i64)>>);
+struct LastReading(Mutex<Option<(ClockReading, i64, i64)>>);
 
 impl LastReading {
     /// Keeps `reading`, taken just now.
-    pub(crate) fn record(&self, reading: ClockReading) {
+    fn record(&self, reading: ClockReading) {
         *crate::runtime::lock(&self.0) = Some((reading, now_us(), steady_us()));
     }
 
@@ -53,7 +53,7 @@ impl LastReading {
     /// server's clock again: the last reading's, moved by however far the
     /// wall clock moved apart from [`steady_us`] since. `None` before any
     /// reading.
-    pub(crate) fn estimate(&self) -> Option<ClockReading> {
+    fn estimate(&self) -> Option<ClockReading> {
         let (reading, wall, steady) = (*crate::runtime::lock(&self.0))?;
         let elapsed = steady_us().saturating_sub(steady);
         let step = now_us().saturating_sub(wall).saturating_sub(elapsed);
@@ -61,6 +61,87 @@ impl LastReading {
             offset_us: reading.offset_us.saturating_add(step),
             uncertainty_us: reading.uncertainty_us,
         })
+    }
+}
+
+/// A standing verdict on this process's clock against the server's, kept
+/// by the runtime (read at each heartbeat) and by each timer worker loop.
+#[derive(Debug)]
+pub(crate) struct ClockVerdict {
+    limit: Duration,
+    /// The offset (µs) at the last reading that found the clock off; 0
+    /// while within (an offset beyond any limit is never 0).
+    off_us: AtomicI64,
+    last: LastReading,
+}
+
+/// How the standing verdict changed with a reading ([`ClockVerdict::keep`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// It went off, by this offset (µs).
+    WentOff(i64),
+    /// It came back within the limit.
+    CameBack,
+    /// As it was.
+    Unchanged,
+}
+
+impl ClockVerdict {
+    /// A verdict allowing `limit`, within until a reading says otherwise.
+    pub(crate) fn new(limit: Duration) -> ClockVerdict {
+        ClockVerdict {
+            limit,
+            off_us: AtomicI64::new(0),
+            last: LastReading::default(),
+        }
+    }
+
+    /// The skew allowed.
+    pub(crate) fn limit(&self) -> Duration {
+        self.limit
+    }
+
+    /// Reads the server's clock (a store on a manual clock is not checked)
+    /// and judges this process's against it, keeping the reading for
+    /// [`ClockVerdict::off_by`]'s estimate; the standing verdict is left to
+    /// [`ClockVerdict::keep`].
+    pub(crate) async fn read(&self, store: &Store) -> keiro_store::Result<Verdict> {
+        if store.clock().is_manual() {
+            return Ok(Verdict::Within);
+        }
+        let reading = store.read_server_clock().await?;
+        if let Some(reading) = reading {
+            crate::telemetry::clock_offset(reading.offset_us);
+            self.last.record(reading);
+        }
+        Ok(judge(reading, self.limit))
+    }
+
+    /// Makes `verdict` the standing one; how that changed it.
+    pub(crate) fn keep(&self, verdict: &Verdict) -> Change {
+        let now_off = match verdict {
+            Verdict::Within => 0,
+            Verdict::Off(offset_us) => *offset_us,
+        };
+        match (self.off_us.swap(now_off, Ordering::SeqCst), now_off) {
+            (0, 0) => Change::Unchanged,
+            (0, off) => Change::WentOff(off),
+            (_, 0) => Change::CameBack,
+            _ => Change::Unchanged,
+        }
+    }
+
+    /// How far the clock is off the server's (µs) when it is beyond the
+    /// limit: as the last kept verdict says, or as a step of the wall clock
+    /// since the last reading has put it (until the next reading says).
+    pub(crate) fn off_by(&self) -> Option<i64> {
+        match self.off_us.load(Ordering::SeqCst) {
+            0 => match judge(self.last.estimate(), self.limit) {
+                Verdict::Within => None,
+                Verdict::Off(offset_us) => Some(offset_us),
+            },
+            off => Some(off),
+        }
     }
 }
 
@@ -85,19 +166,9 @@ fn steady_us() -> i64 {
 }
 
 impl Keiro {
-    /// Reads the server's clock and judges this process's against it; a
-    /// runtime on a manual clock is not checked.
-    pub(crate) async fn read_clock_verdict(&self) -> Result<Verdict> {
-        let store = self.raw_store();
-        if store.clock().is_manual() {
-            return Ok(Verdict::Within);
-        }
-        let reading = store.read_server_clock().await?;
-        if let Some(reading) = reading {
-            crate::telemetry::clock_offset(reading.offset_us);
-            self.inner.last_clock_reading.record(reading);
-        }
-        Ok(judge(reading, self.inner.max_clock_skew))
+    /// Reads the server's clock and judges this process's against it.
+    async fn read_clock_verdict(&self) -> Result<Verdict> {
+        Ok(self.inner.clock.read(self.raw_store()).await?)
     }
 
     /// Refuses to take an executor identity with a clock that is off.
@@ -108,8 +179,8 @@ impl Keiro {
         }
     }
 
-    /// Reads the server's clock again (at a heartbeat), remembering the
-    /// verdict for [`Keiro::refuse_claims_if_clock_off`] and logging when it
+    /// Reads the server's clock again (at a heartbeat), keeping the verdict
+    /// for [`Keiro::refuse_claims_if_clock_off`] and logging when it
     /// changes. A failed reading leaves the last verdict standing.
     pub(crate) async fn recheck_clock(&self, executor: &str) {
         let verdict = match self.read_clock_verdict().await {
@@ -120,61 +191,38 @@ impl Keiro {
                 return;
             }
         };
-        let now_off = match verdict {
-            Verdict::Within => 0,
-            // 0 means "within": an offset beyond any limit is never 0.
-            Verdict::Off(offset_us) => offset_us,
-        };
-        let was_off = self.inner.clock_off_us.swap(now_off, Ordering::SeqCst);
-        match (was_off, now_off) {
-            (0, 0) => {}
-            (0, off) => {
+        match self.inner.clock.keep(&verdict) {
+            Change::WentOff(off) => {
                 let error = self.clock_skew_error(executor, off);
                 tracing::error!(%error, "keiro stops claiming work");
             }
-            (_, 0) => tracing::info!(
+            Change::CameBack => tracing::info!(
                 executor,
                 "keiro: this process's clock is back within max_clock_skew of the database \
                  server's; its resume worker claims work and its cron scheduler starts ticks again"
             ),
             // Still off: said when it went off.
-            _ => {}
+            Change::Unchanged => {}
         }
     }
 
     /// How far this process's clock may be off the database server's
     /// (`KeiroBuilder::max_clock_skew`).
     pub(crate) fn max_clock_skew(&self) -> Duration {
-        self.inner.max_clock_skew
+        self.inner.clock.limit()
     }
 
-    /// How far this process's clock is off the server's (µs) when it is
-    /// beyond `max_clock_skew`: as the last reading found it, or as a step
-    /// of the wall clock since has put it (until the next reading says).
-    fn clock_off_by(&self) -> Option<i64> {
-        match self.inner.clock_off_us.load(Ordering::SeqCst) {
-            0 => match judge(
-                self.inner.last_clock_reading.estimate(),
-                self.inner.max_clock_skew,
-            ) {
-                Verdict::Within => None,
-                Verdict::Off(offset_us) => Some(offset_us),
-            },
-            off => Some(off),
-        }
-    }
-
-    /// Whether this process's clock is off ([`Keiro::clock_off_by`]): it
+    /// Whether this process's clock is off ([`ClockVerdict::off_by`]): it
     /// claims nothing then (no pass, refill or hand-over) and starts no cron
     /// tick.
     pub(crate) fn clock_is_off(&self) -> bool {
-        self.clock_off_by().is_some()
+        self.inner.clock.off_by().is_some()
     }
 
     /// `Err(ClockSkew)` while this process's clock is off: a resume pass
     /// claims nothing then.
     pub(crate) fn refuse_claims_if_clock_off(&self) -> Result<()> {
-        match self.clock_off_by() {
+        match self.inner.clock.off_by() {
             None => Ok(()),
             Some(off) => Err(self.clock_skew_error(self.owner(), off)),
         }
@@ -184,7 +232,7 @@ impl Keiro {
         Error::ClockSkew {
             executor: executor.to_owned(),
             offset_ms: offset_us / 1000,
-            limit: self.inner.max_clock_skew,
+            limit: self.max_clock_skew(),
         }
     }
 }

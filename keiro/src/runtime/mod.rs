@@ -57,16 +57,9 @@ struct Inner {
     /// Whether `requested_id` was set explicitly, so no other is taken.
     exclusive: bool,
     lease_ttl: Duration,
-    /// How far this process's clock may be from the database server's
-    /// (`KeiroBuilder::max_clock_skew`).
-    max_clock_skew: Duration,
-    /// How far this process's clock was off the server's at the last
-    /// reading that found it beyond `max_clock_skew` (µs, signed); 0 while
-    /// it is within (see [`clock_check`]).
-    clock_off_us: std::sync::atomic::AtomicI64,
-    /// The last reading of the server's clock, from which a step of this
-    /// process's clock shows before the next reading.
-    last_clock_reading: clock_check::LastReading,
+    /// This process's clock against the database server's, with the skew
+    /// allowed (`KeiroBuilder::max_clock_skew`; see [`clock_check`]).
+    clock: clock_check::ClockVerdict,
     max_attempts: u32,
     /// Waits longer than this suspend the workflow instead of holding memory.
     suspend_after: Duration,

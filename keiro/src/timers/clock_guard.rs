@@ -7,7 +7,8 @@
 //! [`super::Timers::spawn_worker`] loop reads the server's clock every
 //! [`CLOCK_RECHECK`] and claims nothing while its own is off by more than
 //! [`super::Timers::max_clock_skew`], or as soon as a step of its wall clock
-//! puts it beyond (see [`LastReading`]). SQLite has no second clock.
+//! puts it beyond (see
+//! [`ClockVerdict::off_by`]). SQLite has no second clock.
 
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use keiro_store::Store;
 use tokio::time::Instant;
 
 use crate::error::clock_offset_words;
-use crate::runtime::clock_check::{judge, LastReading, Verdict};
+use crate::runtime::clock_check::{Change, ClockVerdict};
 
 /// How often a loop reads the server's clock (as often as an executor's
 /// heartbeat does).
@@ -28,23 +29,16 @@ const CLOCK_READING: Duration = Duration::from_secs(1);
 /// One loop's verdict on its clock, read again every [`CLOCK_RECHECK`].
 #[derive(Debug)]
 pub(crate) struct ClockGuard {
-    limit: Duration,
+    verdict: ClockVerdict,
     next_reading: Instant,
-    /// This process's clock minus the server's (µs) at the last reading
-    /// that found it off; 0 while within the limit.
-    off_us: i64,
-    /// The last reading, to see a step of the wall clock before the next.
-    last: LastReading,
 }
 
 impl ClockGuard {
     /// A guard allowing `limit`, reading the clock at its first check.
     pub(crate) fn new(limit: Duration) -> ClockGuard {
         ClockGuard {
-            limit,
+            verdict: ClockVerdict::new(limit),
             next_reading: Instant::now(),
-            off_us: 0,
-            last: LastReading::default(),
         }
     }
 
@@ -53,54 +47,38 @@ impl ClockGuard {
     /// verdict), logging when the verdict changes. A store on a manual
     /// clock is never off.
     pub(crate) async fn is_off(&mut self, store: &Store) -> bool {
-        if store.clock().is_manual() {
-            return false;
-        }
-        if Instant::now() < self.next_reading {
-            return self.stands_off();
-        }
-        self.next_reading = Instant::now() + CLOCK_RECHECK;
-        let reading = match tokio::time::timeout(CLOCK_READING, store.read_server_clock()).await {
-            Ok(Ok(reading)) => reading,
-            Ok(Err(error)) => {
-                tracing::debug!(%error, "keiro timer worker could not read the database server's clock");
-                return self.stands_off();
+        if Instant::now() >= self.next_reading {
+            self.next_reading = Instant::now() + CLOCK_RECHECK;
+            match tokio::time::timeout(CLOCK_READING, self.verdict.read(store)).await {
+                Ok(Ok(verdict)) => self.log(self.verdict.keep(&verdict)),
+                Ok(Err(error)) => {
+                    tracing::debug!(%error, "keiro timer worker could not read the database server's clock");
+                }
+                Err(_) => {}
             }
-            Err(_) => return self.stands_off(),
-        };
-        if let Some(reading) = reading {
-            crate::telemetry::clock_offset(reading.offset_us);
-            self.last.record(reading);
         }
-        let now_off = match judge(reading, self.limit) {
-            Verdict::Within => 0,
-            // 0 means "within": an offset beyond any limit is never 0.
-            Verdict::Off(offset_us) => offset_us,
-        };
-        match (self.off_us != 0, now_off != 0) {
-            (false, true) => tracing::error!(
+        self.verdict.off_by().is_some()
+    }
+
+    /// Says when the loop stops claiming and when it claims again.
+    fn log(&self, change: Change) {
+        match change {
+            Change::WentOff(off) => tracing::error!(
                 "keiro timer worker stops claiming timers: this process's clock is {} the \
                  database server's, more than max_clock_skew ({:?}) allows. Timers fall due by \
                  the claiming worker's clock, so they would fire early or late, and fires still \
                  running elsewhere would be requeued and fire twice; synchronise this host's \
                  clock (NTP)",
-                clock_offset_words(now_off / 1000),
-                self.limit
+                clock_offset_words(off / 1000),
+                self.verdict.limit()
             ),
-            (true, false) => tracing::info!(
+            Change::CameBack => tracing::info!(
                 "keiro timer worker: this process's clock is back within max_clock_skew of the \
                  database server's; it claims timers again"
             ),
             // Unchanged: said when it changed.
-            _ => {}
+            Change::Unchanged => {}
         }
-        self.off_us = now_off;
-        self.off_us != 0
-    }
-
-    /// Whether the clock is off by the last reading, or by a step since.
-    fn stands_off(&self) -> bool {
-        self.off_us != 0 || matches!(judge(self.last.estimate(), self.limit), Verdict::Off(_))
     }
 
     /// How long until the next reading is due.
