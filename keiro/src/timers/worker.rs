@@ -692,26 +692,23 @@ impl Timers {
                 break;
             }
             // While this process's clock is off the server's, neither claims
-            // nor the stale-claim requeue (both go by this clock).
+            // nor the stale-claim requeue (both go by this clock), judged
+            // after the requeue's `now` is read, as each claim's is.
+            let now = self.store.now_us();
             let mut clock_off = clock.is_off(&self.store).await;
             if !clock_off && (since_preamble >= options.batch_size || Instant::now() >= preamble_at)
             {
-                let now = self.store.now_us();
-                // Judged again at the requeue's `now`, as each claim is.
-                clock_off = clock.is_off(&self.store).await;
-                if !clock_off {
-                    if let Err(error) = self.preamble(&options, now, firing.oldest()).await {
-                        tracing::warn!(%error, "keiro timer worker could not requeue stale claims");
-                    }
-                    (since_preamble, preamble_at) = (0, Instant::now() + options.poll_interval);
+                if let Err(error) = self.preamble(&options, now, firing.oldest()).await {
+                    tracing::warn!(%error, "keiro timer worker could not requeue stale claims");
                 }
+                (since_preamble, preamble_at) = (0, Instant::now() + options.poll_interval);
             }
             // Fill the free slots with timers due now.
             let (mut failed, mut claimed) = (false, false);
             while !clock_off && firing.len() < options.concurrency && !*stopped.borrow() {
                 let now = self.store.now_us();
-                // Judged again at each claim's `now`: a step of the clock
-                // since the last claim counts.
+                // Judged after each claim's `now` is read: a step of the
+                // clock since the last claim counts.
                 if clock.is_off(&self.store).await {
                     clock_off = true;
                     break;

@@ -197,9 +197,10 @@ async fn durable_first(cx: &WorkflowContext, ended: Ended) -> (Ended, Vec<(StepR
 /// the run stops before the lease may lapse.
 /// A renewal that hangs is given until the lease lapses, then counts as
 /// failed too; the body goes on meanwhile (it is polled beside the
-/// renewal). A run whose task went unpolled past its lease asks the store
-/// whether the lease is still its own before polling its body again, and
-/// goes on if it is. The body's future is dropped before this returns.
+/// renewal). A run whose task went unpolled past its lease checks with the
+/// store that nothing moved under it before polling its body again, and
+/// goes on if nothing did (see `lapsed_lease`). The body's future is
+/// dropped before this returns.
 async fn drive(
     keiro: &Keiro,
     run: RunFn,
