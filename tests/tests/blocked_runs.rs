@@ -16,7 +16,8 @@ on_both_backends!(
     a_run_whose_lapsed_lease_was_taken_stops_after_its_block,
     a_pipelined_run_whose_lapsed_lease_was_taken_starts_no_further_step,
     a_run_whose_instance_was_run_further_and_claimed_back_stops,
-    a_run_held_up_replays_the_steps_another_ran_meanwhile
+    a_run_held_up_replays_the_steps_another_ran_meanwhile,
+    a_retry_after_a_block_starts_only_on_a_checked_lease
 );
 
 /// Short, so that a block of a few seconds outlasts it; long enough that
@@ -294,6 +295,124 @@ async fn a_run_held_up_replays_the_steps_another_ran_meanwhile(backend: Backend)
     assert_eq!(count(&WAIT_RUNS, &id), 2, "b's, stopped, then the run's");
     worker.shutdown().await;
     a.shutdown().await.unwrap();
+}
+
+/// Each attempt of the retried step, by tag.
+static RETRY_RUNS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Blocks its thread and fails the first time it runs for `tag`; retried
+/// at once, without a backoff that would yield to the run's drive loop.
+#[step(max_attempts = 3, backoff_ms = 0)]
+async fn block_and_fail_the_first_time(ms: u64, tag: String) -> Result<u32, String> {
+    let first = {
+        let mut runs = RETRY_RUNS.lock().unwrap();
+        runs.push(tag.clone());
+        runs.iter().filter(|t| **t == tag).count() == 1
+    };
+    if first {
+        std::thread::sleep(Duration::from_millis(ms));
+        return Err("blocked, then failed".into());
+    }
+    Ok(3)
+}
+
+#[workflow]
+async fn retries_after_a_block(ms: u64, tag: String) -> Result<u32, String> {
+    block_and_fail_the_first_time(ms, tag).await
+}
+
+/// The attempt that blocked fails, and the next would start at once: it
+/// waits for the lease to be checked instead, which finds that another
+/// executor ran the instance to its end meanwhile. The step's attempts are
+/// the blocked one and the other executor's, never a third.
+async fn a_retry_after_a_block_starts_only_on_a_checked_lease(backend: Backend) {
+    let (_db, a, b, id) = two_executors(backend, "retried").await;
+    let ms = BLOCK.as_millis() as u64;
+    let blocked = {
+        let (a, id) = (a.clone(), id.clone());
+        tokio::spawn(async move { retries_after_a_block(ms, id.clone()).id(id).on(&a).await })
+    };
+    resume_until(&b, ms, |pass| pass.completed == 1).await;
+    assert_eq!(blocked.await.unwrap().unwrap(), Ok(3));
+    assert_eq!(count(&RETRY_RUNS, &id), 2, "the block, then b's run");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// The runtime's only thread is held up (here by the test's own task)
+/// while the run awaits its first step, and its deadline passes meanwhile:
+/// the run times out before its body is polled again, so none of the
+/// workflow's code runs past its deadline. (A pipelined run would go on
+/// past the step in that one poll; the next step would wait for the
+/// lease's check.)
+mod held_up_past_its_deadline {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn sqlite() {
+        starts_no_further_step(Backend::Sqlite).await
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn postgres() {
+        starts_no_further_step(Backend::Postgres).await
+    }
+
+    /// Each start of the step the run awaits, by tag.
+    static AWAITING: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    #[step]
+    async fn note_then_await(tag: String) -> u32 {
+        AWAITING.lock().unwrap().push(tag);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        1
+    }
+
+    /// Each time the body went on past its first step, by tag.
+    static WENT_ON: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    #[workflow(journal = "pipelined")]
+    async fn awaits_then_steps(tag: String) -> u32 {
+        note_then_await(tag.clone()).await;
+        WENT_ON.lock().unwrap().push(tag.clone());
+        after_the_block(tag).await
+    }
+
+    async fn starts_no_further_step(backend: Backend) {
+        let db = TestDb::new(backend).await;
+        let keiro = db.builder().lease_ttl(LEASE).connect().await.unwrap();
+        let id = format!("deadline-{}", backend_name(backend));
+        let run = {
+            let (keiro, id) = (keiro.clone(), id.clone());
+            tokio::spawn(async move {
+                awaits_then_steps(id.clone())
+                    .id(id)
+                    .timeout(Duration::from_secs(2))
+                    .on(&keiro)
+                    .await
+            })
+        };
+        // The run starts its first step, then this task holds the only
+        // thread past the deadline.
+        let started = std::time::Instant::now() + Duration::from_secs(5);
+        while count(&AWAITING, &id) == 0 {
+            assert!(std::time::Instant::now() < started, "the run never started");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        std::thread::sleep(BLOCK);
+        let output = run.await.unwrap();
+        assert!(
+            matches!(output, Err(keiro::Error::TimedOut { .. })),
+            "{output:?}"
+        );
+        assert_eq!(
+            count(&WENT_ON, &id),
+            0,
+            "the body went on past its deadline"
+        );
+        assert_eq!(count(&AFTER_RUNS, &id), 0, "no step after the deadline");
+        keiro.shutdown().await.unwrap();
+    }
 }
 
 /// Two executors (`a`, `b`) with a lease of [`LEASE`] on a fresh database,

@@ -134,6 +134,7 @@ where
     Fut: Future<Output = R> + Send + 'static,
 {
     let slot = claim_seq();
+    let gate = slot.clone();
     let attempts = async move {
         let max = meta.max_attempts.max(1);
         let mut attempt = 1;
@@ -143,6 +144,15 @@ where
                 return (out, attempt);
             }
             meta.wait_before_retry(attempt).await;
+            // An attempt that held the run up past its lease (a backoff of
+            // zero does not yield to the drive loop) lets the next one start
+            // only once the lease is checked; if another run journaled the
+            // step meanwhile, `run_timed` replays its row.
+            if let Some((cx, seq)) = &gate {
+                if checked_lease(cx, *seq).await.is_some() {
+                    return (out, attempt);
+                }
+            }
             attempt += 1;
         }
     };
@@ -171,6 +181,16 @@ async fn replay_recorded<R: DeserializeOwned>(
     let span = tracing::debug_span!("keiro.step", name, seq, replayed = true);
     crate::telemetry::step(name, true);
     replay(cx, seq, kind, name, recorded).instrument(span).await
+}
+
+/// Waits, before a step body starts (or starts again), for the check of a
+/// lease that may have lapsed while the run was held up (see
+/// [`LeaseWatch::unless_lapsed`](super::lease_watch::LeaseWatch::unless_lapsed));
+/// returns the row another run journaled for step `seq` meanwhile, which the
+/// check took in, if any: that row is replayed instead of running the body.
+pub(crate) async fn checked_lease(cx: &WorkflowContext, seq: i64) -> Option<StepRow> {
+    cx.lease.unless_lapsed(cx.keiro.lease_ttl()).await;
+    cx.recorded(seq)
 }
 
 /// Replays step `seq` from the journal, or runs `execute` (with no workflow
@@ -215,16 +235,20 @@ where
     // Two callers racing on one id never both run a step: the first step
     // body runs only once the run's instance is recorded.
     super::deferred::created(&cx).await;
-    cx.lease.unless_lapsed(cx.keiro.lease_ttl()).await;
-    // A check of a lapsed lease, while this waited above, may have taken in
-    // the row another run journaled for this step meanwhile.
-    if let Some(recorded) = cx.recorded(seq) {
+    if let Some(recorded) = checked_lease(&cx, seq).await {
         return replay_recorded(&cx, seq, kind, name, &recorded).await;
     }
     let span = tracing::debug_span!("keiro.step", name, seq, replayed = false);
     async move {
         let started_at = cx.keiro.now_us();
         let (value, attempts) = scope(None, execute).await;
+        // Retries stop early when a check between attempts found the step
+        // journaled by another run (see `step_retry`).
+        if attempts.is_some_and(|n| n > 1) {
+            if let Some(recorded) = cx.recorded(seq) {
+                return replay(&cx, seq, kind, name, &recorded).await;
+            }
+        }
         let timing = StepTiming {
             attempts,
             started_at: attempts.map(|_| started_at),

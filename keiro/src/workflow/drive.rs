@@ -266,12 +266,17 @@ async fn drive(
         // step holding its transaction open is left to its commit, which is
         // first-wins.
         let now = Instant::now();
-        if (renewed + ttl <= now || check_due) && !cx.in_transaction() && !cx.deferred.is_pending()
-        {
+        if must_check(cx, renewed + ttl <= now || check_due) {
             // It supersedes a renewal sent before the hold-up.
             renewing = None;
-            // A time-out begun before the hold-up may hold the instance's
-            // row (the check below would wait on it): it ends first.
+            // A deadline that passed during the hold-up ends the run before
+            // its body is polled again (the select below would poll the body
+            // first). A time-out begun before the hold-up may hold the
+            // instance's row (the check below would wait on it): it ends
+            // first too.
+            if timing_out.is_none() && deadline.deadline() <= now {
+                timing_out = Some(Box::pin(keiro.time_out(&row.id)));
+            }
             if let Some(timing) = timing_out.take() {
                 if let Ok(Ok(true)) = tokio::time::timeout(ttl, timing).await {
                     return Ended::TimedOut;
@@ -290,6 +295,16 @@ async fn drive(
             // Not the ticks missed during the hold-up, one after another.
             renew.reset();
         }
+        // A task resumed after a hold-up polls the select below again, not
+        // the check above: the branch before the body's sends it there.
+        let since = renewed;
+        let held_up = std::future::poll_fn(move |_| {
+            if must_check(cx, since + ttl <= Instant::now()) {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        });
         tokio::select! {
             biased;
             halt = &mut aborted => {
@@ -307,6 +322,7 @@ async fn drive(
                     )),
                 };
             }
+            () = held_up => {}
             out = &mut body => {
                 return match out {
                     Ok(Ok(output)) => returned(cx, output),
@@ -399,6 +415,14 @@ async fn drive(
             }
         }
     }
+}
+
+/// Whether a run whose lease may have `lapsed` (or whose check is due) asks
+/// the store before its body is polled on: not while a transactional step
+/// holds its transaction open (its commit is first-wins), nor before its
+/// instance is recorded (nobody else can take it).
+fn must_check(cx: &WorkflowContext, lapsed: bool) -> bool {
+    lapsed && !cx.in_transaction() && !cx.deferred.is_pending()
 }
 
 /// A body that returned: its output, unless the journal records steps the
