@@ -43,7 +43,12 @@ mod postgres_only {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_timer_worker_whose_clock_drifts_off_fires_nothing_until_it_is_back() {
-        super::a_timer_worker_whose_clock_drifts_off_fires_nothing_until_it_is_back().await
+        super::a_timer_worker_whose_clock_drifts_off_fires_nothing_until_it_is_back(false).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_application_timer_loop_whose_clock_drifts_off_is_refused_until_it_is_back() {
+        super::a_timer_worker_whose_clock_drifts_off_fires_nothing_until_it_is_back(true).await
     }
 }
 
@@ -250,16 +255,20 @@ async fn a_scheduler_whose_clock_drifts_off_starts_no_tick_until_it_is_back() {
     assert_eq!(ticks.len(), all, "a tick ran twice");
 }
 
-async fn a_timer_worker_whose_clock_drifts_off_fires_nothing_until_it_is_back() {
+/// A timer worker child (`Timers::spawn_worker`, or with `drain` the
+/// application's own loop calling `Timers::drain`) whose clock jumps ahead.
+async fn a_timer_worker_whose_clock_drifts_off_fires_nothing_until_it_is_back(drain: bool) {
     let db = TestDb::new(Backend::Postgres).await;
     let timers = keiro_tests::timers::timers(&db).await;
     let dir = tempfile::tempdir().unwrap();
     let (offset, effects) = (dir.path().join("offset"), dir.path().join("effects"));
     set_offset(&offset, "+0s");
+    let mut env = shifted_env(&offset).to_vec();
+    env.push(("TIMER_DRAIN", if drain { "1" } else { "0" }));
     let mut child = CrashChild::start_with_env(
         env!("CARGO_BIN_EXE_timer_worker"),
         &db,
-        &shifted_env(&offset),
+        &env,
         &[effects.to_str().unwrap()],
     );
     child.line_starting_any(&["READY"]).await;
@@ -268,6 +277,16 @@ async fn a_timer_worker_whose_clock_drifts_off_fires_nothing_until_it_is_back() 
 
     // 40 s ahead: a timer due in 20 s would fire at once.
     set_offset(&offset, "+40s");
+    if drain {
+        // The loop's call is refused, saying why, as soon as the step of
+        // the clock shows (before the next reading logs it).
+        let refused = child.line_starting_any(&["REFUSED "]).await;
+        assert!(
+            refused.contains("ms ahead of the database server's")
+                && refused.contains("no timer was claimed"),
+            "{refused}"
+        );
+    }
     let stopped = child.line_containing("stops claiming timers").await;
     assert!(
         stopped.contains("ms ahead of the database server's"),
@@ -330,6 +349,22 @@ async fn a_skew_limit_of_zero_is_refused(backend: Backend) {
         }
         Err(other) => panic!("expected InvalidOption, got {other:?}"),
         Ok(_) => panic!("a timer worker with a zero skew limit started"),
+    }
+    // And the application's own loop (`run_once`, `drain`).
+    let zero = keiro_tests::timers::timers(&db)
+        .await
+        .max_clock_skew(Duration::ZERO);
+    let options = TimerWorkerOptions::default();
+    let never = |_| async { FireOutcome::completed("never") };
+    let once = zero.run_once(&options, never).await.map(|_| ());
+    let drained = zero.drain(&options, 10, never).await.map(|_| ());
+    for refused in [once, drained] {
+        match refused {
+            Err(keiro::timers::TimerError::InvalidOption { option, .. }) => {
+                assert_eq!(option, "max_clock_skew");
+            }
+            other => panic!("expected InvalidOption, got {other:?}"),
+        }
     }
 }
 

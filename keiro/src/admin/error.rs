@@ -176,6 +176,7 @@ fn classify_timer(error: &TimerError) -> (StatusCode, &'static str) {
         TimerError::InvalidLease { .. } => (S::BAD_REQUEST, "timer_invalid_lease"),
         TimerError::MalformedResumeToken { .. } => (S::BAD_REQUEST, "timer_malformed_resume_token"),
         TimerError::Payload { .. } => (S::INTERNAL_SERVER_ERROR, "timer_payload"),
+        TimerError::ClockSkew { .. } => (S::SERVICE_UNAVAILABLE, "timer_clock_skew"),
     }
 }
 

@@ -8,7 +8,9 @@
 //! [`CLOCK_RECHECK`] and claims nothing while its own is off by more than
 //! [`super::Timers::max_clock_skew`], or as soon as a step of its wall clock
 //! puts it beyond (see
-//! [`ClockVerdict::off_by`]). SQLite has no second clock.
+//! [`ClockVerdict::off_by`]); [`super::Timers::run_once`] and
+//! [`super::Timers::drain`] share one guard per [`super::Timers`] and refuse
+//! instead. SQLite has no second clock.
 
 use std::time::Duration;
 
@@ -47,6 +49,12 @@ impl ClockGuard {
     /// verdict), logging when the verdict changes. A store on a manual
     /// clock is never off.
     pub(crate) async fn is_off(&mut self, store: &Store) -> bool {
+        self.off_by(store).await.is_some()
+    }
+
+    /// [`ClockGuard::is_off`], saying by how much (µs, positive when this
+    /// process's clock runs ahead) when it is.
+    pub(crate) async fn off_by(&mut self, store: &Store) -> Option<i64> {
         if Instant::now() >= self.next_reading {
             self.next_reading = Instant::now() + CLOCK_RECHECK;
             match tokio::time::timeout(CLOCK_READING, self.verdict.read(store)).await {
@@ -57,7 +65,12 @@ impl ClockGuard {
                 Err(_) => {}
             }
         }
-        self.verdict.off_by().is_some()
+        self.verdict.off_by()
+    }
+
+    /// The limit this guard allows.
+    pub(crate) fn limit(&self) -> Duration {
+        self.verdict.limit()
     }
 
     /// Says when the loop stops claiming and when it claims again.

@@ -9,9 +9,10 @@ use super::{TimerAction, TimerList};
 
 /// What can go wrong scheduling, firing, inspecting or resuming timers.
 ///
-/// [`TimerError::is_transient`] tells a store hiccup (retry later) from a
-/// refusal (fix the call): every variant but [`TimerError::Store`] is a
-/// refusal, and nothing was changed.
+/// [`TimerError::is_transient`] tells a store hiccup or a clock that is off
+/// (retry later) from a refusal (fix the call): every variant but
+/// [`TimerError::Store`] and [`TimerError::ClockSkew`] is a refusal, and
+/// nothing was changed.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum TimerError {
@@ -147,6 +148,25 @@ pub enum TimerError {
         /// The timer's status now, `None` when it is gone.
         status: Option<TimerStatus>,
     },
+    /// This process's clock is further from the database server's than
+    /// [`super::Timers::max_clock_skew`] allows (PostgreSQL):
+    /// [`super::Timers::run_once`] and [`super::Timers::drain`] claimed
+    /// nothing and requeued nothing. Transient: the clock is read again at
+    /// most 2.5 s later, and calls go on once it is back.
+    #[error(
+        "this process's clock is {} the database server's, more than max_clock_skew ({limit:?}) \
+         allows, so no timer was claimed: timers fall due by the claiming worker's clock, so \
+         they would fire early or late, and fires still running elsewhere would be requeued and \
+         fire twice; synchronise this host's clock (NTP)",
+        crate::error::clock_offset_words(*.offset_ms)
+    )]
+    ClockSkew {
+        /// This process's clock minus the server's, in ms: positive when it
+        /// runs ahead.
+        offset_ms: i64,
+        /// The limit it is beyond.
+        limit: Duration,
+    },
     /// A resume token is not one this module handed out.
     #[error("`{token}` is not a timer resume token")]
     MalformedResumeToken {
@@ -156,8 +176,13 @@ pub enum TimerError {
 }
 
 impl TimerError {
-    /// Whether trying again later may succeed (the store was unreachable or busy).
+    /// Whether trying again later may succeed: the store was unreachable or
+    /// busy, or this process's clock was off the server's.
     pub fn is_transient(&self) -> bool {
-        matches!(self, TimerError::Store(e) if e.is_transient())
+        match self {
+            TimerError::Store(e) => e.is_transient(),
+            TimerError::ClockSkew { .. } => true,
+            _ => false,
+        }
     }
 }

@@ -88,6 +88,7 @@ pub use worker::{
 
 use crate::runtime::listener::Wakes;
 use crate::time::{duration_us, from_us, to_us};
+use clock_guard::ClockGuard;
 
 /// The timer API over one store. Cheap to clone.
 ///
@@ -104,6 +105,10 @@ pub struct Timers {
     /// How far a worker loop's clock may be off the database server's
     /// before it stops claiming (PostgreSQL).
     max_clock_skew: Duration,
+    /// The clock verdict of the [`Timers::run_once`] and [`Timers::drain`]
+    /// calls on this value and its clones (a loop of
+    /// [`Timers::spawn_worker`] keeps its own).
+    clock: Arc<tokio::sync::Mutex<ClockGuard>>,
 }
 
 /// [`Timers::max_clock_skew`]'s default: a quarter of the runtime's default
@@ -130,6 +135,9 @@ impl Timers {
             wakes,
             max_payload_bytes: crate::DEFAULT_MAX_PAYLOAD_BYTES,
             max_clock_skew: DEFAULT_TIMER_MAX_CLOCK_SKEW,
+            clock: Arc::new(tokio::sync::Mutex::new(ClockGuard::new(
+                DEFAULT_TIMER_MAX_CLOCK_SKEW,
+            ))),
         }
     }
 
@@ -141,10 +149,14 @@ impl Timers {
     /// clock. Default [`DEFAULT_TIMER_MAX_CLOCK_SKEW`]; the runtime's
     /// `max_clock_skew` for [`crate::Keiro::timers`]; `Duration::MAX` turns
     /// the refusal off. [`Timers::run_once`] and [`Timers::drain`], called
-    /// by the application's own loop, do not read the clock. SQLite's
-    /// database is a file on this host: there is no second clock.
+    /// by the application's own loop, read it as often (one reading shared
+    /// by a `Timers` and its clones) and, while it is off, claim nothing and
+    /// return [`TimerError::ClockSkew`]. A limit of zero is refused with
+    /// [`TimerError::InvalidOption`] by all three. SQLite's database is a
+    /// file on this host: there is no second clock.
     pub fn max_clock_skew(mut self, skew: Duration) -> Timers {
         self.max_clock_skew = skew;
+        self.clock = Arc::new(tokio::sync::Mutex::new(ClockGuard::new(skew)));
         self
     }
 

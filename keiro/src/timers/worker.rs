@@ -353,6 +353,10 @@ impl Timers {
     /// Timers are at-least-once: a worker dying between `fire`'s side effect
     /// and the mark, or a `fire` outliving `requeue_stuck_after`, fires the
     /// timer again. Make `fire` idempotent.
+    ///
+    /// On PostgreSQL, while this process's clock is further off the
+    /// server's than [`Timers::max_clock_skew`] allows, nothing is claimed
+    /// or requeued and [`TimerError::ClockSkew`] is returned (transient).
     pub async fn run_once<F, Fut>(
         &self,
         options: &TimerWorkerOptions,
@@ -364,6 +368,7 @@ impl Timers {
     {
         options.validate()?;
         let now = self.store.now_us();
+        self.refuse_if_clock_off().await?;
         self.preamble(options, now, None).await?;
         self.claim_and_fire(options, now, &fire).await
     }
@@ -391,6 +396,7 @@ impl Timers {
     {
         options.validate()?;
         let now = self.store.now_us();
+        self.refuse_if_clock_off().await?;
         let mut summary = self.preamble(options, now, None).await?;
         while summary.processed < limit {
             match self.claim_to_fire(now).await? {
@@ -408,6 +414,35 @@ impl Timers {
             }
         }
         Ok(summary)
+    }
+
+    /// Refuses a [`Timers::max_clock_skew`] of zero.
+    fn check_clock_limit(&self) -> Result<(), TimerError> {
+        if self.max_clock_skew.is_zero() {
+            return Err(TimerError::InvalidOption {
+                option: "max_clock_skew",
+                reason: "no two clocks agree to the microsecond, so a limit of zero would stop \
+                         every claim; use a positive limit (default 2.5 s), or Duration::MAX to \
+                         turn the refusal off"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses a pass of [`Timers::run_once`] or [`Timers::drain`] while
+    /// this process's clock is off the server's, judged after the pass's
+    /// `now` was read (see [`Timers::max_clock_skew`]).
+    async fn refuse_if_clock_off(&self) -> Result<(), TimerError> {
+        self.check_clock_limit()?;
+        let mut clock = self.clock.lock().await;
+        match clock.off_by(&self.store).await {
+            Some(off_us) => Err(TimerError::ClockSkew {
+                offset_ms: off_us / 1000,
+                limit: clock.limit(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Recovers lapsed resume claims, requeues stale claims and records the
@@ -655,15 +690,7 @@ impl Timers {
         Fut: Future<Output = FireOutcome> + Send + 'static,
     {
         options.validate()?;
-        if self.max_clock_skew.is_zero() {
-            return Err(TimerError::InvalidOption {
-                option: "max_clock_skew",
-                reason: "no two clocks agree to the microsecond, so a limit of zero would stop \
-                         every claim; use a positive limit (default 2.5 s), or Duration::MAX to \
-                         turn the refusal off"
-                    .into(),
-            });
-        }
+        self.check_clock_limit()?;
         let (stop, stopped) = watch::channel(false);
         self.wakes.listen(&self.store);
         let timers = self.clone();
