@@ -108,6 +108,32 @@ impl CrashChild {
         .await
     }
 
+    /// Reads stdout until a line containing each of `texts` has shown, in
+    /// any order (60 s at most for each); those lines, in `texts`' order.
+    pub async fn lines_containing_all(&mut self, texts: &[&str]) -> Vec<String> {
+        let mut found: Vec<Option<String>> = vec![None; texts.len()];
+        while found.iter().any(Option::is_none) {
+            let missing: Vec<&str> = texts
+                .iter()
+                .zip(&found)
+                .filter(|(_, line)| line.is_none())
+                .map(|(text, _)| *text)
+                .collect();
+            let line = self
+                .line_where(
+                    |line| missing.iter().any(|text| line.contains(text)),
+                    &format!("a line containing one of {missing:?}"),
+                )
+                .await;
+            for (text, slot) in texts.iter().zip(found.iter_mut()) {
+                if slot.is_none() && line.contains(text) {
+                    *slot = Some(line.clone());
+                }
+            }
+        }
+        found.into_iter().flatten().collect()
+    }
+
     async fn line_where(&mut self, wanted: impl Fn(&str) -> bool, what: &str) -> String {
         let lines = &mut self.lines;
         let wait = async {

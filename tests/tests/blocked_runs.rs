@@ -17,7 +17,8 @@ on_both_backends!(
     a_pipelined_run_whose_lapsed_lease_was_taken_starts_no_further_step,
     a_run_whose_instance_was_run_further_and_claimed_back_stops,
     a_run_held_up_replays_the_steps_another_ran_meanwhile,
-    a_retry_after_a_block_starts_only_on_a_checked_lease
+    a_retry_after_a_block_starts_only_on_a_checked_lease,
+    a_retry_held_up_replays_the_result_another_ran_meanwhile
 );
 
 /// Short, so that a block of a few seconds outlasts it; long enough that
@@ -266,24 +267,7 @@ async fn a_run_held_up_replays_the_steps_another_ran_meanwhile(backend: Backend)
         let (a, id) = (a.clone(), id.clone());
         tokio::spawn(async move { joins_then_waits(ms, id.clone()).id(id).on(&a).await })
     };
-    tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
-    let b_pass = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            b.resume_once(&keiro::ResumeOptions::default().log(|_| {}))
-                .await
-        })
-    };
-    let deadline = std::time::Instant::now() + Duration::from_millis(ms - 2_000);
-    while count(&WAIT_RUNS, &id) == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "b never reached the step after the join"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    b.shutdown().await.unwrap();
-    let _ = b_pass.await.unwrap();
+    takes_over_then_stops(&b, &id, ms).await;
     assert_eq!(count(&AFTER_RUNS, &id), 1, "b ran the join's second step");
     let worker = a
         .resume_worker(keiro::ResumeOptions::default().poll_interval(Duration::from_millis(50)))
@@ -413,6 +397,66 @@ mod held_up_past_its_deadline {
         assert_eq!(count(&AFTER_RUNS, &id), 0, "no step after the deadline");
         keiro.shutdown().await.unwrap();
     }
+}
+
+#[workflow(journal = "pipelined")]
+async fn joins_a_retry_then_waits(ms: u64, tag: String) -> u32 {
+    let (first, after) = tokio::join!(
+        block_and_fail_the_first_time(ms, tag.clone()),
+        after_the_block(tag.clone())
+    );
+    // 100 for the blocked attempt's `Err`, which the journal contradicts.
+    first.unwrap_or(100) + after + waits_the_first_time(tag).await
+}
+
+/// As `a_run_held_up_replays_the_steps_another_ran_meanwhile`, with a
+/// retried step in the join whose first attempt blocks, then fails:
+/// another executor ran the step to `Ok` meanwhile, and the held-up run,
+/// pipelined (its own result would be used at once), goes on with that
+/// `Ok` instead of its own `Err` or a second attempt.
+async fn a_retry_held_up_replays_the_result_another_ran_meanwhile(backend: Backend) {
+    let (_db, a, b, id) = two_executors(backend, "retry-joined").await;
+    let ms = BLOCK.as_millis() as u64;
+    let blocked = {
+        let (a, id) = (a.clone(), id.clone());
+        tokio::spawn(async move { joins_a_retry_then_waits(ms, id.clone()).id(id).on(&a).await })
+    };
+    takes_over_then_stops(&b, &id, ms).await;
+    let worker = a
+        .resume_worker(keiro::ResumeOptions::default().poll_interval(Duration::from_millis(50)))
+        .await
+        .unwrap();
+    assert_eq!(blocked.await.unwrap().unwrap(), 3 + 7 + 5);
+    assert_eq!(count(&RETRY_RUNS, &id), 2, "the block, then b's run");
+    assert_eq!(count(&AFTER_RUNS, &id), 1, "b's run only");
+    assert_eq!(count(&WAIT_RUNS, &id), 2, "b's, stopped, then the run's");
+    worker.shutdown().await;
+    a.shutdown().await.unwrap();
+}
+
+/// While the run blocks: `b` takes the instance over once its lease has
+/// lapsed and runs it to the step that waits (`waits_the_first_time`),
+/// then is shut down there, its lease released with nothing journaled
+/// past the join.
+async fn takes_over_then_stops(b: &keiro::Keiro, id: &str, block_ms: u64) {
+    tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
+    let b_pass = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.resume_once(&keiro::ResumeOptions::default().log(|_| {}))
+                .await
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_millis(block_ms - 2_000);
+    while count(&WAIT_RUNS, id) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "b never reached the step after the join"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    b.shutdown().await.unwrap();
+    let _ = b_pass.await.unwrap();
 }
 
 /// Two executors (`a`, `b`) with a lease of [`LEASE`] on a fresh database,

@@ -145,7 +145,7 @@ where
             }
             meta.wait_before_retry(attempt).await;
             // An attempt that held the run up past its lease (a backoff of
-            // zero does not yield to the drive loop) lets the next one start
+            // zero may not yield to the drive loop) lets the next one start
             // only once the lease is checked; if another run journaled the
             // step meanwhile, `run_timed` replays its row.
             if let Some((cx, seq)) = &gate {
@@ -242,12 +242,13 @@ where
     async move {
         let started_at = cx.keiro.now_us();
         let (value, attempts) = scope(None, execute).await;
-        // Retries stop early when a check between attempts found the step
-        // journaled by another run (see `step_retry`).
-        if attempts.is_some_and(|n| n > 1) {
-            if let Some(recorded) = cx.recorded(seq) {
-                return replay(&cx, seq, kind, name, &recorded).await;
-            }
+        // A check of a lapsed lease while the body ran (or between its
+        // attempts, which then stop: see `step_retry`) may have taken in
+        // the row another run journaled for this step: the body goes on
+        // with that row's value, never with one the journal contradicts
+        // (a pipelined run would use its own at once).
+        if let Some(recorded) = cx.recorded(seq) {
+            return replay_recorded(&cx, seq, kind, name, &recorded).await;
         }
         let timing = StepTiming {
             attempts,

@@ -342,6 +342,7 @@ impl KeiroBuilder {
         let wake = Arc::new(Notify::new());
         let wakes = Wakes::of(&store);
         wakes.register(&inflight, &wake);
+        let max_clock_skew = self.max_clock_skew.unwrap_or(self.lease_ttl / 4);
         Ok(Keiro {
             inner: Arc::new(Inner {
                 store,
@@ -351,9 +352,8 @@ impl KeiroBuilder {
                 requested_id,
                 exclusive,
                 lease_ttl: self.lease_ttl,
-                clock: super::clock_check::ClockVerdict::new(
-                    self.max_clock_skew.unwrap_or(self.lease_ttl / 4),
-                ),
+                clock: super::clock_check::ClockVerdict::new(max_clock_skew),
+                timer_clock: Arc::new(crate::timers::ClockGuard::new(max_clock_skew)),
                 max_attempts: self.max_attempts,
                 suspend_after: self.suspend_after,
                 journal: self.journal,

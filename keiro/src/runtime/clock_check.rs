@@ -11,7 +11,7 @@
 //! a clock no one sets ([`steady_us`]), it moves the last reading's offset.
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use keiro_store::{now_us, ClockReading, Store};
@@ -210,6 +210,11 @@ impl Keiro {
     /// (`KeiroBuilder::max_clock_skew`).
     pub(crate) fn max_clock_skew(&self) -> Duration {
         self.inner.clock.limit()
+    }
+
+    /// The verdict on the clock shared by this runtime's timers.
+    pub(crate) fn timer_clock(&self) -> Arc<crate::timers::ClockGuard> {
+        self.inner.timer_clock.clone()
     }
 
     /// Whether this process's clock is off ([`ClockVerdict::off_by`]): it

@@ -60,6 +60,9 @@ struct Inner {
     /// This process's clock against the database server's, with the skew
     /// allowed (`KeiroBuilder::max_clock_skew`; see [`clock_check`]).
     clock: clock_check::ClockVerdict,
+    /// The verdict on the clock of every [`crate::timers::Timers`] this
+    /// runtime hands out, and of their loops.
+    timer_clock: Arc<crate::timers::ClockGuard>,
     max_attempts: u32,
     /// Waits longer than this suspend the workflow instead of holding memory.
     suspend_after: Duration,

@@ -9,9 +9,12 @@
 //! [`super::Timers::max_clock_skew`], or as soon as a step of its wall clock
 //! puts it beyond (see
 //! [`ClockVerdict::off_by`]); [`super::Timers::run_once`] and
-//! [`super::Timers::drain`] share one guard per [`super::Timers`] and refuse
-//! instead. SQLite has no second clock.
+//! [`super::Timers::drain`] refuse instead. One guard serves a
+//! [`super::Timers`], its clones and their loops; every `Timers` a runtime
+//! hands out ([`crate::Keiro::timers`]) shares the runtime's. SQLite has no
+//! second clock.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use keiro_store::Store;
@@ -19,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::error::clock_offset_words;
 use crate::runtime::clock_check::{Change, ClockVerdict};
+use crate::runtime::lock;
 
 /// How often a loop reads the server's clock (as often as an executor's
 /// heartbeat does).
@@ -28,11 +32,13 @@ pub(crate) const CLOCK_RECHECK: Duration = Duration::from_millis(2_500);
 /// its claims for long.
 const CLOCK_READING: Duration = Duration::from_secs(1);
 
-/// One loop's verdict on its clock, read again every [`CLOCK_RECHECK`].
+/// The verdict on this process's clock of the timer loops and calls that
+/// share it, read again every [`CLOCK_RECHECK`] by whichever asks first
+/// once a reading is due (the others meanwhile go by the last verdict).
 #[derive(Debug)]
 pub(crate) struct ClockGuard {
     verdict: ClockVerdict,
-    next_reading: Instant,
+    next_reading: Mutex<Instant>,
 }
 
 impl ClockGuard {
@@ -40,23 +46,34 @@ impl ClockGuard {
     pub(crate) fn new(limit: Duration) -> ClockGuard {
         ClockGuard {
             verdict: ClockVerdict::new(limit),
-            next_reading: Instant::now(),
+            next_reading: Mutex::new(Instant::now()),
         }
     }
 
-    /// Whether the loop must claim nothing now: reads the server's clock
-    /// when a reading is due (a failed or slow reading keeps the last
-    /// verdict), logging when the verdict changes. A store on a manual
-    /// clock is never off.
-    pub(crate) async fn is_off(&mut self, store: &Store) -> bool {
+    /// Whether nothing may be claimed now: see [`ClockGuard::off_by`].
+    pub(crate) async fn is_off(&self, store: &Store) -> bool {
         self.off_by(store).await.is_some()
     }
 
-    /// [`ClockGuard::is_off`], saying by how much (µs, positive when this
-    /// process's clock runs ahead) when it is.
-    pub(crate) async fn off_by(&mut self, store: &Store) -> Option<i64> {
-        if Instant::now() >= self.next_reading {
-            self.next_reading = Instant::now() + CLOCK_RECHECK;
+    /// How far this process's clock is off the server's (µs, positive when
+    /// it runs ahead) when that is beyond the limit. Reads the server's
+    /// clock when a reading is due (a failed or slow reading keeps the last
+    /// verdict), logging when the verdict changes. A store on a manual
+    /// clock is never off, nor is any clock under a limit of
+    /// `Duration::MAX` (nothing is read then).
+    pub(crate) async fn off_by(&self, store: &Store) -> Option<i64> {
+        if self.limit() == Duration::MAX {
+            return None;
+        }
+        let due = {
+            let mut next = lock(&self.next_reading);
+            let now = Instant::now();
+            // Taken by this caller: the next one due is 2.5 s away.
+            (now >= *next)
+                .then(|| *next = now + CLOCK_RECHECK)
+                .is_some()
+        };
+        if due {
             match tokio::time::timeout(CLOCK_READING, self.verdict.read(store)).await {
                 Ok(Ok(verdict)) => self.log(self.verdict.keep(&verdict)),
                 Ok(Err(error)) => {
@@ -96,6 +113,6 @@ impl ClockGuard {
 
     /// How long until the next reading is due.
     pub(crate) fn until_next_reading(&self) -> Duration {
-        self.next_reading.saturating_duration_since(Instant::now())
+        lock(&self.next_reading).saturating_duration_since(Instant::now())
     }
 }

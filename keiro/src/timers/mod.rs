@@ -88,7 +88,7 @@ pub use worker::{
 
 use crate::runtime::listener::Wakes;
 use crate::time::{duration_us, from_us, to_us};
-use clock_guard::ClockGuard;
+pub(crate) use clock_guard::ClockGuard;
 
 /// The timer API over one store. Cheap to clone.
 ///
@@ -105,10 +105,9 @@ pub struct Timers {
     /// How far a worker loop's clock may be off the database server's
     /// before it stops claiming (PostgreSQL).
     max_clock_skew: Duration,
-    /// The clock verdict of the [`Timers::run_once`] and [`Timers::drain`]
-    /// calls on this value and its clones (a loop of
-    /// [`Timers::spawn_worker`] keeps its own).
-    clock: Arc<tokio::sync::Mutex<ClockGuard>>,
+    /// The verdict on this process's clock of the loops and calls of this
+    /// value and its clones (the runtime's, for [`crate::Keiro::timers`]).
+    clock: Arc<ClockGuard>,
 }
 
 /// [`Timers::max_clock_skew`]'s default: a quarter of the runtime's default
@@ -119,9 +118,12 @@ impl crate::Keiro {
     /// The timers stored alongside this runtime's journal, with its payload
     /// and clock-skew limits.
     pub fn timers(&self) -> Timers {
-        Timers::new(self.raw_store().clone())
-            .max_payload_bytes(self.max_payload_bytes())
-            .max_clock_skew(self.max_clock_skew())
+        let mut timers =
+            Timers::new(self.raw_store().clone()).max_payload_bytes(self.max_payload_bytes());
+        // One reading of the clock for every `Timers` of this runtime.
+        timers.max_clock_skew = self.max_clock_skew();
+        timers.clock = self.timer_clock();
+        timers
     }
 }
 
@@ -135,9 +137,7 @@ impl Timers {
             wakes,
             max_payload_bytes: crate::DEFAULT_MAX_PAYLOAD_BYTES,
             max_clock_skew: DEFAULT_TIMER_MAX_CLOCK_SKEW,
-            clock: Arc::new(tokio::sync::Mutex::new(ClockGuard::new(
-                DEFAULT_TIMER_MAX_CLOCK_SKEW,
-            ))),
+            clock: Arc::new(ClockGuard::new(DEFAULT_TIMER_MAX_CLOCK_SKEW)),
         }
     }
 
@@ -148,15 +148,17 @@ impl Timers {
     /// line when it resumes), since timers fall due by the claiming worker's
     /// clock. Default [`DEFAULT_TIMER_MAX_CLOCK_SKEW`]; the runtime's
     /// `max_clock_skew` for [`crate::Keiro::timers`]; `Duration::MAX` turns
-    /// the refusal off. [`Timers::run_once`] and [`Timers::drain`], called
-    /// by the application's own loop, read it as often (one reading shared
-    /// by a `Timers` and its clones) and, while it is off, claim nothing and
-    /// return [`TimerError::ClockSkew`]. A limit of zero is refused with
+    /// the refusal off (nothing is read then). [`Timers::run_once`] and
+    /// [`Timers::drain`], called by the application's own loop, read it as
+    /// often and, while it is off, claim nothing and return
+    /// [`TimerError::ClockSkew`]. A `Timers`, its clones and their loops
+    /// share one reading, and so do all the `Timers` one runtime hands out
+    /// ([`crate::Keiro::timers`]). A limit of zero is refused with
     /// [`TimerError::InvalidOption`] by all three. SQLite's database is a
     /// file on this host: there is no second clock.
     pub fn max_clock_skew(mut self, skew: Duration) -> Timers {
         self.max_clock_skew = skew;
-        self.clock = Arc::new(tokio::sync::Mutex::new(ClockGuard::new(skew)));
+        self.clock = Arc::new(ClockGuard::new(skew));
         self
     }
 

@@ -13,7 +13,6 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use super::clock_guard::ClockGuard;
 use super::{metrics, TimerError, TimerRow, Timers};
 use crate::panic::panic_message;
 use crate::runtime::lock;
@@ -435,11 +434,10 @@ impl Timers {
     /// `now` was read (see [`Timers::max_clock_skew`]).
     async fn refuse_if_clock_off(&self) -> Result<(), TimerError> {
         self.check_clock_limit()?;
-        let mut clock = self.clock.lock().await;
-        match clock.off_by(&self.store).await {
+        match self.clock.off_by(&self.store).await {
             Some(off_us) => Err(TimerError::ClockSkew {
                 offset_ms: off_us / 1000,
-                limit: clock.limit(),
+                limit: self.clock.limit(),
             }),
             None => Ok(()),
         }
@@ -712,7 +710,7 @@ impl Timers {
         // Claims since the preamble last ran, and when it is due again.
         let (mut since_preamble, mut preamble_at) = (0usize, Instant::now());
         let mut dropped = false;
-        let mut clock = ClockGuard::new(self.max_clock_skew);
+        let clock = self.clock.clone();
         loop {
             self.wakes.listen(&self.store);
             if dropped || *stopped.borrow() {

@@ -297,9 +297,9 @@ async fn drive(
         }
         // A task resumed after a hold-up polls the select below again, not
         // the check above: the branch before the body's sends it there.
-        let since = renewed;
+        let (since, due) = (renewed, check_due);
         let held_up = std::future::poll_fn(move |_| {
-            if must_check(cx, since + ttl <= Instant::now()) {
+            if must_check(cx, due || since + ttl <= Instant::now()) {
                 std::task::Poll::Ready(())
             } else {
                 std::task::Poll::Pending
