@@ -401,6 +401,7 @@ mod held_up_past_its_deadline {
 
 #[workflow(journal = "pipelined")]
 async fn joins_a_retry_then_waits(ms: u64, tag: String) -> u32 {
+    BODY_RUNS.lock().unwrap().push(tag.clone());
     let (first, after) = tokio::join!(
         block_and_fail_the_first_time(ms, tag.clone()),
         after_the_block(tag.clone())
@@ -427,6 +428,8 @@ async fn a_retry_held_up_replays_the_result_another_ran_meanwhile(backend: Backe
         .await
         .unwrap();
     assert_eq!(blocked.await.unwrap().unwrap(), 3 + 7 + 5);
+    // b's run and the held-up one, which went on (not stopped and resumed).
+    assert_eq!(count(&BODY_RUNS, &id), 2);
     assert_eq!(count(&RETRY_RUNS, &id), 2, "the block, then b's run");
     assert_eq!(count(&AFTER_RUNS, &id), 1, "b's run only");
     assert_eq!(count(&WAIT_RUNS, &id), 2, "b's, stopped, then the run's");
@@ -440,23 +443,29 @@ async fn a_retry_held_up_replays_the_result_another_ran_meanwhile(backend: Backe
 /// past the join.
 async fn takes_over_then_stops(b: &keiro::Keiro, id: &str, block_ms: u64) {
     tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
-    let b_pass = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            b.resume_once(&keiro::ResumeOptions::default().log(|_| {}))
-                .await
-        })
-    };
     let deadline = std::time::Instant::now() + Duration::from_millis(block_ms - 2_000);
+    // Passes until one claims the instance (a pass that claims nothing
+    // ends at once) and runs it to the waiting step.
+    let mut b_pass = None;
     while count(&WAIT_RUNS, id) == 0 {
         assert!(
             std::time::Instant::now() < deadline,
             "b never reached the step after the join"
         );
+        if b_pass
+            .as_ref()
+            .is_none_or(|pass: &tokio::task::JoinHandle<_>| pass.is_finished())
+        {
+            let b = b.clone();
+            b_pass = Some(tokio::spawn(async move {
+                b.resume_once(&keiro::ResumeOptions::default().log(|_| {}))
+                    .await
+            }));
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     b.shutdown().await.unwrap();
-    let _ = b_pass.await.unwrap();
+    let _ = b_pass.expect("a pass ran").await.unwrap();
 }
 
 /// Two executors (`a`, `b`) with a lease of [`LEASE`] on a fresh database,

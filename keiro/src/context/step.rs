@@ -183,6 +183,21 @@ async fn replay_recorded<R: DeserializeOwned>(
     replay(cx, seq, kind, name, recorded).instrument(span).await
 }
 
+/// Replays the row another run journaled for step `seq` while this run was
+/// held up, which the check of its lease took in, marking the step's span
+/// (its body may have run) as replayed.
+pub(crate) async fn replay_taken_in<R: DeserializeOwned>(
+    cx: &WorkflowContext,
+    seq: i64,
+    kind: StepKind,
+    name: &'static str,
+    recorded: &StepRow,
+) -> R {
+    tracing::Span::current().record("replayed", true);
+    crate::telemetry::step(name, true);
+    replay(cx, seq, kind, name, recorded).await
+}
+
 /// Waits, before a step body starts (or starts again), for the check of a
 /// lease that may have lapsed while the run was held up (see
 /// [`LeaseWatch::unless_lapsed`](super::lease_watch::LeaseWatch::unless_lapsed));
@@ -248,7 +263,7 @@ where
         // with that row's value, never with one the journal contradicts
         // (a pipelined run would use its own at once).
         if let Some(recorded) = cx.recorded(seq) {
-            return replay_recorded(&cx, seq, kind, name, &recorded).await;
+            return replay_taken_in(&cx, seq, kind, name, &recorded).await;
         }
         let timing = StepTiming {
             attempts,

@@ -34,12 +34,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use keiro_store::{StepRow, StepTiming, StoreError};
+use keiro_store::{StepTiming, StoreError};
 use serde::{de::DeserializeOwned, Serialize};
 use tracing::Instrument;
 
 use super::select::{claim_win, Verdict, Won};
-use super::step::{checked_lease, encode_result, halt, record_step, replay, step_row, StepMeta};
+use super::step::{
+    checked_lease, encode_result, halt, record_step, replay, replay_taken_in, step_row, StepMeta,
+};
 use super::{claim_seq, scope, StepKind, WorkflowContext};
 use crate::{Error, Keiro, Transaction};
 
@@ -263,7 +265,7 @@ where
             // rows a pipelined run queued before it.
             super::pipeline::barrier(&cx).await;
             if let Some(recorded) = checked_lease(&cx, seq).await {
-                return replay_taken_in(&cx, seq, name, &recorded).await;
+                return replay_taken_in(&cx, seq, StepKind::Step, name, &recorded).await;
             }
             loop {
                 runs += 1;
@@ -291,7 +293,7 @@ where
                         // The next attempt, like the first, starts on a
                         // lease checked after a hold-up.
                         if let Some(recorded) = checked_lease(&cx, seq).await {
-                            return replay_taken_in(&cx, seq, name, &recorded).await;
+                            return replay_taken_in(&cx, seq, StepKind::Step, name, &recorded).await;
                         }
                         attempt += 1;
                         // Conflicts count in a row: this run met none.
@@ -630,17 +632,4 @@ fn conflict_pause(n: u32) -> Duration {
             .unwrap_or(0),
     );
     Duration::from_millis(1 + jitter % ceiling)
-}
-
-/// Replays the row another run journaled for step `seq` while this run was
-/// held up, which the check of its lease took in.
-async fn replay_taken_in<R: DeserializeOwned>(
-    cx: &WorkflowContext,
-    seq: i64,
-    name: &'static str,
-    recorded: &StepRow,
-) -> R {
-    tracing::Span::current().record("replayed", true);
-    crate::telemetry::step(name, true);
-    replay(cx, seq, StepKind::Step, name, recorded).await
 }

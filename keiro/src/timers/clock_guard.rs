@@ -14,6 +14,7 @@
 //! hands out ([`crate::Keiro::timers`]) shares the runtime's. SQLite has no
 //! second clock.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -34,11 +35,19 @@ const CLOCK_READING: Duration = Duration::from_secs(1);
 
 /// The verdict on this process's clock of the timer loops and calls that
 /// share it, read again every [`CLOCK_RECHECK`] by whichever asks first
-/// once a reading is due (the others meanwhile go by the last verdict).
+/// once a reading is due (the others meanwhile go by the last verdict, or
+/// wait for the first).
 #[derive(Debug)]
 pub(crate) struct ClockGuard {
     verdict: ClockVerdict,
+    /// When the next reading is due: moved on only once a reading ended, so
+    /// a reader dropped mid-way leaves it due for the next caller.
     next_reading: Mutex<Instant>,
+    /// Held while a reading is taken: one at a time.
+    reading: tokio::sync::Mutex<()>,
+    /// Whether a reading has ended (with a verdict or not): until then a
+    /// caller waits for it rather than claim on no verdict at all.
+    has_read: AtomicBool,
 }
 
 impl ClockGuard {
@@ -47,6 +56,8 @@ impl ClockGuard {
         ClockGuard {
             verdict: ClockVerdict::new(limit),
             next_reading: Mutex::new(Instant::now()),
+            reading: tokio::sync::Mutex::new(()),
+            has_read: AtomicBool::new(false),
         }
     }
 
@@ -57,32 +68,41 @@ impl ClockGuard {
 
     /// How far this process's clock is off the server's (µs, positive when
     /// it runs ahead) when that is beyond the limit. Reads the server's
-    /// clock when a reading is due (a failed or slow reading keeps the last
-    /// verdict), logging when the verdict changes. A store on a manual
-    /// clock is never off, nor is any clock under a limit of
-    /// `Duration::MAX` (nothing is read then).
+    /// clock when a reading is due and nobody else is taking it (a failed
+    /// or slow reading keeps the last verdict), logging when the verdict
+    /// changes. A store on a manual clock is never off, nor is any clock
+    /// under a limit of `Duration::MAX` (nothing is read then).
     pub(crate) async fn off_by(&self, store: &Store) -> Option<i64> {
         if self.limit() == Duration::MAX {
             return None;
         }
-        let due = {
-            let mut next = lock(&self.next_reading);
-            let now = Instant::now();
-            // Taken by this caller: the next one due is 2.5 s away.
-            (now >= *next)
-                .then(|| *next = now + CLOCK_RECHECK)
-                .is_some()
-        };
-        if due {
-            match tokio::time::timeout(CLOCK_READING, self.verdict.read(store)).await {
-                Ok(Ok(verdict)) => self.log(self.verdict.keep(&verdict)),
-                Ok(Err(error)) => {
-                    tracing::debug!(%error, "keiro timer worker could not read the database server's clock");
+        if self.reading_due() {
+            let held = match self.reading.try_lock() {
+                Ok(held) => Some(held),
+                // Another caller is reading: its verdict will do, unless
+                // there is none yet.
+                Err(_) if self.has_read.load(Ordering::SeqCst) => None,
+                Err(_) => Some(self.reading.lock().await),
+            };
+            // Still due once held: the reading waited for may have been it.
+            if held.is_some() && self.reading_due() {
+                match tokio::time::timeout(CLOCK_READING, self.verdict.read(store)).await {
+                    Ok(Ok(verdict)) => self.log(self.verdict.keep(&verdict)),
+                    Ok(Err(error)) => {
+                        tracing::debug!(%error, "keiro timer worker could not read the database server's clock");
+                    }
+                    Err(_) => {}
                 }
-                Err(_) => {}
+                *lock(&self.next_reading) = Instant::now() + CLOCK_RECHECK;
+                self.has_read.store(true, Ordering::SeqCst);
             }
         }
         self.verdict.off_by()
+    }
+
+    /// Whether the next reading is due.
+    fn reading_due(&self) -> bool {
+        Instant::now() >= *lock(&self.next_reading)
     }
 
     /// The limit this guard allows.

@@ -153,12 +153,16 @@ impl Timers {
     /// often and, while it is off, claim nothing and return
     /// [`TimerError::ClockSkew`]. A `Timers`, its clones and their loops
     /// share one reading, and so do all the `Timers` one runtime hands out
-    /// ([`crate::Keiro::timers`]). A limit of zero is refused with
+    /// ([`crate::Keiro::timers`]) while their limit is the runtime's; a
+    /// different limit starts a reading of its own. A limit of zero is refused with
     /// [`TimerError::InvalidOption`] by all three. SQLite's database is a
     /// file on this host: there is no second clock.
     pub fn max_clock_skew(mut self, skew: Duration) -> Timers {
         self.max_clock_skew = skew;
-        self.clock = Arc::new(ClockGuard::new(skew));
+        // The same limit keeps the reading it shares (a runtime's).
+        if self.clock.limit() != skew {
+            self.clock = Arc::new(ClockGuard::new(skew));
+        }
         self
     }
 
