@@ -195,12 +195,14 @@ async fn durable_first(cx: &WorkflowContext, ended: Ended) -> (Ended, Vec<(StepR
 /// `cx.lease`, which the executor heartbeat watches). A lease it could not
 /// renew for two thirds of `ttl` (a renewal that failed) counts as lost:
 /// the run stops before the lease may lapse.
-/// A renewal that hangs is given until the lease lapses, then counts as
-/// failed too; the body goes on meanwhile (it is polled beside the
-/// renewal). A run whose task went unpolled past its lease checks with the
-/// store that nothing moved under it before polling its body again, and
-/// goes on if nothing did (see `lapsed_lease`). The body's future is
-/// dropped before this returns.
+/// A renewal that hangs is given until the lease lapses; the body goes on
+/// meanwhile (it is polled beside the renewal). A run whose lease went
+/// unrenewed that long (a hung renewal, or a task that went unpolled: a
+/// hold-up) checks with the store that nothing moved under it before
+/// polling its body again, and goes on if nothing did (see
+/// `lapsed_lease`); a store that does not answer within one more TTL ends
+/// it as having lost its lease. The body's future is dropped before this
+/// returns.
 async fn drive(
     keiro: &Keiro,
     run: RunFn,
