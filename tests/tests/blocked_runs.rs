@@ -468,6 +468,94 @@ async fn takes_over_then_stops(b: &keiro::Keiro, id: &str, block_ms: u64) {
     let _ = b_pass.expect("a pass ran").await.unwrap();
 }
 
+/// PostgreSQL only: a renewal is in flight when the body blocks its
+/// thread, and stays unanswered (the instance's row is locked by another
+/// session) until well past the block. The run does not take the unanswered
+/// renewal for a lost lease: it waits for the store to confirm the lease,
+/// which it does once the row is free, and goes on without being stopped
+/// and run again.
+mod renewal_in_flight {
+    use super::*;
+    use sqlx::Connection;
+
+    /// Each run that got past the first step, and each whose block ended,
+    /// by tag.
+    static PAST_FIRST: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    static BLOCK_ENDED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    #[step]
+    async fn first_step() -> u32 {
+        1
+    }
+
+    #[workflow]
+    async fn waits_then_blocks(ms: u64, tag: String) -> u32 {
+        BODY_RUNS.lock().unwrap().push(tag.clone());
+        first_step().await;
+        PAST_FIRST.lock().unwrap().push(tag.clone());
+        // A plain wait (not durable), long enough for a renewal to be sent,
+        // then a block of the thread in the body itself.
+        #[keiro::nondeterministic_ok]
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        #[keiro::nondeterministic_ok]
+        std::thread::sleep(Duration::from_millis(ms));
+        BLOCK_ENDED.lock().unwrap().push(tag.clone());
+        after_the_block(tag).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_renewal_unanswered_through_a_block_does_not_stop_the_run() {
+        let db = TestDb::new(Backend::Postgres).await;
+        let keiro = db.builder().lease_ttl(LEASE).connect().await.unwrap();
+        let id = "in-flight-postgres".to_owned();
+        let ms = BLOCK.as_millis() as u64;
+        let run = {
+            let (keiro, id) = (keiro.clone(), id.clone());
+            tokio::spawn(async move { waits_then_blocks(ms, id.clone()).id(id).on(&keiro).await })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let wait_for = |runs: &'static Mutex<Vec<String>>, what: &'static str| {
+            let id = id.clone();
+            async move {
+                while count(runs, &id) == 0 {
+                    assert!(std::time::Instant::now() < deadline, "{what}");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        };
+        // Once the first step is journaled (its row needs the instance's),
+        // another session locks the instance's row: the renewal sent during
+        // the wait, a third of the lease in, hangs on it.
+        wait_for(&PAST_FIRST, "the run never got past its first step").await;
+        let mut admin = sqlx::PgConnection::connect(&db.direct_url).await.unwrap();
+        sqlx::raw_sql("BEGIN").execute(&mut admin).await.unwrap();
+        sqlx::query("SELECT 1 FROM keiro.workflows WHERE id = $1 FOR UPDATE")
+            .bind(&id)
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        // The block ends long after the renewal's time ran out; the row is
+        // freed a little later, within the lease's TTL of the block's end.
+        wait_for(&BLOCK_ENDED, "the block never ended").await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        sqlx::raw_sql("ROLLBACK").execute(&mut admin).await.unwrap();
+        // A run stopped instead would be resumed (its body run again) here.
+        let worker = keiro
+            .resume_worker(keiro::ResumeOptions::default().poll_interval(Duration::from_millis(50)))
+            .await
+            .unwrap();
+        assert_eq!(run.await.unwrap().unwrap(), 7);
+        assert_eq!(
+            count(&BODY_RUNS, &id),
+            1,
+            "the run was stopped and run again"
+        );
+        assert_eq!(count(&AFTER_RUNS, &id), 1);
+        worker.shutdown().await;
+        keiro.shutdown().await.unwrap();
+    }
+}
+
 /// Two executors (`a`, `b`) with a lease of [`LEASE`] on a fresh database,
 /// and an instance id starting with `kind`, one per backend.
 async fn two_executors(

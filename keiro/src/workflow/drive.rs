@@ -387,8 +387,13 @@ async fn drive(
             (sent, renewal) = async { renewing.as_mut().expect("guarded").await }, if renewing.is_some() => {
                 renewing = None;
                 let Some(renewal) = renewal else {
-                    tracing::warn!(parent: &span, "keiro's lease renewal went unanswered until the lease may lapse; stopping the run (it resumes once the store answers)");
-                    return Ended::LeaseLost;
+                    // Unanswered until the lease may lapse: a store that
+                    // hangs, or this task held up with the renewal in
+                    // flight. Either way the body goes on only once the
+                    // store confirms the lease, within one more TTL (the
+                    // check at the top of the loop).
+                    tracing::warn!(parent: &span, "keiro's lease renewal went unanswered until the lease may lapse; the run goes on only once the store confirms its lease");
+                    continue;
                 };
                 match renewal {
                     Ok(true) if renewed + ttl <= sent => {

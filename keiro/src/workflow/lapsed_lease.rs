@@ -26,9 +26,10 @@ enum Verdict {
     Overtaken(&'static str),
 }
 
-/// When the run of `cx` may go on under `lease` after a hold-up past it
-/// (the lease renewed then), asked of the store within `wait`; `None`, and
-/// why in a warning, when it may not.
+/// When the run of `cx` may go on under `lease` after it went unrenewed
+/// past its TTL (a hold-up, or a renewal left unanswered; the lease renewed
+/// then), asked of the store within `wait`; `None`, and why in a warning,
+/// when it may not.
 pub(super) async fn still_held(
     keiro: &Keiro,
     cx: &WorkflowContext,
@@ -38,24 +39,24 @@ pub(super) async fn still_held(
 ) -> Option<Instant> {
     match tokio::time::timeout(wait, moved_under(keiro, cx, lease)).await {
         Ok(Ok(Verdict::Held(sent))) => {
-            tracing::info!(parent: span, "keiro: this run went unpolled past its lease, which nobody took meanwhile; it goes on");
+            tracing::info!(parent: span, "keiro: this run's lease went unrenewed past its TTL (its task held up, or its renewal unanswered), and nobody took it meanwhile; it goes on");
             Some(sent)
         }
         Ok(Ok(Verdict::Lost(why))) => {
-            tracing::warn!(parent: span, "keiro: this run went unpolled past its lease and {why}; stopping the run");
+            tracing::warn!(parent: span, "keiro: this run's lease went unrenewed past its TTL and {why}; stopping the run");
             None
         }
         Ok(Ok(Verdict::Overtaken(why))) => {
-            tracing::warn!(parent: span, "keiro: this run went unpolled past its lease and {why}; stopping the run (the instance resumes from its journal)");
+            tracing::warn!(parent: span, "keiro: this run's lease went unrenewed past its TTL and {why}; stopping the run (the instance resumes from its journal)");
             cx.lease.set_overtaken();
             None
         }
         Ok(Err(error)) => {
-            tracing::warn!(parent: span, %error, "keiro: this run went unpolled past its lease and the store could not confirm it; stopping the run (it resumes once the store is back)");
+            tracing::warn!(parent: span, %error, "keiro: this run's lease went unrenewed past its TTL and the store could not confirm it; stopping the run (it resumes once the store is back)");
             None
         }
         Err(_) => {
-            tracing::warn!(parent: span, "keiro: this run went unpolled past its lease and the store did not confirm it in time; stopping the run (it resumes once the store answers)");
+            tracing::warn!(parent: span, "keiro: this run's lease went unrenewed past its TTL and the store did not confirm it in time; stopping the run (it resumes once the store answers)");
             None
         }
     }
