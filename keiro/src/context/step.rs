@@ -179,13 +179,15 @@ async fn replay_recorded<R: DeserializeOwned>(
     recorded: &StepRow,
 ) -> R {
     let span = tracing::debug_span!("keiro.step", name, seq, replayed = true);
-    crate::telemetry::step(name, true);
-    replay(cx, seq, kind, name, recorded).instrument(span).await
+    replay_taken_in(cx, seq, kind, name, recorded)
+        .instrument(span)
+        .await
 }
 
 /// Replays the row another run journaled for step `seq` while this run was
 /// held up, which the check of its lease took in, marking the step's span
-/// (its body may have run) as replayed.
+/// (its body may have run) as replayed; [`replay_recorded`] runs it in a
+/// span of its own.
 pub(crate) async fn replay_taken_in<R: DeserializeOwned>(
     cx: &WorkflowContext,
     seq: i64,

@@ -102,11 +102,9 @@ pub struct Timers {
     wakes: Arc<Wakes>,
     /// The largest payload a timer may carry, in bytes.
     max_payload_bytes: usize,
-    /// How far a worker loop's clock may be off the database server's
-    /// before it stops claiming (PostgreSQL).
-    max_clock_skew: Duration,
     /// The verdict on this process's clock of the loops and calls of this
-    /// value and its clones (the runtime's, for [`crate::Keiro::timers`]).
+    /// value and its clones (the runtime's, for [`crate::Keiro::timers`]),
+    /// with the skew it allows ([`Timers::max_clock_skew`]).
     clock: Arc<ClockGuard>,
 }
 
@@ -121,7 +119,6 @@ impl crate::Keiro {
         let mut timers =
             Timers::new(self.raw_store().clone()).max_payload_bytes(self.max_payload_bytes());
         // One reading of the clock for every `Timers` of this runtime.
-        timers.max_clock_skew = self.max_clock_skew();
         timers.clock = self.timer_clock();
         timers
     }
@@ -136,7 +133,6 @@ impl Timers {
             store,
             wakes,
             max_payload_bytes: crate::DEFAULT_MAX_PAYLOAD_BYTES,
-            max_clock_skew: DEFAULT_TIMER_MAX_CLOCK_SKEW,
             clock: Arc::new(ClockGuard::new(DEFAULT_TIMER_MAX_CLOCK_SKEW)),
         }
     }
@@ -158,7 +154,6 @@ impl Timers {
     /// [`TimerError::InvalidOption`] by all three. SQLite's database is a
     /// file on this host: there is no second clock.
     pub fn max_clock_skew(mut self, skew: Duration) -> Timers {
-        self.max_clock_skew = skew;
         // The same limit keeps the reading it shares (a runtime's).
         if self.clock.limit() != skew {
             self.clock = Arc::new(ClockGuard::new(skew));

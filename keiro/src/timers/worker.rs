@@ -417,7 +417,7 @@ impl Timers {
 
     /// Refuses a [`Timers::max_clock_skew`] of zero.
     fn check_clock_limit(&self) -> Result<(), TimerError> {
-        if self.max_clock_skew.is_zero() {
+        if self.clock.limit().is_zero() {
             return Err(TimerError::InvalidOption {
                 option: "max_clock_skew",
                 reason: "no two clocks agree to the microsecond, so a limit of zero would stop \
