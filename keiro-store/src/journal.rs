@@ -105,10 +105,14 @@ impl Store {
         self.fetch_optional("claim", |sql| &sql.claim, &args).await
     }
 
-    /// Extends a lease `lease.owner` holds. `false` when it no longer holds it.
+    /// Extends a lease `lease.owner` holds. `false` when it no longer holds
+    /// it, and, for an instance of a named queue, when its lease lapsed: a
+    /// claim may have counted its slot free and filled it since, so the
+    /// run must not take the slot back (it stops, and the instance goes
+    /// back to its queue's claims, within the limits).
     pub async fn renew_lease(&self, id: &str, lease: Lease<'_>) -> Result<bool> {
-        let expires = self.now_us() + lease.ttl_us;
-        let args = args![id, lease.owner, expires];
+        let now = self.now_us();
+        let args = args![id, lease.owner, now + lease.ttl_us, now];
         Ok(self
             .execute("renew_lease", |sql| &sql.renew_lease, &args)
             .await?

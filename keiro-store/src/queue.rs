@@ -63,8 +63,14 @@ pub struct Queued<'a> {
 /// keeps the queue's counts as they were: one instance leaves the running
 /// set as another, under the same lease owner, enters it, in one commit;
 /// so no claim's count of the queue can see more running than before, and
-/// it needs no queue lock. A start counts against a rate limit, which a
-/// hand-over does not check: a queue with one is never handed over.
+/// it needs no queue lock. It still counts the partition's running
+/// instances, and starts a successor only into room the queue's
+/// `concurrency` and `worker_concurrency` leave: where the queue runs more
+/// than its limits (the finishing run's lease lapsed and a claim filled its
+/// slot, a deploy lowered a limit, a clock was off), ends free slots until
+/// it is back within them, instead of keeping it over. A start counts
+/// against a rate limit, which a hand-over does not check: a queue with one
+/// is never handed over.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandOver {
     /// The queue the finishing instance was claimed from.
@@ -77,18 +83,32 @@ pub struct HandOver {
     pub ttl_us: i64,
     /// The claimable application versions, as a JSON array.
     pub versions: String,
+    /// The queue's `concurrency` as this worker declares it: the hand-over
+    /// starts a successor only while the partition runs fewer (see below).
+    pub concurrency: Option<i64>,
+    /// Likewise its `worker_concurrency`, counted under the successor's
+    /// lease owner.
+    pub worker_concurrency: Option<i64>,
 }
 
 impl HandOver {
-    /// A hand-over on `queue` of workflow `workflow`, claiming under a lease
-    /// of `ttl_us` µs, of one of `versions` (or unversioned).
-    pub fn new(queue: &str, workflow: Registered<'_>, ttl_us: i64, versions: &[&str]) -> HandOver {
+    /// A hand-over on the queue `limits` name, within its concurrency
+    /// limits, of workflow `workflow`, claiming under a lease of `ttl_us`
+    /// µs, of one of `versions` (or unversioned).
+    pub fn new(
+        limits: &QueueLimits<'_>,
+        workflow: Registered<'_>,
+        ttl_us: i64,
+        versions: &[&str],
+    ) -> HandOver {
         HandOver {
-            queue: queue.to_owned(),
+            queue: limits.name.to_owned(),
             name: workflow.name.to_owned(),
             signature: workflow.signature.to_owned(),
             ttl_us,
             versions: crate::versions::versions_json(versions),
+            concurrency: limits.concurrency,
+            worker_concurrency: limits.worker_concurrency,
         }
     }
 }
@@ -146,37 +166,74 @@ impl QueueStatements {
             d.index(&w, "queue_running"),
             d.index(&w, "queue_started"),
         );
-        // Counts rows of the queue ($3) in partition `f.k` meeting `cond`,
-        // read off `index`.
-        let count = |index: &str, cond: &str| {
+        // Counts rows of queue `queue` in partition `partition` meeting
+        // `cond`, read off `index`.
+        let count_in = |index: &str, queue: &str, partition: &str, cond: &str| {
             format!(
-                "(SELECT COUNT(*) FROM {w} x{index} WHERE x.queue = $3 \
-                 AND x.partition_key = f.k AND {cond})"
+                "(SELECT COUNT(*) FROM {w} x{index} WHERE x.queue = {queue} \
+                 AND x.partition_key = {partition} AND {cond})"
             )
         };
-        let running = "x.status = 'running' AND x.lease_expires_at >= $2";
-        // Cancelled or timed out while running, its run not yet stopped (see
-        // `Store::release_ended`), whether or not a retry has put it back in
-        // line since: still running, for the limits. Such a hold is a lease
-        // expiry without an owner.
-        let ending = "x.lease_owner IS NULL AND x.lease_expires_at IS NOT NULL \
-                      AND x.lease_expires_at >= $2";
         let ending_index = d.index(&w, "queue_held");
-        let running_or_ending = format!(
-            "({} + {})",
-            count(&running_index, running),
-            count(&ending_index, ending),
-        );
-        // Under the claiming executor's ($1) lease, or held by its run.
-        let (running_mine, ending_mine) = (
-            format!("{running} AND x.lease_owner = $1"),
-            format!("{ending} AND x.held_by = $1"),
-        );
-        let mine = format!(
-            "({} + {})",
-            count(&running_index, &running_mine),
-            count(&ending_index, &ending_mine),
-        );
+        // The running instances of `at`'s partition (all, and those of its
+        // owner's), each sum read off two indexes: those running under a
+        // live lease, and those cancelled or timed out while running, their
+        // run not yet stopped (see `Store::release_ended`), whether or not a
+        // retry has put them back in line since: still running, for the
+        // limits. Such a hold is a lease expiry without an owner.
+        let running_counts = |at: &Partition<'_>| {
+            let Partition {
+                queue,
+                partition,
+                now,
+                owner,
+                except,
+            } = at;
+            let running = format!("x.status = 'running' AND x.lease_expires_at >= {now}{except}");
+            let ending = format!(
+                "x.lease_owner IS NULL AND x.lease_expires_at IS NOT NULL \
+                 AND x.lease_expires_at >= {now}{except}"
+            );
+            let count = |index: &str, cond: &str| count_in(index, queue, partition, cond);
+            (
+                format!(
+                    "({} + {})",
+                    count(&running_index, &running),
+                    count(&ending_index, &ending),
+                ),
+                format!(
+                    "({} + {})",
+                    count(
+                        &running_index,
+                        &format!("{running} AND x.lease_owner = {owner}")
+                    ),
+                    count(&ending_index, &format!("{ending} AND x.held_by = {owner}")),
+                ),
+            )
+        };
+        // In the rooms statement: queue $3, partition `f.k`, now $2, the
+        // claiming executor $1.
+        let (running_or_ending, mine) = running_counts(&Partition {
+            queue: "$3",
+            partition: "f.k",
+            now: "$2",
+            owner: "$1",
+            except: "",
+        });
+        // How many successors a hand-over in `at` may start: `wanted`, or
+        // fewer where the limits (`concurrency`, `worker_concurrency`: NULL
+        // for none) leave less room, never below zero (SQLite reads a
+        // negative LIMIT as none).
+        let room =
+            |at: &Partition<'_>, concurrency: &str, worker_concurrency: &str, wanted: &str| {
+                let (all, mine) = running_counts(at);
+                format!(
+                    "(SELECT CASE WHEN MIN(m.v) < 0 THEN 0 ELSE MIN(m.v) END FROM ( \
+                     SELECT CAST({wanted} AS BIGINT) AS v \
+                     UNION ALL SELECT {concurrency} - {all} \
+                     UNION ALL SELECT {worker_concurrency} - {mine}) m)"
+                )
+            };
         // A row the claiming owner ($1) may take now ($2), as `c`.
         let takeable = |now: &str| {
             format!(
@@ -309,7 +366,7 @@ impl QueueStatements {
                 takeable = takeable("$2"),
                 all = running_or_ending,
                 mine = mine,
-                started = count(&started_index, "x.queue_started_at > $4"),
+                started = count_in(&started_index, "$3", "f.k", "x.queue_started_at > $4"),
             ),
             claim_partition: claim(""),
             // As `claim_partition`, of instances started before only (see
@@ -318,55 +375,112 @@ impl QueueStatements {
             // As `claim_partition`, of instances never started only.
             claim_fresh: claim(" AND c.queue_started_at IS NULL"),
             // $1 owner, $2 lease expiry, $3 now, $4 queue, $5 the finishing
-            // instance, $6 workflow name, $7 its registered signature, $8 the
-            // claimable versions (a JSON array): the first successor of $5's
-            // partition, started.
-            hand_over: start((d.picked_ids)(&successor(
+            // instance (its end recorded in this transaction), $6 workflow
+            // name, $7 its registered signature, $8 the claimable versions (a
+            // JSON array), $9 and $10 the queue's `concurrency` and
+            // `worker_concurrency`: the first successor of $5's partition,
+            // started, if the partition has room for it.
+            hand_over: {
+                let partition = format!("(SELECT f.partition_key FROM {w} f WHERE f.id = $5)");
+                let at = Partition {
+                    queue: "$4",
+                    partition: &partition,
+                    now: "$3",
+                    owner: "$1",
+                    except: "",
+                };
+                start((d.picked_ids)(&successor(
+                    "$4",
+                    &partition,
+                    "$3",
+                    "$6",
+                    "$7",
+                    "$8",
+                    &room(&at, "$9", "$10", "1"),
+                )))
+            },
+            // As `hand_over`, with $5 the partition key itself, $9 how many
+            // successors to start at most, $10 and $11 the limits.
+            hand_over_partition: start((d.picked_ids)(&successor(
                 "$4",
-                &format!("(SELECT f.partition_key FROM {w} f WHERE f.id = $5)"),
+                "$5",
                 "$3",
                 "$6",
                 "$7",
                 "$8",
-                "1",
-            ))),
-            // As `hand_over`, with $5 the partition key itself and $9 how
-            // many successors to start.
-            hand_over_partition: start((d.picked_ids)(&successor(
-                "$4", "$5", "$3", "$6", "$7", "$8", "$9",
+                &room(
+                    &Partition {
+                        queue: "$4",
+                        partition: "$5",
+                        now: "$3",
+                        owner: "$1",
+                        except: "",
+                    },
+                    "$10",
+                    "$11",
+                    "$9",
+                ),
             ))),
             // $1 to $7 as the finish statement's (id, generation, owner,
             // status, output, error, now), $8 the successor's lease expiry,
             // $9 queue, $10 workflow name, $11 its signature, $12 the
-            // claimable versions. The finish applies only to an instance
+            // claimable versions, $13 and $14 the queue's `concurrency` and
+            // `worker_concurrency`. The finish applies only to an instance
             // without a parent (a child's end is also reported to its
             // parent, in a transaction): no row back means it did not
             // apply; a row of NULLs, that it applied with no successor.
             // Both updates commit together, so no claim's count of the
-            // queue sees the slot both held and free.
+            // queue sees the slot both held and free. The room's counts
+            // read the statement's snapshot, where the finishing instance
+            // still runs: it is left out of them.
             finish_handing_over: d.modifying_ctes.then(|| {
+                let at = Partition {
+                    queue: "$9",
+                    partition: "(SELECT partition_key FROM fin)",
+                    now: "$7",
+                    owner: "$3",
+                    except: " AND x.id <> $1",
+                };
+                let room = room(&at, "$13", "$14", "1");
+                let Partition {
+                    queue,
+                    partition,
+                    now,
+                    owner,
+                    ..
+                } = at;
                 format!(
                     "WITH fin AS ({finish} AND parent_id IS NULL RETURNING partition_key), \
                      next AS ({next}) \
                      SELECT next.* FROM fin LEFT JOIN next ON true",
                     next = start_as(
-                        "$3",
+                        owner,
                         "$8",
-                        "$7",
+                        now,
                         (d.picked_ids)(&successor(
-                            "$9",
-                            "(SELECT partition_key FROM fin)",
-                            "$7",
-                            "$10",
-                            "$11",
-                            "$12",
-                            "1",
+                            queue, partition, now, "$10", "$11", "$12", &room,
                         )),
                     ),
                 )
             }),
         }
     }
+}
+
+/// Where a statement counts a queue partition's running instances, each
+/// field a placeholder or an expression of its SQL.
+struct Partition<'a> {
+    /// The queue.
+    queue: &'a str,
+    /// The partition key.
+    partition: &'a str,
+    /// The time leases are live at.
+    now: &'a str,
+    /// The executor whose instances `worker_concurrency` counts.
+    owner: &'a str,
+    /// A condition on the counted rows (`x`) that leaves some out, or
+    /// nothing.
+    except: &'a str,
 }
 
 /// One partition of a queue with room, as the rooms statement reads it.
@@ -733,6 +847,8 @@ impl Store {
                 hand_over.name.as_str(),
                 hand_over.signature.as_str(),
                 hand_over.versions.as_str(),
+                hand_over.concurrency,
+                hand_over.worker_concurrency,
             ])
             .collect();
         let handed = dispatch!(Store, self, |s, sql| {
@@ -968,6 +1084,8 @@ pub(crate) async fn hand_over_on(
         hand_over.name.as_str(),
         hand_over.signature.as_str(),
         hand_over.versions.as_str(),
+        hand_over.concurrency,
+        hand_over.worker_concurrency,
     ];
     dispatch!(Conn, conn, |c, sql| {
         bind_all!(crate::prepared::query(&sql.queue.hand_over), &args)
@@ -1039,6 +1157,8 @@ pub(crate) async fn hand_over_all_on(
             hand_over.signature.as_str(),
             hand_over.versions.as_str(),
             members.len() as i64,
+            hand_over.concurrency,
+            hand_over.worker_concurrency,
         ];
         let started: Vec<InstanceRow> = dispatch!(Conn, conn.reborrow(), |c, sql| {
             bind_all!(

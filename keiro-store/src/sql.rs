@@ -346,9 +346,12 @@ impl Statements {
                  AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires_at < $4) \
                  RETURNING {INSTANCE_COLUMNS}"
             ),
+            // A named queue's instance only while its lease is live ($4:
+            // now): once it lapsed, a claim may have given its slot away.
             renew_lease: format!(
                 "UPDATE {w} SET lease_expires_at = $3, wake_at = $3 \
-                 WHERE id = $1 AND lease_owner = $2 AND {UNFINISHED}"
+                 WHERE id = $1 AND lease_owner = $2 AND {UNFINISHED} \
+                 AND (queue IS NULL OR lease_expires_at >= $4)"
             ),
             release: format!(
                 "UPDATE {w} SET lease_owner = NULL, lease_expires_at = NULL, \

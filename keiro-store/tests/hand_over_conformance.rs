@@ -89,8 +89,178 @@ async fn claim(store: &Store, n: i64) -> Vec<String> {
     rows.into_iter().map(|row| row.id).collect()
 }
 
+/// [`QUEUE`]'s limits: `concurrency` and `worker_concurrency` as given.
+fn limits(concurrency: Option<i64>, worker_concurrency: Option<i64>) -> QueueLimits<'static> {
+    QueueLimits {
+        name: QUEUE,
+        concurrency,
+        worker_concurrency,
+        rate_limit: None,
+    }
+}
+
+/// A hand-over on [`QUEUE`] with no concurrency limits.
 fn hand_over() -> HandOver {
-    HandOver::new(QUEUE, FLOW, 60_000_000, VERSIONS)
+    hand_over_within(None, None)
+}
+
+/// A hand-over on [`QUEUE`] within these limits.
+fn hand_over_within(concurrency: Option<i64>, worker_concurrency: Option<i64>) -> HandOver {
+    HandOver::new(
+        &limits(concurrency, worker_concurrency),
+        FLOW,
+        60_000_000,
+        VERSIONS,
+    )
+}
+
+/// Claims up to `n` of the queue's instances for `lease`, under these
+/// limits.
+async fn claim_within(
+    store: &Store,
+    lease: keiro_store::Lease<'_>,
+    limits: QueueLimits<'_>,
+    n: i64,
+) -> Vec<String> {
+    let rows = store
+        .claim_queue(lease, &[FLOW], VERSIONS, &limits, n)
+        .await
+        .unwrap();
+    rows.into_iter().map(|row| row.id).collect()
+}
+
+/// A queue running over its `concurrency` (a finishing run's lease lapsed
+/// and a claim filled its slot, or a deploy lowered the limit while the old
+/// limit's instances ran): its ends free slots until it is back within the
+/// limit, instead of handing each one over and keeping the queue over it.
+async fn a_hand_over_starts_nothing_while_the_partition_runs_at_its_limit(db: &TestDb) {
+    let store = &db.store;
+    for id in ["a", "b", "c", "d", "e"] {
+        Job::new(id, "p").enqueue(store).await;
+    }
+    // Three run: two under the limit of 2, one more by a worker that
+    // declares 3.
+    assert_eq!(
+        claim_within(store, lease(), limits(Some(2), None), 2).await,
+        ["a", "b"]
+    );
+    let other = keiro_store::Lease {
+        owner: OTHER,
+        ..lease()
+    };
+    assert_eq!(
+        claim_within(store, other, limits(Some(3), None), 1).await,
+        ["c"]
+    );
+    let within_two = hand_over_within(Some(2), None);
+    let finish = |id: &'static str| {
+        let within_two = within_two.clone();
+        async move {
+            let mut finished = store
+                .finish_handing_over(&[completed(id, OWNER)], &[Some(&within_two)])
+                .await
+                .unwrap();
+            let (applied, successor) = finished.remove(0);
+            assert!(applied, "the finish of {id} applied");
+            successor.map(|row| leased_to_owner(row).id)
+        }
+    };
+    // a ends with b and c running: 2 of 2, no room.
+    assert_eq!(finish("a").await, None);
+    assert_eq!(status(store, "d").await, InstanceStatus::Pending);
+    // b ends with c running: room for one.
+    assert_eq!(finish("b").await, Some("d".to_owned()));
+    assert_eq!(status(store, "e").await, InstanceStatus::Pending);
+    // Another partition is not counted.
+    Job::new("x", "other").enqueue(store).await;
+    Job::new("y", "other").enqueue(store).await;
+    assert_eq!(
+        claim_within(store, lease(), limits(Some(2), None), 1).await,
+        ["x"]
+    );
+    assert_eq!(finish("x").await, Some("y".to_owned()));
+}
+
+/// Likewise `worker_concurrency`, counted under the successor's owner: a
+/// worker running over it (it claimed with a higher limit) frees slots.
+async fn a_hand_over_starts_nothing_while_its_worker_runs_at_its_limit(db: &TestDb) {
+    let store = &db.store;
+    for id in ["a", "b", "c", "d"] {
+        Job::new(id, "p").enqueue(store).await;
+    }
+    assert_eq!(
+        claim_within(store, lease(), limits(None, Some(2)), 2).await,
+        ["a", "b"]
+    );
+    let within_one = hand_over_within(None, Some(1));
+    let mut finished = store
+        .finish_handing_over(&[completed("a", OWNER)], &[Some(&within_one)])
+        .await
+        .unwrap();
+    let (applied, successor) = finished.remove(0);
+    assert!(applied);
+    assert!(successor.is_none(), "b runs: 1 of 1");
+    let mut finished = store
+        .finish_handing_over(&[completed("b", OWNER)], &[Some(&within_one)])
+        .await
+        .unwrap();
+    let (applied, successor) = finished.remove(0);
+    assert!(applied);
+    assert_eq!(
+        successor.map(|row| leased_to_owner(row).id).as_deref(),
+        Some("c")
+    );
+    // Another worker's instances do not count against this one's.
+    let other = keiro_store::Lease {
+        owner: OTHER,
+        ..lease()
+    };
+    assert_eq!(
+        claim_within(store, other, limits(None, Some(1)), 1).await,
+        ["d"]
+    );
+    Job::new("e", "p").enqueue(store).await;
+    let mut finished = store
+        .finish_handing_over(&[completed("c", OWNER)], &[Some(&within_one)])
+        .await
+        .unwrap();
+    let (_, successor) = finished.remove(0);
+    assert_eq!(
+        successor.map(|row| leased_to_owner(row).id).as_deref(),
+        Some("e")
+    );
+}
+
+/// The finishes of one commit hand over only as many slots as the
+/// partition has room for once they all ended.
+async fn finishes_of_one_commit_hand_over_only_into_room(db: &TestDb) {
+    let store = &db.store;
+    for id in ["a", "b", "c", "d", "e", "f"] {
+        Job::new(id, "p").enqueue(store).await;
+    }
+    assert_eq!(
+        claim_within(store, lease(), limits(Some(4), None), 4).await,
+        ["a", "b", "c", "d"]
+    );
+    // Two of four end in one commit, under a limit lowered to 3: one
+    // successor.
+    let within_three = hand_over_within(Some(3), None);
+    let finished = store
+        .finish_handing_over(
+            &[completed("a", OWNER), completed("b", OWNER)],
+            &[Some(&within_three), Some(&within_three)],
+        )
+        .await
+        .unwrap();
+    let successors: Vec<String> = finished
+        .into_iter()
+        .filter_map(|(applied, successor)| {
+            assert!(applied);
+            successor.map(|row| leased_to_owner(row).id)
+        })
+        .collect();
+    assert_eq!(successors, ["e"]);
+    assert_eq!(status(store, "f").await, InstanceStatus::Pending);
 }
 
 fn completed<'a>(id: &'a str, owner: &'a str) -> Finish<'a> {
@@ -658,6 +828,9 @@ async fn a_retried_instance_waits_for_its_cancelled_run_to_let_go(db: &TestDb) {
 }
 
 conformance!(
+    a_hand_over_starts_nothing_while_the_partition_runs_at_its_limit,
+    a_hand_over_starts_nothing_while_its_worker_runs_at_its_limit,
+    finishes_of_one_commit_hand_over_only_into_room,
     a_retried_instance_waits_for_its_cancelled_run_to_let_go,
     a_cancelled_run_holds_its_slot_until_it_lets_go,
     a_claim_that_waited_for_its_queue_leases_from_when_it_goes_on,

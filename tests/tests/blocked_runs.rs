@@ -18,7 +18,8 @@ on_both_backends!(
     a_run_whose_instance_was_run_further_and_claimed_back_stops,
     a_run_held_up_replays_the_steps_another_ran_meanwhile,
     a_retry_after_a_block_starts_only_on_a_checked_lease,
-    a_retry_held_up_replays_the_result_another_ran_meanwhile
+    a_retry_held_up_replays_the_result_another_ran_meanwhile,
+    a_queued_run_held_up_past_its_lease_gives_up_its_refilled_slot
 );
 
 /// Short, so that a block of a few seconds outlasts it; long enough that
@@ -554,6 +555,162 @@ mod renewal_in_flight {
         worker.shutdown().await;
         keiro.shutdown().await.unwrap();
     }
+}
+
+keiro::queue!(
+    /// One at a time, for [`a_queued_run_held_up_past_its_lease_gives_up_its_refilled_slot`].
+    ONE_AT_A_TIME = "blocked-runs-one-at-a-time",
+    concurrency = 1
+);
+
+/// Per tag: whether [`holds_the_slot`] of that tag is running now.
+static HOLDING: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// Per tag: what [`after_the_block_on_a_queue`] saw of [`HOLDING`] when it
+/// started.
+static SAW_HOLDER: Mutex<Vec<(String, bool)>> = Mutex::new(Vec::new());
+
+/// Runs for `ms` (awaiting), marked in [`HOLDING`] meanwhile.
+#[step]
+async fn holds_the_slot(ms: u64, tag: String) -> u32 {
+    HOLDING.lock().unwrap().push(tag.clone());
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    HOLDING.lock().unwrap().retain(|t| *t != tag);
+    1
+}
+
+#[workflow]
+async fn holder(ms: u64, tag: String) -> u32 {
+    holds_the_slot(ms, tag).await
+}
+
+#[step]
+async fn after_the_block_on_a_queue(tag: String) -> u32 {
+    let holding = HOLDING.lock().unwrap().contains(&tag);
+    SAW_HOLDER.lock().unwrap().push((tag, holding));
+    7
+}
+
+#[workflow]
+async fn blocks_on_a_queue(ms: u64, tag: String) -> u32 {
+    block_the_first_time(ms, tag.clone()).await;
+    after_the_block_on_a_queue(tag).await
+}
+
+/// A queue of concurrency 1: a run held up past its lease (its step body
+/// blocks the thread) loses its slot to a claim of another worker, which
+/// starts an instance ahead of it in run order. Once the block ends, the
+/// held-up run must not take its slot back and go on beside that one (two
+/// running on a queue of one): its lease renewal is refused, it stops, and
+/// the instance runs again once the slot is free.
+async fn a_queued_run_held_up_past_its_lease_gives_up_its_refilled_slot(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let b = db.builder().lease_ttl(LEASE).connect().await.unwrap();
+    let id = format!("queued-held-up-{}", backend_name(backend));
+    let ms = BLOCK.as_millis() as u64;
+    let holder_tag = format!("{id}-holder");
+    let blocked = blocks_on_a_queue(ms, holder_tag.clone())
+        .id(id.as_str())
+        .queue(&ONE_AT_A_TIME)
+        .on(&b)
+        .enqueue()
+        .await
+        .unwrap();
+    // Ahead of it in run order, but due only once its lease lapsed; another
+    // worker's claim then finds the slot free and starts this one, which
+    // holds the slot until well after the block ended.
+    let ahead_after = LEASE * 2;
+    let held_slot = holder(ms + 3_000, holder_tag.clone())
+        .id(format!("{id}-ahead"))
+        .queue(&ONE_AT_A_TIME)
+        .priority(-1)
+        .delay(ahead_after)
+        .on(&b)
+        .enqueue()
+        .await
+        .unwrap();
+    let enqueued = std::time::Instant::now();
+    let quiet = || keiro::ResumeOptions::default().log(|_| {});
+    // The worker whose run blocks, on a runtime of its own (as in a process
+    // of its own): the block holds up its thread, not this test's.
+    let a_worker = {
+        let a = db.builder().lease_ttl(LEASE);
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let a = a.connect().await.unwrap();
+                a.resume_once(&quiet()).await.unwrap();
+                a.shutdown().await.unwrap();
+            })
+        })
+    };
+    let deadline = enqueued + Duration::from_secs(10);
+    while count(&STEP_RUNS, &holder_tag) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        enqueued.elapsed() < ahead_after,
+        "the run started after the instance ahead was due"
+    );
+    tokio::time::sleep_until((enqueued + ahead_after + Duration::from_millis(200)).into()).await;
+    let b_pass = {
+        let b = b.clone();
+        tokio::spawn(async move { b.resume_once(&quiet()).await })
+    };
+    while !HOLDING.lock().unwrap().contains(&holder_tag) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the other worker never started the instance ahead"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        enqueued.elapsed() < Duration::from_millis(ms),
+        "the instance ahead started after the block ended"
+    );
+    tokio::task::spawn_blocking(move || a_worker.join().unwrap())
+        .await
+        .unwrap();
+    b_pass.await.unwrap().unwrap();
+    assert_eq!(held_slot.result().await.unwrap(), 1);
+    // The held-up instance runs again once the slot is free.
+    let ran_after = || {
+        SAW_HOLDER
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(tag, _)| *tag == holder_tag)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !ran_after() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the held-up instance never ran again"
+        );
+        b.resume_once(&quiet()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(blocked.result().await.unwrap(), 7);
+    let saw: Vec<bool> = SAW_HOLDER
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(tag, _)| *tag == holder_tag)
+        .map(|(_, holding)| *holding)
+        .collect();
+    assert_eq!(
+        saw,
+        [false],
+        "the held-up run went on beside the one that took its slot"
+    );
+    b.shutdown().await.unwrap();
 }
 
 /// Two executors (`a`, `b`) with a lease of [`LEASE`] on a fresh database,

@@ -352,7 +352,7 @@ impl Keiro {
         let mut active = FuturesUnordered::new();
         let run = |queue: Option<&'static Queue>, row: InstanceRow, hand_over: Option<HandOver>| {
             Either::Left(async move {
-                let mut handing = hand_over.map(HandingOver::new);
+                let mut handing = hand_over.map(|h| HandingOver::new(h, stop.clone()));
                 let one = self
                     .advance_handing(
                         row,
@@ -379,7 +379,7 @@ impl Keiro {
                 signature,
             };
             Some(HandOver::new(
-                queue.name(),
+                &queue.limits(),
                 workflow,
                 scope.lease.ttl_us,
                 scope.versions,

@@ -12,6 +12,7 @@ use keiro_store::{
 use crate::registry::WorkflowOutput;
 use crate::retry::retrying;
 use crate::runtime::inflight::Slot;
+use crate::shutdown::Stop;
 use crate::time::duration_us;
 use crate::{Error, Keiro, Result};
 
@@ -62,16 +63,32 @@ pub(crate) struct HandingOver {
     pub(crate) lease_holds_until: Option<tokio::time::Instant>,
     /// Set once the finish that handed the slot over is durable.
     pub(crate) successor: Option<InstanceRow>,
+    /// The signals of the worker the run belongs to: one draining by the
+    /// time the run returns starts no successor (it would take on new work
+    /// it may have to stop and give back), and frees the slot instead.
+    stop: Stop,
 }
 
 impl HandingOver {
-    /// A hand-over as `hand_over` says, with no successor yet.
-    pub(crate) fn new(hand_over: HandOver) -> HandingOver {
+    /// A hand-over as `hand_over` says, by a run of the worker `stop`
+    /// signals, with no successor yet.
+    pub(crate) fn new(hand_over: HandOver, stop: Stop) -> HandingOver {
         HandingOver {
             hand_over,
             lease_holds_until: None,
             successor: None,
+            stop,
         }
+    }
+
+    /// The hand-over a finish sent now may make: none once the run's lease
+    /// may have lapsed, its worker is draining, or this process's clock is
+    /// off the server's (a hand-over leases by it).
+    fn now(&self, keiro: &Keiro) -> Option<HandOver> {
+        let live = self
+            .lease_holds_until
+            .is_none_or(|until| tokio::time::Instant::now() < until);
+        (live && !self.stop.is_draining() && !keiro.clock_is_off()).then(|| self.hand_over.clone())
     }
 }
 
@@ -260,16 +277,11 @@ async fn finish(
     // finds its own rows and applies to nothing, and the caller then reads
     // the recorded end.
     let who = (row.name.as_str(), row.id.as_str());
-    let hand_over = handing.as_ref().map(|handing| handing.hand_over.clone());
-    let holds_until = handing
-        .as_ref()
-        .and_then(|handing| handing.lease_holds_until);
     let writer = keiro.writer();
     let (finished, successor) = retrying(who, "recording a workflow's end", || {
-        // Each try anew: one retried past the lease's lapse hands nothing
-        // over.
-        let live = holds_until.is_none_or(|until| tokio::time::Instant::now() < until);
-        let hand_over = hand_over.clone().filter(|_| live);
+        // Each try anew: one retried past the lease's lapse (or once the
+        // worker drains) hands nothing over.
+        let hand_over = handing.as_ref().and_then(|handing| handing.now(keiro));
         writer.finish_after_steps(request.clone(), hand_over, steps.clone())
     })
     .await

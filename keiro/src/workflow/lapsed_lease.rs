@@ -63,7 +63,10 @@ pub(super) async fn still_held(
 }
 
 /// Renews the lease, then says what moved under the run meanwhile, if
-/// anything did. A renewal alone proves too little: a lease is its owner's
+/// anything did. An instance of a named queue whose lease lapsed is not
+/// renewed (see `Store::renew_lease`): a claim may have counted its slot
+/// free and filled it, so the run stops and the instance queues for a slot
+/// again. A renewal alone proves too little: a lease is its owner's
 /// name, and this process's own resume worker may have claimed the instance
 /// back after another executor ran it further and let go of it (a
 /// suspension, a release); a process that took over this one's identity
@@ -88,7 +91,8 @@ async fn moved_under(keiro: &Keiro, cx: &WorkflowContext, lease: Lease<'_>) -> R
     let sent = Instant::now();
     if !store.renew_lease(&cx.id, lease).await? {
         return Ok(Verdict::Lost(
-            "another executor took the instance meanwhile (or it ended)",
+            "another executor took the instance meanwhile, or it ended, or (on a named queue) \
+             its lease lapsed and a claim may have given its slot to another instance",
         ));
     }
     if let Some(token) = keiro.executor_token() {
