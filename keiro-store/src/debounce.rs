@@ -30,8 +30,17 @@ pub struct Debounce<'a> {
     /// The burst's instance is due this long (µs) after its latest call.
     pub delay_us: i64,
     /// And no later than this long (µs) after its first call; `None`: no
-    /// bound.
+    /// bound. The tightest bound any call of the burst gave holds.
     pub max_wait_us: Option<i64>,
+    /// When set, the instance's deadline is this long (µs) after the time
+    /// the burst's instance is due (when it starts), whatever
+    /// `NewInstance::deadline` says: a call's `.timeout(t)` gives `t` less
+    /// the delay, so the deadline is `t` after the call when the instance
+    /// starts at the call's own due time, and moves with the start when the
+    /// burst starts later (an earlier call's longer delay, a call that
+    /// waited for the burst's lock or read a clock behind). `None`: the
+    /// call's own deadline (an absolute `.deadline(..)`, or none).
+    pub deadline_after_start_us: Option<i64>,
 }
 
 /// Class `"keid"` in ASCII: bursts' advisory locks, apart from queues'.
@@ -57,26 +66,41 @@ impl DebounceStatements {
             // $1 name, $2 key, $3 input, $4 signature, $5 deadline,
             // $6 traceparent, $7 app version, $8 skeleton hash, $9 queue,
             // $10 priority, $11 partition, $12 due (now + delay, or the due
-            // time already set if later), $13 now.
-            extend: format!(
-                "UPDATE {w} SET input = $3, signature = $4, deadline = $5, traceparent = $6, \
-                 app_version = $7, skeleton_hash = $8, queue = $9, priority = $10, \
-                 partition_key = $11, \
-                 wake_at = CASE WHEN debounce_until IS NOT NULL AND debounce_until < {later} \
-                     THEN debounce_until ELSE {later} END, updated_at = $13 \
-                 WHERE name = $1 AND debounce_key = $2 AND status = 'pending' \
-                 AND lease_owner IS NULL \
-                 RETURNING {columns}",
-                columns = crate::sql::INSTANCE_COLUMNS,
+            // time already set if later), $13 now, $14 the deadline's
+            // distance from the start (see `Debounce`), $15 the call's
+            // `max_wait`.
+            extend: {
                 // A call never brings the start forward: one whose process
                 // reads an earlier clock leaves the later due time.
-                later = "CASE WHEN wake_at > $12 THEN wake_at ELSE $12 END",
-            ),
+                let later = "CASE WHEN wake_at > $12 THEN wake_at ELSE $12 END";
+                // The burst's latest start: the tightest bound of its calls,
+                // each counted from the burst's first call (its creation).
+                let until = "CASE WHEN $15 IS NULL THEN debounce_until \
+                     WHEN debounce_until IS NULL OR debounce_until > created_at + $15 \
+                     THEN created_at + $15 ELSE debounce_until END";
+                let start = format!(
+                    "CASE WHEN ({until}) IS NOT NULL AND ({until}) < ({later}) \
+                     THEN ({until}) ELSE ({later}) END"
+                );
+                format!(
+                    "UPDATE {w} SET input = $3, signature = $4, \
+                     deadline = CASE WHEN $14 IS NULL THEN $5 ELSE ({start}) + $14 END, \
+                     traceparent = $6, app_version = $7, skeleton_hash = $8, queue = $9, \
+                     priority = $10, partition_key = $11, debounce_until = {until}, \
+                     wake_at = {start}, updated_at = $13 \
+                     WHERE name = $1 AND debounce_key = $2 AND status = 'pending' \
+                     AND lease_owner IS NULL \
+                     RETURNING {columns}",
+                    columns = crate::sql::INSTANCE_COLUMNS,
+                )
+            },
             // $1 id, $2 queue, $3 priority, $4 partition, $5 due, $6 key,
-            // $7 the burst's latest start.
+            // $7 the burst's latest start, $8 its place in line, $9 the
+            // deadline's distance from the start.
             open: format!(
                 "UPDATE {w} SET queue = $2, priority = $3, partition_key = $4, wake_at = $5, \
-                 debounce_key = $6, debounce_until = $7, created_at = $8 WHERE id = $1"
+                 debounce_key = $6, debounce_until = $7, created_at = $8, \
+                 deadline = CASE WHEN $9 IS NULL THEN deadline ELSE $5 + $9 END WHERE id = $1"
             ),
         }
     }
@@ -196,6 +220,8 @@ async fn fold_into_burst(
         queued.partition,
         due,
         now,
+        debounce.deadline_after_start_us,
+        debounce.max_wait_us,
     ];
     let extended = dispatch!(Conn, conn.reborrow(), |c, sql| {
         bind_all!(crate::prepared::query(&sql.debounce.extend), &extend)
@@ -222,6 +248,7 @@ async fn fold_into_burst(
             debounce.key,
             until,
             created_at,
+            debounce.deadline_after_start_us,
         ];
         dispatch!(Conn, conn, |c, sql| {
             bind_all!(crate::prepared::query(&sql.debounce.open), &open)

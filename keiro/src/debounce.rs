@@ -129,6 +129,7 @@ impl DebounceCall {
             key,
             delay_us: crate::time::duration_us(*delay).max(1),
             max_wait_us: self.max_wait.map(crate::time::duration_us),
+            deadline_after_start_us: None,
         })
     }
 }

@@ -236,6 +236,59 @@ async fn continue_as_new_runs_generations_under_one_id(backend: Backend) {
     assert!(err.to_string().contains("inside a #[workflow]"), "{err}");
 }
 
+/// Continues as new with a call given `setting`: its error, or `done` once
+/// a generation runs with `setting` "done".
+#[workflow]
+async fn continues_with(setting: String, own_id: String) -> String {
+    if setting == "done" {
+        return setting;
+    }
+    let call = continues_with("done".to_owned(), own_id.clone());
+    let call = match setting.as_str() {
+        "debounce" => call.debounce("k", Duration::from_secs(1)),
+        "timeout" => call.timeout(Duration::from_secs(60)),
+        "queue" => call.priority(3),
+        "other id" => call.id("elsewhere"),
+        _ => call.id(own_id),
+    };
+    match keiro::continue_as_new::<String, String>(call).await {
+        Ok(never) => never,
+        Err(error) => error.to_string(),
+    }
+}
+
+/// A call given settings that only a new instance keeps (a debounce, a
+/// timeout, queue settings, another id) is refused by
+/// `keiro::continue_as_new`, naming the setting, instead of being dropped in
+/// silence; its own id is accepted.
+async fn continue_as_new_refuses_settings_it_would_drop(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = runtime(&db).await;
+    for (setting, named) in [
+        ("debounce", "`.debounce(..)`"),
+        ("timeout", "`.timeout(..)`"),
+        ("queue", "queue settings"),
+        ("other id", "an `.id(..)` other than its own"),
+    ] {
+        let id = format!("continues-with-{}", setting.replace(' ', "-"));
+        let out = continues_with(setting.to_owned(), id.clone())
+            .id(id.as_str())
+            .on(&keiro)
+            .await
+            .unwrap();
+        assert!(
+            out.contains(named) && out.contains("continue_as_new") && out.contains(&id),
+            "{setting}: {out}"
+        );
+    }
+    let out = continues_with("own id".to_owned(), "continues-own".to_owned())
+        .id("continues-own")
+        .on(&keiro)
+        .await
+        .unwrap();
+    assert_eq!(out, "done");
+}
+
 /// PostgreSQL: a cancel picked as a deadlock's victim (cancelling a tree
 /// while a child in it times out on its own locks the same rows in opposite
 /// orders) goes again: the caller gets the cancelled outcome, not the
@@ -266,4 +319,5 @@ on_both_backends!(
     cancellation_cascades_to_running_children,
     a_parent_awaiting_a_cancelled_child_gets_an_error,
     continue_as_new_runs_generations_under_one_id,
+    continue_as_new_refuses_settings_it_would_drop,
 );

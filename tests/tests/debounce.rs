@@ -188,6 +188,61 @@ async fn max_wait_starts_a_never_ending_burst(backend: Backend) {
     worker.stop().await;
 }
 
+/// A call that joins a burst due later than its own delay (an earlier
+/// call's longer delay) keeps its `.timeout` from the burst's start: the
+/// instance runs instead of timing out at its claim.
+async fn a_later_calls_timeout_moves_with_the_bursts_start(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let worker = worker_here(&keiro).await;
+    let first_call_us = now_us();
+    call(&keiro, "u-timeout", 1, Duration::from_millis(2_000), None).await;
+    let last = debounced(&keiro, "u-timeout", 2, Duration::from_millis(300))
+        .timeout(Duration::from_millis(1_000))
+        .enqueue()
+        .await
+        .unwrap();
+    let (user, n, started) = result_of(&last).await;
+    assert_eq!(
+        (user.as_str(), n),
+        ("u-timeout", 2),
+        "the last call's arguments"
+    );
+    assert!(
+        started >= first_call_us + 2_000_000,
+        "started {} µs after the first call, before its delay",
+        started - first_call_us
+    );
+    worker.stop().await;
+}
+
+/// A `max_wait` given by a later call of an open burst bounds it, counted
+/// from the burst's first call.
+async fn a_later_calls_max_wait_bounds_the_burst(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let worker = worker_here(&keiro).await;
+    let first_call_us = now_us();
+    call(&keiro, "u-bound", 1, Duration::from_millis(4_000), None).await;
+    let last = call(
+        &keiro,
+        "u-bound",
+        2,
+        Duration::from_millis(500),
+        Some(Duration::from_millis(1_000)),
+    )
+    .await;
+    let (_, n, started) = result_of(&last).await;
+    assert_eq!(n, 2);
+    let after_first = started - first_call_us;
+    assert!(
+        (1_000_000..3_000_000).contains(&after_first),
+        "started {after_first} µs after the burst's first call: the later call's max_wait \
+         of 1 s not kept"
+    );
+    worker.stop().await;
+}
+
 async fn keys_and_workflows_debounce_independently(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
@@ -560,6 +615,7 @@ async fn a_call_on_an_earlier_clock_does_not_bring_the_start_forward(backend: Ba
         key: "skew",
         delay_us: 2_000_000,
         max_wait_us: None,
+        deadline_after_start_us: None,
     };
     let first = keiro_store::NewInstance::new("skew-1", "sync_profile", r#"["skew",1]"#);
     let (opened, created) = store
@@ -649,6 +705,8 @@ async fn a_snapshot_older_than_the_burst_is_refused_clearly(backend: Backend) {
 }
 
 on_both_backends!(
+    a_later_calls_timeout_moves_with_the_bursts_start,
+    a_later_calls_max_wait_bounds_the_burst,
     a_snapshot_older_than_the_burst_is_refused_clearly,
     a_retried_instance_takes_no_more_calls,
     a_call_waiting_for_the_burst_counts_from_when_it_goes_on,

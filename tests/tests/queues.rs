@@ -1062,6 +1062,56 @@ async fn cancelled_run_holds_its_slot(backend: Backend, queue: &'static keiro::Q
     assert_eq!(max_in_flight(&events).0, 1, "{events:?}");
 }
 
+/// A worker told to drain (`shutdown_within`) while a queued run is in
+/// flight lets the run finish, but its end hands the slot over to nobody:
+/// a draining worker takes on no new instance (it would have to stop it and
+/// give it back), so the next waits for another worker.
+async fn a_draining_worker_hands_no_slot_over(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (dir, file) = events_file();
+    let gate = text(&dir.path().join("gate"));
+    let keiro = db.keiro().await;
+    let enqueue = |tag: &str| {
+        gated_job(text(&file), tag.into(), gate.clone())
+            .on(&keiro)
+            .id(tag.to_owned())
+            .queue(&ONE_AT_A_TIME)
+            .enqueue()
+    };
+    let first = enqueue("draining-first").await.unwrap();
+    let worker = worker_here(&keiro).await;
+    until_seen(&file, "start", "draining-first", 1).await;
+    enqueue("draining-next").await.unwrap();
+    let draining = tokio::spawn(worker.shutdown_within(PATIENCE));
+    // Draining by now: the worker claims nothing more.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(&gate, "open").unwrap();
+    let out = tokio::time::timeout(PATIENCE, first.result())
+        .await
+        .expect("the run in flight ends while its worker drains")
+        .unwrap();
+    assert_eq!(out, Ok("draining-first".to_owned()));
+    draining.await.unwrap();
+    let events = events(&file);
+    assert!(
+        !events.iter().any(|e| e.tag == "draining-next"),
+        "the draining worker started the next instance: {events:?}"
+    );
+    // Its slot is free: another worker starts the next at once.
+    let other = db.keiro().await;
+    let next = other
+        .handle::<Result<String, String>>("draining-next")
+        .await
+        .unwrap();
+    let worker = worker_here(&other).await;
+    let out = tokio::time::timeout(PATIENCE, next.result())
+        .await
+        .expect("another worker runs the next")
+        .unwrap();
+    assert_eq!(out, Ok("draining-next".to_owned()));
+    worker.stop().await;
+}
+
 /// Waits until `file` holds `n` events `what` of job `tag`.
 async fn until_seen(file: &Path, what: &str, tag: &str, n: usize) {
     let deadline = Instant::now() + PATIENCE;
@@ -1462,6 +1512,7 @@ async fn a_retention_shorter_than_a_rate_window_is_refused(backend: Backend) {
 }
 
 on_both_backends!(
+    a_draining_worker_hands_no_slot_over,
     a_cancelled_run_holds_its_slot_until_it_has_stopped,
     a_cancelled_run_holds_its_worker_slot_until_it_has_stopped,
     a_timed_out_run_frees_its_slot_at_once,

@@ -204,8 +204,9 @@ where
 
     /// Bounds a debounced burst that never pauses: its instance starts no
     /// later than `max` after the burst's first call, even while calls still
-    /// arrive (later calls until it starts still replace its arguments). The
-    /// first call's bound holds for the whole burst. Needs
+    /// arrive (later calls until it starts still replace its arguments). A
+    /// burst holds the tightest bound any of its calls gave, each counted
+    /// from the burst's first call. Needs
     /// [`debounce`](WorkflowCall::debounce), and `max` at least its delay;
     /// otherwise [`Error::InvalidOption`].
     pub fn max_wait(mut self, max: Duration) -> Self {
@@ -235,17 +236,9 @@ where
     /// keep: it stores the workflow and its arguments only, so a queue,
     /// debounce, timeout or deadline would be dropped in silence.
     pub(crate) fn refuse_for_schedule(&self, schedule: &str) -> Result<()> {
-        let dropped = [
-            (
-                self.queue.is_set(),
-                "queue settings (queue, priority, partition, dedup or delay)",
-            ),
-            (self.debounce.is_set(), "`.debounce(..)` or `.max_wait(..)`"),
-            (self.deadline.is_some(), "`.timeout(..)` or `.deadline(..)`"),
-        ];
-        match dropped.iter().find(|(set, _)| *set) {
+        match self.instance_settings() {
             None => Ok(()),
-            Some((_, what)) => Err(Error::invalid_option(
+            Some(what) => Err(Error::invalid_option(
                 "create_schedule",
                 format!(
                     "the call of workflow `{}` for schedule `{schedule}` was given {what}, which a \
@@ -255,6 +248,47 @@ where
                 ),
             )),
         }
+    }
+
+    /// Refuses a call given to `keiro::continue_as_new` by instance `id`
+    /// with settings the next generation would not keep: it takes the
+    /// call's arguments only, and stays the same instance, on its queue and
+    /// under its deadline.
+    pub(crate) fn refuse_for_continue_as_new(&self, id: &str) -> Result<()> {
+        let other_id = self
+            .id
+            .as_deref()
+            .filter(|given| *given != id)
+            .map(|_| "an `.id(..)` other than its own");
+        match other_id.or(self.instance_settings()) {
+            None => Ok(()),
+            Some(what) => Err(Error::invalid_option(
+                "keiro::continue_as_new",
+                format!(
+                    "the call of workflow `{}` that instance `{id}` continues as was given {what}, \
+                     which the next generation does not take: it is the same instance, on the \
+                     same queue and under the same deadline, with the call's arguments only; \
+                     pass the call without them",
+                    self.name
+                ),
+            )),
+        }
+    }
+
+    /// The first setting of this call that only a new instance of its own
+    /// keeps (queue, debounce, deadline), named for an error; `None` when it
+    /// was given none.
+    fn instance_settings(&self) -> Option<&'static str> {
+        [
+            (
+                self.queue.is_set(),
+                "queue settings (queue, priority, partition, dedup or delay)",
+            ),
+            (self.debounce.is_set(), "`.debounce(..)` or `.max_wait(..)`"),
+            (self.deadline.is_some(), "`.timeout(..)` or `.deadline(..)`"),
+        ]
+        .into_iter()
+        .find_map(|(set, what)| set.then_some(what))
     }
 
     /// Runs on `keiro` instead of the process-wide runtime.
@@ -323,22 +357,28 @@ where
     /// The store's debounce settings, misuse refused (a timeout or deadline
     /// read on `keiro`'s clock).
     fn debounced(&self, keiro: &Keiro) -> Result<keiro_store::Debounce<'_>> {
-        let debounce = self.debounce.debounced(
+        let mut debounce = self.debounce.debounced(
             self.name,
             self.id.is_some(),
             self.parent.is_some(),
             &self.queue,
         )?;
         // The instance starts the debounce delay after the burst's last call
-        // at the earliest, and each call sets its deadline afresh. (Under a
-        // `max_wait` a late call of a long burst may see it start sooner: no
-        // refusal then.)
+        // at the earliest, and each call sets its deadline afresh: a timeout
+        // counts from the call, and moves with the burst's start when that
+        // is later (see `Debounce::deadline_after_start_us`), so one no
+        // longer than the delay always ends first. (An absolute deadline
+        // under a `max_wait`: a late call of a long burst may see it start
+        // sooner, so no refusal then.)
         let ends_first = match self.deadline {
-            _ if debounce.max_wait_us.is_some() => None,
             None => None,
-            Some(CallDeadline::After(timeout)) => (crate::time::duration_us(timeout)
-                <= debounce.delay_us)
-                .then(|| format!("`.timeout({timeout:?})`, no longer than its debounce delay")),
+            Some(CallDeadline::After(timeout)) => {
+                let after_start = crate::time::duration_us(timeout) - debounce.delay_us;
+                debounce.deadline_after_start_us = Some(after_start);
+                (after_start <= 0)
+                    .then(|| format!("`.timeout({timeout:?})`, no longer than its debounce delay"))
+            }
+            Some(CallDeadline::At(_)) if debounce.max_wait_us.is_some() => None,
             Some(CallDeadline::At(at)) => {
                 let earliest = keiro.now_us().saturating_add(debounce.delay_us);
                 (crate::time::to_us(at) <= earliest)

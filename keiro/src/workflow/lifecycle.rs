@@ -197,6 +197,7 @@ where
             requested: call.name.to_owned(),
         });
     }
+    call.refuse_for_continue_as_new(&cx.id)?;
     let input = call.encoded_input()?;
     crate::json::check_size(
         &input,
