@@ -768,6 +768,83 @@ async fn a_redefined_schedule_runs_no_tick_of_before_its_change(backend: Backend
     assert_eq!(ids(&keiro, "cron:redefined:").await, Vec::<String>::new());
 }
 
+/// Another workflow, holding the id of a tick of schedule `refilled`.
+#[keiro::workflow]
+async fn squatter() -> Result<(), String> {
+    Ok(())
+}
+
+/// A backfill passes over a tick whose id another workflow's instance holds
+/// (the schedule ran another workflow before it was made again) and starts
+/// the range's other ticks, returning their ids.
+async fn a_backfill_passes_over_a_tick_another_workflow_holds(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    keiro
+        .create_schedule("refilled", "*/1 * * * * *", greet("x".into()))
+        .await
+        .unwrap();
+    let base = now_secs() - 10;
+    let tick_id = |secs: i64| {
+        let at = chrono::DateTime::from_timestamp(secs, 0).unwrap();
+        format!(
+            "cron:refilled:{}",
+            at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+        )
+    };
+    squatter()
+        .id(tick_id(base + 1))
+        .on(&keiro)
+        .enqueue()
+        .await
+        .unwrap();
+    let from = UNIX_EPOCH + Duration::from_secs(base as u64);
+    let created = keiro
+        .backfill_schedule("refilled", from, from + Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(created, [tick_id(base), tick_id(base + 2)]);
+}
+
+/// A dynamic schedule deleted and made again with another definition
+/// between two passes of a running scheduler (which then never sees it
+/// gone, and no tick is recorded as passed over) runs no tick of its new
+/// definition that fell before it was made.
+async fn a_schedule_made_again_runs_no_tick_of_before_it(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    keiro
+        .create_schedule("remade", "0 0 0 1 1 *", greet("x".into()))
+        .await
+        .unwrap();
+    let worker = worker(&keiro).await;
+    // Passes of the yearly schedule: its cursor stands at the worker's start.
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    let made_ms = now_ms();
+    keiro.delete_schedule("remade").await.unwrap();
+    keiro
+        .create_schedule("remade", "*/1 * * * * *", greet("y".into()))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    worker.stop().await;
+    let ticks: Vec<i64> = ids(&keiro, "cron:remade:")
+        .await
+        .iter()
+        .map(|id| {
+            let tick = id.strip_prefix("cron:remade:").expect("a tick id");
+            chrono::DateTime::parse_from_rfc3339(tick)
+                .unwrap_or_else(|e| panic!("{id}: {e}"))
+                .timestamp_millis()
+        })
+        .collect();
+    assert!(!ticks.is_empty(), "the schedule made again ticks");
+    assert!(
+        ticks.iter().all(|&tick| tick >= made_ms),
+        "ticks {ticks:?} include one before the schedule was made again at {made_ms}"
+    );
+}
+
 /// A dynamic schedule whose definition has no future tick, or whose name
 /// holds a `:` (which separates the parts of its ticks' ids), is refused.
 async fn a_schedule_that_never_ticks_or_a_name_with_a_colon_is_refused(backend: Backend) {
@@ -1084,6 +1161,20 @@ async fn an_unreadable_schedule_leaves_the_others_running(backend: Backend) {
         "the readable schedule ticks beside the unreadable ones"
     );
     assert!(ids(&keiro, "cron:broken-").await.is_empty());
+    // An unknown name is still unknown beside a row that does not read: a
+    // typo deletes nothing and says so.
+    for outcome in [
+        keiro.delete_schedule("tpyo").await,
+        keiro.pause_schedule("tpyo").await,
+    ] {
+        match outcome {
+            Err(keiro::Error::UnknownSchedule { name, known }) => {
+                assert_eq!(name, "tpyo");
+                assert!(known.contains("greet-ok"), "{known}");
+            }
+            other => panic!("expected UnknownSchedule, got {other:?}"),
+        }
+    }
     keiro.delete_schedule("broken-cron").await.unwrap();
     if backend == Backend::Sqlite {
         keiro.delete_schedule("broken-row").await.unwrap();
@@ -1097,6 +1188,8 @@ async fn an_unreadable_schedule_leaves_the_others_running(backend: Backend) {
 
 // Each case mostly waits for ticks: both backends run at once.
 keiro_tests::on_both_backends_at_once!(
+    a_backfill_passes_over_a_tick_another_workflow_holds,
+    a_schedule_made_again_runs_no_tick_of_before_it,
     a_trigger_does_not_pass_over_a_missed_tick,
     a_draining_worker_starts_no_tick,
     a_schedule_made_elsewhere_just_before_a_tick_runs_it,

@@ -236,7 +236,12 @@ impl Keiro {
     /// Starts every tick of schedule `name` from `from` to `to` (both
     /// included) that has no instance yet, each under its tick's own id, so
     /// a tick the scheduler ran already, or an earlier backfill, is not run
-    /// again. Returns the ids of the instances it created, in tick order. At
+    /// again. Returns the ids of the instances it created, in tick order. A
+    /// tick whose id another workflow's instance holds (the schedule ran
+    /// another workflow before it was made again) cannot start: it is
+    /// passed over with a warning, and the others start. A store error
+    /// stops the backfill with the ticks before it created: the same call
+    /// again creates the rest (and returns only those). At
     /// most [`MAX_BACKFILL_TICKS`] ticks per call; more, a range that ends
     /// after now (by the store's clock: those ticks are the scheduler's) or
     /// one that ends before it starts is [`Error::InvalidOption`].
@@ -283,8 +288,20 @@ impl Keiro {
         }
         let mut created = Vec::new();
         for tick in ticks {
-            if fire(self, &row, tick, Start::Pending).await? {
-                created.push(super::spec::tick_id(name, tick));
+            match fire(self, &row, tick, Start::Pending).await {
+                Ok(true) => created.push(super::spec::tick_id(name, tick)),
+                Ok(false) => {}
+                // Its id is another workflow's instance (one the schedule
+                // ran before it was made again with another workflow): the
+                // tick cannot start, as the scheduler would pass it over;
+                // the range's other ticks still can.
+                Err(error @ Error::IdConflict { .. }) => tracing::warn!(
+                    %error,
+                    schedule = %name,
+                    tick = %rfc3339(tick),
+                    "keiro's backfill passes over a tick it cannot start"
+                ),
+                Err(error) => return Err(error),
             }
         }
         Ok(created)
@@ -399,9 +416,10 @@ impl Keiro {
     pub async fn delete_schedule(&self, name: &str) -> Result<()> {
         let row = match self.schedule_row(name).await {
             Ok(row) => Some(row),
-            // A row that does not read (a hand-edited column) can go: the
+            // This row does not read (a hand-edited column): it can go, the
             // schedulers skip it meanwhile, and a worker declaring it writes
-            // it anew when it starts.
+            // it anew when it starts. (Another row that does not read is no
+            // error of this name's: see `unknown_schedule`.)
             Err(Error::Store(keiro_store::StoreError::Corrupt { .. })) => None,
             Err(error) => return Err(error),
         };
@@ -427,9 +445,15 @@ impl Keiro {
         }
     }
 
+    /// [`Error::UnknownSchedule`] for `name`, listing the schedules that
+    /// read (a row that does not, another schedule's, leaves the error
+    /// about `name`).
     async fn unknown_schedule(&self, name: &str) -> Error {
-        let known = match self.raw_store().schedules().await {
-            Ok(rows) => rows.into_iter().map(|row| row.name).collect::<Vec<_>>(),
+        let known = match self.raw_store().schedules_each().await {
+            Ok(rows) => rows
+                .into_iter()
+                .filter_map(|row| row.ok().map(|row| row.name))
+                .collect::<Vec<_>>(),
             Err(error) => return error.into(),
         };
         Error::UnknownSchedule {

@@ -208,7 +208,13 @@ async fn pass(
             Err(error) => unreadable.saw(error.to_string()),
         }
     }
-    cursors.retain(|name, _| rows.iter().any(|row| row.name == *name));
+    // A schedule this binary skips (see below) keeps no cursor either: when
+    // it is its to run again, it starts from its last write, not from how
+    // far it was handled before.
+    cursors.retain(|name, _| {
+        rows.iter()
+            .any(|row| row.name == *name && runs_here(keiro, row))
+    });
     let now = keiro.now_us();
     // Judged again after `now` is read: a step of the clock before it
     // counts.
@@ -217,13 +223,7 @@ async fn pass(
     }
     let mut next: Option<i64> = None;
     for row in &rows {
-        // A workflow this binary does not link is another binary's to run,
-        // and so is a `#[workflow(cron)]` schedule it links without the
-        // attribute (another version's; the version started last decides
-        // whether the schedule exists, see `write_linked`).
-        if keiro.registry().get(&row.workflow).is_none()
-            || (row.input.is_none() && !super::manage::declared(&row.name))
-        {
+        if !runs_here(keiro, row) {
             continue;
         }
         let Some(cursor) = cursor(cursors, row, now, first, unreadable) else {
@@ -320,6 +320,16 @@ async fn pass(
     Ok(Pass::Done(next))
 }
 
+/// Whether this binary runs schedule `row`: not when it does not link its
+/// workflow (another binary's to run), nor when it links a
+/// `#[workflow(cron)]` schedule's workflow without the attribute (another
+/// version's; the version started last decides whether the schedule exists,
+/// see `write_linked`).
+fn runs_here(keiro: &Keiro, row: &ScheduleRow) -> bool {
+    keiro.registry().get(&row.workflow).is_some()
+        && (row.input.is_some() || super::manage::declared(&row.name))
+}
+
 /// The schedules a scheduler could not read, so each is logged once while
 /// it stays unreadable (not at every pass, twice a second), and again if it
 /// breaks anew after a fix.
@@ -375,12 +385,16 @@ fn cursor<'c>(
         }
     };
     // A redefined schedule keeps how far it was handled, not a missed tick
-    // of its old definition.
+    // of its old definition, and runs no tick of its new one that fell
+    // before the change: a schedule deleted and made again between two
+    // passes, with no tick recorded as passed over, starts at its making
+    // like a new one.
     let late = now.saturating_sub(crate::time::duration_us(LATE_AFTER));
+    let since_written = row.updated_at.saturating_sub(1).clamp(late, now);
     let handled = match cursors.get(&row.name) {
-        Some(cursor) => cursor.handled,
+        Some(cursor) => cursor.handled.max(since_written),
         None if first => now,
-        None => row.updated_at.saturating_sub(1).clamp(late, now),
+        None => since_written,
     };
     let seen = cursors.get(&row.name).map_or(row.updated_at, |c| c.seen);
     cursors.insert(
