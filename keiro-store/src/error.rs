@@ -128,10 +128,12 @@ pub enum StoreError {
     /// (it is [transient](StoreError::is_transient) and a
     /// [conflict](StoreError::is_conflict)).
     #[error(
-        "the debounced call of workflow `{name}` with key `{key}` cannot see its burst: another \
-         transaction opened or claimed it after this transaction's snapshot was taken \
-         ({source}); roll the transaction back and run it again (a READ COMMITTED transaction \
-         on PostgreSQL, or one begun with BEGIN IMMEDIATE on SQLite, avoids this)"
+        "the debounced call of workflow `{name}` with key `{key}` cannot be folded into its \
+         burst from this transaction's snapshot: a transaction that committed after the \
+         snapshot was taken conflicts with it (one that opened or claimed the burst, or, under \
+         SERIALIZABLE, another of this transaction's reads) ({source}); roll the transaction \
+         back and run it again (a READ COMMITTED transaction on PostgreSQL, or one begun with \
+         BEGIN IMMEDIATE on SQLite, avoids this)"
     )]
     BurstConflict {
         /// The debounced workflow.

@@ -19,7 +19,10 @@
 //! serves the partitions in the order of their first takeable row (the one
 //! waiting longest goes first), and takes from each as many rows, in run
 //! order, as its room allows: its cost grows with the number of partitions,
-//! not with the number of rows waiting.
+//! not with the number of due rows waiting behind the ones it takes. Rows
+//! ahead of those in run order that are not due yet (suspended until later,
+//! or delayed: they keep their place in line) are read past, one index
+//! entry each.
 //!
 //! Race freedom: on PostgreSQL each queue's claim runs in a transaction that
 //! first takes a transaction-scoped advisory lock on the queue's name, so
