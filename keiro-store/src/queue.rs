@@ -226,7 +226,10 @@ impl QueueStatements {
         // How many successors a hand-over in `at` may start: `wanted`, or
         // fewer where the limits (`concurrency`, `worker_concurrency`: NULL
         // for none) leave less room, never below zero (SQLite reads a
-        // negative LIMIT as none).
+        // negative LIMIT as none). A hand-over of one slot keeps its
+        // `LIMIT 1` and tests this for more than zero instead: PostgreSQL
+        // plans a LIMIT it cannot read as a tenth of the rows, not the one
+        // row the order index gives first.
         let room =
             |at: &Partition<'_>, concurrency: &str, worker_concurrency: &str, wanted: &str| {
                 let (all, mine) = running_counts(at);
@@ -275,9 +278,10 @@ impl QueueStatements {
                          name: &str,
                          signature: &str,
                          versions: &str,
-                         limit: &str| {
+                         limit: &str,
+                         only_if: &str| {
             format!(
-                "SELECT c.id FROM {w} c{order_index} WHERE c.queue = {queue} \
+                "SELECT c.id FROM {w} c{order_index} WHERE c.queue = {queue}{only_if} \
                      AND c.partition_key = {partition} \
                      AND c.{unfinished} AND c.wake_at <= {now} \
                      AND (c.lease_owner IS NULL OR c.lease_expires_at < {now}) \
@@ -399,7 +403,8 @@ impl QueueStatements {
                     "$6",
                     "$7",
                     "$8",
-                    &room(&at, "$9", "$10", "1"),
+                    "1",
+                    &format!(" AND {} > 0", room(&at, "$9", "$10", "1")),
                 )))
             },
             // As `hand_over`, with $5 the partition key itself, $9 how many
@@ -423,6 +428,7 @@ impl QueueStatements {
                     "$11",
                     "$9",
                 ),
+                "",
             ))),
             // $1 to $7 as the finish statement's (id, generation, owner,
             // status, output, error, now), $8 the successor's lease expiry,
@@ -461,7 +467,14 @@ impl QueueStatements {
                         "$8",
                         now,
                         (d.picked_ids)(&successor(
-                            queue, partition, now, "$10", "$11", "$12", &room,
+                            queue,
+                            partition,
+                            now,
+                            "$10",
+                            "$11",
+                            "$12",
+                            "1",
+                            &format!(" AND {room} > 0"),
                         )),
                     ),
                 )

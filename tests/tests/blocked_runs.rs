@@ -3,7 +3,9 @@
 //! may run its steps again. The executor heartbeat names such a run in a
 //! warning, once per run, and never a run that waits without blocking. When
 //! nobody took the lease meanwhile, the run goes on once the block ends: it
-//! is not stopped and replayed, and the step it blocked in runs once.
+//! is not stopped and replayed, and the step it blocked in runs once. An
+//! instance of a named queue is the exception: its lapsed slot may have gone
+//! to another instance, so its run stops and queues again.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -660,9 +662,21 @@ async fn a_queued_run_held_up_past_its_lease_gives_up_its_refilled_slot(backend:
         "the run started after the instance ahead was due"
     );
     tokio::time::sleep_until((enqueued + ahead_after + Duration::from_millis(200)).into()).await;
+    // Passes until one starts the instance ahead (and runs it to its end):
+    // a pass made before the held-up run's lease lapsed finds no room.
     let b_pass = {
         let b = b.clone();
-        tokio::spawn(async move { b.resume_once(&quiet()).await })
+        tokio::spawn(async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while b.resume_once(&quiet()).await?.completed == 0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the other worker never ran the instance ahead"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok::<_, keiro::Error>(())
+        })
     };
     while !HOLDING.lock().unwrap().contains(&holder_tag) {
         assert!(

@@ -389,12 +389,14 @@ fn cursor<'c>(
     // before the change: a schedule deleted and made again between two
     // passes, with no tick recorded as passed over, starts at its making
     // like a new one.
+    // (A change seen more than `LATE_AFTER` after it was written leaves
+    // the ticks since then to the held-up handling, as missed ticks.)
     let late = now.saturating_sub(crate::time::duration_us(LATE_AFTER));
-    let since_written = row.updated_at.saturating_sub(1).clamp(late, now);
+    let written = row.updated_at.saturating_sub(1).min(now);
     let handled = match cursors.get(&row.name) {
-        Some(cursor) => cursor.handled.max(since_written),
+        Some(cursor) => cursor.handled.max(written),
         None if first => now,
-        None => since_written,
+        None => written.max(late),
     };
     let seen = cursors.get(&row.name).map_or(row.updated_at, |c| c.seen);
     cursors.insert(

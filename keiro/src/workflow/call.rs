@@ -389,10 +389,11 @@ where
             Some(what) => Err(Error::invalid_option(
                 "WorkflowCall::debounce",
                 format!(
-                    "workflow `{}` was given {what}: the instance starts that delay after the \
-                     burst's last call at the earliest, so it would time out before it ran. A \
-                     debounced call's timeout counts from the call (the last call's holds): \
-                     give one longer than the delay",
+                    "workflow `{}` was given {what}: it would time out before it ran. A \
+                     debounced call's timeout counts from the call (the last call's holds), and \
+                     the instance keeps the timeout less the delay to run from when it starts \
+                     (the delay after the burst's last call, or its `max_wait` bound): give one \
+                     longer than the delay, or a deadline after it",
                     self.name
                 ),
             )),

@@ -170,16 +170,22 @@ pub async fn cancel(id: &str) -> Result<CancelOutcome> {
 /// ```no_run
 /// # use keiro::workflow;
 /// #[workflow]
-/// async fn counter(n: u64) -> u64 {
+/// async fn counter(n: u64) -> Result<u64, String> {
 ///     if n < 1_000 {
-///         return keiro::continue_as_new(counter(n + 1)).await.unwrap_or(n);
+///         return keiro::continue_as_new(counter(n + 1))
+///             .await
+///             .map_err(|e| e.to_string());
 ///     }
-///     n
+///     Ok(n)
 /// }
 /// ```
 ///
 /// Inside a workflow it never returns. Outside one, or with a call of another
-/// workflow, it returns an error.
+/// workflow, it returns an error; so it does for a call given settings the
+/// next generation would not take ([`Error::InvalidOption`]: queue settings,
+/// a debounce, a timeout or deadline, an id other than the instance's own),
+/// since it stays the same instance, on the same queue and under the same
+/// deadline.
 pub async fn continue_as_new<R, T>(call: WorkflowCall<R>) -> Result<T>
 where
     R: serde::Serialize + serde::de::DeserializeOwned + Send + 'static,
