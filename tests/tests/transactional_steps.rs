@@ -20,6 +20,141 @@ use keiro_tests::transactional::{
 };
 use keiro_tests::{count, on_both_backends, ran, Backend, TestDb};
 
+/// Per test key: whether [`wait_for_the_test`] may return.
+static GATES: Mutex<Vec<(String, bool)>> = Mutex::new(Vec::new());
+
+/// Waits (without a transaction) until the test opens `key`'s gate.
+#[step]
+async fn wait_for_the_test(key: String) {
+    GATES.lock().unwrap().push((key.clone(), false));
+    loop {
+        let open = GATES
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(k, open)| *k == key && *open);
+        if open {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A debit racing a half-second sleep, after the test's gate.
+#[workflow]
+async fn debit_or_nap(key: String) -> Result<String, BankError> {
+    wait_for_the_test(key.clone()).await;
+    keiro::select! {
+        paid = debit(key.clone(), key, 10) => paid.map(|_| "debit".to_owned()),
+        _ = keiro::sleep(Duration::from_millis(500)) => Ok("nap".to_owned()),
+    }
+}
+
+/// Waits until `key`'s gate is waited on, then opens it.
+async fn open_the_gate(key: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(gate) = GATES.lock().unwrap().iter_mut().find(|(k, _)| k == key) {
+            gate.1 = true;
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gate was never reached"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A transactional step whose branch of a select lost in another
+/// executor's run (one that took the instance over while this body ran
+/// and journaled the select's decision for the other branch) rolls its
+/// writes back: the instance follows that decision, and the debit that
+/// never ran to a result there leaves no trace.
+async fn a_transactional_branch_that_lost_elsewhere_rolls_its_writes_back(backend: Backend) {
+    let (_db, keiro) = bank_on(backend, 100).await;
+    let store = keiro::unstable::raw_store(&keiro);
+    // Where the select's decision goes: read off a run that decides it.
+    let probe = format!("probe-{}", uuid::Uuid::new_v4());
+    let run = {
+        let (keiro, probe) = (keiro.clone(), probe.clone());
+        tokio::spawn(async move { debit_or_nap(probe.clone()).id(&probe).on(&keiro).await })
+    };
+    open_the_gate(&probe).await;
+    assert_eq!(run.await.unwrap().unwrap(), Ok("debit".to_owned()));
+    assert_eq!(bank(store).await, (90, 1));
+    let steps = store.load_journal(&probe, 0).await.unwrap();
+    let decision = steps
+        .iter()
+        .find(|row| row.kind == "select")
+        .unwrap_or_else(|| panic!("no select decision in {steps:?}"));
+    assert_eq!(decision.result, "0", "the debit branch won the probe");
+    // The race: the decision for the sleep is journaled (as by another
+    // executor) after the run loaded its journal, before the debit commits.
+    let key = uuid::Uuid::new_v4().to_string();
+    let run = {
+        let (keiro, key) = (keiro.clone(), key.clone());
+        tokio::spawn(async move { debit_or_nap(key.clone()).id(&key).on(&keiro).await })
+    };
+    // The gate is not opened yet: the row goes in first.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !GATES.lock().unwrap().iter().any(|(k, _)| *k == key) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gate was never reached"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let insert = format!(
+        "INSERT INTO {steps} (workflow_id, generation, seq, name, kind, result, created_at) \
+         VALUES ($1, 0, $2, 'select', 'select', '1', $3)",
+        steps = match backend {
+            Backend::Sqlite => "keiro_steps",
+            _ => "keiro.steps",
+        }
+    );
+    let now = keiro_store::now_us();
+    let inserted = match store {
+        keiro_store::Store::Sqlite(s) => sqlx::query(&insert)
+            .bind(&key)
+            .bind(decision.seq)
+            .bind(now)
+            .execute(s.pool())
+            .await
+            .map(drop),
+        keiro_store::Store::Postgres(p) => sqlx::query(&insert)
+            .persistent(false)
+            .bind(&key)
+            .bind(decision.seq)
+            .bind(now)
+            .execute(p.pool())
+            .await
+            .map(drop),
+    };
+    inserted.expect("journal the decision as another executor would");
+    open_the_gate(&key).await;
+    let out = tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .expect("the run ends in time")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        out,
+        Ok("nap".to_owned()),
+        "the decision journaled first stands"
+    );
+    assert_eq!(
+        bank(store).await,
+        (90, 1),
+        "the losing debit's writes stayed"
+    );
+    let journaled = store.load_journal(&key, 0).await.unwrap();
+    assert!(
+        !journaled.iter().any(|row| row.name == "debit"),
+        "the losing debit was journaled: {journaled:?}"
+    );
+}
+
 /// A fresh database whose account 1 holds `balance`, and a runtime on it.
 async fn bank_on(backend: Backend, balance: i64) -> (TestDb, Keiro) {
     let db = TestDb::new(backend).await;
@@ -2166,6 +2301,7 @@ async fn a_transactional_step_losing_a_select_lets_the_decision_through(backend:
 }
 
 on_both_backends!(
+    a_transactional_branch_that_lost_elsewhere_rolls_its_writes_back,
     a_step_on_the_kept_connection_runs_in_a_transaction_of_its_own,
     a_transactional_step_losing_a_select_lets_the_decision_through,
     a_body_that_ends_the_transaction_itself_fails_the_instance,

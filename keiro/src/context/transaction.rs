@@ -544,24 +544,30 @@ where
         tx.into_inner().rollback().await?;
         return Ok(record_step(cx, seq, kind, name, value, timing, won.take()).await);
     }
-    tx.into_inner().commit().await?;
-    crate::telemetry::step(name, false);
-    if let Some(won) = won.take() {
-        let winner = if written.get(1) == Some(&true) {
-            won.index
-        } else {
-            // Another executor decided this select first: its winner stands.
-            let recorded = cx
-                .keiro
-                .raw_store()
-                .get_step(&cx.id, cx.generation, won.seq)
-                .await;
-            match recorded {
-                Ok(Some(first)) => replay(cx, won.seq, StepKind::Select, "select", &first).await,
-                Ok(None) => won.index,
-                Err(error) => return Ok(halt(cx, Error::Store(error)).await),
-            }
+    let mut winner = decided.index;
+    if written.get(1) != Some(&true) {
+        // Another executor decided this select first (it took the instance
+        // over while this body ran): its winner stands, read before this
+        // transaction ends. A winner other than this branch means this
+        // step lost there and never ran to a result: its writes roll back.
+        let recorded = cx
+            .keiro
+            .raw_store()
+            .get_step(&cx.id, cx.generation, decided.seq)
+            .await;
+        winner = match recorded {
+            Ok(Some(first)) => replay(cx, decided.seq, StepKind::Select, "select", &first).await,
+            Ok(None) => decided.index,
+            Err(error) => return Ok(halt(cx, Error::Store(error)).await),
         };
+    }
+    if winner != decided.index {
+        tx.into_inner().rollback().await?;
+    } else {
+        tx.into_inner().commit().await?;
+        crate::telemetry::step(name, false);
+    }
+    if let Some(won) = won.take() {
         won.journaled(winner);
     }
     Ok(value)
