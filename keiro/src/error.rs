@@ -633,6 +633,21 @@ impl Error {
         }
     }
 
+    /// Whether this is the store's report of a conflict with a concurrent
+    /// transaction that running the transaction again from the start may
+    /// get past: PostgreSQL's serialization failure (SQLSTATE `40001`) or
+    /// deadlock (`40P01`), SQLite's BUSY or LOCKED, or a debounced call's
+    /// stale snapshot. A `#[step(transaction, retry_if = ..)]` body that
+    /// returns the error of one of keiro's `*_tx` helpers (`send_tx`,
+    /// `enqueue_tx`, ..), whose statements keiro does not watch, classifies
+    /// it with this.
+    pub fn is_conflict(&self) -> bool {
+        match self {
+            Error::Store(e) | Error::Timer(crate::timers::TimerError::Store(e)) => e.is_conflict(),
+            _ => false,
+        }
+    }
+
     /// Refuses a setting: the one error shape of every builder and options check.
     pub(crate) fn invalid_option(option: &'static str, reason: impl Into<String>) -> Error {
         Error::InvalidOption {
@@ -698,6 +713,21 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_conflict_from_the_store_or_a_timer_helper_is_told_from_other_errors() {
+        let conflict = || StoreError::Conflict {
+            step: "debit",
+            reason: "deadlock detected".into(),
+        };
+        assert!(Error::Store(conflict()).is_conflict());
+        assert!(Error::Timer(crate::timers::TimerError::Store(conflict())).is_conflict());
+        let corrupt = StoreError::Corrupt {
+            what: "a row".into(),
+        };
+        assert!(!Error::Store(corrupt).is_conflict());
+        assert!(!Error::invalid_option("x", "y").is_conflict());
+    }
 
     #[test]
     fn debug_is_the_sentence_a_user_can_act_on() {

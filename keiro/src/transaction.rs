@@ -452,8 +452,19 @@ macro_rules! watched_executor {
 watched_executor!("postgres", sqlx::Postgres, sqlx::PgConnection);
 watched_executor!("sqlite", sqlx::Sqlite, sqlx::SqliteConnection);
 
+/// keiro's `*_tx` helpers (`send_tx`, `enqueue_tx`, `resolve_awakeable_tx`,
+/// `schedule_tx`, ..) run on the transaction itself: keiro does not see
+/// their statements' errors (a conflict one meets is the helper's `Err`;
+/// classify it with [`crate::Error::is_conflict`]). Like
+/// [`Transaction::as_sqlite`], handing the transaction to one after SQLite
+/// rolled it back by itself counts as going on past that rollback: what the
+/// helper wrote then committed on its own, so the step is not run again as
+/// if nothing had.
 impl<'t, 'c> From<&'t mut Transaction<'c>> for TimerTx<'t, 'c> {
     fn from(tx: &'t mut Transaction<'c>) -> Self {
+        if tx.sqlite_rollback == SqliteRollback::Met {
+            tx.sqlite_rollback = SqliteRollback::WentOn;
+        }
         match &mut tx.tx {
             #[cfg(feature = "sqlite")]
             StepTx::Sqlite(tx) => TimerTx::Sqlite(tx),
