@@ -418,17 +418,7 @@ async fn a_hand_over_claims_the_successor_with_the_rows(db: &TestDb) {
     assert_eq!(claim_one(store).await, ["a"]);
     enqueue(store, "b").await;
     enqueue(store, "c").await;
-    let hand_over = HandOver::new(
-        &QueueLimits {
-            name: QUEUE,
-            concurrency: None,
-            worker_concurrency: None,
-            rate_limit: None,
-        },
-        FLOW,
-        60_000_000,
-        VERSIONS,
-    );
+    let hand_over = HandOver::new(&support::no_limits(QUEUE), FLOW, 60_000_000, VERSIONS);
     let rows = [
         (step("a", 0, "\"a0\""), timing(1, now_us())),
         (step("a", 1, "\"a1\""), StepTiming::default()),

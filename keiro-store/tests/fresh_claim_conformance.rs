@@ -101,17 +101,7 @@ async fn enqueue(store: &Store, id: &str) {
 /// Finishes `id` handing its slot over; the successor with its freshness.
 async fn finish_handing_over(store: &Store, id: &str) -> Option<(String, bool)> {
     let finish = completed(id);
-    let hand_over = HandOver::new(
-        &QueueLimits {
-            name: QUEUE,
-            concurrency: None,
-            worker_concurrency: None,
-            rate_limit: None,
-        },
-        FLOW,
-        60_000_000,
-        &[],
-    );
+    let hand_over = HandOver::new(&support::no_limits(QUEUE), FLOW, 60_000_000, &[]);
     let (applied, successor) = store
         .finish_handing_over(&[finish], &[Some(&hand_over)])
         .await

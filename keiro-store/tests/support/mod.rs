@@ -255,6 +255,16 @@ pub(crate) fn lease() -> keiro_store::Lease<'static> {
     }
 }
 
+/// Queue `name`'s limits when it has none.
+pub(crate) fn no_limits(name: &str) -> keiro_store::QueueLimits<'_> {
+    keiro_store::QueueLimits {
+        name,
+        concurrency: None,
+        worker_concurrency: None,
+        rate_limit: None,
+    }
+}
+
 /// A completed end of generation 0 of `id` (output `1`) under [`OWNER`]'s
 /// lease.
 pub(crate) fn completed(id: &str) -> keiro_store::Finish<'_> {
