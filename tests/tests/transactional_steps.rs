@@ -50,19 +50,23 @@ async fn debit_or_nap(key: String) -> Result<String, BankError> {
     }
 }
 
-/// Waits until `key`'s gate is waited on, then opens it.
-async fn open_the_gate(key: &str) {
+/// Waits until `key`'s gate is waited on.
+async fn gate_reached(key: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(gate) = GATES.lock().unwrap().iter_mut().find(|(k, _)| k == key) {
-            gate.1 = true;
-            return;
-        }
+    while !GATES.lock().unwrap().iter().any(|(k, _)| k == key) {
         assert!(
             std::time::Instant::now() < deadline,
             "the gate was never reached"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until `key`'s gate is waited on, then opens it.
+async fn open_the_gate(key: &str) {
+    gate_reached(key).await;
+    for gate in GATES.lock().unwrap().iter_mut().filter(|(k, _)| k == key) {
+        gate.1 = true;
     }
 }
 
@@ -97,14 +101,7 @@ async fn a_transactional_branch_that_lost_elsewhere_rolls_its_writes_back(backen
         tokio::spawn(async move { debit_or_nap(key.clone()).id(&key).on(&keiro).await })
     };
     // The gate is not opened yet: the row goes in first.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !GATES.lock().unwrap().iter().any(|(k, _)| *k == key) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the gate was never reached"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    gate_reached(&key).await;
     let insert = format!(
         "INSERT INTO {steps} (workflow_id, generation, seq, name, kind, result, created_at) \
          VALUES ($1, 0, $2, 'select', 'select', '1', $3)",
