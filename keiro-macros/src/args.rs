@@ -422,8 +422,22 @@ impl State {
             return Ok(None);
         };
         match <cron::Schedule as std::str::FromStr>::from_str(&lit.value()) {
-            Ok(_) => {
+            Ok(schedule) => {
                 let expression = lit.value();
+                // A date that never comes (30 February) or a year gone by
+                // (judged at build time, as `create_schedule` judges it at
+                // run time): the workflow would never run.
+                if schedule.upcoming(chrono_tz::UTC).next().is_none() {
+                    self.errors.spanned(
+                        &lit,
+                        format!(
+                            "cron expression `{expression}` has no tick after today, so this \
+                             workflow would never run; check its day-of-month, month and year \
+                             fields"
+                        ),
+                    );
+                    return Ok(None);
+                }
                 if let Some(field) = numeric_day_of_week(&expression) {
                     self.errors.spanned(
                         &lit,

@@ -433,9 +433,13 @@ pub fn select(input: TokenStream) -> TokenStream {
 /// `concurrency` (`u32`) running at once across all workers,
 /// `worker_concurrency` (`u32`) running at once in one worker process, and
 /// `rate_limit` (`(u32, Duration)`) starts within any window of that length.
-/// An empty name, a literal 0, an unknown or repeated setting is a compile
-/// error; a 0 the macro cannot see, or one name declared twice with other
-/// settings, is `keiro::Error::InvalidOption` when the runtime connects.
+/// A blank name (or one with a NUL byte, or over `keiro::MAX_ID_BYTES`), a
+/// literal 0 or negative count, a `rate_limit` not written `(starts,
+/// period)` or with a zero period, a `worker_concurrency` above
+/// `concurrency`, and an unknown or repeated setting are compile errors at
+/// the offending tokens; the same mistakes in values the macro cannot see
+/// (constants), and one name declared twice with other settings, are
+/// `keiro::Error::InvalidOption` when the runtime connects.
 #[proc_macro]
 pub fn queue(input: TokenStream) -> TokenStream {
     expand::queue(input.into()).into()

@@ -114,6 +114,17 @@ impl WorkflowFn {
         let cron = match &args.cron {
             Some(cron) => {
                 cron_argument(&func, &inputs, cron)?;
+                // A schedule's ids are `cron:<name>:<tick>` and
+                // `cron:<name>:trigger:<time>`: a `:` in the name could
+                // make two schedules' ids meet.
+                if let Some(name) = args.name.as_ref().filter(|name| name.value().contains(':')) {
+                    return Err(syn::Error::new_spanned(
+                        name,
+                        "a `cron` workflow's name is its schedule's, and its ticks run under \
+                         ids `cron:<name>:<tick>`, so a `:` in it could make two schedules' \
+                         ids meet; choose a name without one (`-`, `.` and `/` are fine)",
+                    ));
+                }
                 let timezone = args
                     .timezone
                     .as_ref()

@@ -29,6 +29,19 @@ pub fn assert_workflow_value<T: JournalValue>() {}
 /// Asserts that a step's return type can be journaled.
 pub fn assert_step_value<T: JournalValue>() {}
 
+/// The argument of a `#[workflow(cron = "..")]`: the tick, as
+/// `std::time::SystemTime` (the macro sees only the type's name, so another
+/// type named `SystemTime` is caught here).
+#[diagnostic::on_unimplemented(
+    message = "a `cron` workflow's argument is the tick it runs for, a `std::time::SystemTime`; `{Self}` is another type",
+    label = "take `scheduled_at: std::time::SystemTime` here"
+)]
+pub trait CronTick {}
+impl CronTick for std::time::SystemTime {}
+
+/// Asserts that a cron workflow's argument is `std::time::SystemTime`.
+pub fn assert_cron_tick<T: CronTick>() {}
+
 /// A step's error type: journaled like any value, but named as an error so a
 /// foreign error type (`std::io::Error`) gets advice that fits it.
 #[diagnostic::on_unimplemented(

@@ -79,10 +79,15 @@ impl Queue {
             option: "queue!",
             reason,
         };
-        if self.name.is_empty() {
-            return Err(invalid("a queue's name is empty; name it".to_owned()));
+        if self.name.trim().is_empty() {
+            return Err(invalid(format!(
+                "a queue's name is empty or blank ({:?}); name it",
+                self.name
+            )));
         }
-        Error::check_id("queue name", self.name)?;
+        if let Err(error) = Error::check_id("queue name", self.name) {
+            return Err(invalid(error.to_string()));
+        }
         let zero = |what: &str| {
             invalid(format!(
                 "queue `{}` has {what} 0, which would never run anything; \
@@ -95,6 +100,16 @@ impl Queue {
         }
         if self.worker_concurrency == Some(0) {
             return Err(zero("worker_concurrency"));
+        }
+        if let (Some(all), Some(per_worker)) = (self.concurrency, self.worker_concurrency) {
+            if per_worker > all {
+                return Err(invalid(format!(
+                    "queue `{}` has worker_concurrency {per_worker} above its concurrency \
+                     {all}, so it would never limit anything; lower it to at most {all} or \
+                     leave it out",
+                    self.name
+                )));
+            }
         }
         if let Some((starts, period)) = self.rate_limit {
             if starts == 0 {
@@ -330,5 +345,37 @@ mod tests {
             text.contains("`zero`") && text.contains("worker_concurrency"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn settings_the_macro_could_not_see_are_refused_naming_the_problem() {
+        let refused = |queue: Queue| {
+            let error = queue.validate().unwrap_err();
+            assert!(
+                matches!(
+                    error,
+                    Error::InvalidOption {
+                        option: "queue!",
+                        ..
+                    }
+                ),
+                "{error:?}"
+            );
+            error.to_string()
+        };
+        let text = refused(Queue::__new("  ", None, None, None));
+        assert!(text.contains("blank"), "{text}");
+        let text = refused(Queue::__new("a\0b", None, None, None));
+        assert!(text.contains("NUL"), "{text}");
+        let text = refused(Queue::__new("mail", Some(2), Some(3), None));
+        assert!(
+            text.contains("`mail`") && text.contains("worker_concurrency 3 above"),
+            "{text}"
+        );
+        let text = refused(Queue::__new("mail", None, None, Some((5, Duration::ZERO))));
+        assert!(text.contains("period of zero"), "{text}");
+        Queue::__new("mail", Some(3), Some(3), Some((5, Duration::from_secs(1))))
+            .validate()
+            .unwrap();
     }
 }

@@ -26,10 +26,75 @@ pub(crate) fn split(
         FnArg::Typed(typed) => Some((typed, shape(&typed.ty)?)),
         FnArg::Receiver(_) => None,
     });
+    // A transaction after the first argument: misplaced, or a second one.
+    // Split off too, so the rule that arguments are owned adds no advice
+    // of its own on it.
+    let later: Vec<&syn::PatType> = sig
+        .inputs
+        .iter()
+        .skip(1)
+        .filter_map(|input| match input {
+            FnArg::Typed(typed) if shape(&typed.ty).is_some() => Some(typed),
+            _ => None,
+        })
+        .collect();
     let mut rest = sig.clone();
-    if first.is_some() {
-        rest.inputs = sig.inputs.iter().skip(1).cloned().collect();
-    }
+    rest.inputs = sig
+        .inputs
+        .iter()
+        .enumerate()
+        .filter(|(at, input)| {
+            let split_off = match input {
+                FnArg::Typed(typed) => {
+                    (*at == 0 && first.is_some()) || later.iter().any(|t| std::ptr::eq(*t, typed))
+                }
+                FnArg::Receiver(_) => false,
+            };
+            !split_off
+        })
+        .map(|(_, input)| input.clone())
+        .collect();
+    let arg = split_first(sig, first, flagged);
+    let Some(misplaced) = later.first() else {
+        return (arg, rest);
+    };
+    let message = match (first.is_some(), flagged) {
+        // Invalid attribute arguments: no follow-on error.
+        (_, None) => return (arg, rest),
+        (true, _) => {
+            "a `#[step]` has one transaction, its first argument; remove this one".to_owned()
+        }
+        (false, Some(true)) => format!(
+            "`#[step({TRANSACTION})]` passes the transaction as the step's first argument; \
+             move `{EXPECTED}` to the front"
+        ),
+        (false, Some(false)) => format!(
+            "a `#[step]` taking a `keiro::Transaction` runs in a transaction on keiro's \
+             database, which the attribute must ask for; add `{TRANSACTION}`: \
+             `#[step({TRANSACTION})]`, and take it as the first argument, `{EXPECTED}`"
+        ),
+    };
+    let misplaced = error(misplaced, message);
+    let arg = match arg {
+        // A flagged step with no transaction first: the misplaced one is
+        // the whole story.
+        Err(_) if first.is_none() => Err(misplaced),
+        Err(mut error) => {
+            error.combine(misplaced);
+            Err(error)
+        }
+        Ok(_) => Err(misplaced),
+    };
+    (arg, rest)
+}
+
+/// The transaction argument per the first argument (`first`: it, with its
+/// shape, when it names a `Transaction`), or the error saying how to fix it.
+fn split_first(
+    sig: &Signature,
+    first: Option<(&syn::PatType, Shape)>,
+    flagged: Option<bool>,
+) -> syn::Result<Option<Arg>> {
     let wanted = format!(
         "`#[step({TRANSACTION})]` passes the step a transaction on keiro's database as its \
          first argument; make the first argument `{EXPECTED}` (the call site passes only the \
@@ -78,10 +143,11 @@ pub(crate) fn split(
         }),
         (None, _) => Ok(None),
     };
-    (arg, rest)
+    arg
 }
 
 /// How an argument's type names a `Transaction`.
+#[derive(Clone, Copy)]
 enum Shape {
     /// `&mut Transaction<'_>`: what `#[step(transaction)]` takes.
     MutRef,
@@ -183,6 +249,39 @@ mod tests {
         assert!(arg.is_err_and(|e| e.contains("add `transaction`")));
         assert_eq!(rest, 1);
         // Invalid attribute arguments: split off without a second error.
+        assert_eq!(split_of(sig, None), (Ok(None), 1));
+    }
+
+    #[test]
+    fn a_transaction_after_the_first_argument_is_split_off_with_one_error() {
+        for (sig, flagged, says, rest_len) in [
+            (
+                parse_quote!(async fn debit(n: i64, tx: &mut Transaction<'_>)),
+                Some(true),
+                "move `tx: &mut keiro::Transaction<'_>` to the front",
+                1,
+            ),
+            (
+                parse_quote!(async fn debit(tx: &mut Transaction<'_>, b: &mut Transaction<'_>)),
+                Some(true),
+                "remove this one",
+                0,
+            ),
+            (
+                parse_quote!(async fn debit(n: i64, tx: &mut Transaction<'_>)),
+                Some(false),
+                "add `transaction`",
+                1,
+            ),
+        ] {
+            let (arg, rest) = split_of(sig, flagged);
+            assert_eq!(rest, rest_len);
+            let error = arg.unwrap_err();
+            assert!(error.contains(says), "{error}");
+            assert!(!error.contains("make the first argument"), "{error}");
+        }
+        // Invalid attribute arguments: split off without an error.
+        let sig: Signature = parse_quote!(async fn debit(n: i64, tx: &mut Transaction<'_>));
         assert_eq!(split_of(sig, None), (Ok(None), 1));
     }
 }

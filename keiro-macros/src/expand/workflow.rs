@@ -121,7 +121,12 @@ pub(super) fn expand(workflow: &WorkflowFn) -> TokenStream {
     // A `cron` workflow also registers its schedule, checked by the parser.
     let cron = workflow.cron.as_ref().map(|(cron, timezone)| {
         let (cron, timezone) = (Literal::string(cron), Literal::string(timezone));
+        // The parser checked the argument's name only (`SystemTime`).
+        let tick = types
+            .first()
+            .map(|ty| quote_spanned!(ty.span()=> ::keiro::__private::assert_cron_tick::<#ty>();));
         quote! {
+            #tick
             ::keiro::__private::inventory::submit! {
                 ::keiro::__private::CronRegistration::new(#name, #cron, #timezone)
             }
