@@ -631,6 +631,31 @@ async fn a_tick_that_fell_while_paused_never_runs_after_a_resume(backend: Backen
     );
 }
 
+/// A schedule made while no worker runs, whose first tick falls before one
+/// starts: that tick is missed like any other, so the worker runs it (the
+/// default, run the latest), not only the ticks after it starts.
+async fn a_new_schedules_first_tick_missed_runs_on_start_up(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    // Made just after a tick, so the next one falls before the worker.
+    let made = next_tick_of_every4(now_secs()).await;
+    keiro
+        .create_schedule("every4", "*/4 * * * * *", greet("x".into()))
+        .await
+        .unwrap();
+    let fell = next_tick_of_every4(made).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let late = worker(&keiro).await;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while every4_ticks_run(&keiro, fell).await.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    late.stop().await;
+    let ran = every4_ticks_run(&keiro, fell).await;
+    assert_eq!(ran, vec![fell], "the first tick, missed, ran once: {ran:?}");
+    assert!(!ran.contains(&made), "a tick before the schedule ran");
+}
+
 /// A dynamic schedule made by another process (no worker of its own) just
 /// before one of its ticks runs that tick: a worker that first sees it
 /// after the tick starts it from the schedule's creation, not from then.
@@ -1161,6 +1186,23 @@ async fn an_unreadable_schedule_leaves_the_others_running(backend: Backend) {
         "the readable schedule ticks beside the unreadable ones"
     );
     assert!(ids(&keiro, "cron:broken-").await.is_empty());
+    // The listing shows the readable ones, the broken definition with what
+    // is wrong with it, and leaves the row that does not read out.
+    let listed = keiro.schedules().await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|s| s.name.as_str()).collect();
+    assert!(names.contains(&"greet-ok"), "{names:?}");
+    assert!(!names.contains(&"broken-row"), "{names:?}");
+    let ok = listed.iter().find(|s| s.name == "greet-ok").unwrap();
+    assert!(ok.problem.is_none() && ok.next_tick.is_some(), "{ok:?}");
+    let broken = listed.iter().find(|s| s.name == "broken-cron").unwrap();
+    assert!(
+        broken.next_tick.is_none()
+            && broken
+                .problem
+                .as_deref()
+                .is_some_and(|p| p.contains("not a cron")),
+        "{broken:?}"
+    );
     // An unknown name is still unknown beside a row that does not read: a
     // typo deletes nothing and says so.
     for outcome in [
@@ -1191,6 +1233,7 @@ keiro_tests::on_both_backends_at_once!(
     a_backfill_passes_over_a_tick_another_workflow_holds,
     a_schedule_made_again_runs_no_tick_of_before_it,
     a_trigger_does_not_pass_over_a_missed_tick,
+    a_new_schedules_first_tick_missed_runs_on_start_up,
     a_draining_worker_starts_no_tick,
     a_schedule_made_elsewhere_just_before_a_tick_runs_it,
     a_running_worker_passes_over_a_tick_that_fell_while_paused,

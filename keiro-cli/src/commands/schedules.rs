@@ -50,13 +50,25 @@ async fn list(keiro: &Keiro) -> Result<Report, Failure> {
             s.workflow.clone(),
             s.cron.clone(),
             s.timezone.clone(),
-            if s.paused { "paused" } else { "active" }.to_owned(),
+            match (&s.problem, s.paused) {
+                (Some(_), _) => "broken",
+                (None, true) => "paused",
+                (None, false) => "active",
+            }
+            .to_owned(),
             s.next_tick.map(clock::short).unwrap_or_default(),
             s.last_tick.map(clock::short).unwrap_or_default(),
         ]);
     }
+    // What is wrong with a broken one, under the table.
+    let mut human = table.render();
+    for s in &schedules {
+        if let Some(problem) = &s.problem {
+            human.push_str(&format!("schedule {} is broken: {problem}\n", s.name));
+        }
+    }
     Ok(Report {
-        human: table.render(),
+        human,
         json: json!(schedules.iter().map(schedule_json).collect::<Vec<_>>()),
     })
 }
@@ -72,6 +84,7 @@ fn schedule_json(s: &ScheduleInfo) -> serde_json::Value {
         "dynamic": s.dynamic,
         "next_tick": time(s.next_tick),
         "last_tick": time(s.last_tick),
+        "problem": s.problem,
     })
 }
 

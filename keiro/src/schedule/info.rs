@@ -21,13 +21,19 @@ pub struct ScheduleInfo {
     /// Whether it was made at run time (and can be deleted) rather than
     /// declared by `#[workflow(cron)]`.
     pub dynamic: bool,
-    /// The next tick after now by the store's clock; `None` while paused or
-    /// when the expression has no further tick.
+    /// The next tick after now by the listing process's clock; `None` while
+    /// paused, when the expression has no further tick, or when it does
+    /// not parse (see [`ScheduleInfo::problem`]).
     pub next_tick: Option<SystemTime>,
-    /// The latest tick a worker started an instance for (or a trigger
-    /// ran at), if any; after a resume, at least the latest tick that fell
-    /// while paused, which was passed over.
+    /// The latest tick an instance was started for (by a worker or a
+    /// backfill; a trigger records none), if any; after a resume, at least the
+    /// latest tick that fell while paused, and after a redefinition the
+    /// latest tick of the old definition, both passed over.
     pub last_tick: Option<SystemTime>,
+    /// Why no worker runs this schedule, when its stored definition is
+    /// broken: the expression or time zone does not parse (a row written
+    /// by hand, or by a newer version). `None` for a sound schedule.
+    pub problem: Option<String>,
 }
 
 /// What a scheduler does with missed ticks (set with
@@ -42,7 +48,8 @@ pub enum MissedTicks {
     /// Run the latest missed tick once, with its own tick time (the
     /// default): a nightly job whose workers were down at 02:00 runs once
     /// when one starts, not once per missed night. A schedule that never
-    /// ticked before has nothing missed.
+    /// ticked counts from when it was made (or last changed): a first tick
+    /// that fell while no worker ran is missed like any other.
     #[default]
     RunLatest,
     /// Run none: the first tick after start-up (or after the hold-up) is

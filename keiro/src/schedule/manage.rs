@@ -84,14 +84,16 @@ async fn add_declared(keiro: &Keiro, name: &str) -> Result<()> {
 /// What is known of a schedule: `row`'s definition, paused state and last
 /// tick, with its next tick after `now`.
 fn info(row: ScheduleRow, now: i64) -> ScheduleInfo {
-    let next_tick = match (
+    let (next_tick, problem) = match (
         row.paused,
         CronSpec::parse(&row.name, &row.cron, &row.timezone),
     ) {
-        (false, Ok(spec)) => spec.next_after(now).map(from_us),
-        _ => None,
+        (false, Ok(spec)) => (spec.next_after(now).map(from_us), None),
+        (true, Ok(_)) => (None, None),
+        (_, Err(error)) => (None, Some(error.to_string())),
     };
     ScheduleInfo {
+        problem,
         dynamic: row.input.is_some(),
         last_tick: row.last_tick.map(from_us),
         next_tick,
@@ -136,16 +138,25 @@ impl Keiro {
     /// binary declares that no worker has written yet, as declared. A
     /// `#[workflow(cron)]` schedule shows the definition of the most
     /// recently started worker declaring it. Listing writes nothing, so a
-    /// dashboard of an older or newer version changes no schedule.
+    /// dashboard of an older or newer version changes no schedule. A row
+    /// that does not read (a hand-edited column) is left out and logged;
+    /// one whose expression or time zone does not parse is listed with its
+    /// [`ScheduleInfo::problem`].
     pub async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
         let now = self.now_us();
-        let mut listed: Vec<ScheduleInfo> = self
-            .raw_store()
-            .schedules()
-            .await?
-            .into_iter()
-            .map(|row| info(row, now))
-            .collect();
+        // A row that does not read is left out (and logged), as the
+        // scheduler skips it: the others are still listed.
+        let mut listed = Vec::new();
+        for row in self.raw_store().schedules_each().await? {
+            match row {
+                Ok(row) => listed.push(info(row, now)),
+                Err(error) => tracing::error!(
+                    %error,
+                    "keiro leaves a schedule it cannot read out of the listing; fix the row, \
+                     or delete it with `delete_schedule`"
+                ),
+            }
+        }
         for registration in linked() {
             if listed.iter().all(|s| s.name != registration.workflow) {
                 let def = static_def(registration);

@@ -248,7 +248,11 @@ async fn pass(
             cursor.seen = row.updated_at;
         }
         if first && missed == MissedTicks::RunLatest {
-            if let (Some(last), Some(latest)) = (row.last_tick, cursor.spec.latest_until(now)) {
+            // A schedule that never ticked counts from its last write (its
+            // making): a tick that fell since, while no worker ran, is
+            // missed like any other.
+            let last = row.last_tick.unwrap_or(row.updated_at);
+            if let Some(latest) = cursor.spec.latest_until(now) {
                 if latest > last {
                     cursor.missed = Some(latest);
                 }
