@@ -134,6 +134,8 @@ pub struct QueueLimits<'a> {
 pub(crate) struct QueueStatements {
     /// Serialises one queue's claims across processes (PostgreSQL).
     lock: Option<&'static str>,
+    /// The server's clock (see `Dialect::server_now_us`).
+    server_now_us: Option<&'static str>,
     mark_queued: String,
     find_duplicate: String,
     /// Another unfinished instance holding the queue and dedup key of
@@ -327,6 +329,7 @@ impl QueueStatements {
         };
         QueueStatements {
             lock: d.queue_lock,
+            server_now_us: d.server_now_us,
             mark_queued: format!(
                 "UPDATE {w} SET queue = $2, priority = $3, partition_key = $4, dedup_key = $5, \
                  wake_at = COALESCE($6, wake_at), created_at = COALESCE($7, created_at) \
@@ -748,7 +751,20 @@ impl Store {
             // Read once the queue is this claim's alone (SQLite's write lock
             // came with the `BEGIN`): a claim that waited for another counts
             // the leases live now, and its leases and starts date from now.
-            let now = clock.now_us();
+            // A rate limit's window counts starts that workers on many
+            // hosts stamped: on PostgreSQL they are stamped and counted by
+            // the server's clock, so a worker whose clock is behind another's
+            // (within the skew limit) does not see the other's starts fall
+            // out of the window early. (Not under a manual clock, a test's.)
+            let now = match (limits.rate_limit, sql.queue.server_now_us) {
+                (Some(_), Some(server_now)) if !clock.is_manual() => {
+                    crate::prepared::query_scalar::<_, i64>(server_now)
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(StoreError::query(OP))?
+                }
+                _ => clock.now_us(),
+            };
             let (starts, window_start) = match limits.rate_limit {
                 Some((starts, period_us)) => (starts, now.saturating_sub(period_us)),
                 None => (i64::MAX, i64::MAX),

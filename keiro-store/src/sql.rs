@@ -52,6 +52,12 @@ pub(crate) struct Dialect {
     /// queue from many processes run one at a time (PostgreSQL); `None`
     /// where `BEGIN IMMEDIATE` serialises them already.
     pub(crate) queue_lock: Option<&'static str>,
+    /// Reads the database server's clock, in µs since the Unix epoch
+    /// (PostgreSQL); `None` where the database shares this host's clock. A
+    /// rate-limited queue's claim, which holds the queue's lock, counts and
+    /// stamps first starts by it, so workers whose clocks differ count one
+    /// window.
+    pub(crate) server_now_us: Option<&'static str>,
     /// The condition "`id` is one of the ids the subquery `sub` picks", for
     /// an `UPDATE` of a claim's picked rows. PostgreSQL spells it
     /// `id = ANY(ARRAY(sub))`: its generic plan for `id IN (sub)` hash-joins
@@ -90,6 +96,7 @@ impl Dialect {
             modifying_ctes: false,
             wake_channel: None,
             queue_lock: None,
+            server_now_us: None,
             picked_ids: in_subquery,
             indexed_by: true,
         }

@@ -14,7 +14,9 @@
 //! - `worker_concurrency`: at most N running under one worker process's
 //!   lease;
 //! - `rate_limit = (n, period)`: at most n first starts within any `period`
-//!   (a sliding window, counted from the claim times the store records).
+//!   (a sliding window, counted from the claim times the store records; on
+//!   PostgreSQL by the server's clock, so workers whose clocks differ count
+//!   one window).
 //!
 //! A suspended instance (sleeping, awaiting a child or a message) gives up
 //! its lease and so holds no slot; when it is due again it waits for a slot

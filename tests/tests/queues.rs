@@ -421,6 +421,84 @@ async fn pgbouncer_a_dedup_race_between_transactions_is_refused_as_a_duplicate()
     a_dedup_race_between_transactions_is_refused_as_a_duplicate(Backend::PgBouncer).await;
 }
 
+/// libfaketime's thread-safe build (Debian's `faketime`; see
+/// `clock_skew.rs`), which shifts a child's wall clock.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// PostgreSQL: a rate limit counts one window across workers whose clocks
+/// differ (within the skew limit). A worker process whose clock runs a
+/// second behind starts the first 20 of a queue of 20 a second; a worker
+/// here, on the true clock, starts the rest. By the workers' own clocks the
+/// first 20 fell out of the window as soon as they started (stamped a
+/// second early); by the server's, which the claims count and stamp by,
+/// the 21st starts a second after the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_rate_limit_holds_across_workers_whose_clocks_differ() {
+    use sqlx::Connection as _;
+    assert!(
+        Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} is missing: install Debian's `faketime` (.ci/run does)"
+    );
+    let db = TestDb::new(Backend::Postgres).await;
+    let keiro = db.keiro().await;
+    let (dir, file) = events_file();
+    let mut handles = Vec::new();
+    for n in 0..40 {
+        let call = queue_job(text(&file), format!("{n}"), 50);
+        let id = format!("skewed-rate-{n}");
+        handles.push(
+            call.on(&keiro)
+                .id(id)
+                .queue(&RATE_20)
+                .enqueue()
+                .await
+                .unwrap(),
+        );
+    }
+    let offset = dir.path().join("offset");
+    std::fs::write(&offset, "-1s").unwrap();
+    let env = [
+        ("LD_PRELOAD", LIBFAKETIME),
+        ("FAKETIME_TIMESTAMP_FILE", offset.to_str().unwrap()),
+        ("FAKETIME_NO_CACHE", "1"),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ];
+    let mut behind = CrashChild::start_with_env(WORKER, &db, &env, &["32"]);
+    behind.line_containing("serves").await;
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let started = || {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM keiro.workflows WHERE queue = 'test-rate-20' \
+             AND queue_started_at IS NOT NULL",
+        )
+    };
+    // The first start, as seen here; then this worker joins in.
+    let deadline = Instant::now() + PATIENCE;
+    while started().fetch_one(&mut conn).await.unwrap() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the worker behind started nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let first_seen = Instant::now();
+    let here = worker_here(&keiro).await;
+    while started().fetch_one(&mut conn).await.unwrap() <= 20 {
+        assert!(Instant::now() < deadline, "the 21st start never came");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let gap = first_seen.elapsed();
+    all_done(handles).await;
+    here.stop().await;
+    behind.kill().await;
+    // The 21st starts a second after the first; seen here at most a poll
+    // and a read after the first, so a little less than a second.
+    assert!(
+        gap >= Duration::from_millis(850),
+        "21 starts within {gap:?} on a queue of 20 a second"
+    );
+}
+
 /// Runs `call` while a transaction on `pool` holds `taker`'s dedup key
 /// (enqueued, not yet committed); once `call` waits on it (seen on
 /// `direct`), commits the transaction. Returns `call`'s error.

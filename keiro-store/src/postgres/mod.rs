@@ -62,6 +62,7 @@ const DIALECT: Dialect = Dialect {
          set_config('synchronous_commit', 'off', true), \
          pg_advisory_xact_lock(1801808241, hashtext($1))",
     ),
+    server_now_us: Some("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint"),
     picked_ids: resume::any_of_array,
     indexed_by: false,
     ..Dialect::plain(
