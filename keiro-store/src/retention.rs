@@ -108,13 +108,13 @@ impl RetentionStatements {
         }
     }
 
-    /// The children of the instances bound from `$1`: id, parent id, status
-    /// and generation. One level at a time rather than one recursive query:
+    /// The children of the instances bound from `$1`: id, parent id, status,
+    /// generation and last change. One level at a time rather than one recursive query:
     /// each level is a plain probe of the parent index, whatever the
     /// planner's statistics say, and most trees are a lone root.
     fn children(&self, parents: usize) -> String {
         format!(
-            "SELECT id, parent_id, status, generation FROM {} \
+            "SELECT id, parent_id, status, generation, updated_at FROM {} \
              WHERE parent_id IS NOT NULL AND parent_id IN ({})",
             self.workflows,
             placeholders(1, parents)
@@ -365,20 +365,30 @@ async fn execute_for_ids(
     Ok(changed)
 }
 
-/// One instance of a tree: its root, id, status and generation.
-type Member = (String, String, String, i64);
+/// One instance of a tree: its root, id, whether it may go (see
+/// [`may_go`]) and generation.
+type Member = (String, String, bool, i64);
 
 /// Whether an instance `status` is final.
 fn is_finished(status: &str) -> bool {
     ROOT_STATUSES.contains(&status)
 }
 
-/// The instances of the trees whose every instance is finished, each with
-/// its root.
+/// Whether an instance of a tree may go with it: finished, and last changed
+/// before its status's cutoff. A child that ended recently keeps its old
+/// root's tree: its start may still count in a queue's rate window (which
+/// the retention is checked to cover), and it is gone no sooner than a
+/// root that ended when it did.
+fn may_go(policy: &GcPolicy, status: &str, updated_at: i64) -> bool {
+    is_finished(status) && updated_at < policy.cutoff(status)
+}
+
+/// The instances of the trees whose every instance may go, each with its
+/// root.
 fn doomed_trees(members: &[Member]) -> HashMap<String, String> {
     let unfinished: BTreeSet<&str> = members
         .iter()
-        .filter(|(_, _, status, _)| !is_finished(status))
+        .filter(|(_, _, goes, _)| !goes)
         .map(|(root, ..)| root.as_str())
         .collect();
     members
@@ -470,7 +480,7 @@ async fn batch_on(
                 } else {
                     take
                 };
-                members.extend(trees(conn, r, ROOT_STATUSES[i], &page[read..read + take]).await?);
+                members.extend(trees(conn, r, policy, &page[read..read + take]).await?);
                 read += take;
             }
             let (page, members, cut) = fitting(page, members, limit);
@@ -584,16 +594,16 @@ fn fitting(
 }
 
 /// Every instance of the trees under `roots` (id, creation time,
-/// generation; all of `status`), level by level.
+/// generation; each may go, as the page read them), level by level.
 async fn trees(
     conn: &mut Conn<'_>,
     r: &RetentionStatements,
-    status: &str,
+    policy: &GcPolicy,
     roots: &[(String, i64, i64)],
 ) -> Result<Vec<Member>> {
     let mut members: Vec<Member> = roots
         .iter()
-        .map(|(id, _, generation)| (id.clone(), id.clone(), status.to_owned(), *generation))
+        .map(|(id, _, generation)| (id.clone(), id.clone(), true, *generation))
         .collect();
     // The last level found: each instance's id and its root.
     let mut level: HashMap<String, String> = roots
@@ -606,11 +616,12 @@ async fn trees(
         for chunk in parents.chunks(IDS_PER_STATEMENT) {
             let args: Vec<Arg<'_>> = chunk.iter().map(|id| Arg::Text(id)).collect();
             let text = r.children(chunk.len());
-            for (id, parent, status, generation) in
-                fetch_as!(conn, (String, String, String, i64), &text, &args)?
+            for (id, parent, status, generation, updated_at) in
+                fetch_as!(conn, (String, String, String, i64, i64), &text, &args)?
             {
                 let root = level[&parent].clone();
-                members.push((root.clone(), id.clone(), status, generation));
+                let goes = may_go(policy, &status, updated_at);
+                members.push((root.clone(), id.clone(), goes, generation));
                 next.insert(id, root);
             }
         }

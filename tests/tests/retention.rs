@@ -231,7 +231,8 @@ async fn fixture(keiro: &Keiro) -> GcSummary {
     event(keiro, "family/1", "stage", old).await;
     stream_entry(keiro, "family/1", 0, old).await;
     stream_entry(keiro, "family/1", 1, old).await;
-    instance(keiro, "family/2", Some("family"), "failed", 0, old).await;
+    // (Failed 4 h ago: past the failed instances' own, longer cutoff.)
+    instance(keiro, "family/2", Some("family"), "failed", 0, older).await;
     steps(keiro, "family/2", 0, 1, 1, old).await;
     instance(keiro, "family/1/1", Some("family/1"), "completed", 0, old).await;
     steps(keiro, "family/1/1", 0, 1, 1, old).await;
@@ -240,6 +241,30 @@ async fn fixture(keiro: &Keiro) -> GcSummary {
     instance(keiro, "detached", None, "completed", 0, old).await;
     instance(keiro, "detached/1", Some("detached"), "running", 0, old).await;
     steps(keiro, "detached/1", 0, 1, 1, old).await;
+    // An old finished root whose child (a queued job it enqueued, say)
+    // finished a minute ago: kept, root and child, until the child is old
+    // enough too; so is one whose failed child is older than the finished
+    // cutoff, not the failed one.
+    instance(keiro, "recent-child", None, "completed", 0, old).await;
+    instance(
+        keiro,
+        "recent-child/1",
+        Some("recent-child"),
+        "completed",
+        0,
+        young,
+    )
+    .await;
+    instance(keiro, "failed-child", None, "completed", 0, old).await;
+    instance(
+        keiro,
+        "failed-child/1",
+        Some("failed-child"),
+        "failed",
+        0,
+        old,
+    )
+    .await;
     // Finished, but too young: kept.
     instance(keiro, "young", None, "completed", 0, young).await;
     steps(keiro, "young", 0, 1, 1, young).await;
@@ -354,8 +379,12 @@ async fn gc_keeps_everything_unfinished_and_deletes_finished_trees(backend: Back
             "detached",
             "detached/1",
             "failed-2h",
+            "failed-child",
+            "failed-child/1",
             "late-finish",
             "pending-root",
+            "recent-child",
+            "recent-child/1",
             "set-aside",
             "waiting",
             "waiting/1",
