@@ -564,24 +564,37 @@ impl Store {
         const OP: &str = "create_queued";
         crate::validate::validate_id("workflow id", new.id)?;
         crate::validate::validate_id("workflow name", new.name)?;
+        check_dedup_has_queue(queued)?;
         let now = self.now_us();
-        // In a block of its own, so that an error inside (`?`) reaches the
-        // duplicate check below instead of returning past it.
-        let created = async {
-            dispatch!(Store, self, |s| {
-                let mut tx = s.begin(OP).await?;
-                let created =
-                    create_queued_on((&mut *tx).into(), new, queued, now, created_at).await?;
-                tx.commit().await.map_err(StoreError::query(OP))?;
-                Ok::<_, StoreError>(created)
-            })
-        }
-        .await;
-        match created {
-            Err(error) if is_unique_violation(&error) => {
-                Err(self.duplicate_of(new, queued).await?.unwrap_or(error))
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            // In a block of its own, so that an error inside (`?`) reaches
+            // the duplicate check below instead of returning past it.
+            let created = async {
+                dispatch!(Store, self, |s| {
+                    let mut tx = s.begin(OP).await?;
+                    let created =
+                        create_queued_on((&mut *tx).into(), new, queued, now, created_at).await?;
+                    tx.commit().await.map_err(StoreError::query(OP))?;
+                    Ok::<_, StoreError>(created)
+                })
             }
-            other => other,
+            .await;
+            match created {
+                Err(error) if is_unique_violation(&error) => {
+                    match self.duplicate_of(new, queued).await? {
+                        Some(duplicate) => return Err(duplicate),
+                        // The key's holder finished between the refusal and
+                        // the read: the key is free now, so the enqueue is
+                        // tried again (once; a second such race is the
+                        // refusal's own error).
+                        None if tries < 2 => continue,
+                        None => return Err(error),
+                    }
+                }
+                other => return other,
+            }
         }
     }
 
@@ -617,9 +630,10 @@ impl Store {
         if let ([(new, queued)], [created_at]) = (batch, stamps) {
             return Ok(vec![self.create_queued_at(new, queued, *created_at).await?]);
         }
-        for (new, _) in batch {
+        for (new, queued) in batch {
             crate::validate::validate_id("workflow id", new.id)?;
             crate::validate::validate_id("workflow name", new.name)?;
+            check_dedup_has_queue(queued)?;
         }
         let now = self.now_us();
         // Inserted in id order, and the dedup keys taken one at a time in
@@ -915,6 +929,7 @@ where
 {
     crate::validate::validate_id("workflow id", new.id)?;
     crate::validate::validate_id("workflow name", new.name)?;
+    check_dedup_has_queue(queued)?;
     let (now, created_at) = (clock.now_us(), clock.creation_stamps(1));
     let mut tx = tx.into();
     let created = match queued.dedup {
@@ -944,8 +959,19 @@ where
                         return Err(error);
                     }
                     // The other enqueue committed the key first: name it.
+                    // When this transaction's snapshot (REPEATABLE READ or
+                    // SERIALIZABLE) predates that commit, it cannot see the
+                    // holder: a conflict with a concurrent transaction,
+                    // which running the transaction again gets past.
                     let found = find_duplicate(tx.reborrow().into(), new, queued, key).await?;
-                    return Err(found.unwrap_or(error));
+                    return Err(found.unwrap_or_else(|| StoreError::Conflict {
+                        step: "enqueue_tx",
+                        reason: format!(
+                            "another transaction took dedup key `{key}` of queue `{}` after \
+                             this one's snapshot ({error}); run the transaction again",
+                            queued.queue.unwrap_or("")
+                        ),
+                    }));
                 }
             }
         }
@@ -1209,6 +1235,22 @@ pub(crate) async fn hand_over_all_on(
         }
     }
     Ok(successors)
+}
+
+/// Refuses a dedup key without a named queue: the default queue keeps no
+/// keys (its unique index covers named queues only), so the key would be
+/// silently ignored.
+fn check_dedup_has_queue(queued: &Queued<'_>) -> Result<()> {
+    match (queued.dedup, queued.queue) {
+        (Some(key), None) => Err(StoreError::InvalidId {
+            what: "dedup key",
+            value_preview: crate::validate::preview(key),
+            reason: "a dedup key holds within a named queue, and this instance goes on the \
+                     default queue; name its queue, or leave the key out"
+                .to_owned(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The [`StoreError::Duplicate`] that putting instance `id` back in line

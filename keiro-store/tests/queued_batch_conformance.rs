@@ -302,7 +302,49 @@ async fn keyed_create<'t, 'c: 't>(tx: impl Into<keiro_store::TimerTx<'t, 'c>>, i
     assert!(created);
 }
 
+/// A dedup key needs a named queue (the default queue keeps no keys): each
+/// way of enqueueing refuses one without, naming the key, and writes
+/// nothing, where before a second such enqueue was silently accepted.
+async fn a_dedup_key_on_the_default_queue_is_refused(db: &TestDb) {
+    let keyed = Queued {
+        queue: None,
+        dedup: Some("order-7"),
+        ..on("q")
+    };
+    let refused = |error: StoreError| {
+        let text = error.to_string();
+        assert!(
+            matches!(
+                error,
+                StoreError::InvalidId {
+                    what: "dedup key",
+                    ..
+                }
+            ) && text.contains("order-7")
+                && text.contains("named queue"),
+            "{text}"
+        );
+    };
+    refused(
+        db.store
+            .create_queued(&instance("a"), &keyed)
+            .await
+            .unwrap_err(),
+    );
+    let batch = [(instance("b"), on("q")), (instance("c"), keyed)];
+    refused(db.store.create_queued_many(&batch).await.unwrap_err());
+    let clock = keiro_store::Clock::system();
+    let in_tx = committed!(&db.store, |tx| {
+        keiro_store::create_queued_tx(&mut tx, &instance("d"), &keyed, &clock).await
+    });
+    refused(in_tx.unwrap_err());
+    for id in ["a", "b", "c", "d"] {
+        assert!(!exists(&db.store, id).await, "{id} was not written");
+    }
+}
+
 conformance!(
+    a_dedup_key_on_the_default_queue_is_refused,
     a_key_taken_while_the_enqueue_waits_is_a_duplicate,
     a_batch_puts_each_instance_on_its_queue,
     a_batch_puts_each_instance_in_its_partition,
@@ -363,5 +405,57 @@ async fn postgres_the_writer_refuses_only_the_duplicate() {
 async fn pgbouncer_the_writer_refuses_only_the_duplicate() {
     let db = TestDb::pgbouncer().await;
     the_writer_refuses_only_the_duplicate(&db).await;
+    db.finish().await;
+}
+
+/// PostgreSQL: an enqueue in a REPEATABLE READ transaction whose snapshot
+/// predates another enqueue's commit of the same dedup key cannot see the
+/// holder to name it: it is refused as a conflict with a concurrent
+/// transaction (which running the transaction again gets past, and then
+/// names the holder), not with the unique index's raw error.
+#[tokio::test]
+async fn postgres_an_enqueue_behind_its_snapshot_meets_a_conflict() {
+    let db = TestDb::postgres().await;
+    let Store::Postgres(pg) = &db.store else {
+        unreachable!("a PostgreSQL store");
+    };
+    let mut tx = pg.pool().begin().await.unwrap();
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    // The snapshot is taken by the transaction's first read.
+    sqlx::query("SELECT count(*) FROM keiro.workflows")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let keyed = Queued {
+        dedup: Some("k"),
+        ..on("q")
+    };
+    db.store
+        .create_queued(&instance("holder"), &keyed)
+        .await
+        .unwrap();
+    let clock = keiro_store::Clock::system();
+    let behind = keiro_store::create_queued_tx(&mut tx, &instance("late"), &keyed, &clock).await;
+    match behind {
+        Err(StoreError::Conflict { step, reason }) => {
+            assert_eq!(step, "enqueue_tx");
+            assert!(
+                reason.contains("`k`") && reason.contains("again"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    tx.rollback().await.unwrap();
+    // Run again, the enqueue sees the holder and names it.
+    let mut tx = pg.pool().begin().await.unwrap();
+    match keiro_store::create_queued_tx(&mut tx, &instance("late"), &keyed, &clock).await {
+        Err(StoreError::Duplicate { existing_id, .. }) => assert_eq!(existing_id, "holder"),
+        other => panic!("expected a duplicate of `holder`, got {other:?}"),
+    }
+    tx.rollback().await.unwrap();
     db.finish().await;
 }

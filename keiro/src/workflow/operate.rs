@@ -32,6 +32,8 @@ impl Keiro {
     /// [`Error::NotRetryable`] naming the parent (retry or fork the parent).
     /// An instance whose queue's dedup key another unfinished instance took
     /// since it ended is refused with [`Error::Duplicate`] naming that one.
+    /// A retried instance is due at once: one cancelled while it waited
+    /// for its `.delay(..)` does not wait out the rest of it.
     pub async fn retry(&self, id: &str) -> Result<()> {
         Error::check_id("workflow id", id)?;
         let retried = self.raw_store().retry(id).await;
