@@ -134,7 +134,7 @@ pub(crate) fn declared(name: &str) -> bool {
 impl Keiro {
     /// Every schedule of this database, by name: the `#[workflow(cron)]`
     /// ones written by any worker and the dynamic ones, each with its next
-    /// tick by the store's clock, and the `#[workflow(cron)]` ones this
+    /// tick by this process's clock, and the `#[workflow(cron)]` ones this
     /// binary declares that no worker has written yet, as declared. A
     /// `#[workflow(cron)]` schedule shows the definition of the most
     /// recently started worker declaring it. Listing writes nothing, so a
@@ -188,7 +188,9 @@ impl Keiro {
     /// Resumes a paused schedule `name`: its next tick after now runs. The
     /// ticks that fell while it was paused are passed over for good: the
     /// latest becomes its `last_tick`, so a worker starting later does not
-    /// run it as missed.
+    /// run it as missed. Which ticks fell is judged by the database
+    /// server's clock on PostgreSQL, so a resume from a host whose clock
+    /// runs ahead passes over no tick still to come.
     pub async fn resume_schedule(&self, name: &str) -> Result<()> {
         self.set_paused(name, false).await
     }
@@ -203,7 +205,7 @@ impl Keiro {
             // is recorded as handled in the statement that resumes it, so a
             // worker starting then does not run it as a missed tick.
             let spec = CronSpec::parse(&row.name, &row.cron, &row.timezone)?;
-            let latest = spec.latest_until(self.now_us());
+            let latest = spec.latest_until(self.agreed_now_us().await);
             store.unpause_schedule(name, latest).await?
         };
         if !found {
@@ -254,7 +256,8 @@ impl Keiro {
     /// stops the backfill with the ticks before it created: the same call
     /// again creates the rest (and returns only those). At
     /// most [`MAX_BACKFILL_TICKS`] ticks per call; more, a range that ends
-    /// after now (by the store's clock: those ticks are the scheduler's) or
+    /// after now (by the database server's clock on PostgreSQL: those
+    /// ticks are the scheduler's) or
     /// one that ends before it starts is [`Error::InvalidOption`].
     pub async fn backfill_schedule(
         &self,
@@ -264,7 +267,7 @@ impl Keiro {
     ) -> Result<Vec<String>> {
         let row = self.schedule_row(name).await?;
         let spec = CronSpec::parse(&row.name, &row.cron, &row.timezone)?;
-        let (from_us, to_us, now) = (to_us(from), to_us(to), self.now_us());
+        let (from_us, to_us, now) = (to_us(from), to_us(to), self.agreed_now_us().await);
         if from_us > to_us {
             return Err(Error::invalid_option(
                 "backfill_schedule",
@@ -356,7 +359,8 @@ impl Keiro {
         R: Serialize + DeserializeOwned + Send + 'static,
     {
         let spec = CronSpec::parse_new(name, cron, timezone)?;
-        if spec.next_after(self.now_us()).is_none() {
+        let now = self.agreed_now_us().await;
+        if spec.next_after(now).is_none() {
             return Err(Error::InvalidSchedule {
                 name: name.to_owned(),
                 reason: format!(
@@ -399,7 +403,7 @@ impl Keiro {
                 timezone,
                 workflow: call.name,
                 input: Some(&input),
-                latest_tick: spec.latest_until(self.now_us()),
+                latest_tick: spec.latest_until(now),
             })
             .await?;
         if !written {
@@ -445,6 +449,26 @@ impl Keiro {
         self.raw_store().delete_schedule(name).await?;
         self.scheduler_state().wake();
         Ok(())
+    }
+
+    /// Now, for a call that judges which ticks have fallen (a resume or a
+    /// redefinition passes them over, a backfill runs only past ones): on
+    /// PostgreSQL by the database server's clock, read now, since the
+    /// calling process (the `keiro` command on an operator's laptop, a web
+    /// service that only manages schedules) takes no executor identity and
+    /// so no check of its own clock, and one running ahead would pass over
+    /// a tick that has not fallen yet. This process's clock on SQLite, under
+    /// a manual clock, or when the reading fails (the call's own write then
+    /// meets the store's trouble).
+    async fn agreed_now_us(&self) -> i64 {
+        let now = self.now_us();
+        if self.raw_store().clock().is_manual() {
+            return now;
+        }
+        match self.raw_store().read_server_clock().await {
+            Ok(Some(reading)) => now.saturating_sub(reading.offset_us),
+            Ok(None) | Err(_) => now,
+        }
     }
 
     /// The stored schedule `name`, or [`Error::UnknownSchedule`].
