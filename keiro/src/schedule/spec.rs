@@ -80,12 +80,26 @@ impl CronSpec {
     /// wall-clock time in the zone matches the expression.
     ///
     /// Across a change of the zone's offset it never goes back: each span of
-    /// one offset is searched in turn. Wall times skipped when clocks go
-    /// forward have no tick. Wall times repeated when clocks go back tick at
-    /// their first occurrence only, unless the expression matches every
-    /// hour (`*` in the hour field): then they tick at both, so an
-    /// every-minute schedule runs each real minute of the repeated hour.
+    /// one offset is searched in turn. A wall time skipped when clocks go
+    /// forward ticks at the instant it would have shown had they not moved
+    /// (read with the offset before the change, as Java's, Python's and
+    /// JavaScript Temporal's time libraries resolve it): a nightly 02:30 in
+    /// Berlin runs at 03:30 on the night the clocks skip 02:00 to 03:00,
+    /// and one that lands on the instant of a real tick runs once. Wall
+    /// times repeated when clocks go back tick at their first occurrence
+    /// only, unless the expression matches every hour (`*` in the hour
+    /// field): then they tick at both, so an every-minute schedule runs each
+    /// real minute of the repeated hour.
     pub(crate) fn next_after(&self, after_us: i64) -> Option<i64> {
+        let real = self.next_real_after(after_us)?;
+        Some(match self.next_skipped_after(after_us, real) {
+            Some(skipped) => skipped.min(real),
+            None => real,
+        })
+    }
+
+    /// The first tick after `after_us` at a wall time that exists.
+    fn next_real_after(&self, after_us: i64) -> Option<i64> {
         let every_hour = self.schedule.hours().is_all();
         let mut after = after_us;
         for _ in 0..MAX_STEPS {
@@ -128,6 +142,34 @@ impl CronSpec {
             .find(|&t| t <= at_us)?;
         self.last_tick_within(found - 1, at_us)
             .or_else(|| self.last_tick_within(found - MAX_SHIFT_US, at_us))
+    }
+
+    /// The first tick in `(after_us, until_us]` of a wall time skipped when
+    /// the clocks went forward, at the instant it would have shown under
+    /// the offset before the change: those instants lie in `[change,
+    /// change + jump)`, so the changes looked at are those from
+    /// [`MAX_SHIFT_US`] before `after_us` to `until_us`.
+    fn next_skipped_after(&self, after_us: i64, until_us: i64) -> Option<i64> {
+        let mut from = after_us.saturating_sub(MAX_SHIFT_US);
+        for _ in 0..MAX_STEPS {
+            let before = self.offset_us(from.checked_add(1)?)?;
+            let change = self.first_change(from, until_us, before)??;
+            let after = self.offset_us(change)?;
+            if after > before {
+                // Wall times `change + before ..` up to `change + after`
+                // never show; matched under `before`, the first of them
+                // after `after_us` (if any) ticks at `wall - before`.
+                let from_wall = after_us.max(change - 1).checked_add(before)?;
+                let wall = DateTime::<Utc>::from_timestamp_micros(from_wall)?;
+                let matched = self.schedule.after(&wall).next()?.timestamp_micros();
+                if matched < change.checked_add(after)? {
+                    let tick = matched.checked_sub(before)?;
+                    return (tick <= until_us).then_some(tick);
+                }
+            }
+            from = change;
+        }
+        None
     }
 
     /// The last tick in `(after_us, to_us]`, if any.
@@ -365,7 +407,7 @@ mod tests {
     }
 
     #[test]
-    fn a_daily_tick_in_a_repeated_hour_runs_once_and_one_in_a_skipped_hour_not_at_all() {
+    fn a_daily_tick_in_a_repeated_hour_runs_once_and_one_in_a_skipped_hour_an_hour_on() {
         let nightly = berlin("0 30 2 * * *");
         let autumn =
             nightly.ticks_within(at("2024-10-26T12:00:00Z"), at("2024-10-28T12:00:00Z"), 10);
@@ -382,9 +424,40 @@ mod tests {
             rfc3339(nightly.latest_until(at("2024-10-27T01:45:00Z")).unwrap()),
             "2024-10-27T00:30:00Z"
         );
+        // 02:30 never shows on 31 March: it runs at 03:30 CEST (01:30Z),
+        // the instant 02:30 CET would have been.
         let spring =
             nightly.ticks_within(at("2024-03-30T12:00:00Z"), at("2024-04-01T12:00:00Z"), 10);
-        assert_eq!(shown(&spring), ["2024-04-01T00:30:00Z"]);
+        assert_eq!(
+            shown(&spring),
+            ["2024-03-31T01:30:00Z", "2024-04-01T00:30:00Z"]
+        );
+        assert_eq!(
+            rfc3339(nightly.latest_until(at("2024-03-31T01:40:00Z")).unwrap()),
+            "2024-03-31T01:30:00Z"
+        );
+        assert_eq!(
+            rfc3339(nightly.next_after(at("2024-03-31T01:10:00Z")).unwrap()),
+            "2024-03-31T01:30:00Z"
+        );
+        // Two skipped wall times: both run, in order, from before the
+        // change and from between them.
+        let twice = berlin("0 30,45 2 * * *");
+        let spring = twice.ticks_within(at("2024-03-30T12:00:00Z"), at("2024-03-31T12:00:00Z"), 10);
+        assert_eq!(
+            shown(&spring),
+            ["2024-03-31T01:30:00Z", "2024-03-31T01:45:00Z"]
+        );
+        // A skipped 02:00 is the change's own instant (03:00 CEST); a
+        // skipped 02:30 that lands on a real 03:30 runs once.
+        let two = berlin("0 0 2 * * *");
+        assert_eq!(
+            rfc3339(two.next_after(at("2024-03-30T12:00:00Z")).unwrap()),
+            "2024-03-31T01:00:00Z"
+        );
+        let both = berlin("0 30 2,3 * * *");
+        let spring = both.ticks_within(at("2024-03-30T12:00:00Z"), at("2024-03-31T12:00:00Z"), 10);
+        assert_eq!(shown(&spring), ["2024-03-31T01:30:00Z"]);
         let every = berlin("0 * * * * *");
         let ticks =
             every.ticks_within(at("2024-03-31T00:30:00Z"), at("2024-03-31T01:30:00Z"), 1000);
@@ -398,7 +471,8 @@ mod tests {
         let start = at("2024-01-01T00:00:00Z");
         let ticks = quarter.ticks_within(start, at("2025-01-01T00:00:00Z"), 40_000);
         // Every real quarter hour of 2024's 366 days, both ends included: the
-        // skipped hour's wall times have no tick, the repeated hour's two.
+        // skipped hour's wall times land on the next hour's ticks, the
+        // repeated hour's tick twice.
         assert_eq!(ticks.len(), 366 * 96 + 1);
         assert!(ticks.windows(2).all(|w| w[1] - w[0] == 15 * 60 * SEC));
     }
