@@ -656,6 +656,37 @@ async fn a_new_schedules_first_tick_missed_runs_on_start_up(backend: Backend) {
     assert!(!ran.contains(&made), "a tick before the schedule ran");
 }
 
+/// A worker process whose binary does not link a schedule's workflow
+/// leaves it to others and says so once (an operator who renamed the
+/// workflow, or made the schedule where no worker serves it, learns why it
+/// never ticks), not at every pass.
+async fn a_schedule_no_workflow_here_serves_is_reported_once(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    keiro
+        .create_schedule("elsewhere", "*/1 * * * * *", greet("x".into()))
+        .await
+        .unwrap();
+    let id = format!("elsewhere-{}", uuid::Uuid::new_v4().simple());
+    let mut child = CrashChild::start(env!("CARGO_BIN_EXE_queue_worker"), &db, &id, &[], None);
+    let line = child.line_containing("leaves schedule").await;
+    assert!(
+        line.contains("`elsewhere`") && line.contains("workflow `greet`"),
+        "{line}"
+    );
+    // Passes go on twice a second; the next such line is the next
+    // schedule's, not this one again.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    keiro
+        .create_schedule("elsewhere-2", "*/1 * * * * *", greet("y".into()))
+        .await
+        .unwrap();
+    let line = child.line_containing("leaves schedule").await;
+    assert!(line.contains("`elsewhere-2`"), "{line}");
+    child.kill().await;
+    assert!(ids(&keiro, "cron:elsewhere").await.is_empty());
+}
+
 /// A dynamic schedule made by another process (no worker of its own) just
 /// before one of its ticks runs that tick: a worker that first sees it
 /// after the tick starts it from the schedule's creation, not from then.
@@ -1234,6 +1265,7 @@ keiro_tests::on_both_backends_at_once!(
     a_schedule_made_again_runs_no_tick_of_before_it,
     a_trigger_does_not_pass_over_a_missed_tick,
     a_new_schedules_first_tick_missed_runs_on_start_up,
+    a_schedule_no_workflow_here_serves_is_reported_once,
     a_draining_worker_starts_no_tick,
     a_schedule_made_elsewhere_just_before_a_tick_runs_it,
     a_running_worker_passes_over_a_tick_that_fell_while_paused,

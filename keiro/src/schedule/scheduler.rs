@@ -224,6 +224,9 @@ async fn pass(
     let mut next: Option<i64> = None;
     for row in &rows {
         if !runs_here(keiro, row) {
+            if keiro.registry().get(&row.workflow).is_none() {
+                unreadable.runs_elsewhere(row);
+            }
             continue;
         }
         let Some(cursor) = cursor(cursors, row, now, first, unreadable) else {
@@ -343,6 +346,11 @@ struct Unreadable {
     known: std::collections::HashSet<String>,
     /// What this pass could not read so far.
     seen: std::collections::HashSet<String>,
+    /// The schedules whose workflow this binary does not link, logged once
+    /// each (and again if one comes back after it was deleted).
+    elsewhere: std::collections::HashSet<String>,
+    /// Those this pass met.
+    elsewhere_seen: std::collections::HashSet<String>,
 }
 
 impl Unreadable {
@@ -358,8 +366,28 @@ impl Unreadable {
         self.seen.insert(error);
     }
 
+    /// This pass skipped schedule `row`, whose workflow this binary does
+    /// not link: a worker of a binary that does runs it. Nothing says
+    /// whether one exists, so it is noted once, for the operator who
+    /// renamed the workflow or made the schedule where no worker serves it.
+    fn runs_elsewhere(&mut self, row: &ScheduleRow) {
+        if !self.elsewhere.contains(&row.name) {
+            tracing::info!(
+                schedule = %row.name,
+                workflow = %row.workflow,
+                "keiro's cron scheduler leaves schedule `{}` to workers whose binary links \
+                 workflow `{}` (this one does not); if none does, its ticks run nowhere",
+                row.name,
+                row.workflow
+            );
+        }
+        self.elsewhere_seen.insert(row.name.clone());
+    }
+
     fn pass_done(&mut self) {
         self.known = std::mem::take(&mut self.seen);
+        // Forgotten once gone from the table, so one made again is noted.
+        self.elsewhere = std::mem::take(&mut self.elsewhere_seen);
     }
 }
 
