@@ -267,13 +267,16 @@ impl QueueStatements {
         // under no live lease at `now`, of workflow `name` with signature
         // `signature` and one of the versions (a JSON array) at `versions`,
         // read off the queue's order index; concurrent hand-overs skip each
-        // other's (PostgreSQL). Only while the partition's first takeable
-        // row in run order is not of another workflow, signature or version
-        // (which this worker cannot run): the slot then goes back, and a
-        // claim, which serves every workflow in run order, fills it, so
-        // priority and enqueue order hold across the queue's workflows.
-        // (That first row is read once per statement, off the order index:
-        // a finish batch's later successors are not each checked again.)
+        // other's (PostgreSQL). Only while no takeable row of another
+        // workflow, signature or version (which this worker cannot run)
+        // comes before it in the partition's run order: the slot then goes
+        // back, and a claim, which serves every workflow in run order,
+        // fills it, so priority and enqueue order hold across the queue's
+        // workflows. Checked for each successor, read off the order index:
+        // a hand-over that skipped a row another one is leasing (locked,
+        // still takeable in this statement's snapshot) does not pass over
+        // another workflow's row behind it, nor does a batch's later
+        // successor.
         let successor = |queue: &str,
                          partition: &str,
                          now: &str,
@@ -289,15 +292,14 @@ impl QueueStatements {
                      AND (c.lease_owner IS NULL OR c.lease_expires_at < {now}) \
                      AND c.name = {name} AND (c.signature IS NULL OR c.signature = {signature}) \
                      AND (c.app_version IS NULL OR c.app_version IN ({versions})) \
-                     AND NOT EXISTS (SELECT 1 FROM {w} b WHERE b.id = \
-                         (SELECT o.id FROM {w} o{order_index} WHERE o.queue = {queue} \
-                             AND o.partition_key = {partition} \
-                             AND o.{unfinished} AND o.wake_at <= {now} \
-                             AND (o.lease_owner IS NULL OR o.lease_expires_at < {now}) \
-                             ORDER BY o.priority, o.created_at, o.id LIMIT 1) \
-                         AND NOT (b.name = {name} \
-                             AND (b.signature IS NULL OR b.signature = {signature}) \
-                             AND (b.app_version IS NULL OR b.app_version IN ({versions})))) \
+                     AND NOT EXISTS (SELECT 1 FROM {w} o{order_index} WHERE o.queue = {queue} \
+                         AND o.partition_key = {partition} \
+                         AND (o.priority, o.created_at, o.id) < (c.priority, c.created_at, c.id) \
+                         AND o.{unfinished} AND o.wake_at <= {now} \
+                         AND (o.lease_owner IS NULL OR o.lease_expires_at < {now}) \
+                         AND NOT (o.name = {name} \
+                             AND (o.signature IS NULL OR o.signature = {signature}) \
+                             AND (o.app_version IS NULL OR o.app_version IN ({versions})))) \
                      ORDER BY {order} LIMIT {limit}{skip}",
                 versions = (d.json_text_elements)(versions),
                 skip = d.skip_locked,

@@ -661,6 +661,45 @@ async fn an_instance_of_another_workflow_due_first_stops_the_hand_over(db: &Test
     plan_settings_did_not_leak(store).await;
 }
 
+/// Two finishes of one commit, behind whose first successor (ours) another
+/// workflow's row comes next in run order: the second hands nothing over
+/// (its slot goes back for a claim, which runs that row first), where
+/// before only the partition's first takeable row was checked and the
+/// second took our row behind the other workflow's.
+async fn a_batch_hands_over_nothing_behind_another_workflows_row(db: &TestDb) {
+    let store = &db.store;
+    for id in ["a", "b"] {
+        Job::new(id, "p").enqueue(store).await;
+    }
+    assert_eq!(claim(store, 2).await, ["a", "b"]);
+    Job::new("mine-1", "p").enqueue(store).await;
+    Job {
+        name: "other-flow",
+        ..Job::new("theirs", "p")
+    }
+    .enqueue(store)
+    .await;
+    Job::new("mine-2", "p").enqueue(store).await;
+    let hand_over = hand_over();
+    let finished = store
+        .finish_handing_over(
+            &[completed("a", OWNER), completed("b", OWNER)],
+            &[Some(&hand_over), Some(&hand_over)],
+        )
+        .await
+        .unwrap();
+    let successors: Vec<Option<String>> = finished
+        .into_iter()
+        .map(|(applied, successor)| {
+            assert!(applied);
+            successor.map(|row| row.id)
+        })
+        .collect();
+    assert_eq!(successors, [Some("mine-1".to_owned()), None]);
+    assert_eq!(status(store, "theirs").await, InstanceStatus::Pending);
+    assert_eq!(status(store, "mine-2").await, InstanceStatus::Pending);
+}
+
 /// A claim that waits for its queue (another transaction holds it:
 /// SQLite's write lock, PostgreSQL's advisory lock on the queue) dates its
 /// leases from when it goes on, not from when it was asked: they do not
@@ -835,6 +874,7 @@ conformance!(
     a_cancelled_run_holds_its_slot_until_it_lets_go,
     a_claim_that_waited_for_its_queue_leases_from_when_it_goes_on,
     an_instance_of_another_workflow_due_first_stops_the_hand_over,
+    a_batch_hands_over_nothing_behind_another_workflows_row,
     the_successor_is_the_next_of_the_partition_in_run_order,
     a_finish_that_does_not_apply_hands_nothing_over,
     an_instance_under_a_live_lease_is_never_a_successor,
@@ -844,3 +884,35 @@ conformance!(
     finishes_of_one_commit_hand_over_within_each_partition_in_run_order,
     a_queued_child_hands_over_and_reports_to_its_parent,
 );
+
+/// PostgreSQL: a hand-over that skips a row another hand-over is leasing
+/// (locked, still takeable in its snapshot) does not take our row behind
+/// another workflow's instead: it hands nothing over, and a claim runs the
+/// other workflow's row first. (Before, the check read the partition's
+/// first takeable row, the locked one, which is ours, and let it by.)
+#[tokio::test]
+async fn postgres_a_hand_over_past_a_locked_row_passes_no_other_workflow() {
+    let db = TestDb::postgres().await;
+    let store = &db.store;
+    Job::new("a", "p").enqueue(store).await;
+    assert_eq!(claim(store, 1).await, ["a"]);
+    Job::new("leasing", "p").enqueue(store).await;
+    Job {
+        name: "other-flow",
+        ..Job::new("theirs", "p")
+    }
+    .enqueue(store)
+    .await;
+    Job::new("behind", "p").enqueue(store).await;
+    // Another hand-over holds the first row, mid-lease.
+    let mut other = db.pg_pool().begin().await.unwrap();
+    sqlx::query("SELECT id FROM keiro.workflows WHERE id = 'leasing' FOR UPDATE")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    assert_eq!(finish_one(store, "a").await, None);
+    other.rollback().await.unwrap();
+    assert_eq!(status(store, "theirs").await, InstanceStatus::Pending);
+    assert_eq!(status(store, "behind").await, InstanceStatus::Pending);
+    db.finish().await;
+}
