@@ -12,7 +12,8 @@
 //!   lease holds, and a run whose lease lapsed gives its slot up: see the
 //!   README's Queues section for the windows that remain);
 //! - `worker_concurrency`: at most N running under one worker process's
-//!   lease;
+//!   lease (its runtime's executor identity: a process with two runtimes
+//!   counts each apart);
 //! - `rate_limit = (n, period)`: at most n first starts within any `period`
 //!   (a sliding window, counted from the claim times the store records; on
 //!   PostgreSQL by the server's clock, so workers whose clocks differ count

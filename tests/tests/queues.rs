@@ -421,6 +421,67 @@ async fn pgbouncer_a_dedup_race_between_transactions_is_refused_as_a_duplicate()
     a_dedup_race_between_transactions_is_refused_as_a_duplicate(Backend::PgBouncer).await;
 }
 
+/// PostgreSQL: a pass whose claim of one queue fails (here a named queue's
+/// lock wait runs past the database's `lock_timeout`) still drives what
+/// its other claims took, the default queue's instance, and reports the
+/// failure; before, the whole pass failed and rows claimed before the
+/// failing source waited out their lease undriven.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_failing_queue_claim_costs_the_other_sources_nothing() {
+    use sqlx::Connection as _;
+    let db = TestDb::new(Backend::Postgres).await;
+    let mut admin = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query(
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET lock_timeout = %L', \
+         current_database(), '300ms'); END $$",
+    )
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let keiro = db.keiro().await;
+    let (_dir, file) = events_file();
+    let plain = queue_job(text(&file), "plain".into(), 1)
+        .on(&keiro)
+        .id("on-default")
+        .enqueue()
+        .await
+        .unwrap();
+    let queued = queue_job(text(&file), "queued".into(), 1)
+        .on(&keiro)
+        .id("on-plain")
+        .queue(&PLAIN)
+        .enqueue()
+        .await
+        .unwrap();
+    // Another session holds the named queue's claim lock.
+    sqlx::query("SELECT pg_advisory_lock(1801808241, hashtext('test-plain'))")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let failures = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = failures.clone();
+    let options = ResumeOptions::default().log(move |event| {
+        if let keiro::ResumeEvent::PassFailed { error } = event {
+            seen.lock().unwrap().push(error.to_string());
+        }
+    });
+    // However the turns order the two sources, the default queue's
+    // instance runs in this pass.
+    keiro.resume_once(&options).await.unwrap();
+    assert_eq!(plain.result().await.unwrap().unwrap(), "plain");
+    let failures = failures.lock().unwrap().clone();
+    assert!(
+        failures.iter().any(|f| f.contains("lock")),
+        "the failed claim is reported: {failures:?}"
+    );
+    sqlx::query("SELECT pg_advisory_unlock_all()")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    keiro.resume_once(&options).await.unwrap();
+    assert_eq!(queued.result().await.unwrap().unwrap(), "queued");
+}
+
 /// libfaketime's thread-safe build (Debian's `faketime`; see
 /// `clock_skew.rs`), which shifts a child's wall clock.
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";

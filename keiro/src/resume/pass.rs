@@ -116,6 +116,16 @@ impl Claimed {
     }
 }
 
+/// Keeps the first error of a pass's claims in `failed` (reported with the
+/// pass, or as its failure when it claimed nothing); reports a later one at
+/// once.
+fn claim_failed(options: &ResumeOptions, failed: &mut Option<Error>, error: Error) {
+    match failed {
+        None => *failed = Some(error),
+        Some(_) => (options.log)(&ResumeEvent::PassFailed { error }),
+    }
+}
+
 impl Keiro {
     /// One pass of the resume worker: discover due instances, claim and
     /// advance each, and report what happened. The single testable unit
@@ -198,6 +208,13 @@ impl Keiro {
         let queues = self.registry().queues();
         let mut rows: Vec<(Option<&'static Queue>, InstanceRow)> = Vec::new();
         let mut held_back = false;
+        // A source whose claim fails (a statement timing out, the store
+        // busy) does not cost the others theirs: the rows claimed before
+        // it are committed and leased to this worker, and dropped they
+        // would wait out their lease undriven (holding their queue's
+        // slots). It is reported, counted short (so it is tried last), and
+        // the pass goes on; only a pass that claimed nothing fails.
+        let mut failed: Option<Error> = None;
         for source in self.claim_turns().order(queues.len() + 1) {
             let room = limit - rows.len() as i64;
             if room <= 0 {
@@ -205,10 +222,13 @@ impl Keiro {
             }
             let before = rows.len();
             match source.checked_sub(1).map(|at| queues[at]) {
-                None => {
-                    let claimed = store.claim_due(scope.lease, workflows, versions, room);
-                    rows.extend(claimed.await?.into_iter().map(|row| (None, row)));
-                }
+                None => match store
+                    .claim_due(scope.lease, workflows, versions, room)
+                    .await
+                {
+                    Ok(claimed) => rows.extend(claimed.into_iter().map(|row| (None, row))),
+                    Err(error) => claim_failed(options, &mut failed, error.into()),
+                },
                 Some(queue) => {
                     // Only into the slots left to start in: with none left
                     // (every slot is taken, so the worker waits for one to
@@ -221,20 +241,39 @@ impl Keiro {
                     }
                     let cut = runnable_room < room;
                     let room = room.min(runnable_room);
-                    let claimed = scope.claim(self, queue, room).await?;
-                    held_back |= cut && claimed.len() as i64 == room;
-                    rows.extend(claimed.into_iter().map(|row| (Some(queue), row)));
+                    match scope.claim(self, queue, room).await {
+                        Ok(claimed) => {
+                            held_back |= cut && claimed.len() as i64 == room;
+                            rows.extend(claimed.into_iter().map(|row| (Some(queue), row)));
+                        }
+                        Err(error) => claim_failed(options, &mut failed, error.into()),
+                    }
                 }
             }
             self.claim_turns()
                 .claimed(source, room, rows.len() - before);
         }
-        let blocked = if report_blocked {
-            store
+        if let Some(error) = failed {
+            if rows.is_empty() {
+                return Err(error);
+            }
+            (options.log)(&ResumeEvent::PassFailed { error });
+        }
+        // Best effort: the report waits for the next pass that reads it.
+        let blocked = match report_blocked {
+            true => match store
                 .find_blocked(owner, workflows, versions, BLOCKED_REPORTED)
-                .await?
-        } else {
-            Vec::new()
+                .await
+            {
+                Ok(blocked) => blocked,
+                Err(error) => {
+                    (options.log)(&ResumeEvent::PassFailed {
+                        error: error.into(),
+                    });
+                    Vec::new()
+                }
+            },
+            false => Vec::new(),
         };
         let mut summary = ResumeSummary {
             discovered: rows.len() + blocked.len(),

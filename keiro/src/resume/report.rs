@@ -86,7 +86,10 @@ pub enum ResumeEvent {
         /// The last crash.
         message: String,
     },
-    /// A whole pass failed (discovery could not reach the store).
+    /// A pass, or part of it, failed: a claim of one source (the default
+    /// queue or a named one) or the read of what the worker cannot run
+    /// could not reach the store. The pass drives what its other claims
+    /// took; one that claimed nothing fails whole.
     PassFailed {
         /// What failed.
         error: Error,
