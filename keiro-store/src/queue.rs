@@ -37,6 +37,15 @@ use crate::rows::{Claimed, FromRow, StoreRow};
 use crate::sql::Dialect;
 use crate::{Conn, InstanceRow, Lease, Registered, Result, Store, StoreError};
 
+/// Ends a correlated `EXISTS` read of rows ahead in a partition's run
+/// order: one row answers it; the order makes PostgreSQL read it off the
+/// queue's order index, where its bounds on `priority` and `created_at`
+/// are index conditions (without it, planned on a young table's
+/// statistics, it read another index and filtered every unfinished row of
+/// the partition, per candidate); and the `OFFSET` keeps it from being
+/// turned into an anti-join over the whole partition.
+const FIRST_ONLY: &str = " ORDER BY o.priority, o.created_at, o.id LIMIT 1 OFFSET 0";
+
 /// How a new instance sits on its queue.
 #[derive(Debug, Clone, Copy)]
 pub struct Queued<'a> {
@@ -292,17 +301,24 @@ impl QueueStatements {
                      AND (c.lease_owner IS NULL OR c.lease_expires_at < {now}) \
                      AND c.name = {name} AND (c.signature IS NULL OR c.signature = {signature}) \
                      AND (c.app_version IS NULL OR c.app_version IN ({versions})) \
-                     AND NOT EXISTS (SELECT 1 FROM {w} o{order_index} WHERE o.queue = {queue} \
-                         AND o.partition_key = {partition} \
-                         AND (o.priority, o.created_at, o.id) < (c.priority, c.created_at, c.id) \
-                         AND o.{unfinished} AND o.wake_at <= {now} \
-                         AND (o.lease_owner IS NULL OR o.lease_expires_at < {now}) \
-                         AND NOT (o.name = {name} \
-                             AND (o.signature IS NULL OR o.signature = {signature}) \
-                             AND (o.app_version IS NULL OR o.app_version IN ({versions})))) \
+                     AND NOT EXISTS ({before} AND o.priority < c.priority{first}) \
+                     AND NOT EXISTS ({before} AND o.priority = c.priority \
+                         AND o.created_at <= c.created_at \
+                         AND (o.created_at < c.created_at OR o.id < c.id){first}) \
                      ORDER BY {order} LIMIT {limit}{skip}",
                 versions = (d.json_text_elements)(versions),
                 skip = d.skip_locked,
+                before = format!(
+                    "SELECT 1 FROM {w} o{order_index} WHERE o.queue = {queue} \
+                     AND o.partition_key = {partition} \
+                     AND o.{unfinished} AND o.wake_at <= {now} \
+                     AND (o.lease_owner IS NULL OR o.lease_expires_at < {now}) \
+                     AND NOT (o.name = {name} \
+                         AND (o.signature IS NULL OR o.signature = {signature}) \
+                         AND (o.app_version IS NULL OR o.app_version IN ({versions})))",
+                    versions = (d.json_text_elements)(versions),
+                ),
+                first = FIRST_ONLY,
             )
         };
         // $1 owner, $2 lease expiry, $3 now, $4 how many, $5 queue, $6
