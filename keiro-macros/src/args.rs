@@ -424,15 +424,16 @@ impl State {
         match <cron::Schedule as std::str::FromStr>::from_str(&lit.value()) {
             Ok(schedule) => {
                 let expression = lit.value();
-                // A date that never comes (30 February) or a year gone by
-                // (judged at build time, as `create_schedule` judges it at
-                // run time): the workflow would never run.
-                if schedule.upcoming(chrono_tz::UTC).next().is_none() {
+                // A date that never comes (30 February): the workflow would
+                // never run. Not judged for an expression with a year field,
+                // whose answer would depend on the day of the build.
+                let has_year = expression.split_whitespace().count() == 7;
+                if !has_year && schedule.upcoming(chrono_tz::UTC).next().is_none() {
                     self.errors.spanned(
                         &lit,
                         format!(
-                            "cron expression `{expression}` has no tick after today, so this \
-                             workflow would never run; check its day-of-month, month and year \
+                            "cron expression `{expression}` matches no date that exists, so \
+                             this workflow would never run; check its day-of-month and month \
                              fields"
                         ),
                     );

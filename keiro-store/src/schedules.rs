@@ -176,7 +176,14 @@ impl Store {
     /// dynamic one, `false` means the name is held by a `#[workflow(cron)]`
     /// schedule and nothing was written.
     pub async fn put_schedule(&self, def: &ScheduleDef<'_>) -> Result<bool> {
-        let now = self.now_us();
+        self.put_schedule_at(def, self.now_us()).await
+    }
+
+    /// [`Store::put_schedule`], the write stamped at `now` (µs since the
+    /// Unix epoch) rather than by this store's clock: a management call
+    /// passes the database server's time, since a new schedule's ticks
+    /// after its making count as missed when no worker ran them.
+    pub async fn put_schedule_at(&self, def: &ScheduleDef<'_>, now: i64) -> Result<bool> {
         let latest = def.latest_tick.unwrap_or(-1);
         let written = match def.input {
             None => {

@@ -99,3 +99,60 @@ async fn triggers_at_one_instant_each_run() {
         assert_eq!(handle.result().await.unwrap(), Ok("hello ada".to_owned()));
     }
 }
+
+/// A schedule made by another process while this worker's scheduler was
+/// held up for more than a minute, first read after the hold-up: the ticks
+/// since its making are missed ticks (the latest of those more than a
+/// minute late runs, then every tick of the last minute), as a worker
+/// starting then would run them, not only those of the last minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_made_during_a_hold_up_runs_its_missed_tick() {
+    let start: i64 = 1_700_000_000;
+    let env =
+        TestEnv::starting_at(UNIX_EPOCH + Duration::from_millis(start as u64 * 1000 + 500)).await;
+    env.advance(Duration::from_secs(1)).await;
+    let store = keiro::unstable::raw_store(env.keiro());
+    // Held up: the clock moves on with no pass of the scheduler, and
+    // another process makes a schedule ticking at each whole minute.
+    let made = start + 3_600;
+    store.clock().set_us(made * 1_000_000 + 500_000);
+    store
+        .put_schedule(&keiro_store::ScheduleDef {
+            name: "minutely",
+            cron: "0 * * * * *",
+            timezone: "UTC",
+            workflow: "greet",
+            input: Some("[\"bo\"]"),
+            latest_tick: None,
+        })
+        .await
+        .unwrap();
+    // 150 s after the making the scheduler passes again: two whole
+    // minutes fell since, one more than a minute ago.
+    store.clock().set_us((made + 150) * 1_000_000 + 500_000);
+    env.advance(Duration::from_millis(1)).await;
+    let page = env
+        .keiro()
+        .list(&ListFilter::default().id_prefix("cron:minutely:").limit(10))
+        .await
+        .unwrap();
+    let mut ran: Vec<i64> = page
+        .items
+        .iter()
+        .map(|row| {
+            let at = row.id.trim_start_matches("cron:minutely:");
+            chrono::DateTime::parse_from_rfc3339(at)
+                .unwrap()
+                .timestamp()
+        })
+        .collect();
+    ran.sort_unstable();
+    let minutes: Vec<i64> = (made + 1..=made + 150).filter(|t| t % 60 == 0).collect();
+    assert_eq!(minutes.len(), 2, "{minutes:?}");
+    // The latest of those more than a minute late, and the last minute's.
+    let late = made + 150 - 60;
+    let latest_missed = *minutes.iter().rfind(|&&t| t <= late).unwrap();
+    let mut expected = vec![latest_missed];
+    expected.extend(minutes.iter().filter(|&&t| t > late));
+    assert_eq!(ran, expected, "made at {made}, minutes {minutes:?}");
+}

@@ -397,14 +397,17 @@ impl Keiro {
         let input = call.encoded_input()?;
         let written = self
             .raw_store()
-            .put_schedule(&ScheduleDef {
-                name,
-                cron,
-                timezone,
-                workflow: call.name,
-                input: Some(&input),
-                latest_tick: spec.latest_until(now),
-            })
+            .put_schedule_at(
+                &ScheduleDef {
+                    name,
+                    cron,
+                    timezone,
+                    workflow: call.name,
+                    input: Some(&input),
+                    latest_tick: spec.latest_until(now),
+                },
+                now,
+            )
             .await?;
         if !written {
             return Err(Error::InvalidSchedule {

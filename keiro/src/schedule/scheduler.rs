@@ -394,8 +394,10 @@ impl Unreadable {
 /// The cursor of `row`, made or re-parsed when its definition changed;
 /// `None` when the stored definition does not parse. A new one starts at
 /// `now` on the scheduler's `first` pass (missed ticks are start-up's), and
-/// on a later one at the row's last write, at most [`LATE_AFTER`] back: a
-/// schedule made by another process just before a tick still runs it.
+/// on a later one at the row's last write: a schedule made by another
+/// process just before a tick still runs it, and one this scheduler first
+/// reads more than [`LATE_AFTER`] after its making (it was held up) treats
+/// the ticks since as missed ticks.
 fn cursor<'c>(
     cursors: &'c mut HashMap<String, Cursor>,
     row: &ScheduleRow,
@@ -423,12 +425,11 @@ fn cursor<'c>(
     // like a new one.
     // (A change seen more than `LATE_AFTER` after it was written leaves
     // the ticks since then to the held-up handling, as missed ticks.)
-    let late = now.saturating_sub(crate::time::duration_us(LATE_AFTER));
     let written = row.updated_at.saturating_sub(1).min(now);
     let handled = match cursors.get(&row.name) {
         Some(cursor) => cursor.handled.max(written),
         None if first => now,
-        None => written.max(late),
+        None => written,
     };
     let seen = cursors.get(&row.name).map_or(row.updated_at, |c| c.seen);
     cursors.insert(

@@ -20,6 +20,10 @@ const MAX_STEPS: usize = 64;
 /// The step at which a search probes for a change of the zone's offset.
 const PROBE_US: i64 = 7 * 86_400 * 1_000_000;
 
+/// A year and a day, in µs: how far past the last real tick a skipped wall
+/// time is looked for.
+const YEAR_US: i64 = 367 * 86_400 * 1_000_000;
+
 /// More than any zone's clocks ever moved at once.
 const MAX_SHIFT_US: i64 = 3 * 3_600 * 1_000_000;
 
@@ -91,11 +95,15 @@ impl CronSpec {
     /// field): then they tick at both, so an every-minute schedule runs each
     /// real minute of the repeated hour.
     pub(crate) fn next_after(&self, after_us: i64) -> Option<i64> {
-        let real = self.next_real_after(after_us)?;
-        Some(match self.next_skipped_after(after_us, real) {
-            Some(skipped) => skipped.min(real),
-            None => real,
-        })
+        match self.next_real_after(after_us) {
+            Some(real) => Some(match self.next_skipped_after(after_us, real) {
+                Some(skipped) => skipped.min(real),
+                None => real,
+            }),
+            // No real tick left (an expression bound to a date or a year):
+            // a skipped wall time within a year may still be the last one.
+            None => self.next_skipped_after(after_us, after_us.saturating_add(YEAR_US)),
+        }
     }
 
     /// The first tick after `after_us` at a wall time that exists.
@@ -455,6 +463,13 @@ mod tests {
             rfc3339(two.next_after(at("2024-03-30T12:00:00Z")).unwrap()),
             "2024-03-31T01:00:00Z"
         );
+        // A skipped wall time that is the expression's last tick still runs.
+        let once = berlin("0 30 2 31 3 * 2024");
+        assert_eq!(
+            once.next_after(at("2024-03-30T12:00:00Z")).map(rfc3339),
+            Some("2024-03-31T01:30:00Z".to_owned())
+        );
+        assert_eq!(once.next_after(at("2024-03-31T01:30:00Z")), None);
         let both = berlin("0 30 2,3 * * *");
         let spring = both.ticks_within(at("2024-03-30T12:00:00Z"), at("2024-03-31T12:00:00Z"), 10);
         assert_eq!(shown(&spring), ["2024-03-31T01:30:00Z"]);
