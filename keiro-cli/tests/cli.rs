@@ -1044,10 +1044,10 @@ async fn schedules_list_pause_resume_and_trigger(backend: Backend) {
 /// installs it), which shifts a child's wall clock.
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
-/// PostgreSQL: `keiro schedules resume` run on a host whose clock is 3 s
+/// PostgreSQL: `keiro schedules resume` run on a host whose clock is 8 s
 /// ahead (the command takes no executor identity, so nothing checks that
-/// clock) judges which ticks fell by the database server's: 1.5 s after a
-/// tick of a schedule every 4 s, its own clock reads past the next tick,
+/// clock) judges which ticks fell by the database server's: 3 s after a
+/// tick of a schedule every 10 s, its own clock reads past the next tick,
 /// which must not be passed over as fallen while paused. A worker then
 /// runs it when it falls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1060,13 +1060,13 @@ async fn postgres_a_resume_from_a_clock_ahead_passes_over_no_tick_to_come() {
     let keiro = db.keiro().await;
     keiro
         .create_schedule(
-            "every4-cli",
-            "*/4 * * * * *",
-            cli_steps("every4-cli".into()),
+            "every10-cli",
+            "*/10 * * * * *",
+            cli_steps("every10-cli".into()),
         )
         .await
         .unwrap();
-    keiro.pause_schedule("every4-cli").await.unwrap();
+    keiro.pause_schedule("every10-cli").await.unwrap();
     let worker = keiro
         .resume_worker(ResumeOptions::default().poll_interval(Duration::from_millis(50)))
         .await
@@ -1077,39 +1077,39 @@ async fn postgres_a_resume_from_a_clock_ahead_passes_over_no_tick_to_come() {
             .unwrap()
             .as_millis() as i64
     };
-    // 1.5 s after a tick (the clock 3 s ahead reads 0.5 s past the next).
+    // 3 s after a tick (the clock 8 s ahead reads 1 s past the next).
     let mut now = millis();
-    while now % 4_000 < 1_500 || now % 4_000 > 2_000 {
+    while now % 10_000 < 3_000 || now % 10_000 > 3_500 {
         tokio::time::sleep(Duration::from_millis(20)).await;
         now = millis();
     }
-    let next_tick_ms = now - now % 4_000 + 4_000;
+    let next_tick_ms = now - now % 10_000 + 10_000;
     let dir = tempfile::tempdir().unwrap();
     let offset = dir.path().join("offset");
-    std::fs::write(&offset, "+3s").unwrap();
+    std::fs::write(&offset, "+8s").unwrap();
     let env = [
         ("LD_PRELOAD", LIBFAKETIME),
         ("FAKETIME_TIMESTAMP_FILE", offset.to_str().unwrap()),
         ("FAKETIME_NO_CACHE", "1"),
         ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
     ];
-    run_with_env(Some(&db.url), &["schedules", "resume", "every4-cli"], &env)
+    run_with_env(Some(&db.url), &["schedules", "resume", "every10-cli"], &env)
         .await
         .ok();
     assert!(
         millis() < next_tick_ms,
-        "the resume ran past the next tick; the test's window is 2 s"
+        "the resume ran past the next tick; the test's window is 6.5 s"
     );
     // The next tick falls, and the worker starts it.
     let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
     let ticks = || {
         sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM keiro.workflows WHERE id LIKE 'cron:every4-cli:%' \
+            "SELECT count(*) FROM keiro.workflows WHERE id LIKE 'cron:every10-cli:%' \
              AND id NOT LIKE '%:trigger:%'",
         )
         .fetch_one(&pool)
     };
-    while millis() < next_tick_ms + 2_500 && ticks().await.unwrap() == 0 {
+    while millis() < next_tick_ms + 3_000 && ticks().await.unwrap() == 0 {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(

@@ -439,7 +439,8 @@ pub fn select(input: TokenStream) -> TokenStream {
 /// `concurrency`, and an unknown or repeated setting are compile errors at
 /// the offending tokens; the same mistakes in values the macro cannot see
 /// (constants), and one name declared twice with other settings, are
-/// `keiro::Error::InvalidOption` when the runtime connects.
+/// `keiro::Error::InvalidOption` when the runtime connects (a
+/// `worker_concurrency` above `concurrency` there only a warning).
 #[proc_macro]
 pub fn queue(input: TokenStream) -> TokenStream {
     expand::queue(input.into()).into()

@@ -784,6 +784,18 @@ impl Store {
     /// Refused with [`StoreError::Duplicate`] when another unfinished
     /// instance took its queue's dedup key meanwhile.
     pub async fn requeue_set_aside(&self, id: &str) -> Result<bool> {
+        match self.requeue_set_aside_once(id).await {
+            // As in `Store::retry`: the key's holder came and went; the
+            // second try goes through or names the next one.
+            Err(error) if crate::queue::is_unique_violation(&error) => {
+                self.requeue_set_aside_once(id).await
+            }
+            other => other,
+        }
+    }
+
+    /// One try of [`Store::requeue_set_aside`].
+    async fn requeue_set_aside_once(&self, id: &str) -> Result<bool> {
         if let Some(duplicate) = self.dedup_taken(id).await? {
             return Err(duplicate);
         }

@@ -174,6 +174,17 @@ impl Store {
     /// another unfinished instance took its queue's dedup key since it
     /// ended.
     pub async fn retry(&self, id: &str) -> Result<Retry> {
+        match self.retry_once(id).await {
+            // The key's holder, which took it between this call's check and
+            // its write, finished before it could be named: the key is free
+            // again, and a second try goes through or names the next one.
+            Err(error) if crate::queue::is_unique_violation(&error) => self.retry_once(id).await,
+            other => other,
+        }
+    }
+
+    /// One try of [`Store::retry`].
+    async fn retry_once(&self, id: &str) -> Result<Retry> {
         const OP: &str = "retry";
         validate_id("workflow id", id)?;
         let now = self.now_us();

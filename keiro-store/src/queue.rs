@@ -553,7 +553,7 @@ impl Conn<'_> {
 
 /// Whether `error` is a unique-index violation (a racing duplicate that
 /// passed the check before the insert).
-fn is_unique_violation(error: &StoreError) -> bool {
+pub(crate) fn is_unique_violation(error: &StoreError) -> bool {
     matches!(error, StoreError::Query { source, .. }
         if matches!(&**source, sqlx::Error::Database(db) if db.is_unique_violation()))
 }
@@ -985,8 +985,9 @@ where
                     return Err(found.unwrap_or_else(|| StoreError::Conflict {
                         step: "enqueue_tx",
                         reason: format!(
-                            "another transaction took dedup key `{key}` of queue `{}` after \
-                             this one's snapshot ({error}); run the transaction again",
+                            "dedup key `{key}` of queue `{}` was taken by a transaction this \
+                             one cannot see (it committed after this one's snapshot, or \
+                             finished again already) ({error}); run the transaction again",
                             queued.queue.unwrap_or("")
                         ),
                     }));

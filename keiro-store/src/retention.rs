@@ -121,10 +121,11 @@ impl RetentionStatements {
         )
     }
 
-    /// The status of the instances bound from `$1`, their rows locked.
+    /// The status and last change of the instances bound from `$1`, their
+    /// rows locked.
     fn lock(&self, ids: usize) -> String {
         format!(
-            "SELECT id, status FROM {} WHERE id IN ({}) ORDER BY id{}",
+            "SELECT id, status, updated_at FROM {} WHERE id IN ({}) ORDER BY id{}",
             self.workflows,
             placeholders(1, ids),
             self.lock_row
@@ -486,7 +487,7 @@ async fn batch_on(
             let (page, members, cut) = fitting(page, members, limit);
             let mut doomed = doomed_trees(&members);
             if !r.lock_row.is_empty() && !doomed.is_empty() {
-                lock_doomed(conn, r, &mut doomed).await?;
+                lock_doomed(conn, r, policy, &mut doomed).await?;
             }
             if policy.dry_run {
                 cursor.doomed_continued.extend(
@@ -636,6 +637,7 @@ async fn trees(
 async fn lock_doomed(
     conn: &mut Conn<'_>,
     r: &RetentionStatements,
+    policy: &GcPolicy,
     doomed: &mut HashMap<String, String>,
 ) -> Result<()> {
     let mut ids: Vec<String> = doomed.keys().cloned().collect();
@@ -644,11 +646,11 @@ async fn lock_doomed(
     for chunk in ids.chunks(IDS_PER_STATEMENT) {
         let args: Vec<Arg<'_>> = chunk.iter().map(|id| Arg::Text(id)).collect();
         let text = r.lock(chunk.len());
-        let rows = fetch_as!(conn, (String, String), &text, &args)?;
+        let rows = fetch_as!(conn, (String, String, i64), &text, &args)?;
         let finished: BTreeSet<&str> = rows
             .iter()
-            .filter(|(_, status)| is_finished(status))
-            .map(|(id, _)| id.as_str())
+            .filter(|(_, status, updated_at)| may_go(policy, status, *updated_at))
+            .map(|(id, ..)| id.as_str())
             .collect();
         spoiled.extend(
             chunk

@@ -193,9 +193,11 @@ pub(super) fn log_to_tracing(event: &ResumeEvent) {
             %name, %id, %message,
             "keiro resume worker: workflow failed after its crash attempts"
         ),
-        ResumeEvent::PassFailed { error } => {
-            tracing::warn!(%error, "keiro resume worker: pass failed")
-        }
+        ResumeEvent::PassFailed { error } => tracing::warn!(
+            %error,
+            "keiro resume worker: a claim or read of a pass failed (the pass drives what its \
+             other claims took; it fails whole only when it claimed nothing)"
+        ),
         ResumeEvent::Gc(summary) => tracing::info!(
             instances = summary.instances,
             steps = summary.steps,
