@@ -1040,10 +1040,6 @@ async fn schedules_list_pause_resume_and_trigger(backend: Backend) {
     );
 }
 
-/// libfaketime's thread-safe build (Debian's `faketime`; `.ci/run`
-/// installs it), which shifts a child's wall clock.
-const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
-
 /// PostgreSQL: `keiro schedules resume` run on a host whose clock is 8 s
 /// ahead (the command takes no executor identity, so nothing checks that
 /// clock) judges which ticks fell by the database server's: 3 s after a
@@ -1052,10 +1048,6 @@ const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1
 /// runs it when it falls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_resume_from_a_clock_ahead_passes_over_no_tick_to_come() {
-    assert!(
-        std::path::Path::new(LIBFAKETIME).exists(),
-        "{LIBFAKETIME} is missing: install Debian's `faketime` (.ci/run does)"
-    );
     let db = TestDb::new(Backend::Postgres).await;
     let keiro = db.keiro().await;
     keiro
@@ -1087,12 +1079,7 @@ async fn postgres_a_resume_from_a_clock_ahead_passes_over_no_tick_to_come() {
     let dir = tempfile::tempdir().unwrap();
     let offset = dir.path().join("offset");
     std::fs::write(&offset, "+8s").unwrap();
-    let env = [
-        ("LD_PRELOAD", LIBFAKETIME),
-        ("FAKETIME_TIMESTAMP_FILE", offset.to_str().unwrap()),
-        ("FAKETIME_NO_CACHE", "1"),
-        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-    ];
+    let env = keiro_tests::faketime::shifted_env(&offset);
     run_with_env(Some(&db.url), &["schedules", "resume", "every10-cli"], &env)
         .await
         .ok();

@@ -6,6 +6,7 @@ use std::sync::{Mutex, OnceLock};
 
 pub mod deployments;
 pub mod executors;
+pub mod faketime;
 pub mod faults;
 pub mod operator;
 pub mod pg_cluster;

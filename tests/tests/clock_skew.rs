@@ -12,15 +12,11 @@ use keiro::timers::{FireOutcome, TimerRequest, TimerStatus, TimerWorkerOptions};
 use keiro::Keiro;
 use keiro_store::InstanceStatus;
 use keiro_tests::executors::brief;
+use keiro_tests::faketime::shifted_env;
 use keiro_tests::process::CrashChild;
 use keiro_tests::{on_both_backends, Backend, TestDb};
 
 const BIN: &str = env!("CARGO_BIN_EXE_executor_process");
-
-/// libfaketime's thread-safe build (Debian's `faketime` package): preloaded,
-/// it shifts the child's wall clock (and not its monotonic one) by the
-/// offset in a file it re-reads at every reading.
-const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
 /// The worker's lease TTL: 10 s, so `max_clock_skew` is 2.5 s.
 const LEASE_MS: &str = "10000";
@@ -59,21 +55,6 @@ fn set_offset(offset: &Path, shift: &str) {
     let next = offset.with_extension("next");
     std::fs::write(&next, shift).unwrap();
     std::fs::rename(&next, offset).unwrap();
-}
-
-/// The environment that shifts a child's clock by what `offset` holds
-/// (`+30s`, `-1m`, `+0s`, …).
-fn shifted_env(offset: &Path) -> [(&'static str, &str); 4] {
-    assert!(
-        Path::new(LIBFAKETIME).exists(),
-        "{LIBFAKETIME} is missing: install Debian's `faketime` (.ci/run does)"
-    );
-    [
-        ("LD_PRELOAD", LIBFAKETIME),
-        ("FAKETIME_TIMESTAMP_FILE", offset.to_str().unwrap()),
-        ("FAKETIME_NO_CACHE", "1"),
-        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-    ]
 }
 
 /// A worker child under libfaketime, its clock shifted by what `offset`

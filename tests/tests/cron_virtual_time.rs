@@ -19,22 +19,25 @@ async fn each_second(scheduled_at: SystemTime) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-/// The tick seconds of the instances the schedule made, in order.
+/// The tick seconds of the instances `each_second`'s schedule made, in
+/// order.
 async fn ticks(env: &TestEnv) -> Vec<i64> {
+    ticks_of(env, "each_second").await
+}
+
+/// The tick seconds of the instances schedule `name` made, in order.
+async fn ticks_of(env: &TestEnv, name: &str) -> Vec<i64> {
+    let prefix = format!("cron:{name}:");
     let page = env
         .keiro()
-        .list(
-            &ListFilter::default()
-                .id_prefix("cron:each_second:")
-                .limit(1000),
-        )
+        .list(&ListFilter::default().id_prefix(&prefix).limit(1000))
         .await
         .unwrap();
     let mut ticks: Vec<i64> = page
         .items
         .iter()
         .map(|row| {
-            let at = row.id.trim_start_matches("cron:each_second:");
+            let at = row.id.trim_start_matches(&prefix);
             chrono::DateTime::parse_from_rfc3339(at)
                 .unwrap_or_else(|e| panic!("{}: {e}", row.id))
                 .timestamp()
@@ -131,22 +134,7 @@ async fn a_schedule_made_during_a_hold_up_runs_its_missed_tick() {
     // minutes fell since, one more than a minute ago.
     store.clock().set_us((made + 150) * 1_000_000 + 500_000);
     env.advance(Duration::from_millis(1)).await;
-    let page = env
-        .keiro()
-        .list(&ListFilter::default().id_prefix("cron:minutely:").limit(10))
-        .await
-        .unwrap();
-    let mut ran: Vec<i64> = page
-        .items
-        .iter()
-        .map(|row| {
-            let at = row.id.trim_start_matches("cron:minutely:");
-            chrono::DateTime::parse_from_rfc3339(at)
-                .unwrap()
-                .timestamp()
-        })
-        .collect();
-    ran.sort_unstable();
+    let ran = ticks_of(&env, "minutely").await;
     let minutes: Vec<i64> = (made + 1..=made + 150).filter(|t| t % 60 == 0).collect();
     assert_eq!(minutes.len(), 2, "{minutes:?}");
     // The latest of those more than a minute late, and the last minute's.

@@ -215,16 +215,21 @@ async fn recorded_starts(db: &TestDb, backend: Backend, queue: &str) -> Vec<i64>
     starts
 }
 
-async fn rate_limit_spaces_starts(backend: Backend) {
-    let db = TestDb::new(backend).await;
-    let keiro = db.keiro().await;
-    let (_dir, file) = events_file();
+/// Enqueues `count` `queue_job`s holding `hold_ms` on `RATE_20`, with ids
+/// `{prefix}-{n}` and tags `n`, recording to `file`.
+async fn enqueue_rated(
+    keiro: &Keiro,
+    file: &Path,
+    prefix: &str,
+    count: u32,
+    hold_ms: u64,
+) -> Vec<WorkflowHandle<Result<String, String>>> {
     let mut handles = Vec::new();
-    for n in 0..100 {
-        let call = queue_job(text(&file), format!("{n}"), 500);
-        let id = format!("rate-{n}");
+    for n in 0..count {
+        let call = queue_job(text(file), format!("{n}"), hold_ms);
+        let id = format!("{prefix}-{n}");
         handles.push(
-            call.on(&keiro)
+            call.on(keiro)
                 .id(id)
                 .queue(&RATE_20)
                 .enqueue()
@@ -232,6 +237,14 @@ async fn rate_limit_spaces_starts(backend: Backend) {
                 .unwrap(),
         );
     }
+    handles
+}
+
+async fn rate_limit_spaces_starts(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let (_dir, file) = events_file();
+    let handles = enqueue_rated(&keiro, &file, "rate", 100, 500).await;
     let began = Instant::now();
     let worker = worker_here(&keiro).await;
     all_done(handles).await;
@@ -482,10 +495,6 @@ async fn postgres_a_failing_queue_claim_costs_the_other_sources_nothing() {
     assert_eq!(queued.result().await.unwrap().unwrap(), "queued");
 }
 
-/// libfaketime's thread-safe build (Debian's `faketime`; see
-/// `clock_skew.rs`), which shifts a child's wall clock.
-const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
-
 /// PostgreSQL: a rate limit counts one window across workers whose clocks
 /// differ (within the skew limit). A worker process whose clock runs a
 /// second behind starts the first 20 of a queue of 20 a second; a worker
@@ -496,34 +505,13 @@ const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_rate_limit_holds_across_workers_whose_clocks_differ() {
     use sqlx::Connection as _;
-    assert!(
-        Path::new(LIBFAKETIME).exists(),
-        "{LIBFAKETIME} is missing: install Debian's `faketime` (.ci/run does)"
-    );
     let db = TestDb::new(Backend::Postgres).await;
     let keiro = db.keiro().await;
     let (dir, file) = events_file();
-    let mut handles = Vec::new();
-    for n in 0..40 {
-        let call = queue_job(text(&file), format!("{n}"), 50);
-        let id = format!("skewed-rate-{n}");
-        handles.push(
-            call.on(&keiro)
-                .id(id)
-                .queue(&RATE_20)
-                .enqueue()
-                .await
-                .unwrap(),
-        );
-    }
+    let handles = enqueue_rated(&keiro, &file, "skewed-rate", 40, 50).await;
     let offset = dir.path().join("offset");
     std::fs::write(&offset, "-1s").unwrap();
-    let env = [
-        ("LD_PRELOAD", LIBFAKETIME),
-        ("FAKETIME_TIMESTAMP_FILE", offset.to_str().unwrap()),
-        ("FAKETIME_NO_CACHE", "1"),
-        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-    ];
+    let env = keiro_tests::faketime::shifted_env(&offset);
     let mut behind = CrashChild::start_with_env(WORKER, &db, &env, &["32"]);
     behind.line_containing("serves").await;
     let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
