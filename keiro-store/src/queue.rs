@@ -150,9 +150,6 @@ pub(crate) struct QueueStatements {
     /// Another unfinished instance holding the queue and dedup key of
     /// instance `$1`.
     dedup_holder: String,
-    /// The instances a finish of `$1` handed its slot to under owner `$2`
-    /// (see [`Store::handed_successors`]).
-    handed_to: String,
     pub(crate) rooms: String,
     pub(crate) claim_partition: String,
     /// As `claim_partition`, of instances that started before only.
@@ -361,13 +358,6 @@ impl QueueStatements {
             find_duplicate: format!(
                 "SELECT id FROM {w} WHERE queue = $1 AND dedup_key = $2 AND {unfinished} \
                  AND NOT EXISTS (SELECT 1 FROM {w} WHERE id = $3)"
-            ),
-            handed_to: format!(
-                "SELECT s.id FROM {w} f JOIN {w} s ON s.queue = f.queue \
-                 AND s.partition_key = f.partition_key \
-                 WHERE f.id = $1 AND f.queue IS NOT NULL AND s.id <> f.id \
-                 AND s.{unfinished} AND s.status = 'running' AND s.lease_owner = $2 \
-                 AND s.updated_at = f.updated_at"
             ),
             dedup_holder: format!(
                 "SELECT o.id, o.queue, o.dedup_key FROM {w} me JOIN {w} o \
@@ -720,26 +710,6 @@ impl Store {
             }
             Ok(created)
         })
-    }
-
-    /// The instances of finished instance `finished_id`'s queue partition
-    /// that a finish of it handed its slot to under `owner`: running,
-    /// leased to `owner`, last changed in the very write that recorded the
-    /// end (a finish and its hand-over share one time). A finish whose
-    /// commit's answer was lost (the connection dropped after the commit)
-    /// and whose retry then applied to nothing learns of its successors
-    /// only so; left alone they would wait out their lease undriven,
-    /// holding their slots.
-    pub async fn handed_successors(&self, finished_id: &str, owner: &str) -> Result<Vec<String>> {
-        let rows: Vec<(String,)> = dispatch!(Store, self, |s, sql| {
-            crate::prepared::query_as(&sql.queue.handed_to)
-                .bind(finished_id)
-                .bind(owner)
-                .fetch_all(s.exec())
-                .await
-                .map_err(StoreError::query("handed_successors"))
-        })?;
-        Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 
     /// [`dedup_taken`] on a pooled connection.

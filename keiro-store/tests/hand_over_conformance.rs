@@ -700,38 +700,6 @@ async fn a_batch_hands_over_nothing_behind_another_workflows_row(db: &TestDb) {
     assert_eq!(status(store, "mine-2").await, InstanceStatus::Pending);
 }
 
-/// A finish whose commit's answer was lost finds the successors it handed
-/// its slot to (`Store::handed_successors`): those of its partition leased
-/// to its owner in the same write, not an instance it or another owner
-/// claimed otherwise; once released, a claim takes the successor again.
-async fn a_finish_finds_the_successors_it_handed_over(db: &TestDb) {
-    let store = &db.store;
-    for id in ["a", "b"] {
-        Job::new(id, "p").enqueue(store).await;
-    }
-    assert_eq!(claim(store, 2).await, ["a", "b"]);
-    Job::new("next", "p").enqueue(store).await;
-    Job::new("later", "p").enqueue(store).await;
-    assert_eq!(finish_one(store, "a").await.as_deref(), Some("next"));
-    assert_eq!(store.handed_successors("a", OWNER).await.unwrap(), ["next"]);
-    assert!(store
-        .handed_successors("a", OTHER)
-        .await
-        .unwrap()
-        .is_empty());
-    // `b` (claimed, running) and `later` (pending) are no successors of it;
-    // nor has `b`, unfinished, any.
-    assert!(store
-        .handed_successors("b", OWNER)
-        .await
-        .unwrap()
-        .is_empty());
-    store.release("next", OWNER).await.unwrap();
-    let mut claimed = claim(store, 3).await;
-    claimed.sort();
-    assert_eq!(claimed, ["later", "next"]);
-}
-
 /// A claim that waits for its queue (another transaction holds it:
 /// SQLite's write lock, PostgreSQL's advisory lock on the queue) dates its
 /// leases from when it goes on, not from when it was asked: they do not
@@ -907,7 +875,6 @@ conformance!(
     a_claim_that_waited_for_its_queue_leases_from_when_it_goes_on,
     an_instance_of_another_workflow_due_first_stops_the_hand_over,
     a_batch_hands_over_nothing_behind_another_workflows_row,
-    a_finish_finds_the_successors_it_handed_over,
     the_successor_is_the_next_of_the_partition_in_run_order,
     a_finish_that_does_not_apply_hands_nothing_over,
     an_instance_under_a_live_lease_is_never_a_successor,

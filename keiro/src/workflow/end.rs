@@ -278,22 +278,16 @@ async fn finish(
     // the recorded end.
     let who = (row.name.as_str(), row.id.as_str());
     let writer = keiro.writer();
-    let (outcome, failed_before) = retrying(who, "recording a workflow's end", || {
+    let (finished, successor) = retrying(who, "recording a workflow's end", || {
         // Each try anew: one retried past the lease's lapse (or once the
         // worker drains) hands nothing over.
         let hand_over = handing.as_ref().and_then(|handing| handing.now(keiro));
         writer.finish_after_steps(request.clone(), hand_over, steps.clone())
     })
-    .await;
-    let (finished, successor) = outcome?;
-    let handed_over = handing.is_some();
+    .await
+    .0?;
     if let Some(handing) = handing {
         handing.successor = successor;
-    }
-    if !finished && failed_before && handed_over {
-        // A try before may have committed, its answer lost: a successor it
-        // started is leased to this worker and driven by nobody.
-        release_orphaned_successors(keiro, &row.id).await;
     }
     if !finished {
         // A row of it another run journaled first stops the end, and this
@@ -349,35 +343,6 @@ pub(super) async fn release_overtaken(keiro: &Keiro, name: &str, id: &str) {
             keiro.inflight().release(driving);
         }
     });
-}
-
-/// Lets go of the successors a finish of `id` handed its slot to in a
-/// commit whose answer was lost (see `Store::handed_successors`): those
-/// this process does not drive are released, so a claim (this worker's
-/// refill among them) starts them now rather than when their lease lapses.
-/// A failure is logged; the lease's lapse then frees them.
-async fn release_orphaned_successors(keiro: &Keiro, id: &str) {
-    let store = keiro.raw_store();
-    let orphans = match store.handed_successors(id, keiro.owner()).await {
-        Ok(orphans) => orphans,
-        Err(error) => {
-            tracing::warn!(%id, %error, "keiro could not look for the successors of a lost finish");
-            return;
-        }
-    };
-    for orphan in orphans {
-        if keiro.inflight().attach(&orphan).is_some() {
-            continue;
-        }
-        tracing::info!(
-            %id,
-            successor = %orphan,
-            "keiro releases the successor a finish handed its slot to before its answer was lost"
-        );
-        if let Err(error) = store.release(&orphan, keiro.owner()).await {
-            tracing::warn!(%orphan, %error, "keiro could not release an orphaned successor");
-        }
-    }
 }
 
 /// Releases this process's lease of instance `id` (of workflow `name`), if
