@@ -425,10 +425,16 @@ impl State {
             Ok(schedule) => {
                 let expression = lit.value();
                 // A date that never comes (30 February): the workflow would
-                // never run. Not judged for an expression with a year field,
-                // whose answer would depend on the day of the build.
-                let has_year = expression.split_whitespace().count() == 7;
-                if !has_year && schedule.upcoming(chrono_tz::UTC).next().is_none() {
+                // never run. Judged without the year field, if any, whose
+                // answer would depend on the day of the build: a date no
+                // year has never comes in the years given either.
+                let fields: Vec<&str> = expression.split_whitespace().collect();
+                let never = match fields.len() {
+                    7 => <cron::Schedule as std::str::FromStr>::from_str(&fields[..6].join(" "))
+                        .is_ok_and(|dates| dates.upcoming(chrono_tz::UTC).next().is_none()),
+                    _ => schedule.upcoming(chrono_tz::UTC).next().is_none(),
+                };
+                if never {
                     self.errors.spanned(
                         &lit,
                         format!(

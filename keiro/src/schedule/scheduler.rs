@@ -289,7 +289,7 @@ async fn pass(
             let latest = cursor
                 .spec
                 .latest_until(late)
-                .filter(|&tick| tick > cursor.handled);
+                .filter(|&tick| tick > cursor.handled && !reached(tick));
             if let (Some(tick), MissedTicks::RunLatest) = (latest, missed) {
                 retry = fire_logged(keiro, runs, row, tick).await == Fired::Retry;
             }
@@ -426,10 +426,13 @@ fn cursor<'c>(
     // (A change seen more than `LATE_AFTER` after it was written leaves
     // the ticks since then to the held-up handling, as missed ticks.)
     let written = row.updated_at.saturating_sub(1).min(now);
+    // Never before the last tick the row records (one passed over by a
+    // resume or a redefinition, which may predate `written` when the
+    // writer's clock was behind).
     let handled = match cursors.get(&row.name) {
         Some(cursor) => cursor.handled.max(written),
         None if first => now,
-        None => written,
+        None => written.max(row.last_tick.unwrap_or(i64::MIN)),
     };
     let seen = cursors.get(&row.name).map_or(row.updated_at, |c| c.seen);
     cursors.insert(

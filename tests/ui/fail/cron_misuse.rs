@@ -25,6 +25,13 @@ async fn never(scheduled_at: SystemTime) -> Result<(), String> {
     Ok(())
 }
 
+// Nor does it in any year.
+#[keiro::workflow(cron = "0 0 2 30 2 * *")]
+async fn never_in_any_year(scheduled_at: SystemTime) -> Result<(), String> {
+    let _ = scheduled_at;
+    Ok(())
+}
+
 // The tick is the one argument.
 #[keiro::workflow(cron = "0 0 2 * * *")]
 async fn no_tick() -> Result<(), String> {
