@@ -784,14 +784,7 @@ impl Store {
     /// Refused with [`StoreError::Duplicate`] when another unfinished
     /// instance took its queue's dedup key meanwhile.
     pub async fn requeue_set_aside(&self, id: &str) -> Result<bool> {
-        match self.requeue_set_aside_once(id).await {
-            // As in `Store::retry`: the key's holder came and went; the
-            // second try goes through or names the next one.
-            Err(error) if crate::queue::is_unique_violation(&error) => {
-                self.requeue_set_aside_once(id).await
-            }
-            other => other,
-        }
+        crate::queue::twice_past_a_gone_holder(|| self.requeue_set_aside_once(id)).await
     }
 
     /// One try of [`Store::requeue_set_aside`].

@@ -174,13 +174,7 @@ impl Store {
     /// another unfinished instance took its queue's dedup key since it
     /// ended.
     pub async fn retry(&self, id: &str) -> Result<Retry> {
-        match self.retry_once(id).await {
-            // The key's holder, which took it between this call's check and
-            // its write, finished before it could be named: the key is free
-            // again, and a second try goes through or names the next one.
-            Err(error) if crate::queue::is_unique_violation(&error) => self.retry_once(id).await,
-            other => other,
-        }
+        crate::queue::twice_past_a_gone_holder(|| self.retry_once(id)).await
     }
 
     /// One try of [`Store::retry`].

@@ -294,6 +294,7 @@ impl QueueStatements {
                          versions: &str,
                          limit: &str,
                          only_if: &str| {
+            let versions = (d.json_text_elements)(versions);
             format!(
                 "SELECT c.id FROM {w} c{order_index} WHERE c.queue = {queue}{only_if} \
                      AND c.partition_key = {partition} \
@@ -306,7 +307,6 @@ impl QueueStatements {
                          AND o.created_at <= c.created_at \
                          AND (o.created_at < c.created_at OR o.id < c.id){first}) \
                      ORDER BY {order} LIMIT {limit}{skip}",
-                versions = (d.json_text_elements)(versions),
                 skip = d.skip_locked,
                 before = format!(
                     "SELECT 1 FROM {w} o{order_index} WHERE o.queue = {queue} \
@@ -316,7 +316,6 @@ impl QueueStatements {
                      AND NOT (o.name = {name} \
                          AND (o.signature IS NULL OR o.signature = {signature}) \
                          AND (o.app_version IS NULL OR o.app_version IN ({versions})))",
-                    versions = (d.json_text_elements)(versions),
                 ),
                 first = FIRST_ONLY,
             )
@@ -551,9 +550,26 @@ impl Conn<'_> {
     }
 }
 
+/// Runs `attempt` (a write that puts an instance in line on its queue) a
+/// second time when it met the dedup key's unique index and could not name
+/// the holder, its raw error: the holder took the key after the attempt's
+/// check and finished before the read naming it, so the key is free again
+/// and the second try goes through or names the next holder. A second such
+/// race returns the index's error.
+pub(crate) async fn twice_past_a_gone_holder<T, F, Fut>(mut attempt: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    match attempt().await {
+        Err(error) if is_unique_violation(&error) => attempt().await,
+        other => other,
+    }
+}
+
 /// Whether `error` is a unique-index violation (a racing duplicate that
 /// passed the check before the insert).
-pub(crate) fn is_unique_violation(error: &StoreError) -> bool {
+fn is_unique_violation(error: &StoreError) -> bool {
     matches!(error, StoreError::Query { source, .. }
         if matches!(&**source, sqlx::Error::Database(db) if db.is_unique_violation()))
 }
@@ -584,9 +600,7 @@ impl Store {
         crate::validate::validate_id("workflow name", new.name)?;
         check_dedup_has_queue(queued)?;
         let now = self.now_us();
-        let mut tries = 0;
-        loop {
-            tries += 1;
+        twice_past_a_gone_holder(|| async {
             // In a block of its own, so that an error inside (`?`) reaches
             // the duplicate check below instead of returning past it.
             let created = async {
@@ -601,19 +615,12 @@ impl Store {
             .await;
             match created {
                 Err(error) if is_unique_violation(&error) => {
-                    match self.duplicate_of(new, queued).await? {
-                        Some(duplicate) => return Err(duplicate),
-                        // The key's holder finished between the refusal and
-                        // the read: the key is free now, so the enqueue is
-                        // tried again (once; a second such race is the
-                        // refusal's own error).
-                        None if tries < 2 => continue,
-                        None => return Err(error),
-                    }
+                    Err(self.duplicate_of(new, queued).await?.unwrap_or(error))
                 }
-                other => return other,
+                other => other,
             }
-        }
+        })
+        .await
     }
 
     /// Like [`Store::create_queued`] for several instances, in one

@@ -119,11 +119,11 @@ pub(crate) fn spawn(
 async fn run(keiro: Keiro, missed: MissedTicks, runs: std::sync::Arc<TickRuns>, _running: Running) {
     let state = keiro.scheduler_state();
     let mut cursors: HashMap<String, Cursor> = HashMap::new();
-    let mut unreadable = Unreadable::default();
+    let mut notices = Notices::default();
     let mut first = true;
     loop {
         let seen = state.requested.load(Ordering::SeqCst);
-        let next = match pass(&keiro, &runs, &mut cursors, &mut unreadable, missed, first).await {
+        let next = match pass(&keiro, &runs, &mut cursors, &mut notices, missed, first).await {
             Ok(Pass::Done(next)) => {
                 first = false;
                 next
@@ -187,7 +187,7 @@ async fn pass(
     keiro: &Keiro,
     runs: &TickRuns,
     cursors: &mut HashMap<String, Cursor>,
-    unreadable: &mut Unreadable,
+    notices: &mut Notices,
     missed: MissedTicks,
     first: bool,
 ) -> Result<Pass> {
@@ -205,7 +205,7 @@ async fn pass(
     for row in keiro.raw_store().schedules_each().await? {
         match row {
             Ok(row) => rows.push(row),
-            Err(error) => unreadable.saw(error.to_string()),
+            Err(error) => notices.saw(error.to_string()),
         }
     }
     // A schedule this binary skips (see below) keeps no cursor either: when
@@ -225,11 +225,11 @@ async fn pass(
     for row in &rows {
         if !runs_here(keiro, row) {
             if keiro.registry().get(&row.workflow).is_none() {
-                unreadable.runs_elsewhere(row);
+                notices.runs_elsewhere(row);
             }
             continue;
         }
-        let Some(cursor) = cursor(cursors, row, now, first, unreadable) else {
+        let Some(cursor) = cursor(cursors, row, now, first, notices) else {
             continue;
         };
         if row.paused {
@@ -323,7 +323,7 @@ async fn pass(
             next = Some(next.map_or(at, |n| n.min(at)));
         }
     }
-    unreadable.pass_done();
+    notices.pass_done();
     Ok(Pass::Done(next))
 }
 
@@ -337,33 +337,49 @@ fn runs_here(keiro: &Keiro, row: &ScheduleRow) -> bool {
         && (row.input.is_some() || super::manage::declared(&row.name))
 }
 
-/// The schedules a scheduler could not read, so each is logged once while
-/// it stays unreadable (not at every pass, twice a second), and again if it
-/// breaks anew after a fix.
+/// What a scheduler reports of the schedules it skips, each once while it
+/// stays so (not at every pass, twice a second), and again if it comes
+/// back after it was mended or deleted.
 #[derive(Default)]
-struct Unreadable {
-    /// What the last finished pass could not read.
-    known: std::collections::HashSet<String>,
-    /// What this pass could not read so far.
-    seen: std::collections::HashSet<String>,
-    /// The schedules whose workflow this binary does not link, logged once
-    /// each (and again if one comes back after it was deleted).
-    elsewhere: std::collections::HashSet<String>,
-    /// Those this pass met.
-    elsewhere_seen: std::collections::HashSet<String>,
+struct Notices {
+    /// The schedules it could not read, by error.
+    unreadable: Recurring,
+    /// The schedules whose workflow this binary does not link, by name.
+    elsewhere: Recurring,
 }
 
-impl Unreadable {
+/// Keys met in the last finished pass and in this one, so that a key met
+/// pass after pass counts as new only in the first.
+#[derive(Default)]
+struct Recurring {
+    last_pass: std::collections::HashSet<String>,
+    this_pass: std::collections::HashSet<String>,
+}
+
+impl Recurring {
+    /// Notes `key` in this pass; whether neither this pass nor the last met
+    /// it before.
+    fn is_new(&mut self, key: &str) -> bool {
+        let new = !self.last_pass.contains(key) && !self.this_pass.contains(key);
+        self.this_pass.insert(key.to_owned());
+        new
+    }
+
+    fn pass_done(&mut self) {
+        self.last_pass = std::mem::take(&mut self.this_pass);
+    }
+}
+
+impl Notices {
     /// This pass could not read a schedule, as `error` says.
     fn saw(&mut self, error: String) {
-        if !self.known.contains(&error) && !self.seen.contains(&error) {
+        if self.unreadable.is_new(&error) {
             tracing::error!(
                 %error,
                 "keiro's cron scheduler skips a schedule it cannot read (the others run); fix \
                  the row, or delete it with `delete_schedule`"
             );
         }
-        self.seen.insert(error);
     }
 
     /// This pass skipped schedule `row`, whose workflow this binary does
@@ -371,7 +387,7 @@ impl Unreadable {
     /// whether one exists, so it is noted once, for the operator who
     /// renamed the workflow or made the schedule where no worker serves it.
     fn runs_elsewhere(&mut self, row: &ScheduleRow) {
-        if !self.elsewhere.contains(&row.name) {
+        if self.elsewhere.is_new(&row.name) {
             tracing::info!(
                 schedule = %row.name,
                 workflow = %row.workflow,
@@ -381,13 +397,11 @@ impl Unreadable {
                 row.workflow
             );
         }
-        self.elsewhere_seen.insert(row.name.clone());
     }
 
     fn pass_done(&mut self) {
-        self.known = std::mem::take(&mut self.seen);
-        // Forgotten once gone from the table, so one made again is noted.
-        self.elsewhere = std::mem::take(&mut self.elsewhere_seen);
+        self.unreadable.pass_done();
+        self.elsewhere.pass_done();
     }
 }
 
@@ -403,7 +417,7 @@ fn cursor<'c>(
     row: &ScheduleRow,
     now: i64,
     first: bool,
-    unreadable: &mut Unreadable,
+    notices: &mut Notices,
 ) -> Option<&'c mut Cursor> {
     let definition = (row.cron.clone(), row.timezone.clone());
     if let Some(existing) = cursors.get(&row.name) {
@@ -414,7 +428,7 @@ fn cursor<'c>(
     let spec = match CronSpec::parse(&row.name, &row.cron, &row.timezone) {
         Ok(spec) => spec,
         Err(error) => {
-            unreadable.saw(error.to_string());
+            notices.saw(error.to_string());
             return None;
         }
     };
