@@ -218,17 +218,17 @@ impl Store {
     /// unless a schedule of its name exists, whatever its definition.
     /// Returns whether it was written.
     pub async fn add_static_schedule(&self, def: &ScheduleDef<'_>) -> Result<bool> {
+        self.add_static_schedule_at(def, self.now_us()).await
+    }
+
+    /// [`Store::add_static_schedule`], the write stamped at `now` (see
+    /// [`Store::put_schedule_at`]).
+    pub async fn add_static_schedule_at(&self, def: &ScheduleDef<'_>, now: i64) -> Result<bool> {
         let written = self
             .execute(
                 "add_static_schedule",
                 |s| &s.schedules.insert_static,
-                &args![
-                    def.name,
-                    def.cron,
-                    def.timezone,
-                    def.workflow,
-                    self.now_us()
-                ],
+                &args![def.name, def.cron, def.timezone, def.workflow, now],
             )
             .await?;
         Ok(written > 0)
@@ -256,11 +256,18 @@ impl Store {
 
     /// Pauses or resumes schedule `name`; `false` when there is none.
     pub async fn set_schedule_paused(&self, name: &str, paused: bool) -> Result<bool> {
+        self.set_schedule_paused_at(name, paused, self.now_us())
+            .await
+    }
+
+    /// [`Store::set_schedule_paused`], the write stamped at `now` (see
+    /// [`Store::put_schedule_at`]).
+    pub async fn set_schedule_paused_at(&self, name: &str, paused: bool, now: i64) -> Result<bool> {
         let changed = self
             .execute(
                 "set_schedule_paused",
                 |s| &s.schedules.set_paused,
-                &args![name, i64::from(paused), self.now_us()],
+                &args![name, i64::from(paused), now],
             )
             .await?;
         Ok(changed > 0)
@@ -271,11 +278,23 @@ impl Store {
     /// statement, so no reader sees it resumed with that tick unrecorded;
     /// `false` when there is none.
     pub async fn unpause_schedule(&self, name: &str, passed_over: Option<i64>) -> Result<bool> {
+        self.unpause_schedule_at(name, passed_over, self.now_us())
+            .await
+    }
+
+    /// [`Store::unpause_schedule`], the write stamped at `now` (see
+    /// [`Store::put_schedule_at`]).
+    pub async fn unpause_schedule_at(
+        &self,
+        name: &str,
+        passed_over: Option<i64>,
+        now: i64,
+    ) -> Result<bool> {
         let changed = self
             .execute(
                 "unpause_schedule",
                 |s| &s.schedules.unpause,
-                &args![name, passed_over.unwrap_or(-1), self.now_us()],
+                &args![name, passed_over.unwrap_or(-1), now],
             )
             .await?;
         Ok(changed > 0)

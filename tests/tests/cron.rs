@@ -1285,3 +1285,39 @@ keiro_tests::on_both_backends_at_once!(
     trigger_and_backfill_run_each_tick_once,
     dynamic_schedules_are_created_listed_and_deleted,
 );
+
+/// PostgreSQL: a process whose clock runs behind (here a minute) and that
+/// links a `#[workflow(cron)]` schedule the table lacks writes it when it
+/// first manages it (a pause, here), stamped by the database server's
+/// clock. That write time is the schedule's making, from which a worker
+/// starting later counts missed ticks: stamped a minute early, the worker
+/// would run a tick that fell before the schedule existed (a minute late,
+/// it would lose the ticks of that minute).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_schedule_written_by_a_process_whose_clock_is_behind_is_stamped_by_the_server() {
+    use sqlx::Connection as _;
+    let db = TestDb::new(Backend::Postgres).await;
+    let _keiro = db.keiro().await; // migrates
+    let dir = tempfile::tempdir().unwrap();
+    let offset = dir.path().join("offset");
+    std::fs::write(&offset, "-60s").unwrap();
+    let env = keiro_tests::faketime::shifted_env(&offset);
+    let mut child =
+        CrashChild::start_with_env(env!("CARGO_BIN_EXE_cron_worker"), &db, &env, &["--pause"]);
+    child.line_containing("paused").await;
+    assert!(child.exit_success().await, "the pause failed");
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let (paused, off_by_us): (i64, i64) = sqlx::query_as(
+        "SELECT paused, updated_at - (extract(epoch FROM clock_timestamp()) * 1000000)::bigint \
+         FROM keiro.schedules WHERE name = 'cron_tick'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(paused, 1, "the schedule is paused");
+    assert!(
+        off_by_us.abs() < 10_000_000,
+        "the schedule's write time is {} s off the server's clock",
+        off_by_us / 1_000_000
+    );
+}

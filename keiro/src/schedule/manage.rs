@@ -71,11 +71,17 @@ pub(crate) async fn write_linked(keiro: &Keiro) -> Result<()> {
 /// finds it before any worker started; an existing row, whatever its
 /// definition, is left as the workers wrote it (this process may run an
 /// older or newer version).
+///
+/// The row's write time is its making, from which a worker starting later
+/// counts missed ticks: it is the agreed clock's (the database server's on
+/// PostgreSQL), as this process need not be a worker whose clock is
+/// checked.
 async fn add_declared(keiro: &Keiro, name: &str) -> Result<()> {
     if let Some(registration) = linked().find(|registration| registration.workflow == name) {
+        let now = keiro.agreed_now_us().await;
         keiro
             .raw_store()
-            .add_static_schedule(&static_def(registration))
+            .add_static_schedule_at(&static_def(registration), now)
             .await?;
     }
     Ok(())
@@ -198,15 +204,18 @@ impl Keiro {
     async fn set_paused(&self, name: &str, paused: bool) -> Result<()> {
         let row = self.schedule_row(name).await?;
         let store = self.raw_store();
+        // The write's time is a running scheduler's sign that the row
+        // changed, and the agreed clock's like every management write.
+        let now = self.agreed_now_us().await;
         let found = if paused || !row.paused {
-            store.set_schedule_paused(name, paused).await?
+            store.set_schedule_paused_at(name, paused, now).await?
         } else {
             // The ticks that fell while paused are passed over: the latest
             // is recorded as handled in the statement that resumes it, so a
             // worker starting then does not run it as a missed tick.
             let spec = CronSpec::parse(&row.name, &row.cron, &row.timezone)?;
-            let latest = spec.latest_until(self.agreed_now_us().await);
-            store.unpause_schedule(name, latest).await?
+            let latest = spec.latest_until(now);
+            store.unpause_schedule_at(name, latest, now).await?
         };
         if !found {
             return Err(self.unknown_schedule(name).await);

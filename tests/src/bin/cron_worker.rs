@@ -4,9 +4,12 @@
 //!
 //! ```text
 //! cron_worker <effects-file>
+//! cron_worker --pause
 //! ```
 //! Each run of a tick appends `<tick, seconds since the Unix epoch> <pid>`
-//! to the effects file.
+//! to the effects file. With `--pause` it runs no worker: it pauses
+//! `cron_tick` (writing its row first if the table lacks it, as any
+//! process linking it does), prints `paused`, and exits.
 
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -38,8 +41,17 @@ async fn record(tick: u64) -> Result<(), String> {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args == ["--pause"] {
+        let keiro = keiro::global().await.expect("open the database");
+        keiro
+            .pause_schedule("cron_tick")
+            .await
+            .expect("pause cron_tick");
+        println!("paused");
+        return;
+    }
     let [effects] = args.as_slice() else {
-        eprintln!("usage: cron_worker <effects-file> (got {args:?})");
+        eprintln!("usage: cron_worker <effects-file> | --pause (got {args:?})");
         std::process::exit(2);
     };
     EFFECTS.set(effects.clone()).expect("set once");
