@@ -145,6 +145,9 @@ pub(crate) struct QueueStatements {
     lock: Option<&'static str>,
     /// The server's clock (see `Dialect::server_now_us`).
     server_now_us: Option<&'static str>,
+    /// The queued instances past their deadline that no live run holds
+    /// (see [`Store::queued_past_deadline`]).
+    pub(crate) past_deadline: String,
     mark_queued: String,
     find_duplicate: String,
     /// Another unfinished instance holding the queue and dedup key of
@@ -252,10 +255,13 @@ impl QueueStatements {
                 )
             };
         // A row the claiming owner ($1) may take now ($2), as `c`.
+        // Not one past its deadline: `past_deadline` finds those, and a
+        // resume pass ends them as timed out without a slot or a start.
         let takeable = |now: &str| {
             format!(
                 "c.{unfinished} AND c.wake_at <= {now} \
-                 AND (c.lease_owner IS NULL OR c.lease_owner = $1 OR c.lease_expires_at < {now})"
+                 AND (c.lease_owner IS NULL OR c.lease_owner = $1 OR c.lease_expires_at < {now}) \
+                 AND (c.deadline IS NULL OR c.deadline > {now})"
             )
         };
         let order = "c.priority, c.created_at, c.id";
@@ -347,6 +353,15 @@ impl QueueStatements {
         QueueStatements {
             lock: d.queue_lock,
             server_now_us: d.server_now_us,
+            // $1 now, $2 how many at most: the queued instances past
+            // their deadline that no live lease holds, earliest first.
+            past_deadline: format!(
+                "SELECT id FROM {w}{deadline_index} WHERE queue IS NOT NULL \
+                 AND deadline IS NOT NULL AND {unfinished} AND deadline <= $1 \
+                 AND (lease_owner IS NULL OR lease_expires_at < $1) \
+                 ORDER BY deadline LIMIT $2",
+                deadline_index = d.index(&w, "queue_deadline"),
+            ),
             mark_queued: format!(
                 "UPDATE {w} SET queue = $2, priority = $3, partition_key = $4, dedup_key = $5, \
                  wake_at = COALESCE($6, wake_at), created_at = COALESCE($7, created_at) \
@@ -887,6 +902,37 @@ impl Store {
 /// A row of the finish-and-hand-over statement: the successor handed the
 /// slot, or `None` (all columns NULL) when the partition had none.
 struct HandedTo(Option<InstanceRow>);
+
+/// The id of a queued instance past its deadline.
+struct PastDeadline(String);
+
+impl FromRow for PastDeadline {
+    fn from_row(row: &impl StoreRow) -> Result<Self> {
+        row.text(|| "a queued instance past its deadline".into(), "id")
+            .map(PastDeadline)
+    }
+}
+
+impl Store {
+    /// Up to `limit` unfinished queued instances whose deadline has passed
+    /// and that no live lease holds (waiting for a slot, suspended, or
+    /// left by a run whose lease lapsed), earliest deadline first. A
+    /// queue's claims and hand-overs leave such an instance, which would
+    /// otherwise take a slot (and, on a rate-limited queue, a start) only
+    /// to be ended: the caller times each out instead
+    /// ([`Store::time_out`]).
+    pub async fn queued_past_deadline(&self, limit: i64) -> Result<Vec<String>> {
+        let ids: Vec<PastDeadline> = self
+            .fetch_all(
+                "queued_past_deadline",
+                |s| &s.queue.past_deadline,
+                &args![self.now_us(), limit],
+                None,
+            )
+            .await?;
+        Ok(ids.into_iter().map(|PastDeadline(id)| id).collect())
+    }
+}
 
 impl FromRow for HandedTo {
     fn from_row(row: &impl StoreRow) -> Result<Self> {

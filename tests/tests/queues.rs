@@ -1333,6 +1333,50 @@ async fn a_timed_out_run_frees_its_slot_at_once(backend: Backend) {
     );
 }
 
+/// A queued instance whose deadline passes while it waits for a slot ends
+/// as timed out then, not once the queue gives it one: its caller learns
+/// at the deadline, and the expired instance takes neither a slot nor a
+/// start of the queue's (on a rate-limited queue it would have counted as
+/// one).
+async fn a_queued_instance_times_out_at_its_deadline_while_it_waits(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let (_dir, file) = events_file();
+    let keiro = db.keiro().await;
+    let job = |call: keiro::WorkflowCall<Result<String, String>>, id: &str| {
+        call.on(&keiro).id(id.to_owned()).queue(&ONE_AT_A_TIME)
+    };
+    job(held_job(text(&file), "holder".into()), "holder")
+        .enqueue()
+        .await
+        .unwrap();
+    let worker = worker_here(&keiro).await;
+    until_tagged(&file, "holder").await;
+    let waiting = job(queue_job(text(&file), "expired".into(), 1), "expired")
+        .timeout(Duration::from_millis(300))
+        .enqueue()
+        .await
+        .unwrap();
+    let enqueued = Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), waiting.result())
+        .await
+        .expect("the caller learns of the time-out while the slot is still held");
+    assert!(
+        matches!(outcome, Err(Error::TimedOut { .. })),
+        "{outcome:?}"
+    );
+    assert!(enqueued.elapsed() >= Duration::from_millis(300));
+    keiro.cancel("holder").await.unwrap();
+    worker.stop().await;
+    let events = events(&file);
+    assert!(
+        !events.iter().any(|e| e.tag == "expired"),
+        "the expired instance ran: {events:?}"
+    );
+    // The holder's start only.
+    let starts = recorded_starts(&db, backend, ONE_AT_A_TIME.name()).await;
+    assert_eq!(starts.len(), 1, "the expired instance counted as a start");
+}
+
 async fn starting_or_awaiting_an_enqueued_id_leaves_it_to_its_queue(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
@@ -1640,6 +1684,7 @@ async fn a_retention_shorter_than_a_rate_window_is_refused(backend: Backend) {
 }
 
 on_both_backends!(
+    a_queued_instance_times_out_at_its_deadline_while_it_waits,
     a_draining_worker_hands_no_slot_over,
     a_cancelled_run_holds_its_slot_until_it_has_stopped,
     a_cancelled_run_holds_its_worker_slot_until_it_has_stopped,

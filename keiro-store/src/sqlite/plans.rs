@@ -139,6 +139,13 @@ fn checked() -> Vec<Checked> {
         ),
         // Sorts its partitions.
         ("rooms", &sql.queue.rooms, QUEUE_ALIASES, QUEUE, true),
+        (
+            "past_deadline",
+            &sql.queue.past_deadline,
+            TABLE,
+            &["keiro_workflows_queue_deadline"],
+            false,
+        ),
     ]
 }
 

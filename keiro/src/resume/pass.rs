@@ -78,6 +78,10 @@ struct Refilling {
 /// foreign leases) a pass reports.
 const BLOCKED_REPORTED: i64 = 100;
 
+/// How many queued instances past their deadline a pass ends at most (see
+/// [`Keiro::time_out_queued`]).
+const PAST_DEADLINE_ENDED: i64 = 64;
+
 /// The workflows and versions a pass claims (see [`Keiro::claim_lists`]).
 struct ClaimLists<'k> {
     workflows: Vec<Registered<'k>>,
@@ -275,6 +279,9 @@ impl Keiro {
             },
             false => Vec::new(),
         };
+        if report_blocked {
+            self.time_out_queued(options).await;
+        }
         let mut summary = ResumeSummary {
             discovered: rows.len() + blocked.len(),
             ..ResumeSummary::default()
@@ -316,6 +323,28 @@ impl Keiro {
             summary,
             held_back,
         })
+    }
+
+    /// Ends the queued instances whose deadline passed while no run held
+    /// them (waiting for a slot, suspended, or left by a worker that died)
+    /// as timed out, at most [`PAST_DEADLINE_ENDED`] a pass: a queue's
+    /// claims leave them, so none takes a slot or a start only to be ended,
+    /// and their callers learn at the deadline, not once a slot frees up.
+    /// Best effort, like the blocked report: the next pass tries again.
+    async fn time_out_queued(&self, options: &ResumeOptions) {
+        let store = self.raw_store();
+        let ids = match store.queued_past_deadline(PAST_DEADLINE_ENDED).await {
+            Ok(ids) => ids,
+            Err(error) => {
+                let error = error.into();
+                return (options.log)(&ResumeEvent::PassFailed { error });
+            }
+        };
+        for id in ids {
+            if let Err(error) = self.time_out(&id).await {
+                (options.log)(&ResumeEvent::PassFailed { error });
+            }
+        }
     }
 
     /// The second half of a pass: drives what it `claimed` in the slots it
