@@ -752,6 +752,39 @@ async fn a_transactional_step_inside_anothers_body_is_refused(backend: Backend) 
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
 
+/// Calls a transactional step from a plain step's body.
+#[step]
+async fn settles(key: String) -> Result<String, String> {
+    hold_the_lock(key).await
+}
+
+#[workflow]
+async fn settles_in_a_step(key: String) -> Result<String, String> {
+    settles(key).await
+}
+
+/// A transactional step called in a plain step's body (outside the
+/// workflow's context) would commit with no journal row, again at each
+/// retry of the plain step: it is refused, naming both steps, and writes
+/// nothing.
+async fn a_transactional_step_inside_a_plain_steps_body_is_refused(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let key = format!("in-step-{backend:?}-{}", uuid::Uuid::new_v4().simple());
+    let err = settles_in_a_step(key.clone())
+        .id(key.clone())
+        .on(&keiro)
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, keiro::Error::Panicked { .. })
+            && text.contains("`hold_the_lock` was called inside the body of step `settles`"),
+        "{text}"
+    );
+    assert_eq!(count(&key, "hold"), 0, "the transactional body ran");
+}
+
 /// Inserts key `k` twice into a table whose unique constraint is checked
 /// at COMMIT, so the body returns `Ok` and its transaction cannot commit.
 #[step(transaction)]
@@ -2315,5 +2348,6 @@ on_both_backends!(
     a_body_still_holding_its_transaction_is_warned_about_while_it_runs,
     a_body_outlasting_a_lease_renewal_finishes_once,
     a_transactional_step_inside_anothers_body_is_refused,
+    a_transactional_step_inside_a_plain_steps_body_is_refused,
     a_body_error_other_than_a_conflict_is_journaled_at_once,
 );

@@ -230,6 +230,18 @@ where
     run_timed(cx, seq, kind, name, async { (execute.await, None) }).await
 }
 
+tokio::task_local! {
+    /// The journaled step (or other journaled call) whose body the task is
+    /// running, outside its workflow's context: a transactional step
+    /// called there would commit with no journal row (see
+    /// `step_transaction`).
+    pub(crate) static IN_STEP: StepName;
+}
+
+/// The name of the step whose body runs (see [`IN_STEP`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StepName(pub(crate) &'static str);
+
 /// [`run_step`] for a body that says how many attempts it took: those and
 /// the time the first began are journaled with its result.
 async fn run_timed<R, Fut>(
@@ -258,7 +270,7 @@ where
     let span = tracing::debug_span!("keiro.step", name, seq, replayed = false);
     async move {
         let started_at = cx.keiro.now_us();
-        let (value, attempts) = scope(None, execute).await;
+        let (value, attempts) = scope(None, IN_STEP.scope(StepName(name), execute)).await;
         // A check of a lapsed lease while the body ran (or between its
         // attempts, which then stop: see `step_retry`) may have taken in
         // the row another run journaled for this step: the body goes on

@@ -104,6 +104,15 @@ where
             meta.name, meta.name
         );
     }
+    if let Ok(super::step::StepName(outer)) = super::step::IN_STEP.try_with(|outer| *outer) {
+        panic!(
+            "transactional step `{}` was called inside the body of step `{outer}`, which runs \
+             outside its workflow's journal: `{}` would commit with no journal row, and again \
+             at each retry or re-run of `{outer}`. Call `{}` from the workflow, before or \
+             after `{outer}`",
+            meta.name, meta.name, meta.name
+        );
+    }
     let slot = claim_seq();
     let step = TxStep {
         meta,
