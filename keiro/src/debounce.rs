@@ -104,8 +104,8 @@ impl DebounceCall {
             return invalid(
                 "WorkflowCall::debounce",
                 "was debounced inside a workflow, where a call is a journaled child with an id \
-                 of its own; debounce from outside workflows (a request handler, a step's \
-                 caller)"
+                 of its own; debounce from outside workflows (a request handler), or from a \
+                 `#[step]` body, whose retry extends the same burst"
                     .to_owned(),
             );
         }

@@ -39,6 +39,16 @@ async fn reindex(user: String, call: u32) -> Result<(String, u32), String> {
     Ok((user, call))
 }
 
+/// Debounces a call from its own body, which is refused: the error's text.
+#[workflow]
+async fn debounces_inside() -> Result<String, String> {
+    let call = reindex("inside".to_owned(), 1).debounce("k", Duration::from_secs(1));
+    match call.enqueue().await {
+        Ok(_) => Ok("debounced".to_owned()),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
 fn now_us() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -378,6 +388,12 @@ async fn a_debounced_call_may_run_on_a_queue(backend: Backend) {
 async fn misuse_is_refused_naming_the_workflow_and_option(backend: Backend) {
     let db = TestDb::new(backend).await;
     let keiro = db.keiro().await;
+    let said = debounces_inside().on(&keiro).await.unwrap();
+    assert!(
+        matches!(&said, Err(text) if text.contains("debounced inside a workflow")
+            && text.contains("`#[step]` body")),
+        "{said:?}"
+    );
     let call = || sync_profile("m".to_owned(), 1).on(&keiro);
     let second = Duration::from_secs(1);
     let cases = [
