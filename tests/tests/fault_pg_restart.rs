@@ -153,3 +153,78 @@ async fn a_handle_waits_through_an_outage() {
     assert!(after >= before + 3000, "slept {} ms", after - before);
     worker.shutdown().await;
 }
+
+/// A queue's claim is durable before its run begins: PostgreSQL dying
+/// right after it (its WAL writer slowed to 10 s, so only a commit that
+/// waits for the flush is on disk) leaves the instance leased to the worker
+/// running it, so no other worker claims it and runs it again (beside the
+/// first, whose run learns of the loss only when a renewal fails: the
+/// queue one over its limit, the step body twice at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_claim_outlives_a_crash_right_after_it() {
+    use keiro_tests::queues::{events, held_job, ONE_AT_A_TIME};
+    use sqlx::Connection as _;
+    let Some(cluster) = cluster_or_skip("a_queue_claim_outlives_a_crash_right_after_it") else {
+        return;
+    };
+    let mut admin = sqlx::PgConnection::connect(&cluster.url("postgres"))
+        .await
+        .unwrap();
+    for statement in [
+        "ALTER SYSTEM SET wal_writer_delay = '10s'",
+        "SELECT pg_reload_conf()",
+    ] {
+        sqlx::raw_sql(statement).execute(&mut admin).await.unwrap();
+    }
+    drop(admin);
+    let url = cluster.keiro_url();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("events");
+    let file_text = file.to_str().unwrap().to_owned();
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let runtime = |who: &str| {
+        Keiro::builder(&url)
+            .executor_id(format!("claim-{who}-{run}"))
+            .connect()
+    };
+    let a = runtime("a").await.unwrap();
+    held_job(file_text, "r1".into())
+        .id("r1")
+        .on(&a)
+        .queue(&ONE_AT_A_TIME)
+        .enqueue()
+        .await
+        .unwrap();
+    let options = || ResumeOptions::default().poll_interval(Duration::from_millis(20));
+    let worker_a = a.resume_worker(options()).await.unwrap();
+    let started = |tag: &str| {
+        events(&file)
+            .iter()
+            .filter(|e| e.what == "start" && e.tag == tag)
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while started("r1") == 0 {
+        assert!(std::time::Instant::now() < deadline, "r1 never started");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let _cluster = tokio::task::spawn_blocking(move || {
+        cluster.restart_immediate();
+        cluster
+    })
+    .await
+    .unwrap();
+    let b = runtime("b").await.unwrap();
+    let worker_b = b.resume_worker(options()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let starts = started("r1");
+    let _ = b.cancel("r1").await;
+    worker_b.shutdown().await;
+    worker_a.shutdown().await;
+    assert_eq!(
+        starts,
+        1,
+        "the crash undid r1's claim, and r1 started again: {:?}",
+        events(&file)
+    );
+}

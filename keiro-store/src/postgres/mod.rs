@@ -49,17 +49,15 @@ const DIALECT: Dialect = Dialect {
     wake_channel: Some(notify::WAKE_CHANNEL),
     // Class `"keiq"` in ASCII; the queue name's hash is the second key. For
     // the rest of the claim's transaction (which holds the queue's lock, so
-    // every claim of the queue waits on it):
-    // - its statements run on generic plans: planning the recursive rooms
-    //   statement afresh for each execution (PostgreSQL keeps custom plans
-    //   for it) cost ten times its run;
-    // - its commit does not wait for the WAL flush. Losing it in a server
-    //   crash only returns the claimed instances to their queue: anything
-    //   the claimer writes for them later commits after it in the WAL, so a
-    //   durable step or end implies a durable claim.
+    // every claim of the queue waits on it) its statements run on generic
+    // plans: planning the recursive rooms statement afresh for each
+    // execution (PostgreSQL keeps custom plans for it) cost ten times its
+    // run. Its commit waits for the WAL flush like every other: a claim
+    // lost in a server crash after its runs began (a step body runs before
+    // its row commits) would return those instances to their queue while
+    // they still run, for another worker to claim and run beside them.
     queue_lock: Some(
         "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), \
-         set_config('synchronous_commit', 'off', true), \
          pg_advisory_xact_lock(1801808241, hashtext($1))",
     ),
     server_now_us: Some("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint"),
