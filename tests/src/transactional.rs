@@ -225,6 +225,22 @@ pub async fn slow_debit(
     Ok(balance)
 }
 
+/// Like [`debit`], then takes a second more before it returns `Ok`.
+#[step(transaction)]
+pub async fn late_debit(
+    tx: &mut Transaction<'_>,
+    key: String,
+    entry: String,
+    cents: i64,
+) -> Result<i64, String> {
+    ran(&key, "late_debit");
+    let balance = write_debit(tx, &entry, cents)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    Ok(balance)
+}
+
 /// A debit that reads the balance and writes the difference back, under
 /// PostgreSQL's SERIALIZABLE isolation: concurrent ones conflict and are
 /// retried.

@@ -16,7 +16,8 @@ use std::time::Duration;
 use keiro::{step, workflow, Keiro, StepOutcome, WorkflowStatus};
 use keiro_store::StepRow;
 use keiro_tests::transactional::{
-    bank, close_gate, debit, echo, open_bank, pay, pay_flaky, pay_many, pay_slowly, BankError,
+    bank, close_gate, debit, echo, late_debit, open_bank, pay, pay_flaky, pay_many, pay_slowly,
+    BankError,
 };
 use keiro_tests::{count, on_both_backends, ran, Backend, TestDb};
 
@@ -750,6 +751,48 @@ async fn a_transactional_step_inside_anothers_body_is_refused(backend: Backend) 
         "{text}"
     );
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}
+
+/// Records that it ran.
+#[step]
+async fn after_debit(key: String) -> u32 {
+    ran(&key, "after_debit");
+    1
+}
+
+/// A debit that outlasts the run's deadline, then a plain step.
+#[workflow]
+async fn pays_late(key: String) -> Result<i64, String> {
+    let balance = late_debit(key.clone(), format!("{key}-late"), 1).await?;
+    after_debit(key).await;
+    Ok(balance)
+}
+
+/// A transactional step still running at the run's deadline rolls back,
+/// and no step after it starts: on both backends alike (on SQLite the
+/// time-out waits for the write lock the step's transaction holds, and the
+/// step used to commit and the workflow to go on meanwhile).
+async fn a_transactional_step_running_at_the_deadline_rolls_back(backend: Backend) {
+    let (_db, keiro) = bank_on(backend, 100).await;
+    let key = format!("late-{backend:?}-{}", uuid::Uuid::new_v4().simple());
+    let err = pays_late(key.clone())
+        .id(key.clone())
+        .timeout(Duration::from_millis(300))
+        .on(&keiro)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, keiro::Error::TimedOut { .. }), "{err}");
+    assert_eq!(count(&key, "late_debit"), 1);
+    assert_eq!(
+        count(&key, "after_debit"),
+        0,
+        "a step ran after the deadline"
+    );
+    assert_eq!(
+        bank(keiro::unstable::raw_store(&keiro)).await,
+        (100, 0),
+        "the debit committed after the deadline"
+    );
 }
 
 /// Calls a transactional step from a plain step's body.
@@ -2349,5 +2392,6 @@ on_both_backends!(
     a_body_outlasting_a_lease_renewal_finishes_once,
     a_transactional_step_inside_anothers_body_is_refused,
     a_transactional_step_inside_a_plain_steps_body_is_refused,
+    a_transactional_step_running_at_the_deadline_rolls_back,
     a_body_error_other_than_a_conflict_is_journaled_at_once,
 );

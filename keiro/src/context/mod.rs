@@ -246,6 +246,9 @@ pub(crate) struct WorkflowContext {
     transactions_closed: tokio::sync::Notify,
     /// When the run last renewed its lease, while it is driven.
     pub(crate) lease: lease_watch::LeaseWatch,
+    /// The instance's deadline (µs since the Unix epoch; `i64::MAX` for
+    /// none), once its driver set it.
+    deadline_us: AtomicI64,
 }
 
 /// A transactional step of a run holding its transaction open (see
@@ -319,8 +322,23 @@ impl WorkflowContext {
             transactions: std::sync::atomic::AtomicUsize::new(0),
             transactions_closed: tokio::sync::Notify::new(),
             lease: lease_watch::LeaseWatch::default(),
+            deadline_us: AtomicI64::new(i64::MAX),
         };
         (Arc::new(cx), aborted)
+    }
+
+    /// Records the instance's deadline, which its driver stops the run at.
+    pub(crate) fn set_deadline(&self, deadline_us: Option<i64>) {
+        self.deadline_us.store(
+            deadline_us.unwrap_or(i64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// Whether the instance's deadline has passed by its runtime's clock:
+    /// its driver is ending the run as timed out.
+    pub(crate) fn deadline_passed(&self) -> bool {
+        self.deadline_us.load(std::sync::atomic::Ordering::Relaxed) <= self.keiro.now_us()
     }
 
     /// Counts a transactional step of this run in until the guard drops.

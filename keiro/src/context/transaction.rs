@@ -277,6 +277,11 @@ where
                 return replay_taken_in(&cx, seq, StepKind::Step, name, &recorded).await;
             }
             loop {
+                if cx.deadline_passed() {
+                    // No attempt begins past the run's deadline: its driver
+                    // is ending the run.
+                    return std::future::pending().await;
+                }
                 runs += 1;
                 let timing = StepTiming {
                     attempts: Some(runs),
@@ -337,6 +342,24 @@ where
                                 drop(open);
                                 named = matches!(lost.decided().await, Verdict::Named);
                                 continue;
+                            }
+                            // The run's deadline passed while the body
+                            // ran: its driver is ending the run as timed
+                            // out (on SQLite that waits for the write lock
+                            // this transaction holds). The writes roll
+                            // back, as they do on PostgreSQL, where the end
+                            // commits at once and drops the body, and the
+                            // workflow goes no further.
+                            None if cx.deadline_passed() => {
+                                drop(value);
+                                if let Some(error) = ended_under_body(&mut tx).await {
+                                    return halt(&cx, step_error(&cx, seq, name, error)).await;
+                                }
+                                if let Err(error) = tx.into_inner().rollback().await {
+                                    tracing::debug!(step = name, %error, "keiro transactional step rollback failed");
+                                }
+                                drop(open);
+                                return std::future::pending().await;
                             }
                             None => {
                                 let failed = tx.take_failed();

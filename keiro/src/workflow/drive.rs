@@ -113,6 +113,7 @@ pub(crate) async fn execute(
     if let Some(request) = deferred {
         cx.deferred.defer(request);
     }
+    cx.set_deadline(row.deadline);
     // Registered until the end is recorded, so a cancellation meanwhile
     // finds the run.
     let _live = keiro.inflight().enter(&cx);
