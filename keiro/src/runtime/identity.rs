@@ -9,7 +9,11 @@
 //! Takeovers: a slot whose holder is a dead process on this host is taken at
 //! once, with its leases (made due now); one whose holder stopped
 //! heartbeating for [`EXECUTOR_TTL`] (a process on another host) is taken
-//! after that. A process taking a default slot also releases the leases of
+//! after that. A holder on this host whose process is still there keeps its
+//! identity however long its heartbeat has been silent (it may be frozen,
+//! stopped or starved, with runs whose leases are live: a taker, whose
+//! claims take leases of its own name, would run them beside it), up to
+//! [`ALIVE_SILENCE_LIMIT`]. A process taking a default slot also releases the leases of
 //! every other slot of its program whose holder died on this host, so a
 //! restart after several processes were killed resumes all their work at
 //! once, not only that of the slot it lands on.
@@ -27,6 +31,12 @@ use crate::{Error, Keiro, Result};
 
 /// An identity whose holder has not sent a heartbeat for this long is free.
 pub(crate) const EXECUTOR_TTL: Duration = Duration::from_secs(10);
+
+/// How long a holder on this host whose process is still there may be
+/// silent before its identity is free: far past any lease its runs could
+/// hold, so that only a process id the system reused for another program
+/// frees it (that cannot be told apart without procfs's start times).
+const ALIVE_SILENCE_LIMIT: Duration = Duration::from_secs(3600);
 
 /// How long a heartbeat waits for its reading of the server's clock.
 const CLOCK_READING: Duration = Duration::from_secs(1);
@@ -108,9 +118,16 @@ impl Me {
     }
 
     fn judge(&self, old: &ExecutorRow) -> Holder {
-        if old.host == self.host && old.pid != self.pid && !pid_alive(old.pid) {
-            Holder::DeadHere
-        } else if old.heartbeat_at < now_us() - duration_us(EXECUTOR_TTL) {
+        let silent_since = |limit: Duration| old.heartbeat_at < now_us() - duration_us(limit);
+        if old.host == self.host && old.pid != self.pid {
+            match pid_alive(old.pid) {
+                Some(false) => return Holder::DeadHere,
+                Some(true) if !silent_since(ALIVE_SILENCE_LIMIT) => return Holder::Live,
+                // Without procfs: the heartbeat decides, as elsewhere.
+                Some(true) | None => {}
+            }
+        }
+        if silent_since(EXECUTOR_TTL) {
             Holder::Stale
         } else {
             Holder::Live
@@ -328,24 +345,66 @@ pub(crate) fn host_name() -> String {
         .unwrap_or_else(|| "keiro".to_owned())
 }
 
-fn pid_alive(pid: i64) -> bool {
+/// Whether process `pid` of this host is there (stopped counts, a zombie
+/// does not); `None` without procfs, where it cannot be told.
+fn pid_alive(pid: i64) -> Option<bool> {
     let proc_root = std::path::Path::new("/proc");
     if !proc_root.join("self").exists() {
-        // No procfs: cannot tell, so assume alive and rely on the heartbeat TTL.
-        return true;
+        return None;
     }
     let Ok(stat) = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")) else {
-        return false;
+        return Some(false);
     };
     // A zombie (state Z) is dead for our purposes.
-    stat.rsplit_once(')')
-        .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
-        .unwrap_or(true)
+    Some(
+        stat.rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(true),
+    )
 }
 
 #[cfg(test)]
 mod tests {
-    use super::slot_id;
+    use super::{duration_us, now_us, slot_id, ExecutorRow, Holder, Me, ALIVE_SILENCE_LIMIT};
+
+    /// This process, registering as another of its host would.
+    fn me() -> Me {
+        Me {
+            token: "new".into(),
+            host: "h".into(),
+            pid: i64::from(std::process::id()) + 1,
+        }
+    }
+
+    /// A holder on host `h`, process `pid`, silent for `silent_s` seconds.
+    fn holder(pid: i64, silent_s: i64) -> ExecutorRow {
+        ExecutorRow {
+            id: "h/app".into(),
+            token: "old".into(),
+            host: "h".into(),
+            pid,
+            heartbeat_at: now_us() - silent_s * 1_000_000,
+        }
+    }
+
+    /// A holder on this host whose process is still there (this test's:
+    /// alive, as one frozen or stopped would be) keeps its identity past
+    /// the heartbeat TTL: its runs may hold live leases, which a taker
+    /// would claim as its own and run beside it. Only a silence far past
+    /// any lease frees it; a holder whose process is gone is taken at once.
+    #[test]
+    fn a_silent_holder_whose_process_is_there_keeps_its_identity() {
+        let alive = i64::from(std::process::id());
+        assert_eq!(me().judge(&holder(alive, 12)), Holder::Live);
+        assert_eq!(me().judge(&holder(alive, 600)), Holder::Live);
+        let past = duration_us(ALIVE_SILENCE_LIMIT) / 1_000_000 + 60;
+        assert_eq!(me().judge(&holder(alive, past)), Holder::Stale);
+        // Beyond `pid_max`: no such process.
+        assert_eq!(me().judge(&holder(1 << 23, 0)), Holder::DeadHere);
+        let mut elsewhere = holder(alive, 12);
+        elsewhere.host = "other".into();
+        assert_eq!(me().judge(&elsewhere), Holder::Stale);
+    }
 
     #[test]
     fn the_first_slot_is_the_base_and_later_ones_are_numbered() {
