@@ -53,6 +53,33 @@ pub(crate) struct DebounceStatements {
     lock: Option<&'static str>,
     extend: String,
     open: String,
+    /// $1 name, $2 key, $3 a call's due time, $4 its `max_wait`: when the
+    /// open burst would start with that call, if a burst is open.
+    start: String,
+}
+
+/// The open burst's latest start, with a call whose `max_wait` is
+/// `max_wait` (a placeholder): the tightest bound of its calls, each
+/// counted from the burst's first call (its creation).
+fn until(max_wait: &str) -> String {
+    format!(
+        "CASE WHEN {max_wait} IS NULL THEN debounce_until \
+         WHEN debounce_until IS NULL OR debounce_until > created_at + {max_wait} \
+         THEN created_at + {max_wait} ELSE debounce_until END"
+    )
+}
+
+/// When the open burst starts with a call due at `due` whose `max_wait` is
+/// `max_wait` (placeholders): the later of its due time and the call's (a
+/// call never brings the start forward: one whose process reads an earlier
+/// clock leaves the later due time), within the burst's bound.
+fn start(due: &str, max_wait: &str) -> String {
+    let later = format!("CASE WHEN wake_at > {due} THEN wake_at ELSE {due} END");
+    let until = until(max_wait);
+    format!(
+        "CASE WHEN ({until}) IS NOT NULL AND ({until}) < ({later}) \
+         THEN ({until}) ELSE ({later}) END"
+    )
 }
 
 impl DebounceStatements {
@@ -70,18 +97,10 @@ impl DebounceStatements {
             // distance from the start (see `Debounce`), $15 the call's
             // `max_wait`.
             extend: {
-                // A call never brings the start forward: one whose process
-                // reads an earlier clock leaves the later due time.
-                let later = "CASE WHEN wake_at > $12 THEN wake_at ELSE $12 END";
-                // The burst's latest start: the tightest bound of its calls,
-                // each counted from the burst's first call (its creation).
-                let until = "CASE WHEN $15 IS NULL THEN debounce_until \
-                     WHEN debounce_until IS NULL OR debounce_until > created_at + $15 \
-                     THEN created_at + $15 ELSE debounce_until END";
-                let start = format!(
-                    "CASE WHEN ({until}) IS NOT NULL AND ({until}) < ({later}) \
-                     THEN ({until}) ELSE ({later}) END"
-                );
+                let (until, start) = (until("$15"), start("$12", "$15"));
+                // An absolute deadline ($5, with no $14) at or before the
+                // start would end the instance before it ran: not applied,
+                // and the caller refuses the call (see `burst_start`).
                 format!(
                     "UPDATE {w} SET input = $3, signature = $4, \
                      deadline = CASE WHEN $14 IS NULL THEN $5 ELSE ({start}) + $14 END, \
@@ -90,10 +109,16 @@ impl DebounceStatements {
                      wake_at = {start}, updated_at = $13 \
                      WHERE name = $1 AND debounce_key = $2 AND status = 'pending' \
                      AND lease_owner IS NULL \
+                     AND ($14 IS NOT NULL OR $5 IS NULL OR $5 > ({start})) \
                      RETURNING {columns}",
                     columns = crate::sql::INSTANCE_COLUMNS,
                 )
             },
+            start: format!(
+                "SELECT {start} FROM {w} WHERE name = $1 AND debounce_key = $2 \
+                 AND status = 'pending' AND lease_owner IS NULL",
+                start = start("$3", "$4"),
+            ),
             // $1 id, $2 queue, $3 priority, $4 partition, $5 due, $6 key,
             // $7 the burst's latest start, $8 its place in line, $9 the
             // deadline's distance from the start.
@@ -234,6 +259,22 @@ async fn fold_into_burst(
     if let Some(row) = extended {
         return Ok((row, false));
     }
+    // An absolute deadline the extension refused, or a new burst's: not
+    // after the instance's start, it would end the instance unrun.
+    if let (None, Some(deadline)) = (debounce.deadline_after_start_us, new.deadline) {
+        let start = match burst_start(conn.reborrow(), new.name, debounce, due).await? {
+            Some(start) => start,
+            None => due,
+        };
+        if deadline <= start {
+            return Err(StoreError::DeadlineBeforeStart {
+                name: new.name.to_owned(),
+                key: debounce.key.to_owned(),
+                deadline_us: deadline,
+                start_us: start,
+            });
+        }
+    }
     let (mut row, created) = crate::journal::create_instance_on(conn.reborrow(), new, now).await?;
     if created {
         let until = debounce.max_wait_us.map(|max| now.saturating_add(max));
@@ -261,6 +302,23 @@ async fn fold_into_burst(
         row.created_at = created_at;
     }
     Ok((row, created))
+}
+
+/// When the open burst of `name` and `debounce.key` would start with a call
+/// due at `due`; `None` when no burst is open.
+async fn burst_start(
+    conn: Conn<'_>,
+    name: &str,
+    debounce: &Debounce<'_>,
+    due: i64,
+) -> Result<Option<i64>> {
+    let args = args![name, debounce.key, due, debounce.max_wait_us];
+    dispatch!(Conn, conn, |c, sql| {
+        bind_all!(crate::prepared::query_scalar(&sql.debounce.start), &args)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(StoreError::query("create_debounced"))
+    })
 }
 
 /// `error` as [`StoreError::BurstConflict`] when it says the transaction

@@ -144,6 +144,26 @@ pub enum StoreError {
         #[source]
         source: Arc<sqlx::Error>,
     },
+    /// A debounced call's absolute deadline is not after the time its
+    /// burst's instance would start: the instance would time out unrun.
+    /// Nothing was written.
+    #[error(
+        "debounced workflow `{name}` (key `{key}`) was given a deadline {} ms before its \
+         burst's instance would start: it would time out before it ran, so the call was not \
+         recorded; give a deadline after the burst's start, or a `.timeout(..)`, which moves \
+         with the start",
+        (start_us - deadline_us) / 1000
+    )]
+    DeadlineBeforeStart {
+        /// The debounced workflow.
+        name: String,
+        /// The debounce key.
+        key: String,
+        /// The call's deadline (µs since the Unix epoch).
+        deadline_us: i64,
+        /// When the burst's instance would start (µs since the Unix epoch).
+        start_us: i64,
+    },
     /// A transactional step's body ended keiro's transaction itself (it sent
     /// `COMMIT` or `ROLLBACK` on the step's connection): keiro found the
     /// savepoint it opens with the transaction gone when it came to write the

@@ -676,6 +676,9 @@ impl Error {
                 key,
                 existing_id,
             },
+            refused @ StoreError::DeadlineBeforeStart { .. } => {
+                Error::invalid_option("WorkflowCall::debounce", refused.to_string())
+            }
             other => Error::Store(other),
         }
     }

@@ -226,6 +226,47 @@ async fn a_later_calls_timeout_moves_with_the_bursts_start(backend: Backend) {
     worker.stop().await;
 }
 
+/// A call whose absolute deadline falls before the open burst's start (an
+/// earlier call's longer delay sets it), or before a new burst's under a
+/// `max_wait`, would end the instance unrun: it is refused with
+/// `InvalidOption` and changes nothing, so the burst runs with the calls
+/// before it.
+async fn a_deadline_before_the_bursts_start_is_refused(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db.keiro().await;
+    let first = call(&keiro, "u-deadline", 1, Duration::from_millis(1_500), None).await;
+    let refused = debounced(&keiro, "u-deadline", 2, Duration::from_millis(100))
+        .deadline(SystemTime::now() + Duration::from_millis(700))
+        .enqueue()
+        .await
+        .map(drop)
+        .unwrap_err();
+    let text = refused.to_string();
+    assert!(
+        matches!(refused, Error::InvalidOption { .. })
+            && text.contains("`sync_profile`")
+            && text.contains("before its burst's instance would start"),
+        "{text}"
+    );
+    let fresh = debounced(&keiro, "u-fresh", 1, Duration::from_millis(500))
+        .max_wait(Duration::from_secs(5))
+        .deadline(SystemTime::now() + Duration::from_millis(200))
+        .enqueue()
+        .await
+        .map(drop)
+        .unwrap_err();
+    assert!(matches!(fresh, Error::InvalidOption { .. }), "{fresh}");
+    assert_eq!(
+        instances(&keiro, "sync_profile").await,
+        1,
+        "the refused burst opened"
+    );
+    let worker = worker_here(&keiro).await;
+    let (_, n, _) = result_of(&first).await;
+    assert_eq!(n, 1, "the refused call changed the burst");
+    worker.stop().await;
+}
+
 /// A `max_wait` given by a later call of an open burst bounds it, counted
 /// from the burst's first call.
 async fn a_later_calls_max_wait_bounds_the_burst(backend: Backend) {
@@ -722,6 +763,7 @@ async fn a_snapshot_older_than_the_burst_is_refused_clearly(backend: Backend) {
 
 on_both_backends!(
     a_later_calls_timeout_moves_with_the_bursts_start,
+    a_deadline_before_the_bursts_start_is_refused,
     a_later_calls_max_wait_bounds_the_burst,
     a_snapshot_older_than_the_burst_is_refused_clearly,
     a_retried_instance_takes_no_more_calls,

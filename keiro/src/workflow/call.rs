@@ -369,7 +369,8 @@ where
         // is later (see `Debounce::deadline_after_start_us`), so one no
         // longer than the delay always ends first. (An absolute deadline
         // under a `max_wait`: a late call of a long burst may see it start
-        // sooner, so no refusal then.)
+        // sooner, so no refusal here; the store refuses any absolute
+        // deadline not after the start it computes under the burst's lock.)
         let ends_first = match self.deadline {
             None => None,
             Some(CallDeadline::After(timeout)) => {
