@@ -279,7 +279,8 @@ impl QueueStatements {
         };
         let start = |picked: String| start_as("$1", "$2", "$3", picked);
         // The first row of `partition`'s share of queue `queue` in run order
-        // under no live lease at `now`, of workflow `name` with signature
+        // under no live lease at `now` nor past its deadline (see
+        // `takeable`), of workflow `name` with signature
         // `signature` and one of the versions (a JSON array) at `versions`,
         // read off the queue's order index; concurrent hand-overs skip each
         // other's (PostgreSQL). Only while no takeable row of another
@@ -306,6 +307,7 @@ impl QueueStatements {
                      AND c.partition_key = {partition} \
                      AND c.{unfinished} AND c.wake_at <= {now} \
                      AND (c.lease_owner IS NULL OR c.lease_expires_at < {now}) \
+                     AND (c.deadline IS NULL OR c.deadline > {now}) \
                      AND c.name = {name} AND (c.signature IS NULL OR c.signature = {signature}) \
                      AND (c.app_version IS NULL OR c.app_version IN ({versions})) \
                      AND NOT EXISTS ({before} AND o.priority < c.priority{first}) \
@@ -319,6 +321,7 @@ impl QueueStatements {
                      AND o.partition_key = {partition} \
                      AND o.{unfinished} AND o.wake_at <= {now} \
                      AND (o.lease_owner IS NULL OR o.lease_expires_at < {now}) \
+                     AND (o.deadline IS NULL OR o.deadline > {now}) \
                      AND NOT (o.name = {name} \
                          AND (o.signature IS NULL OR o.signature = {signature}) \
                          AND (o.app_version IS NULL OR o.app_version IN ({versions})))",

@@ -32,6 +32,7 @@ struct Job<'a> {
     app_version: Option<&'a str>,
     not_before: Option<i64>,
     parent: Option<ParentLink<'a>>,
+    deadline: Option<i64>,
 }
 
 impl<'a> Job<'a> {
@@ -46,6 +47,7 @@ impl<'a> Job<'a> {
             app_version: Some("v1"),
             not_before: None,
             parent: None,
+            deadline: None,
         }
     }
 
@@ -55,6 +57,7 @@ impl<'a> Job<'a> {
             signature: self.signature,
             parent: self.parent,
             app_version: self.app_version,
+            deadline: self.deadline,
             ..NewInstance::new(self.id, self.name, "[]")
         }
     }
@@ -661,6 +664,39 @@ async fn an_instance_of_another_workflow_due_first_stops_the_hand_over(db: &Test
     plan_settings_did_not_leak(store).await;
 }
 
+/// An instance past its deadline is no successor and no claim takes it,
+/// though it comes first in run order; nor does another workflow's one
+/// stop a hand-over. The deadline sweep's read lists them, to end them as
+/// timed out.
+async fn an_instance_past_its_deadline_is_neither_a_successor_nor_claimed(db: &TestDb) {
+    let store = &db.store;
+    Job::new("a", "p").enqueue(store).await;
+    assert_eq!(claim(store, 1).await, ["a"]);
+    let past = Some(keiro_store::now_us() - 1_000_000);
+    Job {
+        deadline: past,
+        ..Job::new("expired", "p")
+    }
+    .enqueue(store)
+    .await;
+    Job {
+        name: "other-flow",
+        deadline: past,
+        ..Job::new("other-expired", "p")
+    }
+    .enqueue(store)
+    .await;
+    Job::new("next", "p").enqueue(store).await;
+    assert_eq!(finish_one(store, "a").await.as_deref(), Some("next"));
+    assert!(claim(store, 5).await.is_empty());
+    for id in ["expired", "other-expired"] {
+        assert_eq!(status(store, id).await, InstanceStatus::Pending);
+    }
+    let mut listed = store.queued_past_deadline(10).await.unwrap();
+    listed.sort();
+    assert_eq!(listed, ["expired", "other-expired"]);
+}
+
 /// Two finishes of one commit, behind whose first successor (ours) another
 /// workflow's row comes next in run order: the second hands nothing over
 /// (its slot goes back for a claim, which runs that row first), where
@@ -867,6 +903,7 @@ async fn a_retried_instance_waits_for_its_cancelled_run_to_let_go(db: &TestDb) {
 }
 
 conformance!(
+    an_instance_past_its_deadline_is_neither_a_successor_nor_claimed,
     a_hand_over_starts_nothing_while_the_partition_runs_at_its_limit,
     a_hand_over_starts_nothing_while_its_worker_runs_at_its_limit,
     finishes_of_one_commit_hand_over_only_into_room,

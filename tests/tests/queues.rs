@@ -1351,12 +1351,12 @@ async fn a_queued_instance_times_out_at_its_deadline_while_it_waits(backend: Bac
         .unwrap();
     let worker = worker_here(&keiro).await;
     until_tagged(&file, "holder").await;
+    let enqueued = Instant::now();
     let waiting = job(queue_job(text(&file), "expired".into(), 1), "expired")
         .timeout(Duration::from_millis(300))
         .enqueue()
         .await
         .unwrap();
-    let enqueued = Instant::now();
     let outcome = tokio::time::timeout(Duration::from_secs(10), waiting.result())
         .await
         .expect("the caller learns of the time-out while the slot is still held");

@@ -22,6 +22,10 @@ pub(crate) use slots::{Held, Slots};
 /// (unknown names, other versions, live foreign leases) and reports them.
 const BLOCKED_REPORT_EVERY: Duration = Duration::from_secs(1);
 
+/// How often a running worker ends the queued instances whose deadline
+/// passed while they waited (see [`Keiro::time_out_queued`]), at most.
+const PAST_DEADLINE_SWEEP_EVERY: Duration = Duration::from_millis(250);
+
 /// The pause after the first failed pass in a row; it doubles with each
 /// further one, up to the poll interval.
 const RETRY_FAILED_PASS: Duration = Duration::from_millis(100);
@@ -86,6 +90,20 @@ impl Keiro {
                 let (keiro, log) = (keiro.clone(), options.log.clone());
                 tokio::spawn(keiro.gc_every(retention, options.gc_interval, log))
             });
+            // In a task of its own: it holds no slot, so it goes on while
+            // every slot is taken, and it delays no pass's runs.
+            let sweep = {
+                let (keiro, options) = (keiro.clone(), options.clone());
+                let every = options.poll_interval.min(PAST_DEADLINE_SWEEP_EVERY);
+                tokio::spawn(async move {
+                    let mut ticks = tokio::time::interval(every);
+                    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    loop {
+                        ticks.tick().await;
+                        keiro.time_out_queued(&options).await;
+                    }
+                })
+            };
             let mut stop = Stop::of_worker(&keiro, watched);
             let mut reported: Option<tokio::time::Instant> = None;
             let mut failed = 0;
@@ -147,6 +165,7 @@ impl Keiro {
             // (another worker, or this one's successor, creates the next).
             scheduler.abort();
             let _ = scheduler.await;
+            sweep.abort();
             // What the passes claimed runs on: to its end while draining,
             // released when halted.
             while let Some(ended) = passes.join_next().await {

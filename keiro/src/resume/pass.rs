@@ -78,9 +78,13 @@ struct Refilling {
 /// foreign leases) a pass reports.
 const BLOCKED_REPORTED: i64 = 100;
 
-/// How many queued instances past their deadline a pass ends at most (see
-/// [`Keiro::time_out_queued`]).
+/// How many queued instances past their deadline a sweep reads at a time
+/// (see [`Keiro::time_out_queued`]).
 const PAST_DEADLINE_ENDED: i64 = 64;
+
+/// How long a sweep of queued instances past their deadline goes on reading
+/// more before it leaves the rest to the next one.
+const PAST_DEADLINE_BUDGET: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The workflows and versions a pass claims (see [`Keiro::claim_lists`]).
 struct ClaimLists<'k> {
@@ -135,6 +139,8 @@ impl Keiro {
     /// advance each, and report what happened. The single testable unit
     /// behind [`Keiro::resume_worker`].
     pub async fn resume_once(&self, options: &ResumeOptions) -> Result<ResumeSummary> {
+        options.validate()?;
+        self.time_out_queued(options).await;
         let runnable = options.concurrency as i64;
         let claimed = self
             .claim_pass(options, true, options.claim_limit(), runnable)
@@ -279,9 +285,6 @@ impl Keiro {
             },
             false => Vec::new(),
         };
-        if report_blocked {
-            self.time_out_queued(options).await;
-        }
         let mut summary = ResumeSummary {
             discovered: rows.len() + blocked.len(),
             ..ResumeSummary::default()
@@ -327,22 +330,37 @@ impl Keiro {
 
     /// Ends the queued instances whose deadline passed while no run held
     /// them (waiting for a slot, suspended, or left by a worker that died)
-    /// as timed out, at most [`PAST_DEADLINE_ENDED`] a pass: a queue's
-    /// claims leave them, so none takes a slot or a start only to be ended,
-    /// and their callers learn at the deadline, not once a slot frees up.
-    /// Best effort, like the blocked report: the next pass tries again.
-    async fn time_out_queued(&self, options: &ResumeOptions) {
+    /// as timed out, [`PAST_DEADLINE_ENDED`] at a time until none is left
+    /// or [`PAST_DEADLINE_BUDGET`] is spent: a queue's claims and
+    /// hand-overs leave them, so none takes a slot or a start only to be
+    /// ended, and their callers learn at the deadline, not once a slot
+    /// frees up. Best effort: a failure is logged, and the next sweep tries
+    /// again.
+    pub(super) async fn time_out_queued(&self, options: &ResumeOptions) {
+        // A clock off the server's would end them early (or, behind, late):
+        // left to workers whose clocks agree, as claims are.
+        if self.clock_is_off() {
+            return;
+        }
         let store = self.raw_store();
-        let ids = match store.queued_past_deadline(PAST_DEADLINE_ENDED).await {
-            Ok(ids) => ids,
-            Err(error) => {
-                let error = error.into();
-                return (options.log)(&ResumeEvent::PassFailed { error });
+        let started = tokio::time::Instant::now();
+        loop {
+            let ids = match store.queued_past_deadline(PAST_DEADLINE_ENDED).await {
+                Ok(ids) => ids,
+                Err(error) => {
+                    let error = error.into();
+                    return (options.log)(&ResumeEvent::PassFailed { error });
+                }
+            };
+            let all = (ids.len() as i64) < PAST_DEADLINE_ENDED;
+            for id in ids {
+                if let Err(error) = self.time_out(&id).await {
+                    // Left for the next sweep: this one would read it again.
+                    return (options.log)(&ResumeEvent::PassFailed { error });
+                }
             }
-        };
-        for id in ids {
-            if let Err(error) = self.time_out(&id).await {
-                (options.log)(&ResumeEvent::PassFailed { error });
+            if all || started.elapsed() >= PAST_DEADLINE_BUDGET {
+                return;
             }
         }
     }
