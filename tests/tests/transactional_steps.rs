@@ -795,6 +795,73 @@ async fn a_transactional_step_running_at_the_deadline_rolls_back(backend: Backen
     );
 }
 
+/// The runtimes `pays_through_a_workflow` awaits its workflow on, by key.
+static RUNTIMES: Mutex<Vec<(String, Keiro)>> = Mutex::new(Vec::new());
+
+/// One debit of a cent, after a durable sleep that suspends the run (on a
+/// runtime whose `suspend_after` is shorter).
+#[workflow]
+async fn pays_a_cent(key: String) -> Result<i64, BankError> {
+    keiro::sleep(Duration::from_millis(300)).await;
+    debit(key.clone(), format!("{key}-inner"), 1).await
+}
+
+/// Awaits [`pays_a_cent`] from its body: run here, in its own context.
+#[step]
+async fn pays_through_a_workflow(key: String) -> Result<i64, String> {
+    let keiro = RUNTIMES
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, keiro)| keiro.clone())
+        .ok_or("no runtime for the key")?;
+    pays_a_cent(key.clone())
+        .id(format!("{key}-inner"))
+        .on(&keiro)
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("{e:?}"))
+}
+
+#[workflow]
+async fn pays_from_a_step(key: String) -> Result<i64, String> {
+    pays_through_a_workflow(key).await
+}
+
+/// A workflow awaited from a plain step's body runs in a context of its
+/// own, where its transactional steps are journaled as anywhere: the
+/// refusal of one called in a step's body is not for them, also when the
+/// awaiting step runs it on itself (it suspended, and came due while the
+/// step waited, with no worker to claim it).
+async fn a_workflow_awaited_in_a_steps_body_runs_its_transactional_steps(backend: Backend) {
+    let db = TestDb::new(backend).await;
+    let keiro = db
+        .builder()
+        .suspend_after(Duration::from_millis(10))
+        .connect()
+        .await
+        .unwrap();
+    open_bank(keiro::unstable::raw_store(&keiro), 100).await;
+    let key = format!("through-{backend:?}-{}", uuid::Uuid::new_v4().simple());
+    RUNTIMES.lock().unwrap().push((key.clone(), keiro.clone()));
+    let out = pays_from_a_step(key.clone())
+        .id(key.clone())
+        .on(&keiro)
+        .await
+        .unwrap();
+    assert_eq!(out, Ok(99));
+    assert_eq!(bank(keiro::unstable::raw_store(&keiro)).await, (99, 1));
+    let journaled = keiro::unstable::raw_store(&keiro)
+        .load_journal(&format!("{key}-inner"), 0)
+        .await
+        .unwrap();
+    assert!(
+        journaled.iter().any(|row| row.name == "debit"),
+        "the inner debit was not journaled: {journaled:?}"
+    );
+}
+
 /// Calls a transactional step from a plain step's body.
 #[step]
 async fn settles(key: String) -> Result<String, String> {
@@ -2393,5 +2460,6 @@ on_both_backends!(
     a_transactional_step_inside_anothers_body_is_refused,
     a_transactional_step_inside_a_plain_steps_body_is_refused,
     a_transactional_step_running_at_the_deadline_rolls_back,
+    a_workflow_awaited_in_a_steps_body_runs_its_transactional_steps,
     a_body_error_other_than_a_conflict_is_journaled_at_once,
 );

@@ -249,6 +249,11 @@ pub(crate) struct WorkflowContext {
     /// The instance's deadline (µs since the Unix epoch; `i64::MAX` for
     /// none), once its driver set it.
     deadline_us: AtomicI64,
+    /// Told by a step that found the deadline passed (by the wall clock)
+    /// and stopped there: the driver ends the run now, without waiting
+    /// for its own timer (which a suspended machine or a stepped clock
+    /// may hold back).
+    deadline_reached: tokio::sync::Notify,
 }
 
 /// A transactional step of a run holding its transaction open (see
@@ -323,6 +328,7 @@ impl WorkflowContext {
             transactions_closed: tokio::sync::Notify::new(),
             lease: lease_watch::LeaseWatch::default(),
             deadline_us: AtomicI64::new(i64::MAX),
+            deadline_reached: tokio::sync::Notify::new(),
         };
         (Arc::new(cx), aborted)
     }
@@ -339,6 +345,19 @@ impl WorkflowContext {
     /// its driver is ending the run as timed out.
     pub(crate) fn deadline_passed(&self) -> bool {
         self.deadline_us.load(std::sync::atomic::Ordering::Relaxed) <= self.keiro.now_us()
+    }
+
+    /// Stops the calling step for good past the deadline: tells the driver
+    /// to end the run as timed out now, and waits for it to.
+    pub(crate) async fn stop_at_deadline<R>(&self) -> R {
+        self.deadline_reached.notify_one();
+        std::future::pending().await
+    }
+
+    /// Returns once a step stopped at the deadline (see
+    /// [`WorkflowContext::stop_at_deadline`]).
+    pub(crate) async fn deadline_reached(&self) {
+        self.deadline_reached.notified().await
     }
 
     /// Counts a transactional step of this run in until the guard drops.

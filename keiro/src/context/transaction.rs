@@ -104,16 +104,21 @@ where
             meta.name, meta.name
         );
     }
-    if let Ok(super::step::StepName(outer)) = super::step::IN_STEP.try_with(|outer| *outer) {
-        panic!(
-            "transactional step `{}` was called inside the body of step `{outer}`, which runs \
-             outside its workflow's journal: `{}` would commit with no journal row, and again \
-             at each retry or re-run of `{outer}`. Call `{}` from the workflow, before or \
-             after `{outer}`",
-            meta.name, meta.name, meta.name
-        );
-    }
     let slot = claim_seq();
+    // Outside a workflow's context, yet inside a journaled step's body (a
+    // workflow awaited from a step body runs in its own context: its steps
+    // are journaled, and pass here with a slot).
+    if slot.is_none() {
+        if let Ok(super::step::StepName(outer)) = super::step::IN_STEP.try_with(|outer| *outer) {
+            panic!(
+                "transactional step `{}` was called inside the body of step `{outer}`, which runs \
+                 outside its workflow's journal: `{}` would commit with no journal row, and again \
+                 at each retry or re-run of `{outer}`. Call `{}` from the workflow, before or \
+                 after `{outer}`",
+                meta.name, meta.name, meta.name
+            );
+        }
+    }
     let step = TxStep {
         meta,
         is_err,
@@ -279,8 +284,8 @@ where
             loop {
                 if cx.deadline_passed() {
                     // No attempt begins past the run's deadline: its driver
-                    // is ending the run.
-                    return std::future::pending().await;
+                    // ends the run.
+                    return cx.stop_at_deadline().await;
                 }
                 runs += 1;
                 let timing = StepTiming {
@@ -359,7 +364,7 @@ where
                                     tracing::debug!(step = name, %error, "keiro transactional step rollback failed");
                                 }
                                 drop(open);
-                                return std::future::pending().await;
+                                return cx.stop_at_deadline().await;
                             }
                             None => {
                                 let failed = tx.take_failed();

@@ -342,6 +342,9 @@ async fn drive(
             _ = &mut deadline, if timing_out.is_none() => {
                 timing_out = Some(Box::pin(keiro.time_out(&row.id)));
             }
+            () = cx.deadline_reached(), if timing_out.is_none() => {
+                timing_out = Some(Box::pin(keiro.time_out(&row.id)));
+            }
             timed = async { timing_out.as_mut().expect("guarded").await }, if timing_out.is_some() => {
                 timing_out = None;
                 match timed {
