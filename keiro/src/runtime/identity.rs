@@ -122,6 +122,9 @@ impl Me {
         if old.host == self.host && old.pid != self.pid {
             match pid_alive(old.pid) {
                 Some(false) => return Holder::DeadHere,
+                // Another process under the holder's pid (a restarted
+                // container's, whose pids start over): the holder is gone.
+                Some(true) if started_after(old.pid, old.heartbeat_at) => return Holder::DeadHere,
                 Some(true) if !silent_since(ALIVE_SILENCE_LIMIT) => return Holder::Live,
                 // Without procfs: the heartbeat decides, as elsewhere.
                 Some(true) | None => {}
@@ -345,6 +348,31 @@ pub(crate) fn host_name() -> String {
         .unwrap_or_else(|| "keiro".to_owned())
 }
 
+/// Whether process `pid` of this host started after `at_us` (µs since the
+/// Unix epoch), by more than the readings' resolution: then it is not the
+/// process that heartbeat at `at_us`. `false` when procfs cannot tell.
+fn started_after(pid: i64, at_us: i64) -> bool {
+    /// Beyond the jiffy and centisecond the readings round to.
+    const SLACK_US: i64 = 100_000;
+    process_started_us(pid).is_some_and(|started| started > at_us.saturating_add(SLACK_US))
+}
+
+/// When process `pid` of this host started (µs since the Unix epoch), from
+/// procfs: its start in clock ticks after boot (`/proc/PID/stat`, field 22)
+/// against the time since boot (`/proc/uptime`), both of the host's boot
+/// in a container too.
+fn process_started_us(pid: i64) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command's closing parenthesis, from the third.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let start_ticks: f64 = rest.split_whitespace().nth(19)?.parse().ok()?;
+    let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
+    let uptime_s: f64 = uptime.split_whitespace().next()?.parse().ok()?;
+    let ticks = rustix::param::clock_ticks_per_second() as f64;
+    let age_s = uptime_s - start_ticks / ticks;
+    Some(now_us() - (age_s * 1e6) as i64)
+}
+
 /// Whether process `pid` of this host is there (stopped counts, a zombie
 /// does not); `None` without procfs, where it cannot be told.
 fn pid_alive(pid: i64) -> Option<bool> {
@@ -376,32 +404,40 @@ mod tests {
         }
     }
 
-    /// A holder on host `h`, process `pid`, silent for `silent_s` seconds.
-    fn holder(pid: i64, silent_s: i64) -> ExecutorRow {
+    /// A holder on host `h`, process `pid`, last heard of at `heartbeat_at`.
+    fn holder(pid: i64, heartbeat_at: i64) -> ExecutorRow {
         ExecutorRow {
             id: "h/app".into(),
             token: "old".into(),
             host: "h".into(),
             pid,
-            heartbeat_at: now_us() - silent_s * 1_000_000,
+            heartbeat_at,
         }
     }
 
-    /// A holder on this host whose process is still there (this test's:
-    /// alive, as one frozen or stopped would be) keeps its identity past
-    /// the heartbeat TTL: its runs may hold live leases, which a taker
-    /// would claim as its own and run beside it. Only a silence far past
-    /// any lease frees it; a holder whose process is gone is taken at once.
+    /// A holder on this host whose process is still there (frozen or
+    /// stopped, say) keeps its identity past the heartbeat TTL: its runs
+    /// may hold live leases, which a taker would claim as its own and run
+    /// beside it. Only a silence far past any lease frees it. A holder
+    /// whose process is gone is taken at once, and so is one whose pid
+    /// names a process that started after the holder last heartbeat (a
+    /// restarted container's pids start over).
+    #[cfg(target_os = "linux")]
     #[test]
     fn a_silent_holder_whose_process_is_there_keeps_its_identity() {
-        let alive = i64::from(std::process::id());
-        assert_eq!(me().judge(&holder(alive, 12)), Holder::Live);
-        assert_eq!(me().judge(&holder(alive, 600)), Holder::Live);
-        let past = duration_us(ALIVE_SILENCE_LIMIT) / 1_000_000 + 60;
-        assert_eq!(me().judge(&holder(alive, past)), Holder::Stale);
+        let second = 1_000_000;
+        // The system's first process: there since before any heartbeat here.
+        let init = super::process_started_us(1).expect("procfs reads pid 1");
+        let silent = now_us() - 12 * second;
+        assert!(init < silent, "pid 1 started within the last 12 s");
+        assert_eq!(me().judge(&holder(1, silent)), Holder::Live);
+        let long_ago = now_us() - duration_us(ALIVE_SILENCE_LIMIT) - 60 * second;
+        assert_ne!(me().judge(&holder(1, long_ago)), Holder::Live);
+        // Heard of before pid 1 started: pid 1 is another process.
+        assert_eq!(me().judge(&holder(1, init - 2 * second)), Holder::DeadHere);
         // Beyond `pid_max`: no such process.
-        assert_eq!(me().judge(&holder(1 << 23, 0)), Holder::DeadHere);
-        let mut elsewhere = holder(alive, 12);
+        assert_eq!(me().judge(&holder(1 << 23, now_us())), Holder::DeadHere);
+        let mut elsewhere = holder(1, silent);
         elsewhere.host = "other".into();
         assert_eq!(me().judge(&elsewhere), Holder::Stale);
     }
