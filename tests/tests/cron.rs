@@ -1288,11 +1288,12 @@ keiro_tests::on_both_backends_at_once!(
 
 /// PostgreSQL: a process whose clock runs behind (here a minute) and that
 /// links a `#[workflow(cron)]` schedule the table lacks writes it when it
-/// first manages it (a pause, here), stamped by the database server's
-/// clock. That write time is the schedule's making, from which a worker
-/// starting later counts missed ticks: stamped a minute early, the worker
-/// would run a tick that fell before the schedule existed (a minute late,
-/// it would lose the ticks of that minute).
+/// first manages it (a trigger, here), stamped by the database server's
+/// clock, and so is a later pause. That write time is the schedule's
+/// making, from which a worker starting later counts missed ticks: stamped
+/// a minute early, the worker would run a tick that fell before the
+/// schedule existed (a minute late, it would lose the ticks of that
+/// minute).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_schedule_written_by_a_process_whose_clock_is_behind_is_stamped_by_the_server() {
     use sqlx::Connection as _;
@@ -1302,22 +1303,24 @@ async fn postgres_a_schedule_written_by_a_process_whose_clock_is_behind_is_stamp
     let offset = dir.path().join("offset");
     std::fs::write(&offset, "-60s").unwrap();
     let env = keiro_tests::faketime::shifted_env(&offset);
-    let mut child =
-        CrashChild::start_with_env(env!("CARGO_BIN_EXE_cron_worker"), &db, &env, &["--pause"]);
-    child.line_containing("paused").await;
-    assert!(child.exit_success().await, "the pause failed");
     let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    let (paused, off_by_us): (i64, i64) = sqlx::query_as(
-        "SELECT paused, updated_at - (extract(epoch FROM clock_timestamp()) * 1000000)::bigint \
-         FROM keiro.schedules WHERE name = 'cron_tick'",
-    )
-    .fetch_one(&mut conn)
-    .await
-    .unwrap();
-    assert_eq!(paused, 1, "the schedule is paused");
-    assert!(
-        off_by_us.abs() < 10_000_000,
-        "the schedule's write time is {} s off the server's clock",
-        off_by_us / 1_000_000
-    );
+    for (call, said, paused) in [("--trigger", "triggered", 0), ("--pause", "paused", 1)] {
+        let mut child =
+            CrashChild::start_with_env(env!("CARGO_BIN_EXE_cron_worker"), &db, &env, &[call]);
+        child.line_containing(said).await;
+        assert!(child.exit_success().await, "the {call} failed");
+        let (is_paused, off_by_us): (i64, i64) = sqlx::query_as(
+            "SELECT paused, updated_at - (extract(epoch FROM clock_timestamp()) * 1000000)::bigint \
+             FROM keiro.schedules WHERE name = 'cron_tick'",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        assert_eq!(is_paused, paused, "after the {call}");
+        assert!(
+            off_by_us.abs() < 10_000_000,
+            "after the {call}, the schedule's write time is {} s off the server's clock",
+            off_by_us / 1_000_000
+        );
+    }
 }

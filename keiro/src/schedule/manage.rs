@@ -485,6 +485,9 @@ impl Keiro {
 
     /// The stored schedule `name`, or [`Error::UnknownSchedule`].
     async fn schedule_row(&self, name: &str) -> Result<ScheduleRow> {
+        if let Some(row) = self.raw_store().schedule_named(name).await? {
+            return Ok(row);
+        }
         add_declared(self, name).await?;
         match self.raw_store().schedule_named(name).await? {
             Some(row) => Ok(row),

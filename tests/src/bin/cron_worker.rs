@@ -4,12 +4,13 @@
 //!
 //! ```text
 //! cron_worker <effects-file>
-//! cron_worker --pause
+//! cron_worker --trigger | --pause
 //! ```
 //! Each run of a tick appends `<tick, seconds since the Unix epoch> <pid>`
-//! to the effects file. With `--pause` it runs no worker: it pauses
-//! `cron_tick` (writing its row first if the table lacks it, as any
-//! process linking it does), prints `paused`, and exits.
+//! to the effects file. With `--trigger` or `--pause` it runs no worker: it
+//! triggers or pauses `cron_tick` (writing its row first if the table lacks
+//! it, as any process linking it does), prints `triggered` or `paused`, and
+//! exits.
 
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -41,17 +42,21 @@ async fn record(tick: u64) -> Result<(), String> {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args == ["--pause"] {
-        let keiro = keiro::global().await.expect("open the database");
-        keiro
-            .pause_schedule("cron_tick")
-            .await
-            .expect("pause cron_tick");
-        println!("paused");
-        return;
+    if let [manage] = args.as_slice() {
+        if manage == "--trigger" || manage == "--pause" {
+            let keiro = keiro::global().await.expect("open the database");
+            if manage == "--trigger" {
+                keiro.trigger_schedule("cron_tick").await.expect("trigger");
+                println!("triggered");
+            } else {
+                keiro.pause_schedule("cron_tick").await.expect("pause");
+                println!("paused");
+            }
+            return;
+        }
     }
     let [effects] = args.as_slice() else {
-        eprintln!("usage: cron_worker <effects-file> | --pause (got {args:?})");
+        eprintln!("usage: cron_worker <effects-file> | --trigger | --pause (got {args:?})");
         std::process::exit(2);
     };
     EFFECTS.set(effects.clone()).expect("set once");
