@@ -148,10 +148,10 @@ pub enum StoreError {
     /// burst's instance would start: the instance would time out unrun.
     /// Nothing was written.
     #[error(
-        "debounced workflow `{name}` (key `{key}`) was given a deadline {} ms before its \
-         burst's instance would start: it would time out before it ran, so the call was not \
-         recorded; give a deadline after the burst's start, or a `.timeout(..)`, which moves \
-         with the start",
+        "debounced workflow `{name}` (key `{key}`) was given a deadline not after its burst's \
+         instance would start ({} ms before it): it would time out before it ran, so the call \
+         was not recorded; give a deadline after the burst's start, or a `.timeout(..)`, which \
+         moves with the start",
         (start_us - deadline_us) / 1000
     )]
     DeadlineBeforeStart {

@@ -105,7 +105,7 @@ impl DebounceCall {
                 "WorkflowCall::debounce",
                 "was debounced inside a workflow, where a call is a journaled child with an id \
                  of its own; debounce from outside workflows (a request handler), or from a \
-                 `#[step]` body, whose retry extends the same burst"
+                 `#[step]` body (a retry of the step extends the burst while it is open)"
                     .to_owned(),
             );
         }

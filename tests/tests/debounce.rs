@@ -245,7 +245,7 @@ async fn a_deadline_before_the_bursts_start_is_refused(backend: Backend) {
     assert!(
         matches!(refused, Error::InvalidOption { .. })
             && text.contains("`sync_profile`")
-            && text.contains("before its burst's instance would start"),
+            && text.contains("not after its burst's instance would start"),
         "{text}"
     );
     let fresh = debounced(&keiro, "u-fresh", 1, Duration::from_millis(500))
