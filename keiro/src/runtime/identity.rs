@@ -9,11 +9,13 @@
 //! Takeovers: a slot whose holder is a dead process on this host is taken at
 //! once, with its leases (made due now); one whose holder stopped
 //! heartbeating for [`EXECUTOR_TTL`] (a process on another host) is taken
-//! after that. A holder on this host whose process is still there keeps its
-//! identity however long its heartbeat has been silent (it may be frozen,
-//! stopped or starved, with runs whose leases are live: a taker, whose
-//! claims take leases of its own name, would run them beside it), up to
-//! [`ALIVE_SILENCE_LIMIT`]. A process taking a default slot also releases the leases of
+//! after that. A holder on this host whose process is still there (its
+//! token names the process: see [`Process`]) keeps its identity however
+//! long its heartbeat has been silent (it may be frozen, stopped or
+//! starved, with runs whose leases are live: a taker, whose claims take
+//! leases of its own name, would run them beside it), up to
+//! [`ALIVE_SILENCE_LIMIT`]; one whose pid now names another process, or
+//! whose host restarted since, is dead. A process taking a default slot also releases the leases of
 //! every other slot of its program whose holder died on this host, so a
 //! restart after several processes were killed resumes all their work at
 //! once, not only that of the slot it lands on.
@@ -34,8 +36,8 @@ pub(crate) const EXECUTOR_TTL: Duration = Duration::from_secs(10);
 
 /// How long a holder on this host whose process is still there may be
 /// silent before its identity is free: far past any lease its runs could
-/// hold, so that only a process id the system reused for another program
-/// frees it (that cannot be told apart without procfs's start times).
+/// hold (such a process has stopped for good, or dropped its runtime
+/// without shutting it down).
 const ALIVE_SILENCE_LIMIT: Duration = Duration::from_secs(3600);
 
 /// How long a heartbeat waits for its reading of the server's clock.
@@ -101,9 +103,64 @@ enum Holder {
 
 /// This process, as it registers.
 struct Me {
+    /// Unique to this registration, and naming this process when procfs
+    /// can (see [`Process`]).
     token: String,
     host: String,
     pid: i64,
+    /// This process as procfs tells it apart, if it can.
+    process: Option<Process>,
+}
+
+/// One process of one boot of a host: its pid is reused by later processes
+/// (a restarted container's pids start over), its start time since boot
+/// is not. A holder's token carries it (`{uuid}@{boot id}@{start ticks}`),
+/// so a process judging the holder knows whether the pid still names it,
+/// with no clock involved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Process {
+    /// `/proc/sys/kernel/random/boot_id`: new at each boot of the host.
+    boot: String,
+    /// When the process started, in clock ticks since boot
+    /// (`/proc/PID/stat`, field 22).
+    start_ticks: u64,
+}
+
+impl Process {
+    /// Process `pid` (a number, or `self`) of this host, as procfs tells
+    /// it, if it is there (a zombie is not).
+    fn of(pid: &str) -> Option<Process> {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Some(Process {
+            boot: boot.trim().to_owned(),
+            start_ticks: start_ticks(&stat)?,
+        })
+    }
+
+    /// The process a registration's token names, if it names one.
+    fn in_token(token: &str) -> Option<Process> {
+        let mut parts = token.split('@');
+        let (_, boot, ticks) = (parts.next()?, parts.next()?, parts.next()?);
+        Some(Process {
+            boot: boot.to_owned(),
+            start_ticks: ticks.parse().ok()?,
+        })
+    }
+}
+
+/// The start time in clock ticks since boot in a `/proc/PID/stat` line
+/// (field 22, counted from the pid; the command, field 2, may hold spaces
+/// and parentheses), unless the process is a zombie.
+fn start_ticks(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    // Field 3, the state: `Z` for a zombie.
+    if fields.next()? == "Z" {
+        return None;
+    }
+    // Fields 4 to 21, then 22.
+    fields.nth(18)?.parse().ok()
 }
 
 impl Me {
@@ -119,15 +176,36 @@ impl Me {
 
     fn judge(&self, old: &ExecutorRow) -> Holder {
         let silent_since = |limit: Duration| old.heartbeat_at < now_us() - duration_us(limit);
-        if old.host == self.host && old.pid != self.pid {
-            match pid_alive(old.pid) {
-                Some(false) => return Holder::DeadHere,
-                // Another process under the holder's pid (a restarted
-                // container's, whose pids start over): the holder is gone.
-                Some(true) if started_after(old.pid, old.heartbeat_at) => return Holder::DeadHere,
-                Some(true) if !silent_since(ALIVE_SILENCE_LIMIT) => return Holder::Live,
-                // Without procfs: the heartbeat decides, as elsewhere.
-                Some(true) | None => {}
+        if old.host == self.host {
+            match (Process::in_token(&old.token), &self.process) {
+                (Some(holder), Some(me)) => {
+                    if holder.boot != me.boot {
+                        // The host restarted since: every process of the
+                        // holder's boot is gone.
+                        return Holder::DeadHere;
+                    }
+                    // This very process (another runtime of it): the
+                    // heartbeat decides.
+                    if !(old.pid == self.pid && holder == *me) {
+                        match Process::of(&old.pid.to_string()) {
+                            Some(now) if now == holder => {
+                                if !silent_since(ALIVE_SILENCE_LIMIT) {
+                                    return Holder::Live;
+                                }
+                            }
+                            // Gone, or the pid names a later process.
+                            _ => return Holder::DeadHere,
+                        }
+                    }
+                }
+                // A holder of a release whose token names no process, or
+                // no procfs here: a pid that is gone is dead, and the
+                // heartbeat decides the rest.
+                _ => {
+                    if old.pid != self.pid && pid_alive(old.pid) == Some(false) {
+                        return Holder::DeadHere;
+                    }
+                }
             }
         }
         if silent_since(EXECUTOR_TTL) {
@@ -145,10 +223,16 @@ async fn register(keiro: &Keiro) -> Result<Registration> {
     keiro
         .check_clock_at_start(&keiro.inner.requested_id)
         .await?;
+    let process = Process::of("self");
+    let uuid = uuid::Uuid::new_v4();
     let me = Me {
-        token: uuid::Uuid::new_v4().to_string(),
+        token: match &process {
+            Some(p) => format!("{uuid}@{}@{}", p.boot, p.start_ticks),
+            None => uuid.to_string(),
+        },
         host: host_name(),
         pid: i64::from(std::process::id()),
+        process,
     };
     let requested = keiro.inner.requested_id.as_str();
     let id = if keiro.inner.exclusive {
@@ -348,31 +432,6 @@ pub(crate) fn host_name() -> String {
         .unwrap_or_else(|| "keiro".to_owned())
 }
 
-/// Whether process `pid` of this host started after `at_us` (µs since the
-/// Unix epoch), by more than the readings' resolution: then it is not the
-/// process that heartbeat at `at_us`. `false` when procfs cannot tell.
-fn started_after(pid: i64, at_us: i64) -> bool {
-    /// Beyond the jiffy and centisecond the readings round to.
-    const SLACK_US: i64 = 100_000;
-    process_started_us(pid).is_some_and(|started| started > at_us.saturating_add(SLACK_US))
-}
-
-/// When process `pid` of this host started (µs since the Unix epoch), from
-/// procfs: its start in clock ticks after boot (`/proc/PID/stat`, field 22)
-/// against the time since boot (`/proc/uptime`), both of the host's boot
-/// in a container too.
-fn process_started_us(pid: i64) -> Option<i64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command's closing parenthesis, from the third.
-    let (_, rest) = stat.rsplit_once(')')?;
-    let start_ticks: f64 = rest.split_whitespace().nth(19)?.parse().ok()?;
-    let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
-    let uptime_s: f64 = uptime.split_whitespace().next()?.parse().ok()?;
-    let ticks = rustix::param::clock_ticks_per_second() as f64;
-    let age_s = uptime_s - start_ticks / ticks;
-    Some(now_us() - (age_s * 1e6) as i64)
-}
-
 /// Whether process `pid` of this host is there (stopped counts, a zombie
 /// does not); `None` without procfs, where it cannot be told.
 fn pid_alive(pid: i64) -> Option<bool> {
@@ -393,59 +452,137 @@ fn pid_alive(pid: i64) -> Option<bool> {
 
 #[cfg(test)]
 mod tests {
-    use super::{duration_us, now_us, slot_id, ExecutorRow, Holder, Me, ALIVE_SILENCE_LIMIT};
-
-    /// This process, registering as another of its host would.
-    fn me() -> Me {
-        Me {
-            token: "new".into(),
-            host: "h".into(),
-            pid: i64::from(std::process::id()) + 1,
-        }
-    }
-
-    /// A holder on host `h`, process `pid`, last heard of at `heartbeat_at`.
-    fn holder(pid: i64, heartbeat_at: i64) -> ExecutorRow {
-        ExecutorRow {
-            id: "h/app".into(),
-            token: "old".into(),
-            host: "h".into(),
-            pid,
-            heartbeat_at,
-        }
-    }
-
-    /// A holder on this host whose process is still there (frozen or
-    /// stopped, say) keeps its identity past the heartbeat TTL: its runs
-    /// may hold live leases, which a taker would claim as its own and run
-    /// beside it. Only a silence far past any lease frees it. A holder
-    /// whose process is gone is taken at once, and so is one whose pid
-    /// names a process that started after the holder last heartbeat (a
-    /// restarted container's pids start over).
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn a_silent_holder_whose_process_is_there_keeps_its_identity() {
-        let second = 1_000_000;
-        // The system's first process: there since before any heartbeat here.
-        let init = super::process_started_us(1).expect("procfs reads pid 1");
-        let silent = now_us() - 12 * second;
-        assert!(init < silent, "pid 1 started within the last 12 s");
-        assert_eq!(me().judge(&holder(1, silent)), Holder::Live);
-        let long_ago = now_us() - duration_us(ALIVE_SILENCE_LIMIT) - 60 * second;
-        assert_ne!(me().judge(&holder(1, long_ago)), Holder::Live);
-        // Heard of before pid 1 started: pid 1 is another process.
-        assert_eq!(me().judge(&holder(1, init - 2 * second)), Holder::DeadHere);
-        // Beyond `pid_max`: no such process.
-        assert_eq!(me().judge(&holder(1 << 23, now_us())), Holder::DeadHere);
-        let mut elsewhere = holder(1, silent);
-        elsewhere.host = "other".into();
-        assert_eq!(me().judge(&elsewhere), Holder::Stale);
-    }
+    use super::{slot_id, start_ticks};
 
     #[test]
     fn the_first_slot_is_the_base_and_later_ones_are_numbered() {
         assert_eq!(slot_id("h/app", 1), "h/app");
         assert_eq!(slot_id("h/app", 2), "h/app#2");
         assert_eq!(slot_id("h/app", 64), "h/app#64");
+    }
+
+    /// Field 22 of a `/proc/PID/stat` line, whose command may hold spaces
+    /// and parentheses; none for a zombie.
+    #[test]
+    fn a_stat_line_gives_its_start_ticks() {
+        let fields_after = |state: &str| {
+            let mut line = format!("4242 (my (odd) app) {state}");
+            for n in 4..=21 {
+                line.push_str(&format!(" {n}"));
+            }
+            line + " 987654 22 23"
+        };
+        assert_eq!(start_ticks(&fields_after("S")), Some(987654));
+        assert_eq!(start_ticks(&fields_after("T")), Some(987654));
+        assert_eq!(start_ticks(&fields_after("Z")), None);
+        assert_eq!(start_ticks("4242 (cut"), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    mod on_linux {
+        use super::super::{
+            duration_us, now_us, ExecutorRow, Holder, Me, Process, ALIVE_SILENCE_LIMIT,
+        };
+
+        const SECOND: i64 = 1_000_000;
+
+        /// This test's process, and a registration of another process of
+        /// its host judging holders.
+        fn this_process() -> (i64, Process) {
+            let pid = i64::from(std::process::id());
+            (pid, Process::of("self").expect("procfs reads this process"))
+        }
+
+        fn me() -> Me {
+            let (pid, process) = this_process();
+            Me {
+                token: "new".into(),
+                host: "h".into(),
+                pid: pid + 1,
+                process: Some(process),
+            }
+        }
+
+        /// A holder on host `h`: process `pid` whose token names `process`,
+        /// last heard of `silent_s` seconds ago.
+        fn holder(pid: i64, process: Option<&Process>, silent_s: i64) -> ExecutorRow {
+            ExecutorRow {
+                id: "h/app".into(),
+                token: match process {
+                    Some(p) => format!("old@{}@{}", p.boot, p.start_ticks),
+                    None => "old".into(),
+                },
+                host: "h".into(),
+                pid,
+                heartbeat_at: now_us() - silent_s * SECOND,
+            }
+        }
+
+        /// A holder on this host whose process is still there (this test's,
+        /// as a frozen or stopped one would be) keeps its identity past the
+        /// heartbeat TTL: its runs may hold live leases, which a taker would
+        /// claim as its own and run beside it. Only a silence far past any
+        /// lease frees it.
+        #[test]
+        fn a_silent_holder_whose_process_is_there_keeps_its_identity() {
+            let (pid, process) = this_process();
+            assert_eq!(me().judge(&holder(pid, Some(&process), 12)), Holder::Live);
+            assert_eq!(me().judge(&holder(pid, Some(&process), 600)), Holder::Live);
+            let hour = duration_us(ALIVE_SILENCE_LIMIT) / SECOND;
+            let past = holder(pid, Some(&process), hour + 60);
+            assert_eq!(me().judge(&past), Holder::Stale);
+            // Another host's: the heartbeat decides.
+            let mut elsewhere = holder(pid, Some(&process), 12);
+            elsewhere.host = "other".into();
+            assert_eq!(me().judge(&elsewhere), Holder::Stale);
+        }
+
+        /// A holder whose pid now names another process (a restarted
+        /// container's pids start over), whose host restarted, or whose pid
+        /// is gone, is dead: its identity is taken at once, whatever its
+        /// heartbeat says.
+        #[test]
+        fn a_holder_whose_process_is_gone_is_dead() {
+            let (pid, process) = this_process();
+            let earlier = Process {
+                start_ticks: process.start_ticks.saturating_sub(1),
+                ..process.clone()
+            };
+            assert_eq!(
+                me().judge(&holder(pid, Some(&earlier), 0)),
+                Holder::DeadHere
+            );
+            let other_boot = Process {
+                boot: "another-boot".into(),
+                ..process.clone()
+            };
+            assert_eq!(
+                me().judge(&holder(pid, Some(&other_boot), 0)),
+                Holder::DeadHere
+            );
+            // Beyond `pid_max`: no such process.
+            let gone = 1 << 23;
+            assert_eq!(
+                me().judge(&holder(gone, Some(&process), 0)),
+                Holder::DeadHere
+            );
+            assert_eq!(me().judge(&holder(gone, None, 0)), Holder::DeadHere);
+        }
+
+        /// A holder whose token names no process (an earlier release's) is
+        /// judged as before: dead when its pid is gone, else by its
+        /// heartbeat; so is another runtime of this very process.
+        #[test]
+        fn a_holder_naming_no_process_is_judged_by_its_heartbeat() {
+            let (pid, process) = this_process();
+            assert_eq!(me().judge(&holder(pid, None, 12)), Holder::Stale);
+            assert_eq!(me().judge(&holder(pid, None, 1)), Holder::Live);
+            let mut this_very = me();
+            this_very.pid = pid;
+            assert_eq!(
+                this_very.judge(&holder(pid, Some(&process), 12)),
+                Holder::Stale
+            );
+        }
     }
 }
