@@ -1334,10 +1334,10 @@ async fn a_timed_out_run_frees_its_slot_at_once(backend: Backend) {
 }
 
 /// A queued instance whose deadline passes while it waits for a slot ends
-/// as timed out then, not once the queue gives it one: its caller learns
-/// at the deadline, and the expired instance takes neither a slot nor a
-/// start of the queue's (on a rate-limited queue it would have counted as
-/// one).
+/// as timed out then, not once the queue gives it one (also by a worker
+/// whose every slot is taken): its caller learns at the deadline, and the
+/// expired instance takes neither a slot nor a start of the queue's (on a
+/// rate-limited queue it would have counted as one).
 async fn a_queued_instance_times_out_at_its_deadline_while_it_waits(backend: Backend) {
     let db = TestDb::new(backend).await;
     let (_dir, file) = events_file();
@@ -1349,7 +1349,9 @@ async fn a_queued_instance_times_out_at_its_deadline_while_it_waits(backend: Bac
         .enqueue()
         .await
         .unwrap();
-    let worker = worker_here(&keiro).await;
+    // One slot, which the holder takes: the worker starts no pass while
+    // it runs, and ends the expired instance all the same.
+    let worker = worker_of(&keiro, 1).await;
     until_tagged(&file, "holder").await;
     let enqueued = Instant::now();
     let waiting = job(queue_job(text(&file), "expired".into(), 1), "expired")

@@ -23,8 +23,10 @@ pub(crate) use slots::{Held, Slots};
 const BLOCKED_REPORT_EVERY: Duration = Duration::from_secs(1);
 
 /// How often a running worker ends the queued instances whose deadline
-/// passed while they waited (see [`Keiro::time_out_queued`]), at most.
-const PAST_DEADLINE_SWEEP_EVERY: Duration = Duration::from_millis(250);
+/// passed while they waited (see [`Keiro::time_out_queued`]): its poll
+/// interval, within these bounds.
+const PAST_DEADLINE_SWEEP_EVERY: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_millis(250));
 
 /// The pause after the first failed pass in a row; it doubles with each
 /// further one, up to the poll interval.
@@ -91,18 +93,29 @@ impl Keiro {
                 tokio::spawn(keiro.gc_every(retention, options.gc_interval, log))
             });
             // In a task of its own: it holds no slot, so it goes on while
-            // every slot is taken, and it delays no pass's runs.
-            let sweep = {
+            // every slot is taken, and it delays no pass's runs. Dropped
+            // with this task, however it ends.
+            let _sweep = {
                 let (keiro, options) = (keiro.clone(), options.clone());
-                let every = options.poll_interval.min(PAST_DEADLINE_SWEEP_EVERY);
-                tokio::spawn(async move {
-                    let mut ticks = tokio::time::interval(every);
-                    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let (least, most) = PAST_DEADLINE_SWEEP_EVERY;
+                let every = options.poll_interval.clamp(least, most);
+                AbortOnDrop(tokio::spawn(async move {
+                    let mut failed = 0;
                     loop {
-                        ticks.tick().await;
-                        keiro.time_out_queued(&options).await;
+                        tokio::time::sleep(match failed {
+                            0 => every,
+                            n => pause_after(n, options.poll_interval).max(every),
+                        })
+                        .await;
+                        match keiro.time_out_queued().await {
+                            Ok(()) => failed = 0,
+                            Err(error) => {
+                                failed += 1;
+                                (options.log)(&ResumeEvent::PassFailed { error });
+                            }
+                        }
                     }
-                })
+                }))
             };
             let mut stop = Stop::of_worker(&keiro, watched);
             let mut reported: Option<tokio::time::Instant> = None;
@@ -165,7 +178,6 @@ impl Keiro {
             // (another worker, or this one's successor, creates the next).
             scheduler.abort();
             let _ = scheduler.await;
-            sweep.abort();
             // What the passes claimed runs on: to its end while draining,
             // released when halted.
             while let Some(ended) = passes.join_next().await {
@@ -186,6 +198,15 @@ impl Keiro {
             join,
             keiro: self.clone(),
         })
+    }
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -140,7 +140,13 @@ impl Keiro {
     /// behind [`Keiro::resume_worker`].
     pub async fn resume_once(&self, options: &ResumeOptions) -> Result<ResumeSummary> {
         options.validate()?;
-        self.time_out_queued(options).await;
+        // As a claim would: a runtime shut down, or whose clock is off the
+        // server's (read first at the identity's taking), ends nothing.
+        self.ensure_executor().await?;
+        self.refuse_claims_if_clock_off()?;
+        if let Err(error) = self.time_out_queued().await {
+            (options.log)(&ResumeEvent::PassFailed { error });
+        }
         let runnable = options.concurrency as i64;
         let claimed = self
             .claim_pass(options, true, options.claim_limit(), runnable)
@@ -334,33 +340,25 @@ impl Keiro {
     /// or [`PAST_DEADLINE_BUDGET`] is spent: a queue's claims and
     /// hand-overs leave them, so none takes a slot or a start only to be
     /// ended, and their callers learn at the deadline, not once a slot
-    /// frees up. Best effort: a failure is logged, and the next sweep tries
+    /// frees up. The first failure stops the sweep; the next one tries
     /// again.
-    pub(super) async fn time_out_queued(&self, options: &ResumeOptions) {
+    pub(super) async fn time_out_queued(&self) -> Result<()> {
         // A clock off the server's would end them early (or, behind, late):
         // left to workers whose clocks agree, as claims are.
         if self.clock_is_off() {
-            return;
+            return Ok(());
         }
         let store = self.raw_store();
         let started = tokio::time::Instant::now();
         loop {
-            let ids = match store.queued_past_deadline(PAST_DEADLINE_ENDED).await {
-                Ok(ids) => ids,
-                Err(error) => {
-                    let error = error.into();
-                    return (options.log)(&ResumeEvent::PassFailed { error });
-                }
-            };
+            let ids = store.queued_past_deadline(PAST_DEADLINE_ENDED).await?;
             let all = (ids.len() as i64) < PAST_DEADLINE_ENDED;
             for id in ids {
-                if let Err(error) = self.time_out(&id).await {
-                    // Left for the next sweep: this one would read it again.
-                    return (options.log)(&ResumeEvent::PassFailed { error });
-                }
+                // On error, left for the next sweep (which reads it again).
+                self.time_out(&id).await?;
             }
             if all || started.elapsed() >= PAST_DEADLINE_BUDGET {
-                return;
+                return Ok(());
             }
         }
     }
