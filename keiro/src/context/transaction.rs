@@ -336,13 +336,8 @@ where
                             // these writes roll back instead of committing.
                             Some(lost) => {
                                 drop(value);
-                                // A body that ended keiro's transaction
-                                // itself is caught here too (see `attempt`).
-                                if let Some(error) = ended_under_body(&mut tx).await {
-                                    return halt(&cx, step_error(&cx, seq, name, error)).await;
-                                }
-                                if let Err(error) = tx.into_inner().rollback().await {
-                                    tracing::debug!(step = name, %error, "keiro transactional step rollback failed");
+                                if let Err(ended) = roll_back(&cx, seq, name, tx).await {
+                                    return halt(&cx, ended).await;
                                 }
                                 drop(open);
                                 named = matches!(lost.decided().await, Verdict::Named);
@@ -357,11 +352,8 @@ where
                             // workflow goes no further.
                             None if cx.deadline_passed() => {
                                 drop(value);
-                                if let Some(error) = ended_under_body(&mut tx).await {
-                                    return halt(&cx, step_error(&cx, seq, name, error)).await;
-                                }
-                                if let Err(error) = tx.into_inner().rollback().await {
-                                    tracing::debug!(step = name, %error, "keiro transactional step rollback failed");
+                                if let Err(ended) = roll_back(&cx, seq, name, tx).await {
+                                    return halt(&cx, ended).await;
                                 }
                                 drop(open);
                                 return cx.stop_at_deadline().await;
@@ -608,6 +600,25 @@ where
         won.journaled(winner);
     }
     Ok(value)
+}
+
+/// Rolls back `tx`, the open transaction of an attempt whose result is not
+/// to commit (another branch of its select won, or the run's deadline
+/// passed). A body that ended keiro's transaction itself is caught here too
+/// (see `attempt`): the error that halts the run.
+async fn roll_back(
+    cx: &WorkflowContext,
+    seq: i64,
+    name: &'static str,
+    mut tx: Transaction<'static>,
+) -> Result<(), Error> {
+    if let Some(error) = ended_under_body(&mut tx).await {
+        return Err(step_error(cx, seq, name, error));
+    }
+    if let Err(error) = tx.into_inner().rollback().await {
+        tracing::debug!(step = name, %error, "keiro transactional step rollback failed");
+    }
+    Ok(())
 }
 
 /// Why `tx` can be neither committed nor rolled back as the step's: its
