@@ -254,16 +254,19 @@ impl QueueStatements {
                      UNION ALL SELECT {worker_concurrency} - {mine}) m)"
                 )
             };
-        // A row the claiming owner ($1) may take now ($2), as `c`.
-        // Not one past its deadline: `past_deadline` finds those, and a
-        // resume pass ends them as timed out without a slot or a start.
-        let takeable = |now: &str| {
+        // A row of alias `a` waiting to start at `now`: unfinished, due,
+        // under no live lease (but those `own` admits), and not past its
+        // deadline (`past_deadline` finds those, and a worker's sweep ends
+        // them as timed out without a slot or a start).
+        let waiting = |a: &str, now: &str, own: &str| {
             format!(
-                "c.{unfinished} AND c.wake_at <= {now} \
-                 AND (c.lease_owner IS NULL OR c.lease_owner = $1 OR c.lease_expires_at < {now}) \
-                 AND (c.deadline IS NULL OR c.deadline > {now})"
+                "{a}.{unfinished} AND {a}.wake_at <= {now} \
+                 AND ({a}.lease_owner IS NULL{own} OR {a}.lease_expires_at < {now}) \
+                 AND ({a}.deadline IS NULL OR {a}.deadline > {now})"
             )
         };
+        // A row the claiming owner ($1) may take now ($2), as `c`.
+        let takeable = |now: &str| waiting("c", now, " OR c.lease_owner = $1");
         let order = "c.priority, c.created_at, c.id";
         // Starts the rows `picked` selects for owner `owner` under a lease
         // to `until` at `now` (their first start, for the rate limit, if it
@@ -304,10 +307,7 @@ impl QueueStatements {
             let versions = (d.json_text_elements)(versions);
             format!(
                 "SELECT c.id FROM {w} c{order_index} WHERE c.queue = {queue}{only_if} \
-                     AND c.partition_key = {partition} \
-                     AND c.{unfinished} AND c.wake_at <= {now} \
-                     AND (c.lease_owner IS NULL OR c.lease_expires_at < {now}) \
-                     AND (c.deadline IS NULL OR c.deadline > {now}) \
+                     AND c.partition_key = {partition} AND {waiting} \
                      AND c.name = {name} AND (c.signature IS NULL OR c.signature = {signature}) \
                      AND (c.app_version IS NULL OR c.app_version IN ({versions})) \
                      AND NOT EXISTS ({before} AND o.priority < c.priority{first}) \
@@ -316,15 +316,14 @@ impl QueueStatements {
                          AND (o.created_at < c.created_at OR o.id < c.id){first}) \
                      ORDER BY {order} LIMIT {limit}{skip}",
                 skip = d.skip_locked,
+                waiting = waiting("c", now, ""),
                 before = format!(
                     "SELECT 1 FROM {w} o{order_index} WHERE o.queue = {queue} \
-                     AND o.partition_key = {partition} \
-                     AND o.{unfinished} AND o.wake_at <= {now} \
-                     AND (o.lease_owner IS NULL OR o.lease_expires_at < {now}) \
-                     AND (o.deadline IS NULL OR o.deadline > {now}) \
+                     AND o.partition_key = {partition} AND {waiting} \
                      AND NOT (o.name = {name} \
                          AND (o.signature IS NULL OR o.signature = {signature}) \
                          AND (o.app_version IS NULL OR o.app_version IN ({versions})))",
+                    waiting = waiting("o", now, ""),
                 ),
                 first = FIRST_ONLY,
             )
