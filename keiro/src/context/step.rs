@@ -238,7 +238,9 @@ tokio::task_local! {
     pub(crate) static IN_STEP: StepName;
 }
 
-/// The name of the step whose body runs (see [`IN_STEP`]).
+/// The name of the step whose body runs (see [`IN_STEP`]). A type of its
+/// own: a task-local `&'static str` makes the scoped body's future `Send`
+/// for one lifetime only, and the step's future then is not `Send`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct StepName(pub(crate) &'static str);
 

@@ -175,44 +175,41 @@ impl Me {
     }
 
     fn judge(&self, old: &ExecutorRow) -> Holder {
-        let silent_since = |limit: Duration| old.heartbeat_at < now_us() - duration_us(limit);
         if old.host == self.host {
-            match (Process::in_token(&old.token), &self.process) {
-                (Some(holder), Some(me)) => {
-                    if holder.boot != me.boot {
-                        // The host restarted since: every process of the
-                        // holder's boot is gone.
-                        return Holder::DeadHere;
-                    }
-                    // This very process (another runtime of it): the
-                    // heartbeat decides.
-                    if !(old.pid == self.pid && holder == *me) {
-                        match Process::of(&old.pid.to_string()) {
-                            Some(now) if now == holder => {
-                                if !silent_since(ALIVE_SILENCE_LIMIT) {
-                                    return Holder::Live;
-                                }
-                            }
-                            // Gone, or the pid names a later process.
-                            _ => return Holder::DeadHere,
-                        }
-                    }
-                }
-                // A holder of a release whose token names no process, or
-                // no procfs here: a pid that is gone is dead, and the
-                // heartbeat decides the rest.
-                _ => {
-                    if old.pid != self.pid && pid_alive(old.pid) == Some(false) {
-                        return Holder::DeadHere;
-                    }
-                }
+            if let Some(holder) = self.judge_here(old) {
+                return holder;
             }
         }
-        if silent_since(EXECUTOR_TTL) {
+        if old.heartbeat_at < now_us() - duration_us(EXECUTOR_TTL) {
             Holder::Stale
         } else {
             Holder::Live
         }
+    }
+
+    /// A holder on this host, judged by its process where procfs tells it
+    /// apart; `None` leaves it to the heartbeat.
+    fn judge_here(&self, old: &ExecutorRow) -> Option<Holder> {
+        let (Some(holder), Some(me)) = (Process::in_token(&old.token), &self.process) else {
+            // A holder of a release whose token names no process, or no
+            // procfs here: a pid that is gone is dead.
+            let gone = old.pid != self.pid && pid_alive(old.pid) == Some(false);
+            return gone.then_some(Holder::DeadHere);
+        };
+        if holder.boot != me.boot {
+            // The host restarted since: every process of that boot is gone.
+            return Some(Holder::DeadHere);
+        }
+        if old.pid == self.pid && holder == *me {
+            // This very process (another runtime of it).
+            return None;
+        }
+        if Process::of(&old.pid.to_string()).as_ref() != Some(&holder) {
+            // Gone, or the pid names a later process.
+            return Some(Holder::DeadHere);
+        }
+        let silent = old.heartbeat_at < now_us() - duration_us(ALIVE_SILENCE_LIMIT);
+        (!silent).then_some(Holder::Live)
     }
 }
 
@@ -435,19 +432,11 @@ pub(crate) fn host_name() -> String {
 /// Whether process `pid` of this host is there (stopped counts, a zombie
 /// does not); `None` without procfs, where it cannot be told.
 fn pid_alive(pid: i64) -> Option<bool> {
-    let proc_root = std::path::Path::new("/proc");
-    if !proc_root.join("self").exists() {
+    if !std::path::Path::new("/proc/self").exists() {
         return None;
     }
-    let Ok(stat) = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")) else {
-        return Some(false);
-    };
-    // A zombie (state Z) is dead for our purposes.
-    Some(
-        stat.rsplit_once(')')
-            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
-            .unwrap_or(true),
-    )
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+    Some(stat.as_deref().and_then(start_ticks).is_some())
 }
 
 #[cfg(test)]
