@@ -218,11 +218,7 @@ pub async fn slow_debit(
     cents: i64,
 ) -> Result<i64, String> {
     ran(&key, "slow_debit");
-    let balance = write_debit(tx, &entry, cents)
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::time::sleep(std::time::Duration::from_secs(30)).await;
-    Ok(balance)
+    debit_then_wait(tx, &entry, cents, std::time::Duration::from_secs(30)).await
 }
 
 /// Like [`debit`], then takes a second more before it returns `Ok`.
@@ -234,10 +230,20 @@ pub async fn late_debit(
     cents: i64,
 ) -> Result<i64, String> {
     ran(&key, "late_debit");
-    let balance = write_debit(tx, &entry, cents)
+    debit_then_wait(tx, &entry, cents, std::time::Duration::from_secs(1)).await
+}
+
+/// [`write_debit`], then a wait of `pause` before the balance is returned.
+async fn debit_then_wait(
+    tx: &mut Transaction<'_>,
+    entry: &str,
+    cents: i64,
+    pause: std::time::Duration,
+) -> Result<i64, String> {
+    let balance = write_debit(tx, entry, cents)
         .await
         .map_err(|e| e.to_string())?;
-    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    tokio::time::sleep(pause).await;
     Ok(balance)
 }
 

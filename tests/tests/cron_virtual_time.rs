@@ -47,12 +47,17 @@ async fn ticks_of(env: &TestEnv, name: &str) -> Vec<i64> {
     ticks
 }
 
+/// A test environment whose clock starts half a second past `start`, a
+/// whole second (returned with it).
+async fn half_past_a_second() -> (i64, TestEnv) {
+    let start: i64 = 1_700_000_000;
+    let at = UNIX_EPOCH + Duration::from_millis(start as u64 * 1000 + 500);
+    (start, TestEnv::starting_at(at).await)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stall_runs_the_latest_missed_tick_and_the_last_minute() {
-    // Half a second past a whole second.
-    let start: i64 = 1_700_000_000;
-    let env =
-        TestEnv::starting_at(UNIX_EPOCH + Duration::from_millis(start as u64 * 1000 + 500)).await;
+    let (start, env) = half_past_a_second().await;
     env.advance(Duration::from_secs(3)).await;
     assert_eq!(ticks(&env).await, [start + 1, start + 2, start + 3]);
 
@@ -110,9 +115,7 @@ async fn triggers_at_one_instant_each_run() {
 /// starting then would run them, not only those of the last minute.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schedule_made_during_a_hold_up_runs_its_missed_tick() {
-    let start: i64 = 1_700_000_000;
-    let env =
-        TestEnv::starting_at(UNIX_EPOCH + Duration::from_millis(start as u64 * 1000 + 500)).await;
+    let (start, env) = half_past_a_second().await;
     env.advance(Duration::from_secs(1)).await;
     let store = keiro::unstable::raw_store(env.keiro());
     // Held up: the clock moves on with no pass of the scheduler, and
